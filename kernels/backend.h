@@ -1,0 +1,223 @@
+// The op set: the seam between the model (engine/model) and the hardware (kernels/cpu, kernels/cuda).
+// A Backend owns its buffers and its worker threads/stream; Tensors are non-owning views into
+// Buffers. One Backend is driven by one thread at a time (the engine loop); ops are issued in
+// order and complete in order. Nothing here knows about VibeVoice: only shapes, dtypes and math.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace vv {
+
+enum class DType : uint8_t { kF32, kBF16, kF16, kI32, kI64, kU8, kI8 };
+
+constexpr size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::kF32: return 4;
+    case DType::kBF16: return 2;
+    case DType::kF16: return 2;
+    case DType::kI32: return 4;
+    case DType::kI64: return 8;
+    case DType::kU8: return 1;
+    case DType::kI8: return 1;
+  }
+  return 0;
+}
+const char* dtype_name(DType t);  // "F32", "BF16", ... (safetensors spelling)
+
+// bf16 <-> f32 on the host. bf16 is the upper half of an f32; rounding is to nearest even.
+inline float bf16_to_f32(uint16_t v) {
+  uint32_t u = static_cast<uint32_t>(v) << 16;
+  float f;
+  __builtin_memcpy(&f, &u, 4);
+  return f;
+}
+inline uint16_t f32_to_bf16(float f) {
+  uint32_t u;
+  __builtin_memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // NaN stays NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+float f16_to_f32(uint16_t v);
+
+// A view: up to 4 dims, row-major by default. Strides are in elements. Most ops take 2-D
+// matrices [rows, cols] whose rows may be strided (stride[0] >= cols) but whose columns are
+// contiguous (stride[1] == 1).
+struct Tensor {
+  void* data = nullptr;
+  DType dtype = DType::kF32;
+  int ndim = 0;
+  std::array<int64_t, 4> shape{};
+  std::array<int64_t, 4> stride{};
+
+  static Tensor matrix(void* data, DType dtype, int64_t rows, int64_t cols, int64_t row_stride = -1) {
+    Tensor t;
+    t.data = data;
+    t.dtype = dtype;
+    t.ndim = 2;
+    t.shape = {rows, cols, 0, 0};
+    t.stride = {row_stride < 0 ? cols : row_stride, 1, 0, 0};
+    return t;
+  }
+  static Tensor vector(void* data, DType dtype, int64_t n) {
+    Tensor t;
+    t.data = data;
+    t.dtype = dtype;
+    t.ndim = 1;
+    t.shape = {n, 0, 0, 0};
+    t.stride = {1, 0, 0, 0};
+    return t;
+  }
+  int64_t rows() const { return ndim >= 2 ? shape[0] : 1; }
+  int64_t cols() const { return ndim >= 2 ? shape[1] : shape[0]; }
+  int64_t row_stride() const { return ndim >= 2 ? stride[0] : shape[0]; }
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int i = 0; i < ndim; ++i) n *= shape[i];
+    return n;
+  }
+  template <typename T>
+  T* ptr() const { return static_cast<T*>(data); }
+  // Rows [begin, begin+count) of a 2-D view.
+  Tensor row_slice(int64_t begin, int64_t count) const {
+    Tensor t = *this;
+    t.data = static_cast<char*>(data) + begin * stride[0] * static_cast<int64_t>(dtype_size(dtype));
+    t.shape[0] = count;
+    return t;
+  }
+  // Columns [begin, begin+count) of a 2-D view (rows keep their stride).
+  Tensor col_slice(int64_t begin, int64_t count) const {
+    Tensor t = *this;
+    t.data = static_cast<char*>(data) + begin * static_cast<int64_t>(dtype_size(dtype));
+    t.shape[1] = count;
+    return t;
+  }
+};
+
+// Memory owned by a Backend (host memory for the CPU, device memory for CUDA).
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(void* data, size_t bytes, void (*release)(void*, size_t)) : data_(data), bytes_(bytes), release_(release) {}
+  Buffer(Buffer&& o) noexcept { *this = std::move(o); }
+  Buffer& operator=(Buffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      data_ = o.data_;
+      bytes_ = o.bytes_;
+      release_ = o.release_;
+      o.data_ = nullptr;
+      o.bytes_ = 0;
+      o.release_ = nullptr;
+    }
+    return *this;
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer() { reset(); }
+  void reset() {
+    if (data_ && release_) release_(data_, bytes_);
+    data_ = nullptr;
+    bytes_ = 0;
+  }
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  Tensor matrix(DType dtype, int64_t rows, int64_t cols) const { return Tensor::matrix(data_, dtype, rows, cols); }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+  void (*release_)(void*, size_t) = nullptr;
+};
+
+// Fused tail of a GEMM: out = epilogue(a·wᵀ + bias).
+enum class Epilogue : uint8_t {
+  kNone,         // out = a·wᵀ + bias
+  kGelu,         // out = gelu_erf(a·wᵀ + bias)
+  kAddResidual,  // out += a·wᵀ + bias        (out is read, then written)
+};
+
+// Paged KV cache for one layer: [num_blocks, block_size, kv_heads, head_dim], K and V separate.
+struct KvLayer {
+  Tensor k;  // data/dtype used; logical shape [num_blocks*block_size, kv_heads*head_dim]
+  Tensor v;
+};
+
+// Rows of one step, each belonging to a sequence with a block table. Row r of sequence s sits at
+// absolute position row_pos[r] and attends to positions 0..row_pos[r] of s (causal).
+struct AttentionRows {
+  Tensor row_seq;       // I32 [n]: sequence index of each row (into block_tables)
+  Tensor row_pos;       // I32 [n]: absolute position of each row
+  Tensor block_tables;  // I32 [num_seqs, max_blocks_per_seq]: physical block of each logical block
+  int block_size = 16;
+};
+
+struct AttentionShape {
+  int heads = 0;     // query heads
+  int kv_heads = 0;  // query head h uses kv head h / (heads / kv_heads)
+  int head_dim = 0;
+  float scale = 0;   // softmax scale, 1/sqrt(head_dim) for Qwen2
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;  // "cpu-avx2 (2 threads)", "cuda:0 (NVIDIA H200)"
+
+  // --- memory ---------------------------------------------------------------------------------
+  virtual Buffer allocate(size_t bytes) = 0;  // zero-filled
+  virtual void upload(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual void download(void* host_dst, const void* src, size_t bytes) = 0;
+  virtual void synchronize() = 0;
+
+  // --- dense ops (activations are F32 unless stated) ------------------------------------------
+  // out[M,N] (=|+=) a[M,K]·w[N,K]ᵀ + bias[N]. a: F32 rows (row stride may differ from K, even be
+  // smaller than K: overlapping rows express a convolution); w: F32, BF16 or F16 contiguous;
+  // bias: F32 [N] or nullptr.
+  virtual void gemm(const Tensor& a, const Tensor& w, const Tensor* bias, Tensor& out, Epilogue ep) = 0;
+
+  // out[r,:] = round_f32(x[r,:] / sqrt(mean(x[r,:]²) + eps)) * weight. weight: F32 or BF16 [cols].
+  // Sum of squares in f32 (the reference's order differs only at the ulp level). out may alias x.
+  virtual void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) = 0;
+
+  // Causal depthwise conv over time, x laid out [time, channels]:
+  //   out[t,c] = bias[c] + Σ_k w[c,k] · x[t + k − (K−1), c],   x rows before row 0 come from
+  // `history` ([K−1, C], the previous segment's last inputs; zeros at the start of a stream).
+  // w: [C, K] F32/BF16; bias F32 [C]. out must not alias x.
+  virtual void depthwise_conv1d_causal(const Tensor& x, const Tensor& history, const Tensor& w,
+                                       const Tensor& bias, Tensor& out) = 0;
+
+  // x[r,c] += scale[c] * y[r,c]   (layer scale; scale F32/BF16 [cols])
+  virtual void add_scaled(Tensor& x, const Tensor& scale, const Tensor& y) = 0;
+  // out = a + b (elementwise, same shape). out may alias a or b.
+  virtual void add(const Tensor& a, const Tensor& b, Tensor& out) = 0;
+  // out[r,c] = silu(gate_up[r,c]) * gate_up[r, I + c], gate_up [n, 2I] → out [n, I]
+  virtual void silu_mul(const Tensor& gate_up, Tensor& out) = 0;
+  // out[r,:] = table[ids[r],:]; table F32/BF16 [V,H]; ids I32 [n].
+  virtual void embedding(const Tensor& table, const Tensor& ids, Tensor& out) = 0;
+  // 2-D copy with independent row strides (same dtype, same shape).
+  virtual void copy(const Tensor& src, Tensor& dst) = 0;
+
+  // Rotate-half RoPE in place on x [n, heads·head_dim] at positions pos I32 [n]:
+  //   inv_freq[i] = 1 / theta^(f32(2i)/f32(d)) (f32), φ = f32(pos)·inv_freq[i],
+  //   x'[i] = x[i]·cos φ − x[i+d/2]·sin φ,  x'[i+d/2] = x[i+d/2]·cos φ + x[i]·sin φ.
+  virtual void rope(Tensor& x, const Tensor& pos, int heads, int head_dim, float theta) = 0;
+
+  // Writes k/v rows [n, kv_heads·head_dim] into the paged cache at (row_seq, row_pos).
+  virtual void kv_write(const Tensor& k, const Tensor& v, const AttentionRows& rows, KvLayer& cache,
+                        const AttentionShape& shape) = 0;
+  // out[n, heads·head_dim] = softmax(q·Kᵀ·scale, causal per row) · V over the paged cache.
+  // f32 softmax; the rows' own k/v must have been written first.
+  virtual void paged_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
+                               const AttentionShape& shape, Tensor& out) = 0;
+
+  // out I32 [n] = argmax over each row of logits [n, V]; ties go to the lowest index.
+  virtual void argmax(const Tensor& logits, Tensor& out) = 0;
+};
+
+}  // namespace vv
