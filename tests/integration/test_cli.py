@@ -10,7 +10,7 @@ def run(vibevoice, *args):
 def test_version_prints_semver_sha_and_features(vibevoice):
     r = run(vibevoice, "--version")
     assert r.returncode == 0, r.stderr
-    assert re.match(r"^\d+\.\d+\.\d+ \(git [0-9a-f]{7,12}|unknown\) \[cpu[a-z0-9 ]*\]", r.stdout.strip()), r.stdout
+    assert re.match(r"^\d+\.\d+\.\d+ \(git ([0-9a-f]{7,12}|unknown)\) \[cpu[a-z0-9 ]*\]", r.stdout.strip()), r.stdout
 
 
 def test_help_lists_commands(vibevoice):
