@@ -1,0 +1,23 @@
+// AVX2/FMA fast paths of the CpuBackend ops (defined in *_avx2.cpp, compiled with -mavx2 -mfma
+// -mf16c; call only when the CPU has them). Each function computes the slice it is given; gemm
+// splits itself over the pool. Results are deterministic and independent of M and thread count.
+#pragma once
+
+#include "kernels/backend.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace vv::avx2 {
+
+void gemm(cpu::ThreadPool& pool, const Tensor& a, const Tensor& w, const Tensor* bias, Tensor& out, Epilogue ep);
+void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out);
+void add_scaled(Tensor& x, const Tensor& scale, const Tensor& y);
+void add(const Tensor& a, const Tensor& b, Tensor& out);
+void silu_mul(const Tensor& gate_up, Tensor& out);
+void paged_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, const AttentionShape& shape,
+                     Tensor& out, int head_begin, int head_end);
+void argmax(const Tensor& logits, Tensor& out);
+
+// Peak f32 FMA throughput of one thread, GFLOP/s, over `iterations` of 12 independent chains.
+double fma_peak_one_thread(int64_t iterations);
+
+}  // namespace vv::avx2

@@ -1,0 +1,27 @@
+// The CPU Backend: a scalar reference for every op plus AVX2/FMA fast paths chosen at run time, run
+// on a persistent pinned thread pool. make_cpu_backend returns an object the caller owns; like every
+// Backend it is driven by one thread at a time. The roofline probes are free functions, any thread.
+#pragma once
+
+#include <memory>
+
+#include "kernels/backend.h"
+
+namespace vv {
+
+struct CpuBackendOptions {
+  int threads = 0;  // 0: $VIBEVOICE_THREADS, else physical cores
+  bool pin = true;  // pin worker threads to cores
+  enum class Isa { kAuto, kScalar, kAvx2, kAvx512 } isa = Isa::kAuto;  // clamped to what the CPU has
+};
+
+std::unique_ptr<Backend> make_cpu_backend(const CpuBackendOptions& options = {});
+
+// Physical cores available to this process (SMT siblings counted once).
+int physical_core_count();
+
+// Roofline probes used by `vibevoice bench`: measured on this machine with `threads` threads.
+double measure_triad_gbps(int threads);  // STREAM triad a[i]=b[i]+s*c[i] over arrays >> LLC, best of several
+double measure_fma_gflops(int threads);  // peak FMA throughput of the chosen ISA (f32)
+
+}  // namespace vv
