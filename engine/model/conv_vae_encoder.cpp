@@ -1,0 +1,300 @@
+#include "engine/model/conv_vae_encoder.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace vv {
+namespace {
+
+constexpr int64_t kFfnTileElems = int64_t{1} << 22;  // FFN hidden rows per tile × 4C ≤ 16 MiB of f32
+
+Tensor f32_rows(void* base, int64_t row0, int64_t rows, int64_t cols) {
+  return Tensor::matrix(static_cast<float*>(base) + row0 * cols, DType::kF32, rows, cols);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ConvVaeEncoder>> ConvVaeEncoder::create(Backend& be, const EncoderSpec& spec,
+                                                               const EncoderWeights& w, int64_t max_segment,
+                                                               std::string name) {
+  std::unique_ptr<ConvVaeEncoder> e(new ConvVaeEncoder(be, spec));
+  e->name_ = std::move(name);
+  VV_RETURN_IF_ERROR(e->load(w, max_segment));
+  return e;
+}
+
+Status ConvVaeEncoder::load(const EncoderWeights& w, int64_t max_segment) {
+  const std::string& n = name_;
+  const size_t ns = spec_.ratios.size();
+  if (spec_.depths.size() != ns + 1) {
+    return invalid_argument(n + " encoder: depths has " + std::to_string(spec_.depths.size()) +
+                            " entries, expected ratios+1 = " + std::to_string(ns + 1));
+  }
+  if (spec_.channels != 1) return unsupported(n + " encoder: channels = " + std::to_string(spec_.channels) + " (only mono input is supported)");
+  if (w.down_w.size() != ns || w.down_b.size() != ns || w.stages.size() != ns + 1) {
+    return invalid_argument(n + " encoder: weights have " + std::to_string(w.down_w.size()) + " strided convs and " +
+                            std::to_string(w.stages.size()) + " stages; the spec needs " + std::to_string(ns) + " and " +
+                            std::to_string(ns + 1));
+  }
+  hop_ = 1;
+  for (int r : spec_.ratios) {
+    if (r < 1) return invalid_argument(n + " encoder: downsampling ratio " + std::to_string(r) + " < 1");
+    hop_ *= r;
+  }
+  if (max_segment <= 0) return invalid_argument(n + " encoder: segment length must be positive");
+  max_segment_ = (max_segment + hop_ - 1) / hop_ * hop_;
+
+  auto make_conv = [&](const HostTensor& wt, const HostTensor& bt, int in, int stride, Conv& c) -> Status {
+    if (wt.shape.size() != 3 || wt.shape[1] != in) {
+      return invalid_argument("conv weight " + wt.name + ": expected [out, " + std::to_string(in) + ", kernel]");
+    }
+    c.in = in;
+    c.out = static_cast<int>(wt.shape[0]);
+    c.kernel = static_cast<int>(wt.shape[2]);
+    c.stride = stride;
+    if (c.kernel < stride) return invalid_argument("conv weight " + wt.name + ": kernel shorter than its stride");
+    VV_RETURN_IF_ERROR(expect_shape(bt, {c.out}));
+    VV_ASSIGN_OR_RETURN(c.w, upload_conv_as_gemm(be_, wt));
+    VV_ASSIGN_OR_RETURN(c.b, upload_f32(be_, bt));
+    return Status::ok();
+  };
+
+  const int nf = spec_.num_filters;
+  VV_RETURN_IF_ERROR(make_conv(w.stem_w, w.stem_b, spec_.channels, 1, stem_));
+  if (stem_.out != nf) return invalid_argument("conv weight " + w.stem_w.name + ": " + std::to_string(stem_.out) + " filters, spec says " + std::to_string(nf));
+  downs_.resize(ns);
+  int ch = nf;
+  for (size_t i = 0; i < ns; ++i) {
+    VV_RETURN_IF_ERROR(make_conv(w.down_w[i], w.down_b[i], ch, spec_.ratios[i], downs_[i]));
+    ch = downs_[i].out;
+  }
+  VV_RETURN_IF_ERROR(make_conv(w.head_w, w.head_b, ch, 1, head_));
+  if (head_.out != spec_.vae_dim) return invalid_argument("conv weight " + w.head_w.name + ": " + std::to_string(head_.out) + " outputs, spec vae_dim is " + std::to_string(spec_.vae_dim));
+
+  stages_.resize(ns + 1);
+  for (size_t s = 0; s <= ns; ++s) {
+    const int c = s == 0 ? nf : downs_[s - 1].out;
+    if (static_cast<int>(w.stages[s].size()) != spec_.depths[s]) {
+      return invalid_argument(n + " encoder stage " + std::to_string(s) + ": " + std::to_string(w.stages[s].size()) +
+                              " blocks in the weights, spec depth " + std::to_string(spec_.depths[s]));
+    }
+    for (const ConvNextBlockWeights& bw : w.stages[s]) {
+      Block b;
+      b.channels = c;
+      const int64_t e = static_cast<int64_t>(spec_.ffn_expansion) * c;
+      VV_RETURN_IF_ERROR(expect_shape(bw.norm, {c}));
+      if (bw.mixer_w.shape.size() != 3 || bw.mixer_w.shape[0] != c || bw.mixer_w.shape[1] != 1) {
+        return invalid_argument("depthwise weight " + bw.mixer_w.name + ": expected [" + std::to_string(c) + ", 1, K]");
+      }
+      VV_RETURN_IF_ERROR(expect_shape(bw.mixer_b, {c}));
+      VV_RETURN_IF_ERROR(expect_shape(bw.gamma, {c}));
+      VV_RETURN_IF_ERROR(expect_shape(bw.ffn_norm, {c}));
+      VV_RETURN_IF_ERROR(expect_shape(bw.fc1_w, {e, c}));
+      VV_RETURN_IF_ERROR(expect_shape(bw.fc1_b, {e}));
+      VV_RETURN_IF_ERROR(expect_shape(bw.fc2_w, {c, e}));
+      VV_RETURN_IF_ERROR(expect_shape(bw.fc2_b, {c}));
+      VV_RETURN_IF_ERROR(expect_shape(bw.ffn_gamma, {c}));
+      VV_ASSIGN_OR_RETURN(b.norm, upload_f32(be_, bw.norm));
+      VV_ASSIGN_OR_RETURN(b.mixer_w, upload_f32(be_, bw.mixer_w));
+      VV_ASSIGN_OR_RETURN(b.mixer_b, upload_f32(be_, bw.mixer_b));
+      VV_ASSIGN_OR_RETURN(b.gamma, upload_f32(be_, bw.gamma));
+      VV_ASSIGN_OR_RETURN(b.ffn_norm, upload_f32(be_, bw.ffn_norm));
+      VV_ASSIGN_OR_RETURN(b.fc1_w, upload_matrix(be_, bw.fc1_w));
+      VV_ASSIGN_OR_RETURN(b.fc1_b, upload_f32(be_, bw.fc1_b));
+      VV_ASSIGN_OR_RETURN(b.fc2_w, upload_matrix(be_, bw.fc2_w));
+      VV_ASSIGN_OR_RETURN(b.fc2_b, upload_f32(be_, bw.fc2_b));
+      VV_ASSIGN_OR_RETURN(b.ffn_gamma, upload_f32(be_, bw.ffn_gamma));
+      stages_[s].push_back(std::move(b));
+    }
+  }
+
+  // Workspace for the longest segment.
+  int64_t stage_buf = (stem_.pad() + max_segment_) * static_cast<int64_t>(spec_.channels);
+  int64_t act = 0, ffn = 0, scratch_rows = 0, scratch_cols = 1;
+  int64_t t = max_segment_;
+  for (size_t s = 0; s <= ns; ++s) {
+    const int c = s == 0 ? nf : downs_[s - 1].out;
+    if (s > 0) t /= spec_.ratios[s - 1];
+    const Conv& consumer = s < ns ? downs_[s] : head_;
+    stage_buf = std::max(stage_buf, (consumer.pad() + t) * c);
+    act = std::max(act, t * c);
+    const int64_t e = static_cast<int64_t>(spec_.ffn_expansion) * c;
+    ffn = std::max(ffn, std::max(e, std::min(t * e, kFfnTileElems)));
+    scratch_cols = std::max<int64_t>(scratch_cols, c);
+    for (const Block& b : stages_[s]) scratch_rows = std::max<int64_t>(scratch_rows, b.mixer_w.t.cols() - 1);
+  }
+  ffn_tile_elems_ = ffn;
+  ping_ = alloc_f32(be_, 1, stage_buf);
+  pong_ = alloc_f32(be_, 1, stage_buf);
+  u_ = alloc_f32(be_, 1, act);
+  v_ = alloc_f32(be_, 1, act);
+  ffn_h_ = alloc_f32(be_, 1, ffn);
+  scratch_ = alloc_f32(be_, std::max<int64_t>(scratch_rows, 1), scratch_cols);
+  noise_ = alloc_f32(be_, max_segment_ / hop_, spec_.vae_dim);
+  return Status::ok();
+}
+
+std::unique_ptr<EncoderStream> ConvVaeEncoder::start_stream(const SamplingOptions& sampling) {
+  auto s = std::make_unique<EncoderStream>();
+  int64_t total = 0;
+  auto conv_rows = [&](const Conv& c) { total += static_cast<int64_t>(c.pad()) * c.in; };
+  conv_rows(stem_);
+  for (const Conv& c : downs_) conv_rows(c);
+  conv_rows(head_);
+  for (const auto& st : stages_)
+    for (const Block& b : st) total += (b.mixer_w.t.cols() - 1) * b.channels;
+  s->state_ = alloc_f32(be_, 1, total);  // zero-filled: the stream starts from silence
+  float* p = static_cast<float*>(s->state_.buf.data());
+  auto take = [&](int64_t rows, int64_t cols) {
+    Tensor t = Tensor::matrix(p, DType::kF32, rows, cols);
+    p += rows * cols;
+    return t;
+  };
+  s->conv_state_.push_back(take(stem_.pad(), stem_.in));
+  for (const Conv& c : downs_) s->conv_state_.push_back(take(c.pad(), c.in));
+  s->conv_state_.push_back(take(head_.pad(), head_.in));
+  for (const auto& st : stages_)
+    for (const Block& b : st) s->mixer_state_.push_back(take(b.mixer_w.t.cols() - 1, b.channels));
+
+  s->mode_ = sampling.mode;
+  s->rng_.seed(sampling.seed);
+  if (sampling.mode == LatentSampling::kGaussian) {
+    std::normal_distribution<float> normal(0.f, 1.f);
+    s->sigma_ = spec_.fix_std / 0.8f * normal(s->rng_);
+  } else if (sampling.mode == LatentSampling::kFix) {
+    s->sigma_ = spec_.fix_std;
+  }
+  return s;
+}
+
+Status ConvVaeEncoder::run_conv(const Conv& c, Tensor& state, void* in_base, int64_t t_in, Tensor& out) {
+  const int p = c.pad();
+  Tensor in = Tensor::matrix(in_base, DType::kF32, p + t_in, c.in);
+  if (p > 0) {
+    Tensor head = in.row_slice(0, p);
+    be_.copy(state, head);
+  }
+  const int64_t t_out = t_in / c.stride;
+  if (out.rows() != t_out || out.cols() != c.out) return internal_error(name_ + " encoder: conv output shape mismatch");
+  Tensor a = Tensor::matrix(in_base, DType::kF32, t_out, static_cast<int64_t>(c.kernel) * c.in,
+                            static_cast<int64_t>(c.stride) * c.in);
+  be_.gemm(a, c.w.t, &c.b.t, out, Epilogue::kNone);
+  if (p > 0) be_.copy(in.row_slice(t_in, p), state);
+  return Status::ok();
+}
+
+void ConvVaeEncoder::update_history(Tensor& history, const Tensor& u) {
+  const int64_t k1 = history.rows(), t = u.rows();
+  if (k1 == 0) return;
+  if (t >= k1) {
+    be_.copy(u.row_slice(t - k1, k1), history);
+    return;
+  }
+  Tensor tmp = Tensor::matrix(scratch_.buf.data(), DType::kF32, k1, history.cols());
+  Tensor keep = tmp.row_slice(0, k1 - t);
+  be_.copy(history.row_slice(t, k1 - t), keep);
+  Tensor fresh = tmp.row_slice(k1 - t, t);
+  be_.copy(u, fresh);
+  be_.copy(tmp, history);
+}
+
+void ConvVaeEncoder::run_block(const Block& b, Tensor& history, Tensor& x) {
+  const int64_t t = x.rows(), c = b.channels;
+  const float eps = spec_.rms_norm_eps;
+  Tensor u = Tensor::matrix(u_.buf.data(), DType::kF32, t, c);
+  Tensor v = Tensor::matrix(v_.buf.data(), DType::kF32, t, c);
+  // Mixer branch: x += gamma ⊙ dwconv(RMSNorm(x)).
+  be_.rms_norm(x, b.norm.t, eps, u);
+  be_.depthwise_conv1d_causal(u, history, b.mixer_w.t, b.mixer_b.t, v);
+  update_history(history, u);
+  be_.add_scaled(x, b.gamma.t, v);
+  // FFN branch: x += ffn_gamma ⊙ (W2·gelu(W1·RMSNorm(x) + b1) + b2), pointwise in time: tiled.
+  be_.rms_norm(x, b.ffn_norm.t, eps, u);
+  const int64_t e = static_cast<int64_t>(spec_.ffn_expansion) * c;
+  const int64_t tile = std::max<int64_t>(1, ffn_tile_elems_ / e);
+  for (int64_t r0 = 0; r0 < t; r0 += tile) {
+    const int64_t n = std::min(tile, t - r0);
+    Tensor h = Tensor::matrix(ffn_h_.buf.data(), DType::kF32, n, e);
+    be_.gemm(u.row_slice(r0, n), b.fc1_w.t, &b.fc1_b.t, h, Epilogue::kGelu);
+    Tensor vt = v.row_slice(r0, n);
+    be_.gemm(h, b.fc2_w.t, &b.fc2_b.t, vt, Epilogue::kNone);
+    Tensor xt = x.row_slice(r0, n);
+    be_.add_scaled(xt, b.ffn_gamma.t, vt);
+  }
+}
+
+void ConvVaeEncoder::add_noise(EncoderStream& s, Tensor& out) {
+  const int64_t n = out.rows() * out.cols();
+  std::vector<float> host(static_cast<size_t>(n));
+  std::normal_distribution<float> normal(0.f, 1.f);
+  for (float& z : host) z = s.sigma_ * normal(s.rng_);
+  Tensor noise = Tensor::matrix(noise_.buf.data(), DType::kF32, out.rows(), out.cols());
+  be_.upload(noise.data, host.data(), host.size() * sizeof(float));
+  be_.add(out, noise, out);
+}
+
+Status ConvVaeEncoder::encode_segment(EncoderStream& s, const float* samples, int64_t n, Tensor& out) {
+  if (n <= 0 || n % hop_ != 0 || n > max_segment_) {
+    return invalid_argument(name_ + " encoder: segment of " + std::to_string(n) + " samples; it must be a positive multiple of " +
+                            std::to_string(hop_) + " and at most " + std::to_string(max_segment_));
+  }
+  if (out.rows() != n / hop_ || out.cols() != spec_.vae_dim || out.dtype != DType::kF32) {
+    return invalid_argument(name_ + " encoder: output must be F32 [" + std::to_string(n / hop_) + ", " +
+                            std::to_string(spec_.vae_dim) + "]");
+  }
+  void* cur = ping_.buf.data();
+  void* nxt = pong_.buf.data();
+  // Stem input: the samples after the stem's carried rows.
+  be_.upload(static_cast<float*>(cur) + static_cast<int64_t>(stem_.pad()) * stem_.in, samples,
+             static_cast<size_t>(n) * sizeof(float));
+  size_t conv_i = 0, block_i = 0;
+  int64_t t = n;
+  const size_t ns = downs_.size();
+  for (size_t st = 0; st <= ns; ++st) {
+    const Conv& producer = st == 0 ? stem_ : downs_[st - 1];
+    const Conv& consumer = st < ns ? downs_[st] : head_;
+    const int64_t t_out = t / producer.stride;
+    // The producer writes after the consumer's carried rows, so the consumer reads one buffer.
+    Tensor x = f32_rows(nxt, consumer.pad(), t_out, producer.out);
+    VV_RETURN_IF_ERROR(run_conv(producer, s.conv_state_[conv_i++], cur, t, x));
+    for (const Block& b : stages_[st]) run_block(b, s.mixer_state_[block_i++], x);
+    std::swap(cur, nxt);
+    t = t_out;
+  }
+  VV_RETURN_IF_ERROR(run_conv(head_, s.conv_state_[conv_i], cur, t, out));
+  if (s.mode_ != LatentSampling::kMean && s.sigma_ != 0.f) add_noise(s, out);
+  s.frames_out_ += out.rows();
+  return Status::ok();
+}
+
+Result<std::vector<float>> ConvVaeEncoder::encode(const float* samples, int64_t n, int64_t segment,
+                                                  const SamplingOptions& sampling) {
+  if (segment == 0) segment = max_segment_;
+  if (segment <= 0 || segment % hop_ != 0 || segment > max_segment_) {
+    return invalid_argument(name_ + " encoder: segment " + std::to_string(segment) + " must be a multiple of " +
+                            std::to_string(hop_) + " and at most " + std::to_string(max_segment_));
+  }
+  const int64_t frames = (n + hop_ - 1) / hop_;
+  const int64_t padded = frames * hop_;
+  auto stream = start_stream(sampling);
+  DeviceTensor out = alloc_f32(be_, frames, spec_.vae_dim);
+  std::vector<float> tail;
+  for (int64_t off = 0; off < padded; off += segment) {
+    const int64_t len = std::min(segment, padded - off);
+    const float* src = samples + off;
+    if (off + len > n) {  // the zero-padded end of the clip
+      tail.assign(static_cast<size_t>(len), 0.f);
+      if (n > off) std::memcpy(tail.data(), samples + off, static_cast<size_t>(n - off) * sizeof(float));
+      src = tail.data();
+    }
+    Tensor rows = out.t.row_slice(off / hop_, len / hop_);
+    VV_RETURN_IF_ERROR(encode_segment(*stream, src, len, rows));
+  }
+  std::vector<float> host(static_cast<size_t>(frames * spec_.vae_dim));
+  be_.synchronize();
+  be_.download(host.data(), out.buf.data(), host.size() * sizeof(float));
+  return host;
+}
+
+}  // namespace vv

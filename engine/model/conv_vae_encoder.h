@@ -1,0 +1,110 @@
+// The Conv-VAE speech encoder of VibeVoice-ASR (MODEL.md §5), used twice: acoustic and semantic.
+// float32 activations laid out [time, channels]; every causal conv is a GEMM over overlapping
+// input rows. A ConvVaeEncoder owns its device weights and a workspace sized for one segment; an
+// EncoderStream owns the carried convolution state of one clip, so long audio is encoded segment
+// by segment with memory bounded by the segment. One thread (the Backend's driver) at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "config/status.h"
+#include "engine/checkpoint/model_spec.h"
+#include "engine/checkpoint/weights.h"
+#include "engine/model/device_tensor.h"
+#include "engine/model/tensor_capture.h"
+#include "kernels/backend.h"
+
+namespace vv {
+
+// How the acoustic latents are turned into the decoder's input (MODEL.md §5.6). The semantic
+// encoder always uses the mean.
+enum class LatentSampling : uint8_t {
+  kMean,      // the distribution's mean (default; what the goldens check)
+  kGaussian,  // + σ·ε, σ = (fix_std/0.8)·n with n ~ N(0,1) drawn once per clip, ε ~ N(0,1) per element
+  kFix,       // + fix_std·ε
+};
+
+struct SamplingOptions {
+  LatentSampling mode = LatentSampling::kMean;
+  uint64_t seed = 0;
+};
+
+// The carried state of one clip through one encoder: the last (K − stride) input rows of every
+// conv and the last K−1 normalised rows of every depthwise mixer; zeros at the start.
+class EncoderStream {
+ public:
+  int64_t frames_out() const { return frames_out_; }
+
+ private:
+  friend class ConvVaeEncoder;
+  DeviceTensor state_;               // every conv's and mixer's rows, back to back (F32)
+  std::vector<Tensor> conv_state_;   // stem, down[0..], head: [K − s, C_in]
+  std::vector<Tensor> mixer_state_;  // one per block in order: [K − 1, C]
+  LatentSampling mode_ = LatentSampling::kMean;
+  float sigma_ = 0.f;                // the per-clip noise scale (kGaussian / kFix)
+  std::mt19937_64 rng_;
+  int64_t frames_out_ = 0;
+};
+
+class ConvVaeEncoder {
+ public:
+  // max_segment: the longest segment (samples) one encode_segment() call takes; rounded up to a
+  // multiple of the hop. 0 = spec.chunk_size of the model (the caller passes it).
+  static Result<std::unique_ptr<ConvVaeEncoder>> create(Backend& be, const EncoderSpec& spec,
+                                                        const EncoderWeights& w, int64_t max_segment,
+                                                        std::string name);
+
+  const EncoderSpec& spec() const { return spec_; }
+  int hop() const { return hop_; }
+  int64_t max_segment() const { return max_segment_; }
+
+  // A fresh clip: zero state. Noise (if any) is seeded from `sampling`.
+  std::unique_ptr<EncoderStream> start_stream(const SamplingOptions& sampling = {});
+
+  // Encodes the next `n` samples of the clip (n a multiple of hop(), ≤ max_segment()) from host
+  // memory into out (F32 [n/hop, vae_dim] on the backend, row stride free).
+  Status encode_segment(EncoderStream& stream, const float* samples, int64_t n, Tensor& out);
+
+  // A whole clip in segments of `segment` samples (0 = max_segment()); the clip is zero-padded to
+  // a multiple of the hop. Returns the latents [ceil(n/hop), vae_dim] on the host.
+  Result<std::vector<float>> encode(const float* samples, int64_t n, int64_t segment = 0,
+                                    const SamplingOptions& sampling = {});
+
+ private:
+  struct Conv {
+    DeviceTensor w;  // [out, K·in]
+    DeviceTensor b;  // [out]
+    int in = 0, out = 0, kernel = 0, stride = 1;
+    int pad() const { return kernel - stride; }
+  };
+  struct Block {
+    DeviceTensor norm, mixer_w /*[C, K]*/, mixer_b, gamma, ffn_norm, fc1_w, fc1_b, fc2_w, fc2_b, ffn_gamma;
+    int channels = 0;
+  };
+
+  ConvVaeEncoder(Backend& be, const EncoderSpec& spec) : be_(be), spec_(spec) {}
+  Status load(const EncoderWeights& w, int64_t max_segment);
+  Status run_conv(const Conv& c, Tensor& state, void* in_base, int64_t t_in, Tensor& out);
+  void run_block(const Block& b, Tensor& history, Tensor& x);
+  void update_history(Tensor& history, const Tensor& u);
+  void add_noise(EncoderStream& s, Tensor& out);
+
+  Backend& be_;
+  EncoderSpec spec_;
+  std::string name_;
+  int hop_ = 1;
+  int64_t max_segment_ = 0;
+  Conv stem_, head_;
+  std::vector<Conv> downs_;
+  std::vector<std::vector<Block>> stages_;
+  // Workspace for one segment: two ping-pong stage buffers (each with room for the consuming
+  // conv's carried rows in front), the normed/mixed activations, an FFN tile, scratch rows.
+  DeviceTensor ping_, pong_, u_, v_, ffn_h_, scratch_, noise_;
+  int64_t ffn_tile_elems_ = 0;
+};
+
+}  // namespace vv

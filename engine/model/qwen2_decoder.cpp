@@ -1,0 +1,317 @@
+#include "engine/model/qwen2_decoder.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace vv {
+
+Result<std::unique_ptr<Qwen2Decoder>> Qwen2Decoder::create(Backend& be, const ModelSpec& spec,
+                                                           const DecoderWeights& w, const DecoderOptions& opt) {
+  std::unique_ptr<Qwen2Decoder> d(new Qwen2Decoder(be, spec));
+  d->opt_ = opt;
+  VV_RETURN_IF_ERROR(d->load(w));
+  return d;
+}
+
+AttentionShape Qwen2Decoder::attention_shape() const {
+  AttentionShape s;
+  s.heads = spec_.num_heads;
+  s.kv_heads = spec_.num_kv_heads;
+  s.head_dim = spec_.head_dim;
+  s.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(spec_.head_dim)));
+  return s;
+}
+
+Status Qwen2Decoder::load(const DecoderWeights& w) {
+  const DecoderSpec& s = spec_;
+  if (s.hidden_size <= 0 || s.num_heads <= 0 || s.num_kv_heads <= 0 || s.head_dim <= 0 || s.vocab_size <= 0 ||
+      s.intermediate_size <= 0 || s.num_heads % s.num_kv_heads != 0 || s.head_dim % 2 != 0) {
+    return invalid_argument("decoder config: hidden " + std::to_string(s.hidden_size) + ", heads " +
+                            std::to_string(s.num_heads) + "/" + std::to_string(s.num_kv_heads) + ", head_dim " +
+                            std::to_string(s.head_dim) + " is not a valid Qwen2 geometry");
+  }
+  if (s.rope_theta <= 0) return invalid_argument("decoder config: rope_theta is missing");
+  if (static_cast<int>(w.layers.size()) != s.num_layers) {
+    return invalid_argument("decoder: " + std::to_string(w.layers.size()) + " layers in the weights, config says " +
+                            std::to_string(s.num_layers));
+  }
+  if (opt_.max_rows < 1 || opt_.max_seqs < 1) return invalid_argument("decoder: max_rows and max_seqs must be positive");
+  const int64_t H = s.hidden_size, V = s.vocab_size, I = s.intermediate_size;
+  const int64_t qd = static_cast<int64_t>(s.num_heads) * s.head_dim, kvd = static_cast<int64_t>(s.num_kv_heads) * s.head_dim;
+
+  VV_RETURN_IF_ERROR(expect_shape(w.embed, {V, H}));
+  if (w.embed.dtype == DType::kF16) {  // the embedding op reads F32 or BF16 tables
+    VV_ASSIGN_OR_RETURN(embed_, upload_f32(be_, w.embed));
+  } else {
+    VV_ASSIGN_OR_RETURN(embed_, upload_matrix(be_, w.embed));
+  }
+  VV_RETURN_IF_ERROR(expect_shape(w.final_norm, {H}));
+  VV_ASSIGN_OR_RETURN(final_norm_, upload_f32(be_, w.final_norm));
+  if (w.lm_head.data == nullptr || w.lm_head.data == w.embed.data) {
+    if (w.lm_head.data == nullptr && !s.tie_word_embeddings) {
+      return not_found("lm_head.weight is missing and tie_word_embeddings is false");
+    }
+    lm_head_ = &embed_.t;
+  } else {
+    VV_RETURN_IF_ERROR(expect_shape(w.lm_head, {V, H}));
+    VV_ASSIGN_OR_RETURN(lm_head_own_, upload_matrix(be_, w.lm_head));
+    lm_head_ = &lm_head_own_.t;
+  }
+  for (const DecoderLayerWeights& lw : w.layers) {
+    VV_RETURN_IF_ERROR(expect_shape(lw.input_norm, {H}));
+    VV_RETURN_IF_ERROR(expect_shape(lw.q_w, {qd, H}));
+    VV_RETURN_IF_ERROR(expect_shape(lw.q_b, {qd}));
+    VV_RETURN_IF_ERROR(expect_shape(lw.k_w, {kvd, H}));
+    VV_RETURN_IF_ERROR(expect_shape(lw.k_b, {kvd}));
+    VV_RETURN_IF_ERROR(expect_shape(lw.v_w, {kvd, H}));
+    VV_RETURN_IF_ERROR(expect_shape(lw.v_b, {kvd}));
+    VV_RETURN_IF_ERROR(expect_shape(lw.o_w, {H, qd}));
+    VV_RETURN_IF_ERROR(expect_shape(lw.post_norm, {H}));
+    VV_RETURN_IF_ERROR(expect_shape(lw.gate_w, {I, H}));
+    VV_RETURN_IF_ERROR(expect_shape(lw.up_w, {I, H}));
+    VV_RETURN_IF_ERROR(expect_shape(lw.down_w, {H, I}));
+    Layer l;
+    VV_ASSIGN_OR_RETURN(l.input_norm, upload_f32(be_, lw.input_norm));
+    VV_ASSIGN_OR_RETURN(l.q_w, upload_matrix(be_, lw.q_w));
+    VV_ASSIGN_OR_RETURN(l.q_b, upload_f32(be_, lw.q_b));
+    VV_ASSIGN_OR_RETURN(l.k_w, upload_matrix(be_, lw.k_w));
+    VV_ASSIGN_OR_RETURN(l.k_b, upload_f32(be_, lw.k_b));
+    VV_ASSIGN_OR_RETURN(l.v_w, upload_matrix(be_, lw.v_w));
+    VV_ASSIGN_OR_RETURN(l.v_b, upload_f32(be_, lw.v_b));
+    VV_ASSIGN_OR_RETURN(l.o_w, upload_matrix(be_, lw.o_w));
+    VV_ASSIGN_OR_RETURN(l.post_norm, upload_f32(be_, lw.post_norm));
+    VV_ASSIGN_OR_RETURN(l.gate_up_w, upload_stacked_rows(be_, lw.gate_w, lw.up_w));  // [2I, H]: silu_mul halves
+    VV_ASSIGN_OR_RETURN(l.down_w, upload_matrix(be_, lw.down_w));
+    layers_.push_back(std::move(l));
+  }
+
+  if (opt_.max_blocks_per_seq <= 0) {
+    const int64_t maxpos = s.max_position_embeddings > 0 ? s.max_position_embeddings : 32768;
+    opt_.max_blocks_per_seq = static_cast<int>((maxpos + 15) / 16);
+  }
+  const int64_t R = opt_.max_rows, S = opt_.max_seqs;
+  x_ = alloc_f32(be_, R, H);
+  a_ = alloc_f32(be_, R, H);
+  q_ = alloc_f32(be_, R, qd);
+  k_ = alloc_f32(be_, R, kvd);
+  v_ = alloc_f32(be_, R, kvd);
+  attn_ = alloc_f32(be_, R, qd);
+  gu_ = alloc_f32(be_, R, 2 * I);
+  m_ = alloc_f32(be_, R, I);
+  ids_ = alloc_i32(be_, R);
+  pos_ = alloc_i32(be_, R);
+  seq_ = alloc_i32(be_, R);
+  tables_ = alloc_i32(be_, S * opt_.max_blocks_per_seq);
+  last_ = alloc_f32(be_, S, H);
+  logits_ = alloc_f32(be_, S, V);
+  next_ = alloc_i32(be_, S);
+  return Status::ok();
+}
+
+Status Qwen2Decoder::stage_rows(const StepPlan& plan, KvView& kv, int64_t* rows, AttentionRows* attn) {
+  const int64_t nseq = static_cast<int64_t>(plan.seqs.size());
+  if (nseq == 0) return invalid_argument("step plan has no sequences");
+  if (nseq > opt_.max_seqs) {
+    return out_of_range("step plan has " + std::to_string(nseq) + " sequences; the decoder was sized for " +
+                        std::to_string(opt_.max_seqs));
+  }
+  if (static_cast<int>(kv.layers.size()) != spec_.num_layers) {
+    return invalid_argument("KV cache has " + std::to_string(kv.layers.size()) + " layers, the decoder " +
+                            std::to_string(spec_.num_layers));
+  }
+  int64_t n = 0;
+  size_t width = 1;
+  for (const SequenceRows& s : plan.seqs) {
+    n += static_cast<int64_t>(s.ids.size());
+    width = std::max(width, s.blocks.size());
+  }
+  if (n > opt_.max_rows) {
+    return out_of_range("step plan has " + std::to_string(n) + " rows; the decoder was sized for " +
+                        std::to_string(opt_.max_rows));
+  }
+  if (static_cast<int64_t>(width) > opt_.max_blocks_per_seq) {
+    return out_of_range("a block table has " + std::to_string(width) + " blocks; the decoder was sized for " +
+                        std::to_string(opt_.max_blocks_per_seq));
+  }
+  h_ids_.clear();
+  h_pos_.clear();
+  h_seq_.clear();
+  h_tables_.assign(static_cast<size_t>(nseq) * width, 0);
+  for (int64_t si = 0; si < nseq; ++si) {
+    const SequenceRows& s = plan.seqs[si];
+    if (s.ids.empty()) return invalid_argument("sequence " + std::to_string(si) + " of the step has no rows");
+    const int64_t end = s.start_pos + static_cast<int64_t>(s.ids.size());
+    if (s.start_pos < 0 || static_cast<int64_t>(s.blocks.size()) * kv.block_size < end) {
+      return out_of_range("sequence " + std::to_string(si) + ": positions up to " + std::to_string(end) + " need " +
+                          std::to_string((end + kv.block_size - 1) / kv.block_size) + " KV blocks, its table has " +
+                          std::to_string(s.blocks.size()));
+    }
+    for (size_t b = 0; b < s.blocks.size(); ++b) {
+      if (s.blocks[b] < 0 || s.blocks[b] >= kv.num_blocks) {
+        return out_of_range("sequence " + std::to_string(si) + ": KV block id " + std::to_string(s.blocks[b]) +
+                            " outside the pool of " + std::to_string(kv.num_blocks));
+      }
+      h_tables_[si * width + b] = s.blocks[b];
+    }
+    for (size_t r = 0; r < s.ids.size(); ++r) {
+      const TokenId id = s.ids[r];
+      if (id < 0 || id >= spec_.vocab_size) {
+        return out_of_range("sequence " + std::to_string(si) + " row " + std::to_string(r) + ": token id " +
+                            std::to_string(id) + " outside the vocabulary of " + std::to_string(spec_.vocab_size));
+      }
+      h_ids_.push_back(id);
+      h_pos_.push_back(static_cast<int32_t>(s.start_pos + static_cast<int64_t>(r)));
+      h_seq_.push_back(static_cast<int32_t>(si));
+    }
+  }
+  be_.upload(ids_.buf.data(), h_ids_.data(), h_ids_.size() * sizeof(int32_t));
+  be_.upload(pos_.buf.data(), h_pos_.data(), h_pos_.size() * sizeof(int32_t));
+  be_.upload(seq_.buf.data(), h_seq_.data(), h_seq_.size() * sizeof(int32_t));
+  be_.upload(tables_.buf.data(), h_tables_.data(), h_tables_.size() * sizeof(int32_t));
+  *rows = n;
+  attn->row_seq = Tensor::vector(seq_.buf.data(), DType::kI32, n);
+  attn->row_pos = Tensor::vector(pos_.buf.data(), DType::kI32, n);
+  attn->block_tables = Tensor::matrix(tables_.buf.data(), DType::kI32, nseq, static_cast<int64_t>(width));
+  attn->block_size = kv.block_size;
+  return Status::ok();
+}
+
+// inputs_embeds = embed[ids], then the audio-token rows of each sequence are overwritten, in order,
+// with its speech rows (MODEL.md §7.4).
+Status Qwen2Decoder::place_embeddings(const StepPlan& plan, Tensor& x) {
+  Tensor ids = Tensor::vector(ids_.buf.data(), DType::kI32, x.rows());
+  be_.embedding(embed_.t, ids, x);
+  int64_t row = 0;
+  for (size_t si = 0; si < plan.seqs.size(); ++si) {
+    const SequenceRows& s = plan.seqs[si];
+    int64_t next_speech = s.speech_begin;
+    const int64_t n = static_cast<int64_t>(s.ids.size());
+    for (int64_t r = 0; r < n;) {
+      if (s.ids[r] != audio_token_) {
+        ++r;
+        continue;
+      }
+      int64_t e = r;
+      while (e < n && s.ids[e] == audio_token_) ++e;
+      const int64_t count = e - r;
+      if (s.speech == nullptr || next_speech < 0 || next_speech + count > s.speech->rows() ||
+          s.speech->cols() != spec_.hidden_size) {
+        return invalid_argument("sequence " + std::to_string(si) + ": audio-token rows " + std::to_string(r) + ".." +
+                                std::to_string(e - 1) + " need speech rows " + std::to_string(next_speech) + ".." +
+                                std::to_string(next_speech + count - 1) + ", but " +
+                                (s.speech ? std::to_string(s.speech->rows()) + " speech rows of width " +
+                                                std::to_string(s.speech->cols()) + " were given"
+                                          : std::string("none were given")));
+      }
+      Tensor dst = x.row_slice(row + r, count);
+      be_.copy(s.speech->row_slice(next_speech, count), dst);
+      next_speech += count;
+      r = e;
+    }
+    row += n;
+  }
+  return Status::ok();
+}
+
+void Qwen2Decoder::run_layer(int l, Tensor& x, const AttentionRows& rows, KvLayer& kv) {
+  const Layer& w = layers_[l];
+  const int64_t n = x.rows();
+  const float eps = spec_.rms_norm_eps;
+  const AttentionShape shape = attention_shape();
+  Tensor a = a_.t.row_slice(0, n), q = q_.t.row_slice(0, n), k = k_.t.row_slice(0, n), v = v_.t.row_slice(0, n);
+  Tensor attn = attn_.t.row_slice(0, n), gu = gu_.t.row_slice(0, n), m = m_.t.row_slice(0, n);
+  Tensor pos = rows.row_pos;
+  const float theta = static_cast<float>(spec_.rope_theta);
+  // Attention block: x += o(attention(rope(q), rope(k), v)) over the paged cache.
+  be_.rms_norm(x, w.input_norm.t, eps, a);
+  be_.gemm(a, w.q_w.t, &w.q_b.t, q, Epilogue::kNone);
+  be_.gemm(a, w.k_w.t, &w.k_b.t, k, Epilogue::kNone);
+  be_.gemm(a, w.v_w.t, &w.v_b.t, v, Epilogue::kNone);
+  be_.rope(q, pos, spec_.num_heads, spec_.head_dim, theta);
+  be_.rope(k, pos, spec_.num_kv_heads, spec_.head_dim, theta);
+  be_.kv_write(k, v, rows, kv, shape);
+  be_.paged_attention(q, rows, kv, shape, attn);
+  be_.gemm(attn, w.o_w.t, nullptr, x, Epilogue::kAddResidual);
+  // MLP block: x += down(silu(gate(m)) ⊙ up(m)).
+  be_.rms_norm(x, w.post_norm.t, eps, a);
+  be_.gemm(a, w.gate_up_w.t, nullptr, gu, Epilogue::kNone);
+  be_.silu_mul(gu, m);
+  be_.gemm(m, w.down_w.t, nullptr, x, Epilogue::kAddResidual);
+}
+
+Result<StepOutput> Qwen2Decoder::forward(const StepPlan& plan, KvView& kv) { return run(plan, kv, nullptr, 0); }
+
+Result<StepOutput> Qwen2Decoder::forward_from(const StepPlan& plan, KvView& kv, const Tensor& hidden,
+                                              int first_layer) {
+  if (first_layer < 0 || first_layer > spec_.num_layers) {
+    return out_of_range("first layer " + std::to_string(first_layer) + " outside 0.." + std::to_string(spec_.num_layers));
+  }
+  return run(plan, kv, &hidden, first_layer);
+}
+
+Result<StepOutput> Qwen2Decoder::run(const StepPlan& plan, KvView& kv, const Tensor* hidden, int first_layer) {
+  int64_t n = 0;
+  AttentionRows rows;
+  VV_RETURN_IF_ERROR(stage_rows(plan, kv, &n, &rows));
+  Tensor x = x_.t.row_slice(0, n);
+  if (hidden) {
+    if (hidden->rows() != n || hidden->cols() != spec_.hidden_size) {
+      return invalid_argument("decoder input rows [" + std::to_string(hidden->rows()) + ", " +
+                              std::to_string(hidden->cols()) + "] do not match the plan's " + std::to_string(n) + " rows");
+    }
+    be_.copy(*hidden, x);
+  } else {
+    VV_RETURN_IF_ERROR(place_embeddings(plan, x));
+  }
+  if (capture_ && first_layer == 0) {
+    capture_("inputs_embeds", x);
+    capture_("hidden.0", x);
+  }
+  for (int l = first_layer; l < spec_.num_layers; ++l) {
+    run_layer(l, x, rows, kv.layers[l]);
+    if (capture_) capture_("hidden." + std::to_string(l + 1), x);
+  }
+  if (capture_) {
+    Tensor a = a_.t.row_slice(0, n);
+    be_.rms_norm(x, final_norm_.t, spec_.rms_norm_eps, a);
+    capture_("hidden.norm", a);
+  }
+
+  // The LM head runs only on the last row of each sequence that wants output.
+  StepOutput out;
+  out.next.assign(plan.seqs.size(), -1);
+  out.logits.resize(plan.seqs.size());
+  std::vector<size_t> wanted;
+  int64_t row = 0;
+  for (size_t si = 0; si < plan.seqs.size(); ++si) {
+    row += static_cast<int64_t>(plan.seqs[si].ids.size());
+    if (!plan.seqs[si].want_output) continue;
+    Tensor dst = last_.t.row_slice(static_cast<int64_t>(wanted.size()), 1);
+    be_.copy(x.row_slice(row - 1, 1), dst);
+    wanted.push_back(si);
+  }
+  if (wanted.empty()) return out;
+  const int64_t m = static_cast<int64_t>(wanted.size());
+  Tensor last = last_.t.row_slice(0, m);
+  be_.rms_norm(last, final_norm_.t, spec_.rms_norm_eps, last);
+  Tensor logits = logits_.t.row_slice(0, m);
+  be_.gemm(last, *lm_head_, nullptr, logits, Epilogue::kNone);
+  if (capture_) capture_("logits.last", logits);
+  Tensor next = Tensor::vector(next_.buf.data(), DType::kI32, m);
+  be_.argmax(logits, next);
+  std::vector<int32_t> ids(static_cast<size_t>(m));
+  be_.synchronize();
+  be_.download(ids.data(), next_.buf.data(), ids.size() * sizeof(int32_t));
+  const int64_t V = spec_.vocab_size;
+  for (int64_t j = 0; j < m; ++j) {
+    out.next[wanted[j]] = ids[j];
+    if (plan.return_logits) {
+      auto& dst = out.logits[wanted[j]];
+      dst.resize(static_cast<size_t>(V));
+      be_.download(dst.data(), static_cast<float*>(logits_.buf.data()) + j * V, static_cast<size_t>(V) * sizeof(float));
+    }
+  }
+  return out;
+}
+
+}  // namespace vv

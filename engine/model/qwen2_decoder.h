@@ -1,0 +1,74 @@
+// The Qwen2 decoder of VibeVoice-ASR (MODEL.md §7.4, §8) on the op set, batch-shaped: forward()
+// runs one step over the flat rows of a StepPlan (prefill chunks and decode rows of several
+// sequences together) against a paged KV cache, and returns the next token (and optionally the
+// logits) of each sequence that asks. A Qwen2Decoder owns its device weights and a workspace sized
+// at create() for max_rows rows and max_seqs sequences per step; the KV memory belongs to the
+// caller (KvView). One thread (the Backend's driver) at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "config/status.h"
+#include "engine/checkpoint/model_spec.h"
+#include "engine/checkpoint/weights.h"
+#include "engine/model/device_tensor.h"
+#include "engine/model/step_plan.h"
+#include "engine/model/tensor_capture.h"
+#include "kernels/backend.h"
+
+namespace vv {
+
+struct DecoderOptions {
+  int max_rows = 512;            // rows per step (all sequences together)
+  int max_seqs = 64;             // sequences per step
+  int max_blocks_per_seq = 0;    // block-table width; 0 = max_position_embeddings / 16 (rounded up)
+};
+
+class Qwen2Decoder {
+ public:
+  static Result<std::unique_ptr<Qwen2Decoder>> create(Backend& be, const ModelSpec& spec, const DecoderWeights& w,
+                                                      const DecoderOptions& opt = {});
+
+  // One step: embeddings (speech rows placed), every layer, final norm, LM head, argmax.
+  Result<StepOutput> forward(const StepPlan& plan, KvView& kv);
+  // The same from given residual-stream rows (F32 [rows of the plan, H] on the backend) entering
+  // layer `first_layer` (0 = as if they were the input embeddings). Used to test one stage fed
+  // the golden upstream tensor; the plan's ids then only count rows.
+  Result<StepOutput> forward_from(const StepPlan& plan, KvView& kv, const Tensor& hidden, int first_layer);
+
+  // Captures `inputs_embeds`, `hidden.0` .. `hidden.L`, `hidden.norm`, `logits.last` (the output
+  // rows' logits) of every step while set.
+  void set_capture(CaptureFn fn) { capture_ = std::move(fn); }
+
+  const DecoderSpec& spec() const { return spec_; }
+  AttentionShape attention_shape() const;
+  int max_rows() const { return opt_.max_rows; }
+  int max_seqs() const { return opt_.max_seqs; }
+
+ private:
+  struct Layer {
+    DeviceTensor input_norm, q_w, q_b, k_w, k_b, v_w, v_b, o_w, post_norm, gate_up_w, down_w;
+  };
+  Qwen2Decoder(Backend& be, const ModelSpec& spec) : be_(be), spec_(spec.decoder), audio_token_(spec.audio_token_id) {}
+  Status load(const DecoderWeights& w);
+  Status stage_rows(const StepPlan& plan, KvView& kv, int64_t* rows, AttentionRows* attn);
+  Status place_embeddings(const StepPlan& plan, Tensor& x);
+  void run_layer(int l, Tensor& x, const AttentionRows& rows, KvLayer& kv);
+  Result<StepOutput> run(const StepPlan& plan, KvView& kv, const Tensor* hidden, int first_layer);
+
+  Backend& be_;
+  DecoderSpec spec_;
+  int audio_token_;
+  DecoderOptions opt_;
+  DeviceTensor embed_, final_norm_, lm_head_own_;
+  const Tensor* lm_head_ = nullptr;  // &embed_.t when tied
+  std::vector<Layer> layers_;
+  // Workspace: activations for max_rows rows, per-row metadata, the output rows.
+  DeviceTensor x_, a_, q_, k_, v_, attn_, gu_, m_, ids_, pos_, seq_, tables_, last_, logits_, next_;
+  std::vector<int32_t> h_ids_, h_pos_, h_seq_, h_tables_;
+  CaptureFn capture_;
+};
+
+}  // namespace vv

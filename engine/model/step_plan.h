@@ -1,0 +1,46 @@
+// StepPlan: the rows one decoder step runs — a flat list of row groups, each a prefill chunk or a
+// decode row of one sequence, with that sequence's KV block table — and StepOutput, what comes
+// back. Plain values built by the scheduler (or the Runner's single-request path) and read by
+// Qwen2Decoder::forward on the engine thread.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/backend.h"
+
+namespace vv {
+
+using TokenId = int32_t;
+using BlockId = int32_t;
+
+// The rows of one sequence in this step: positions start_pos .. start_pos + ids.size() − 1.
+struct SequenceRows {
+  std::vector<TokenId> ids;        // one token per row; rows whose id is the model's audio token
+                                   // (<|box_start|>) take the next speech row instead of an embedding
+  int64_t start_pos = 0;           // absolute position of ids[0]; earlier positions are in the KV cache
+  std::vector<BlockId> blocks;     // the sequence's block table: physical KV block of logical block i;
+                                   // must cover start_pos + ids.size() positions
+  const Tensor* speech = nullptr;  // F32 [F, H] on the backend: the sequence's speech rows
+  int64_t speech_begin = 0;        // speech row that the chunk's first audio-token row takes
+  bool want_output = true;         // return the next token (and logits if asked) of the last row
+};
+
+struct StepPlan {
+  std::vector<SequenceRows> seqs;
+  bool return_logits = false;      // also download the logits row of each sequence that wants output
+};
+
+struct StepOutput {
+  std::vector<TokenId> next;                // per seq: greedy argmax of its last row (lowest id on ties); −1 if not wanted
+  std::vector<std::vector<float>> logits;   // per seq: [V] when return_logits and wanted, else empty
+};
+
+// The paged KV memory of every decoder layer (owned by the runner's KvCache).
+struct KvView {
+  std::vector<KvLayer> layers;
+  int block_size = 16;
+  int64_t num_blocks = 0;
+};
+
+}  // namespace vv

@@ -1,0 +1,27 @@
+#include "engine/model/tensor_capture.h"
+
+namespace vv {
+
+CaptureFn TensorCapture::fn() {
+  return [this](const std::string& name, const Tensor& t) {
+    CapturedTensor& c = tensors_[name];
+    const int64_t rows = t.rows(), cols = t.cols();
+    if (c.cols != 0 && c.cols != cols) c = CapturedTensor{};  // a different shape restarts the record
+    c.cols = cols;
+    const size_t base = c.data.size();
+    c.data.resize(base + static_cast<size_t>(rows * cols));
+    be_.synchronize();
+    for (int64_t r = 0; r < rows; ++r) {
+      const char* src = static_cast<const char*>(t.data) + r * t.row_stride() * static_cast<int64_t>(sizeof(float));
+      be_.download(c.data.data() + base + r * cols, src, static_cast<size_t>(cols) * sizeof(float));
+    }
+    c.rows += rows;
+  };
+}
+
+const CapturedTensor* TensorCapture::find(const std::string& name) const {
+  auto it = tensors_.find(name);
+  return it == tensors_.end() ? nullptr : &it->second;
+}
+
+}  // namespace vv
