@@ -37,7 +37,7 @@ class Checkpoint {
   const std::vector<std::string>& skipped() const { return skipped_; }   // tensors present but unused by ASR (not read)
 
   // Every bound tensor once (a tied LM head that reuses the embedding is not repeated).
-  std::vector<const HostTensor*> bound_tensors() const;
+  const std::vector<const HostTensor*>& bound_tensors() const { return bound_; }
   int64_t parameter_count() const;                  // sum of numel over bound_tensors()
   std::map<std::string, int> dtype_counts() const;  // "BF16" -> number of bound tensors
   bool lm_head_tied() const { return lm_head_tied_; }  // the LM head is the embedding matrix
@@ -48,6 +48,7 @@ class Checkpoint {
   ModelSpec spec_;
   ModelWeights weights_;
   std::vector<std::string> skipped_;
+  std::vector<const HostTensor*> bound_;  // into weights_
   bool lm_head_tied_ = false;
   std::string source_;
   std::unique_ptr<SafetensorsArchive> archive_;

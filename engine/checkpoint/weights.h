@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/checkpoint/model_spec.h"
 #include "kernels/backend.h"
 
 namespace vv {
@@ -46,5 +47,19 @@ struct ModelWeights {
   ConnectorWeights acoustic_connector, semantic_connector;
   DecoderWeights decoder;
 };
+
+// One tensor ASR binds: its canonical (original-layout) name, the shape the spec requires, and
+// the HostTensor of a ModelWeights it fills. `optional`: only the LM head of a tied model.
+struct WeightSlot {
+  std::string name;
+  std::vector<int64_t> shape;
+  HostTensor* target = nullptr;
+  bool optional = false;
+};
+
+// Sizes the vectors of `w` for `spec` and lists every tensor of the ASR path (MODEL.md §3.1) in a
+// fixed order: acoustic encoder, semantic encoder, connectors, decoder, LM head. The slots point
+// into `w`, which must outlive them.
+std::vector<WeightSlot> weight_slots(const ModelSpec& spec, ModelWeights& w);
 
 }  // namespace vv
