@@ -52,8 +52,9 @@ class Tokenizer {
   TokenId id_count() const;
   const std::vector<AddedToken>& added_tokens() const;
 
+  struct Impl;  // defined in tokenizer_impl.h (engine/text internal)
+
  private:
-  struct Impl;
   explicit Tokenizer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
