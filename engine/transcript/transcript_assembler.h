@@ -1,0 +1,72 @@
+// TranscriptAssembler: turns the decoded answer, piece by piece, into the request's Transcript and
+// its stream events (API.md §3.4, §4.3): text deltas that carry only Content text (separators go
+// with the first delta of the next segment, never a split UTF-8 character) and finished segments
+// (trimmed, clamped, labelled, empty ones skipped); the single fallback segment when nothing parses.
+// One per request, owned by its decode state; not thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "engine/transcript/output_parser.h"
+#include "engine/transcript/speaker_labels.h"
+#include "engine/transcript/transcript.h"
+
+namespace vv {
+
+struct TranscriptEvent {
+  enum class Kind {
+    kDelta,    // delta: text to append to transcript().text (concatenation of all = final text)
+    kSegment,  // transcript().segments[segment_index] is complete
+  };
+  Kind kind = Kind::kDelta;
+  std::size_t segment_index = 0;  // for kDelta: the segment the text belongs to
+  std::string delta;
+};
+
+class TranscriptAssembler {
+ public:
+  // duration: the decoded audio's length; segment times are clamped to [0, duration].
+  explicit TranscriptAssembler(Seconds duration);
+
+  // The next piece of decoded text (special tokens may be present; stop tokens should not be fed).
+  void feed(std::string_view text, std::vector<TranscriptEvent>& out);
+  // End of generation: emits the cut-off last segment, or the fallback segment.
+  void finish(std::vector<TranscriptEvent>& out);
+
+  const Transcript& transcript() const { return transcript_; }
+  Transcript& transcript() { return transcript_; }  // the caller sets finish_reason, language, …
+  bool finished() const { return finished_; }
+
+  // The segment whose Content overlaps stream bytes [begin, end) of the fed text (a token's bytes),
+  // or nullopt (JSON syntax, header, skipped items). After a fallback, any bytes of the answer map
+  // to segment 0.
+  std::optional<std::size_t> segment_at(std::size_t begin, std::size_t end) const;
+
+ private:
+  void handle(ParseEvent& e, std::vector<TranscriptEvent>& out);
+  void content(std::string_view bytes, bool flush, std::vector<TranscriptEvent>& out);
+  void close_segment(const ParsedSegment& p, std::vector<TranscriptEvent>& out);
+  Seconds clamp_time(Seconds t) const;
+
+  OutputParser parser_;
+  Transcript transcript_;
+  SpeakerLabels labels_;
+  std::vector<std::pair<std::size_t, std::size_t>> content_ranges_;  // per kept segment
+  std::size_t answer_begin_ = 0;
+  bool fallback_ = false;
+  bool finished_ = false;
+  Seconds previous_end_ = 0.0;
+
+  // The segment being streamed.
+  std::string utf8_hold_;   // a cut-off UTF-8 sequence waiting for its remaining bytes
+  std::string pending_ws_;  // whitespace held back until more text follows (segments are trimmed)
+  std::string open_text_;
+  bool open_started_ = false;
+};
+
+}  // namespace vv
