@@ -209,7 +209,7 @@ TEST(Sampler, ValidateRejectsOutOfRangeParams) {
   p.top_p = 1.5f;
   EXPECT_FALSE(validate(p).is_ok());
   p = {};
-  p.top_k = -1;
+  p.top_k = -2;
   EXPECT_FALSE(validate(p).is_ok());
   p = {};
   p.max_new_tokens = 0;
