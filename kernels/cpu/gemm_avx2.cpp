@@ -1,13 +1,273 @@
+// AVX2/FMA GEMM: out[M,N] (=|+=) epilogue(a[M,K]·w[N,K]ᵀ + bias), w in F32/BF16/F16.
+//
+// Determinism: every output element is computed the same way on every path, whatever M, the tile
+// it falls in or the thread that runs it: 8 f32 partial sums p_l = Σ_i a[8i+l]·w[8i+l] (FMA chain,
+// i ascending), reduced as ((p0+p4)+(p2+p6)) + ((p1+p5)+(p3+p7)), then the K%8 tail k ascending by
+// FMA, then + bias, then the epilogue. K is never split across threads.
+//
+// Two paths share that order:
+//  * direct (M ≤ 8, decode): reads w rows in place, converts bf16/f16 in registers; memory bound.
+//  * blocked (larger M, prefill): per (M block, N block) task, w is converted to f32 one K chunk at a
+//    time into a scratch buffer and the 8 partial sums of each element live in a buffer between
+//    chunks, so the FMA chains continue exactly as in the direct path.
+// This file is one kernel family; the tile kernels stay beside their drivers to keep the data flow visible.
 #include <immintrin.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <vector>
 
 #include "kernels/cpu/avx2_ops.h"
 #include "kernels/cpu/reference_ops.h"
 
 namespace vv::avx2 {
+namespace {
+
+template <DType WT>
+inline __m256 load_w8(const void* w, int64_t k) {
+  if constexpr (WT == DType::kBF16) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(w) + k));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  } else if constexpr (WT == DType::kF16) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(w) + k));
+    return _mm256_cvtph_ps(h);
+  } else {
+    return _mm256_loadu_ps(static_cast<const float*>(w) + k);
+  }
+}
+
+template <DType WT>
+inline float load_w1(const void* w, int64_t k) {
+  if constexpr (WT == DType::kBF16) {
+    return bf16_to_f32(static_cast<const uint16_t*>(w)[k]);
+  } else if constexpr (WT == DType::kF16) {
+    return _cvtsh_ss(static_cast<const uint16_t*>(w)[k]);
+  } else {
+    return static_cast<const float*>(w)[k];
+  }
+}
+
+// The fixed reduction + tail + bias + epilogue shared by both paths.
+template <DType WT>
+inline void finish(__m256 acc, const float* a_row, const void* w_row, int64_t k8, int64_t K, const float* bias,
+                   int64_t n, Epilogue ep, float* out) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));  // p_j + p_{j+4}
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));                                      // (s0+s2), (s1+s3)
+  __m128 r = _mm_add_ss(t, _mm_shuffle_ps(t, t, 1));
+  for (int64_t k = k8; k < K; ++k) r = _mm_fmadd_ss(_mm_set_ss(a_row[k]), _mm_set_ss(load_w1<WT>(w_row, k)), r);
+  float v = _mm_cvtss_f32(r);
+  if (bias) v += bias[n];
+  switch (ep) {
+    case Epilogue::kNone: *out = v; break;
+    case Epilogue::kGelu: *out = ref::gelu_erf(v); break;
+    case Epilogue::kAddResidual: *out += v; break;
+  }
+}
+
+struct GemmArgs {
+  const float* a;
+  int64_t a_stride;
+  const void* w;
+  int64_t w_stride;  // elements
+  const float* bias;
+  float* out;
+  int64_t out_stride;
+  int64_t M, N, K, k8;
+  Epilogue ep;
+};
+
+template <DType WT>
+inline const void* w_row(const GemmArgs& g, int64_t n) {
+  return static_cast<const char*>(g.w) + n * g.w_stride * static_cast<int64_t>(dtype_size(WT));
+}
+
+// ---- direct path -------------------------------------------------------------------------------
+
+template <DType WT, int MR, int NR>
+void direct_tile(const GemmArgs& g, int64_t m0, int64_t n0) {
+  __m256 acc[MR][NR];
+  const float* ar[MR];
+  const void* wr[NR];
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m) {
+    ar[m] = g.a + (m0 + m) * g.a_stride;
+#pragma GCC unroll 8
+    for (int n = 0; n < NR; ++n) acc[m][n] = _mm256_setzero_ps();
+  }
+#pragma GCC unroll 8
+  for (int n = 0; n < NR; ++n) wr[n] = w_row<WT>(g, n0 + n);
+  for (int64_t k = 0; k < g.k8; k += 8) {
+    __m256 av[MR];
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; ++m) av[m] = _mm256_loadu_ps(ar[m] + k);
+#pragma GCC unroll 8
+    for (int n = 0; n < NR; ++n) {
+      const __m256 wv = load_w8<WT>(wr[n], k);
+#pragma GCC unroll 8
+      for (int m = 0; m < MR; ++m) acc[m][n] = _mm256_fmadd_ps(av[m], wv, acc[m][n]);
+    }
+  }
+  for (int m = 0; m < MR; ++m)
+    for (int n = 0; n < NR; ++n)
+      finish<WT>(acc[m][n], ar[m], wr[n], g.k8, g.K, g.bias, n0 + n, g.ep, g.out + (m0 + m) * g.out_stride + n0 + n);
+}
+
+template <DType WT, int MR>
+void direct_rows(const GemmArgs& g, int64_t m0, int64_t n0, int64_t n1) {
+  constexpr int NR = MR == 1 ? 8 : MR == 2 ? 6 : 4;
+  int64_t n = n0;
+  for (; n + NR <= n1; n += NR) direct_tile<WT, MR, NR>(g, m0, n);
+  for (; n < n1; ++n) direct_tile<WT, MR, 1>(g, m0, n);
+}
+
+template <DType WT>
+void direct_block(const GemmArgs& g, int64_t n0, int64_t n1) {
+  // Rows in tiles of ≤3; a block of w rows stays in L2 while the row tiles pass over it.
+  constexpr int64_t kNb = 24;
+  for (int64_t nb = n0; nb < n1; nb += kNb) {
+    const int64_t ne = std::min(n1, nb + kNb);
+    int64_t m = 0;
+    for (; m + 3 <= g.M; m += 3) direct_rows<WT, 3>(g, m, nb, ne);
+    if (g.M - m == 2) direct_rows<WT, 2>(g, m, nb, ne);
+    if (g.M - m == 1) direct_rows<WT, 1>(g, m, nb, ne);
+  }
+}
+
+// ---- blocked path ------------------------------------------------------------------------------
+
+constexpr int64_t kMc = 96;   // rows of a per task
+constexpr int64_t kNc = 48;   // rows of w per task
+constexpr int64_t kKc = 512;  // k per chunk (multiple of 8)
+
+// Partial sums of (m, n): part[(m·kNc + n)·8 .. +8].
+template <int MR, int NR>
+inline void blocked_tile(const float* const* ar, const float* wc, int64_t kc, float* part, bool first) {
+  __m256 acc[MR][NR];
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 8
+    for (int n = 0; n < NR; ++n)
+      acc[m][n] = first ? _mm256_setzero_ps() : _mm256_load_ps(part + (m * kNc + n) * 8);
+  for (int64_t k = 0; k < kc; k += 8) {
+    __m256 av[MR];
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; ++m) av[m] = _mm256_loadu_ps(ar[m] + k);
+#pragma GCC unroll 8
+    for (int n = 0; n < NR; ++n) {
+      const __m256 wv = _mm256_load_ps(wc + n * kKc + k);
+#pragma GCC unroll 8
+      for (int m = 0; m < MR; ++m) acc[m][n] = _mm256_fmadd_ps(av[m], wv, acc[m][n]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 8
+    for (int n = 0; n < NR; ++n) _mm256_store_ps(part + (m * kNc + n) * 8, acc[m][n]);
+}
+
+template <int MR>
+void blocked_row_tile(const float* const* ar, const float* wc, int64_t kc, float* part, int64_t nn, bool first) {
+  constexpr int NR = 3;
+  int64_t n = 0;
+  for (; n + NR <= nn; n += NR) blocked_tile<MR, NR>(ar, wc + n * kKc, kc, part + n * 8, first);
+  for (; n < nn; ++n) blocked_tile<MR, 1>(ar, wc + n * kKc, kc, part + n * 8, first);
+}
+
+struct Scratch {
+  float* wc = nullptr;    // [kNc][kKc] f32
+  float* part = nullptr;  // [kMc][kNc][8]
+  Scratch() {
+    wc = static_cast<float*>(std::aligned_alloc(64, sizeof(float) * kNc * kKc));
+    part = static_cast<float*>(std::aligned_alloc(64, sizeof(float) * kMc * kNc * 8));
+  }
+  ~Scratch() {
+    std::free(wc);
+    std::free(part);
+  }
+};
+
+Scratch& thread_scratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+template <DType WT>
+void convert_w_chunk(const GemmArgs& g, int64_t n0, int64_t nn, int64_t k0, int64_t kc, float* wc) {
+  for (int64_t n = 0; n < nn; ++n) {
+    const void* wr = w_row<WT>(g, n0 + n);
+    float* dst = wc + n * kKc;
+    for (int64_t k = 0; k < kc; k += 8) _mm256_store_ps(dst + k, load_w8<WT>(wr, k0 + k));
+  }
+}
+
+template <DType WT>
+void blocked_task(const GemmArgs& g, int64_t m0, int64_t mm, int64_t n0, int64_t nn) {
+  Scratch& s = thread_scratch();
+  for (int64_t k0 = 0; k0 < g.k8; k0 += kKc) {
+    const int64_t kc = std::min(kKc, g.k8 - k0);
+    convert_w_chunk<WT>(g, n0, nn, k0, kc, s.wc);
+    const bool first = k0 == 0;
+    int64_t m = 0;
+    for (; m + 3 <= mm; m += 3) {
+      const float* ar[3] = {g.a + (m0 + m) * g.a_stride + k0, g.a + (m0 + m + 1) * g.a_stride + k0,
+                            g.a + (m0 + m + 2) * g.a_stride + k0};
+      blocked_row_tile<3>(ar, s.wc, kc, s.part + m * kNc * 8, nn, first);
+    }
+    for (; m < mm; ++m) {
+      const float* ar[1] = {g.a + (m0 + m) * g.a_stride + k0};
+      blocked_row_tile<1>(ar, s.wc, kc, s.part + m * kNc * 8, nn, first);
+    }
+  }
+  if (g.k8 == 0) std::memset(s.part, 0, sizeof(float) * kMc * kNc * 8);
+  for (int64_t m = 0; m < mm; ++m) {
+    const float* ar = g.a + (m0 + m) * g.a_stride;
+    float* orow = g.out + (m0 + m) * g.out_stride;
+    for (int64_t n = 0; n < nn; ++n)
+      finish<WT>(_mm256_load_ps(s.part + (m * kNc + n) * 8), ar, w_row<WT>(g, n0 + n), g.k8, g.K, g.bias, n0 + n,
+                 g.ep, orow + n0 + n);
+  }
+}
+
+template <DType WT>
+void gemm_typed(cpu::ThreadPool& pool, const GemmArgs& g) {
+  if (g.M <= 8) {
+    constexpr int64_t kRows = 48;  // rows of w per task
+    pool.parallel_for((g.N + kRows - 1) / kRows, std::max<int64_t>(1, 256 / std::max<int64_t>(1, g.K / 64)),
+                      [&](int64_t b, int64_t e) { direct_block<WT>(g, b * kRows, std::min(g.N, e * kRows)); });
+    return;
+  }
+  const int64_t mt = (g.M + kMc - 1) / kMc, nt = (g.N + kNc - 1) / kNc;
+  pool.parallel_for(mt * nt, 1, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      const int64_t m0 = (t / nt) * kMc, n0 = (t % nt) * kNc;
+      blocked_task<WT>(g, m0, std::min(kMc, g.M - m0), n0, std::min(kNc, g.N - n0));
+    }
+  });
+}
+
+}  // namespace
 
 void gemm(cpu::ThreadPool& pool, const Tensor& a, const Tensor& w, const Tensor* bias, Tensor& out, Epilogue ep) {
-  (void)pool;
-  ref::gemm(a, w, bias, out, ep);
+  GemmArgs g;
+  g.a = a.ptr<const float>();
+  g.a_stride = a.row_stride();
+  g.w = w.data;
+  g.w_stride = w.row_stride();
+  g.bias = bias && bias->data ? bias->ptr<const float>() : nullptr;
+  g.out = out.ptr<float>();
+  g.out_stride = out.row_stride();
+  g.M = out.rows();
+  g.N = out.cols();
+  g.K = a.cols();
+  g.k8 = g.K / 8 * 8;
+  g.ep = ep;
+  switch (w.dtype) {
+    case DType::kBF16: gemm_typed<DType::kBF16>(pool, g); break;
+    case DType::kF16: gemm_typed<DType::kF16>(pool, g); break;
+    default: gemm_typed<DType::kF32>(pool, g); break;
+  }
 }
 
 }  // namespace vv::avx2

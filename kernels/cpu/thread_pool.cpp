@@ -14,7 +14,7 @@ inline void cpu_relax() {
 #endif
 }
 
-constexpr int kSpinIterations = 1 << 14;
+constexpr int kSpinIterations = 1 << 11;
 
 }  // namespace
 
@@ -74,7 +74,10 @@ void ThreadPool::run(int64_t n, int64_t grain, TaskFn fn, void* ctx) {
   generation_.fetch_add(1, std::memory_order_release);
   generation_.notify_all();
   drain();
-  while (pending_.load(std::memory_order_acquire) != 0) cpu_relax();
+  // Spin briefly for the workers to finish their last chunks, then sleep until the last one is done.
+  for (int i = 0; i < kSpinIterations && pending_.load(std::memory_order_acquire) != 0; ++i) cpu_relax();
+  for (int p = pending_.load(std::memory_order_acquire); p != 0; p = pending_.load(std::memory_order_acquire))
+    pending_.wait(p, std::memory_order_acquire);
 }
 
 void ThreadPool::worker_main(int /*index*/, int cpu) {
@@ -84,7 +87,7 @@ void ThreadPool::worker_main(int /*index*/, int cpu) {
     CPU_SET(cpu, &set);
     pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
   }
-  uint32_t seen = generation_.load(std::memory_order_acquire);
+  uint32_t seen = 0;  // the generation before any run(): a run issued before this thread starts is not missed
   for (;;) {
     uint32_t g = generation_.load(std::memory_order_acquire);
     for (int i = 0; g == seen && i < kSpinIterations; ++i) {
@@ -98,7 +101,7 @@ void ThreadPool::worker_main(int /*index*/, int cpu) {
     seen = g;
     if (stop_.load(std::memory_order_acquire)) return;
     drain();
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
   }
 }
 
