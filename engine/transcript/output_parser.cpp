@@ -139,6 +139,8 @@ void OutputParser::begin_object() {
 
 void OutputParser::close_object(std::vector<ParseEvent>& out) {
   in_object_ = false;
+  const char c = pos_ < raw_.size() ? raw_[pos_] : '\0';
+  cur_.object_end = base_ + (c == '}' || c == ']' ? pos_ + 1 : pos_);
   if (!has_content_) {
     ++malformed_;
     return;
@@ -490,6 +492,7 @@ ParseSummary OutputParser::finish(std::vector<ParseEvent>& out) {
   if (state_ == State::kPreamble) state_ = State::kRaw;
   ParseSummary summary;
   summary.answer_begin = base_ + answer_begin_;
+  summary.answer_end = base_ + raw_.size();
   if (state_ == State::kRaw) {
     // The MS recovery: a fenced block, else the first bracket anywhere.
     const std::string_view text = std::string_view(raw_).substr(answer_begin_);
@@ -522,6 +525,7 @@ ParseSummary OutputParser::finish(std::vector<ParseEvent>& out) {
       summary.truncated = true;
       if (has_content_) {
         cur_.partial = true;
+        pos_ = raw_.size();
         close_object(out);
       }
       in_object_ = false;

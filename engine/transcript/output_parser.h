@@ -23,6 +23,7 @@ struct ParsedSegment {
   // Stream byte offsets of the raw Content value (between its quotes), for token attribution.
   std::size_t content_begin = 0;
   std::size_t content_end = 0;
+  std::size_t object_end = 0;           // stream offset just past the object (where to cut back to)
   bool partial = false;                 // cut off before its closing brace
 };
 
@@ -42,6 +43,7 @@ struct ParseSummary {
   std::size_t segments = 0;     // kSegment events emitted in all
   std::size_t malformed = 0;    // items skipped: not objects, or objects without Content
   std::size_t answer_begin = 0; // stream offset where the answer starts (after header and fence)
+  std::size_t answer_end = 0;   // stream offset of the end of everything fed
   std::string fallback_text;    // the whole text, special tokens and header removed, trimmed
 };
 

@@ -40,6 +40,7 @@ void TranscriptAssembler::finish(std::vector<TranscriptEvent>& out) {
   transcript_.segments.push_back(std::move(s));
   out.push_back({TranscriptEvent::Kind::kDelta, 0, std::move(text)});
   out.push_back({TranscriptEvent::Kind::kSegment, 0, {}});
+  object_ends_.push_back(summary.answer_end);
 }
 
 void TranscriptAssembler::handle(ParseEvent& e, std::vector<TranscriptEvent>& out) {
@@ -107,6 +108,7 @@ void TranscriptAssembler::close_segment(const ParsedSegment& p, std::vector<Tran
   previous_end_ = s.end;
   transcript_.segments.push_back(std::move(s));
   content_ranges_.emplace_back(p.content_begin, p.content_end);
+  object_ends_.push_back(p.object_end);
   out.push_back({TranscriptEvent::Kind::kSegment, transcript_.segments.size() - 1, {}});
 }
 
@@ -120,6 +122,20 @@ std::optional<std::size_t> TranscriptAssembler::segment_at(std::size_t begin, st
                              [](std::size_t b, const auto& r) { return b < r.second; });
   if (it == content_ranges_.end() || it->first >= end) return std::nullopt;
   return static_cast<std::size_t>(it - content_ranges_.begin());
+}
+
+}  // namespace vv
+
+namespace vv {
+
+std::optional<std::size_t> TranscriptAssembler::segment_end_offset(std::size_t index) const {
+  if (index >= object_ends_.size()) return std::nullopt;
+  return object_ends_[index];
+}
+
+std::size_t TranscriptAssembler::segments_ending_by(std::size_t offset) const {
+  return static_cast<std::size_t>(std::upper_bound(object_ends_.begin(), object_ends_.end(), offset) -
+                                  object_ends_.begin());
 }
 
 }  // namespace vv

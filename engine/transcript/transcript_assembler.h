@@ -47,6 +47,12 @@ class TranscriptAssembler {
   // to segment 0.
   std::optional<std::size_t> segment_at(std::size_t begin, std::size_t end) const;
 
+  // Cutting back after a repetition loop (API.md §3.7): the stream offset just past segment
+  // index's JSON object, and how many segments end at or before a stream offset. To resume, keep
+  // the tokens that cover [0, offset) and feed their text to a fresh assembler.
+  std::optional<std::size_t> segment_end_offset(std::size_t index) const;
+  std::size_t segments_ending_by(std::size_t offset) const;
+
  private:
   void handle(ParseEvent& e, std::vector<TranscriptEvent>& out);
   void content(std::string_view bytes, bool flush, std::vector<TranscriptEvent>& out);
@@ -57,6 +63,7 @@ class TranscriptAssembler {
   Transcript transcript_;
   SpeakerLabels labels_;
   std::vector<std::pair<std::size_t, std::size_t>> content_ranges_;  // per kept segment
+  std::vector<std::size_t> object_ends_;                             // per kept segment
   std::size_t answer_begin_ = 0;
   bool fallback_ = false;
   bool finished_ = false;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/transcript/segment_repetition.h"
 #include "engine/transcript/utf8_text.h"
 
 namespace vv {
@@ -263,6 +264,65 @@ TEST(TranscriptAssembler, FallbackAttributesEveryAnswerToken) {
   a.finish(ev);
   EXPECT_FALSE(a.segment_at(0, 12).has_value());
   EXPECT_EQ(a.segment_at(22, 26), 0u);
+}
+
+}  // namespace
+}  // namespace vv
+
+namespace vv {
+namespace {
+
+TEST(TranscriptAssembler, RepeatedSegmentsAreCutBackToTheFirstOfTheRun) {
+  // API.md C51: 5 identical 20-character segments → one segment (rule a), finish "repetition".
+  std::vector<std::string> objs;
+  for (int i = 0; i < 5; ++i) {
+    objs.push_back(obj(std::to_string(i) + ".0", std::to_string(i) + ".9", "0", "This is a repeated !"));
+  }
+  const std::string text = array(objs);
+  TranscriptAssembler a(10);
+  SegmentRepetitionDetector detector;
+  std::optional<std::size_t> cut_after;
+  std::vector<TranscriptEvent> ev;
+  for (std::size_t i = 0; i < text.size() && !cut_after; ++i) {
+    ev.clear();
+    a.feed(text.substr(i, 1), ev);
+    for (const auto& e : ev) {
+      if (e.kind != TranscriptEvent::Kind::kSegment) continue;
+      if (auto first = detector.add(a.transcript().segments[e.segment_index].text)) cut_after = first;
+    }
+  }
+  ASSERT_TRUE(cut_after.has_value());
+  EXPECT_EQ(*cut_after, 0u);
+  const auto offset = a.segment_end_offset(*cut_after);
+  ASSERT_TRUE(offset.has_value());
+  EXPECT_EQ(text[*offset - 1], '}');
+  EXPECT_EQ(a.segments_ending_by(*offset), 1u);
+  // Resume from the cut: a fresh assembler fed the kept text holds exactly the first segment.
+  TranscriptAssembler kept(10);
+  std::vector<TranscriptEvent> ev2;
+  kept.feed(text.substr(0, *offset), ev2);
+  kept.finish(ev2);
+  kept.transcript().finish_reason = FinishReason::kRepetition;
+  ASSERT_EQ(kept.transcript().segments.size(), 1u);
+  EXPECT_EQ(kept.transcript().text, "This is a repeated !");
+  EXPECT_TRUE(kept.transcript().truncated);  // the array was not closed: the caller knows why
+}
+
+TEST(TranscriptAssembler, SegmentEndOffsetsFollowEachObject) {
+  const std::string text = array({obj("0", "1", "0", "a"), obj("1", "2", "1", "  "), obj("2", "3", "1", "b")});
+  TranscriptAssembler a(5);
+  std::vector<TranscriptEvent> ev;
+  a.feed(text, ev);
+  a.finish(ev);
+  ASSERT_EQ(a.transcript().segments.size(), 2u);
+  const std::size_t first_end = text.find('}') + 1;
+  const std::size_t last_end = text.rfind('}') + 1;
+  EXPECT_EQ(a.segment_end_offset(0), first_end);
+  EXPECT_EQ(a.segment_end_offset(1), last_end);
+  EXPECT_FALSE(a.segment_end_offset(2).has_value());
+  EXPECT_EQ(a.segments_ending_by(first_end - 1), 0u);
+  EXPECT_EQ(a.segments_ending_by(last_end - 1), 1u);
+  EXPECT_EQ(a.segments_ending_by(text.size()), 2u);
 }
 
 }  // namespace
