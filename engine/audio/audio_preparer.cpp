@@ -41,7 +41,7 @@ Result<PreparedAudio> prepare_decoded(DecodedAudio audio, const PrepareOptions& 
     out.peak_renormalised = normalize_loudness(out.input_values, {options.target_dbfs, options.eps});
   }
   out.frames = (out.samples + options.hop - 1) / options.hop;
-  out.input_values.resize(static_cast<std::size_t>(out.frames * options.hop), 0.0f);
+  if (options.pad_to_hop) out.input_values.resize(static_cast<std::size_t>(out.frames * options.hop), 0.0f);
   out.duration = format_duration(out.samples, options.sample_rate);
   return out;
 }

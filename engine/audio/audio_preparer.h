@@ -20,10 +20,11 @@ struct PrepareOptions {
   double eps = 1e-6;
   int hop = 3200;              // samples per audio token; the padding multiple
   double max_seconds = 0.0;    // > 0: longer input is rejected (out_of_range)
+  bool pad_to_hop = true;      // HF behaviour (the goldens); false: MS parity, input_values unpadded
 };
 
 struct PreparedAudio {
-  std::vector<float> input_values;  // normalised, zero-padded to frames * hop samples
+  std::vector<float> input_values;  // normalised, zero-padded to frames * hop samples (pad_to_hop)
   std::int64_t samples = 0;         // unpadded length at sample_rate (T)
   std::int64_t frames = 0;          // ceil(samples / hop): the number of audio tokens
   std::string duration;             // "%.2f" of samples / sample_rate, as the prompt writes it

@@ -3,6 +3,10 @@
 // PCM 8/16/24/32-bit, IEEE float 32/64, WAVE_FORMAT_EXTENSIBLE, any channel count; samples are
 // converted as libsndfile does (PCM16 v/32768, PCM8 (v-128)/128, ...) and averaged to mono in
 // float32. Errors name the chunk and byte offset at fault.
+// Tolerated as libsndfile tolerates them: a wrong RIFF size (ignored), unknown chunks (LIST, fact,
+// junk; odd sizes with their pad byte), 'fmt ' after 'data', a data size of 0xFFFFFFFF (streaming
+// writers: the rest of the file), a trailing partial frame (dropped). A chunk that runs past the end
+// of the file is an error.
 #pragma once
 
 #include <cstdint>

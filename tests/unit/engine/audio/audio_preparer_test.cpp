@@ -53,6 +53,8 @@ TEST(AudioPreparer, EveryGoldenCaseMatchesGoldenInputValuesLengthFramesAndDurati
     const auto golden = read_f32_tensor(case_dir(name) + "/golden.safetensors", "input_values");
     if (!golden) {
       // The long case omits input_values; its length, frames and duration were checked above.
+      std::printf("[ case %-9s ] rate %6d ch %d  T %8lld  frames %4lld  (no golden input_values)\n", name.c_str(),
+                  p.source_rate, p.source_channels, static_cast<long long>(p.samples), static_cast<long long>(p.frames));
       continue;
     }
     ASSERT_EQ(golden->size(), p.input_values.size());
@@ -105,6 +107,11 @@ TEST(AudioPreparer, PadsToTheHopAndCountsFramesByCeil) {
   ASSERT_TRUE(p.is_ok());
   EXPECT_EQ(p->frames, 4);
   EXPECT_EQ(p->input_values.size(), 4000u);
+  o.pad_to_hop = false;  // MS parity: same frame count, no padded samples
+  p = prepare_decoded(a, o);
+  ASSERT_TRUE(p.is_ok());
+  EXPECT_EQ(p->frames, 4);
+  EXPECT_EQ(p->input_values.size(), 3201u);
 }
 
 TEST(AudioPreparer, NormalizeOffLeavesSamplesUntouched) {
