@@ -159,6 +159,11 @@ Status build(Tokenizer::Impl& t, std::string_view json, const std::string& origi
   TokenId count = 0;
   for (const auto& [s, id] : t.vocab) count = std::max(count, id + 1);
   for (const auto& a : t.added) count = std::max(count, a.id + 1);
+  std::size_t entries = t.vocab.size() + t.added.size();
+  if (static_cast<std::size_t>(count) > 2 * entries + 1024) {
+    return invalid_argument(origin + ": ids are sparse: highest id " + std::to_string(count - 1) +
+                            " for " + std::to_string(entries) + " tokens");
+  }
   t.bytes_of.assign(static_cast<std::size_t>(count), {});
   t.known.assign(static_cast<std::size_t>(count), 0);
   t.special.assign(static_cast<std::size_t>(count), 0);

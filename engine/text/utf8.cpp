@@ -76,6 +76,10 @@ char32_t next(std::string_view s, std::size_t& i) {
     return b0;
   }
   int n = sequence_length(b0);
+  if (n == 0 || i + static_cast<std::size_t>(n) > s.size()) {  // not valid UTF-8: never loop
+    ++i;
+    return 0xFFFD;
+  }
   char32_t cp = b0 & (0x7F >> n);
   for (int k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
   i += n;

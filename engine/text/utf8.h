@@ -12,7 +12,8 @@ namespace vv::utf8 {
 
 // Appends cp (must be a Unicode scalar value) as UTF-8.
 void append(std::string& out, char32_t cp);
-// Decodes one scalar value at s[i] of VALID UTF-8 and advances i.
+// Decodes one scalar value at s[i] of valid UTF-8 and advances i (on invalid input it still
+// advances, returning U+FFFD, so a caller can never loop forever).
 char32_t next(std::string_view s, std::size_t& i);
 // The byte offset of the first invalid UTF-8 sequence, or nullopt when s is valid.
 std::optional<std::size_t> first_invalid(std::string_view s);
