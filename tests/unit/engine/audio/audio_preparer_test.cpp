@@ -50,6 +50,22 @@ TEST(AudioPreparer, EveryGoldenCaseMatchesGoldenInputValuesLengthFramesAndDurati
     EXPECT_EQ(p.duration, json_field(json, "audio", "duration_seconds_in_prompt"));
     EXPECT_EQ(p.peak_renormalised ? "true" : "false", json_field(json, "normalisation_check", "peak_renormalised"));
 
+    // The float64 redo of the loader and normaliser in golden.json: RMS before and peak after.
+    const std::string rms_before = json_field(json, "normalisation_check", "rms_before");
+    const std::string peak_after = json_field(json, "normalisation_check", "max_abs_value");
+    if (!rms_before.empty() && !peak_after.empty()) {
+      PrepareOptions raw_options;
+      raw_options.normalize = false;
+      Result<PreparedAudio> raw = prepare_audio(wav, raw_options);
+      ASSERT_TRUE(raw.is_ok());
+      double sum = 0.0;
+      for (std::int64_t i = 0; i < raw->samples; ++i) sum += static_cast<double>(raw->input_values[i]) * raw->input_values[i];
+      EXPECT_NEAR(std::sqrt(sum / static_cast<double>(raw->samples)), std::stod(rms_before), 1e-6 * std::stod(rms_before));
+      float peak = 0.0f;
+      for (float v : p.input_values) peak = std::max(peak, std::fabs(v));
+      EXPECT_NEAR(peak, std::stod(peak_after), 1e-6);
+    }
+
     const auto golden = read_f32_tensor(case_dir(name) + "/golden.safetensors", "input_values");
     if (!golden) {
       // The long case omits input_values; its length, frames and duration were checked above.
