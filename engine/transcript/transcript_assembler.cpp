@@ -11,8 +11,16 @@ TranscriptAssembler::TranscriptAssembler(Seconds duration) {
   transcript_.duration = duration;
 }
 
+void TranscriptAssembler::feed_token(const GeneratedToken& token, std::vector<TranscriptEvent>& out) {
+  if (finished_) return;
+  pending_tokens_.push_back({token.id, token.logprob, token.temperature, fed_, fed_ + token.bytes.size(),
+                             std::string(token.bytes)});
+  feed(token.bytes, out);
+}
+
 void TranscriptAssembler::feed(std::string_view text, std::vector<TranscriptEvent>& out) {
   if (finished_) return;
+  fed_ += text.size();
   std::vector<ParseEvent> events;
   parser_.feed(text, events);
   for (auto& e : events) handle(e, out);
@@ -41,6 +49,9 @@ void TranscriptAssembler::finish(std::vector<TranscriptEvent>& out) {
   out.push_back({TranscriptEvent::Kind::kDelta, 0, std::move(text)});
   out.push_back({TranscriptEvent::Kind::kSegment, 0, {}});
   object_ends_.push_back(summary.answer_end);
+  token_counts_.push_back(0);
+  logprob_sums_.push_back(0.0);
+  attribute_tokens(0, answer_begin_, summary.answer_end, summary.answer_end);
 }
 
 void TranscriptAssembler::handle(ParseEvent& e, std::vector<TranscriptEvent>& out) {
@@ -109,6 +120,9 @@ void TranscriptAssembler::close_segment(const ParsedSegment& p, std::vector<Tran
   transcript_.segments.push_back(std::move(s));
   content_ranges_.emplace_back(p.content_begin, p.content_end);
   object_ends_.push_back(p.object_end);
+  token_counts_.push_back(0);
+  logprob_sums_.push_back(0.0);
+  attribute_tokens(transcript_.segments.size() - 1, p.content_begin, p.content_end, p.object_end);
   out.push_back({TranscriptEvent::Kind::kSegment, transcript_.segments.size() - 1, {}});
 }
 
@@ -136,6 +150,29 @@ std::optional<std::size_t> TranscriptAssembler::segment_end_offset(std::size_t i
 std::size_t TranscriptAssembler::segments_ending_by(std::size_t offset) const {
   return static_cast<std::size_t>(std::upper_bound(object_ends_.begin(), object_ends_.end(), offset) -
                                   object_ends_.begin());
+}
+
+}  // namespace vv
+
+namespace vv {
+
+void TranscriptAssembler::attribute_tokens(std::size_t segment, std::size_t content_begin,
+                                           std::size_t content_end, std::size_t object_end) {
+  Segment& seg = transcript_.segments[segment];
+  while (!pending_tokens_.empty() && pending_tokens_.front().begin < object_end) {
+    PendingToken& t = pending_tokens_.front();
+    const bool overlaps = t.begin < content_end && content_begin < t.end;
+    // A token reaching into the next object stays queued unless it already counted here.
+    if (!overlaps && t.end > object_end) break;
+    if (overlaps) {
+      seg.tokens.push_back(t.id);
+      seg.temperature = t.temperature;
+      logprob_sums_[segment] += t.logprob;
+      seg.avg_logprob = logprob_sums_[segment] / static_cast<double>(++token_counts_[segment]);
+      transcript_.logprobs.push_back({utf8::sanitize(t.bytes), std::min(0.0, double(t.logprob)), std::move(t.bytes)});
+    }
+    pending_tokens_.pop_front();
+  }
 }
 
 }  // namespace vv

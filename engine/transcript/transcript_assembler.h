@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <deque>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -28,6 +29,14 @@ struct TranscriptEvent {
   std::string delta;
 };
 
+// One generated token as the decoder produced it (stop tokens are never fed).
+struct GeneratedToken {
+  TokenId id = 0;
+  std::string_view bytes;    // its decoded bytes (a special token as its text)
+  float logprob = 0.0f;      // <= 0
+  float temperature = 0.0f;  // the temperature it was sampled at
+};
+
 class TranscriptAssembler {
  public:
   // duration: the decoded audio's length; segment times are clamped to [0, duration].
@@ -35,6 +44,11 @@ class TranscriptAssembler {
 
   // The next piece of decoded text (special tokens may be present; stop tokens should not be fed).
   void feed(std::string_view text, std::vector<TranscriptEvent>& out);
+  // The next token: feeds its bytes and attributes it (API.md §3.4 "tokens that carry transcript
+  // text"): a token overlapping a segment's Content goes to that segment's tokens / avg_logprob /
+  // temperature and to transcript().logprobs; after a fallback every answer token goes to segment 0.
+  // Use either feed() or feed_token() for one request, not both.
+  void feed_token(const GeneratedToken& token, std::vector<TranscriptEvent>& out);
   // End of generation: emits the cut-off last segment, or the fallback segment.
   void finish(std::vector<TranscriptEvent>& out);
 
@@ -58,6 +72,17 @@ class TranscriptAssembler {
   void content(std::string_view bytes, bool flush, std::vector<TranscriptEvent>& out);
   void close_segment(const ParsedSegment& p, std::vector<TranscriptEvent>& out);
   Seconds clamp_time(Seconds t) const;
+  void attribute_tokens(std::size_t segment, std::size_t content_begin, std::size_t content_end,
+                        std::size_t object_end);
+
+  struct PendingToken {
+    TokenId id;
+    float logprob;
+    float temperature;
+    std::size_t begin;
+    std::size_t end;
+    std::string bytes;
+  };
 
   OutputParser parser_;
   Transcript transcript_;
@@ -65,6 +90,10 @@ class TranscriptAssembler {
   std::vector<std::pair<std::size_t, std::size_t>> content_ranges_;  // per kept segment
   std::vector<std::size_t> object_ends_;                             // per kept segment
   std::size_t answer_begin_ = 0;
+  std::size_t fed_ = 0;                      // stream bytes fed so far
+  std::deque<PendingToken> pending_tokens_;  // fed, not yet attributed
+  std::vector<std::size_t> token_counts_;    // per kept segment, for avg_logprob
+  std::vector<double> logprob_sums_;
   bool fallback_ = false;
   bool finished_ = false;
   Seconds previous_end_ = 0.0;
