@@ -30,7 +30,7 @@ using audio_test::write_bytes;
 bool have_ffmpeg_cli() { return run_command("ffmpeg -hide_banner -version > /dev/null 2>&1") == 0; }
 
 // A 2-channel test signal: a few tones under a slow envelope, different in each channel.
-std::vector<std::uint8_t> test_wav(int rate, int channels, double seconds) {
+std::vector<std::uint8_t> test_wav(int rate, int channels, double seconds, int bits = 16) {
   const std::size_t n = static_cast<std::size_t>(rate * seconds);
   std::vector<double> s;
   for (std::size_t i = 0; i < n; ++i) {
@@ -46,7 +46,8 @@ std::vector<std::uint8_t> test_wav(int rate, int channels, double seconds) {
   WavSpec spec;
   spec.channels = static_cast<std::uint16_t>(channels);
   spec.sample_rate = static_cast<std::uint32_t>(rate);
-  return make_wav(spec, pcm_bytes(s, 16, false));
+  spec.bits = static_cast<std::uint16_t>(bits);
+  return make_wav(spec, pcm_bytes(s, bits, false));
 }
 
 // Encodes `wav` with the ffmpeg CLI; returns the encoded bytes (empty on failure).
@@ -93,18 +94,21 @@ Alignment align(const std::vector<float>& ref, const std::vector<float>& dec, in
   return best;
 }
 
-TEST(FfmpegDecoder, FlacDecodesToTheWavSamplesExactly) {
+TEST(FfmpegDecoder, Flac16And24BitDecodeToTheWavSamplesExactly) {
   if (!ffmpeg_available()) GTEST_SKIP() << "built without FFmpeg";
   ASSERT_TRUE(have_ffmpeg_cli()) << "the ffmpeg CLI is needed to make the test files";
-  const std::vector<std::uint8_t> wav = test_wav(16000, 2, 2.0);
-  const std::vector<std::uint8_t> flac = encode(wav, "flac", "-c:a flac");
-  ASSERT_FALSE(flac.empty());
-  Result<DecodedAudio> ref = read_wav(wav);
-  Result<DecodedAudio> dec = decode_audio(flac);
-  ASSERT_TRUE(ref.is_ok() && dec.is_ok()) << dec.status().to_string();
-  EXPECT_EQ(dec->sample_rate, 16000);
-  EXPECT_EQ(dec->channels, 2);
-  EXPECT_EQ(dec->samples, ref->samples);
+  for (int bits : {16, 24}) {
+    SCOPED_TRACE("bits " + std::to_string(bits));
+    const std::vector<std::uint8_t> wav = test_wav(16000, 2, 2.0, bits);
+    const std::vector<std::uint8_t> flac = encode(wav, "flac", "-c:a flac");
+    ASSERT_FALSE(flac.empty());
+    Result<DecodedAudio> ref = read_wav(wav);
+    Result<DecodedAudio> dec = decode_audio(flac);
+    ASSERT_TRUE(ref.is_ok() && dec.is_ok()) << dec.status().to_string();
+    EXPECT_EQ(dec->sample_rate, 16000);
+    EXPECT_EQ(dec->channels, 2);
+    EXPECT_EQ(dec->samples, ref->samples);
+  }
 }
 
 struct LossyCase {
