@@ -1,9 +1,9 @@
 #include "engine/text/bpe_model.h"
 
 #include <atomic>
-#include <queue>
+#include <algorithm>
+#include <functional>
 #include <string>
-#include <unordered_map>
 
 namespace vv {
 namespace {
@@ -17,13 +17,19 @@ inline std::uint64_t hash_key(std::uint64_t k) {
   return k;
 }
 
-// Per-thread cache of piece → ids for the model used last on this thread.
+// Per-thread direct-mapped cache of piece → ids for the model used last on this thread: a slot
+// is overwritten on collision, so memory stays bounded and lookups never allocate.
 struct PieceCache {
+  struct Entry {
+    std::string key;
+    std::vector<TokenId> ids;
+    bool used = false;
+  };
   std::uint64_t owner = 0;
-  std::unordered_map<std::string, std::vector<TokenId>> map;
+  std::vector<Entry> slots;
 };
-constexpr std::size_t kCacheMaxEntries = 1 << 16;
-constexpr std::size_t kCacheMaxPieceBytes = 48;
+constexpr std::size_t kCacheSlots = 1 << 14;
+constexpr std::size_t kCacheMaxPieceBytes = 64;
 
 }  // namespace
 
@@ -79,22 +85,20 @@ void BpeModel::encode_piece(std::string_view piece, std::vector<TokenId>& out) c
   }
   thread_local PieceCache cache;
   if (cache.owner != instance_) {
-    cache.map.clear();
+    cache.slots.assign(kCacheSlots, {});
     cache.owner = instance_;
   }
-  // Heterogeneous lookup is not available for unordered_map<std::string> in C++20 without a
-  // transparent hash; a thread-local key buffer avoids an allocation per lookup.
-  thread_local std::string key;
-  key.assign(piece);
-  auto it = cache.map.find(key);
-  if (it != cache.map.end()) {
-    out.insert(out.end(), it->second.begin(), it->second.end());
+  std::size_t h = std::hash<std::string_view>{}(piece);
+  PieceCache::Entry& e = cache.slots[h & (kCacheSlots - 1)];
+  if (e.used && e.key == piece) {
+    out.insert(out.end(), e.ids.begin(), e.ids.end());
     return;
   }
   std::size_t before = out.size();
   merge_word(piece, out);
-  if (cache.map.size() >= kCacheMaxEntries) cache.map.clear();
-  cache.map.emplace(key, std::vector<TokenId>(out.begin() + static_cast<std::ptrdiff_t>(before), out.end()));
+  e.key.assign(piece);
+  e.ids.assign(out.begin() + static_cast<std::ptrdiff_t>(before), out.end());
+  e.used = true;
 }
 
 void BpeModel::merge_word(std::string_view piece, std::vector<TokenId>& out) const {
@@ -121,15 +125,23 @@ void BpeModel::merge_word(std::string_view piece, std::vector<TokenId>& out) con
   }
   if (syms.empty()) return;
   syms.back().next = -1;
-  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
+  // Min-heap on (rank, pos) over a per-thread vector, so no allocation per word.
+  thread_local std::vector<Candidate> heap;
+  heap.clear();
+  auto later = [](const Candidate& x, const Candidate& y) { return x > y; };
+  auto push = [&](Candidate c) {
+    heap.push_back(c);
+    std::push_heap(heap.begin(), heap.end(), later);
+  };
   for (std::size_t i = 0; i + 1 < syms.size(); ++i) {
     if (const Slot* s = find(syms[i].id, syms[i + 1].id)) {
-      heap.push({s->rank, static_cast<std::int32_t>(i), s->merged});
+      push({s->rank, static_cast<std::int32_t>(i), s->merged});
     }
   }
   while (!heap.empty()) {
-    Candidate top = heap.top();
-    heap.pop();
+    std::pop_heap(heap.begin(), heap.end(), later);
+    Candidate top = heap.back();
+    heap.pop_back();
     Symbol& left = syms[static_cast<std::size_t>(top.pos)];
     if (!left.alive || left.next < 0) continue;
     Symbol& right = syms[static_cast<std::size_t>(left.next)];
@@ -141,11 +153,11 @@ void BpeModel::merge_word(std::string_view piece, std::vector<TokenId>& out) con
     if (right.next >= 0) syms[static_cast<std::size_t>(right.next)].prev = top.pos;
     if (left.prev >= 0) {
       const Symbol& p = syms[static_cast<std::size_t>(left.prev)];
-      if (const Slot* m = find(p.id, left.id)) heap.push({m->rank, left.prev, m->merged});
+      if (const Slot* m = find(p.id, left.id)) push({m->rank, left.prev, m->merged});
     }
     if (left.next >= 0) {
       const Symbol& nx = syms[static_cast<std::size_t>(left.next)];
-      if (const Slot* m = find(left.id, nx.id)) heap.push({m->rank, top.pos, m->merged});
+      if (const Slot* m = find(left.id, nx.id)) push({m->rank, top.pos, m->merged});
     }
   }
   for (std::int32_t i = 0; i >= 0; i = syms[static_cast<std::size_t>(i)].next) {

@@ -102,9 +102,8 @@ bool Tokenizer::is_special(TokenId id) const {
 }
 
 std::optional<TokenId> Tokenizer::token_to_id(std::string_view token) const {
-  std::string key(token);
-  if (auto it = impl_->added_by_content.find(key); it != impl_->added_by_content.end()) return it->second;
-  if (auto it = impl_->vocab.find(key); it != impl_->vocab.end()) return it->second;
+  if (auto it = impl_->added_by_content.find(token); it != impl_->added_by_content.end()) return it->second;
+  if (auto it = impl_->vocab.find(token); it != impl_->vocab.end()) return it->second;
   return std::nullopt;
 }
 

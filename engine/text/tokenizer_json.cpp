@@ -28,7 +28,7 @@ Status load_vocab(Tokenizer::Impl& t, element vocab, const std::string& origin) 
       return invalid_argument(origin + ": model.vocab[\"" + std::string(field.key) +
                               "\"] is not an id in [0, 2^24)");
     }
-    t.vocab[std::string(field.key)] = static_cast<TokenId>(id);
+    t.vocab.insert_or_assign(std::string(field.key), static_cast<TokenId>(id));
   }
   return Status::ok();
 }
@@ -66,8 +66,8 @@ Status load_merges(Tokenizer::Impl& t, element merges, const std::string& origin
     VV_RETURN_IF_ERROR(merge_parts(m, rank, origin, a, b));
     joined.assign(a);
     joined.append(b);
-    auto ia = t.vocab.find(std::string(a));
-    auto ib = t.vocab.find(std::string(b));
+    auto ia = t.vocab.find(a);
+    auto ib = t.vocab.find(b);
     auto im = t.vocab.find(joined);
     if (ia == t.vocab.end() || ib == t.vocab.end() || im == t.vocab.end()) {
       return invalid_argument(origin + ": model.merges[" + std::to_string(rank) + "] (\"" +
