@@ -172,7 +172,8 @@ Result<DecodedAudio> read_wav(std::span<const std::uint8_t> bytes, double max_se
     const std::uint32_t size = u32(base + offset + 4);
     const std::size_t body = offset + 8;
     const std::size_t available = end - body;
-    const bool is_data = std::memcmp(id, "data", 4) == 0;
+    // Only the first data chunk counts; a later one is skipped like any unknown chunk.
+    const bool is_data = data == nullptr && std::memcmp(id, "data", 4) == 0;
     if (is_data) {
       if (size == kUnknownSize) {
         data_size = available;  // written by a streaming encoder: the rest of the file

@@ -158,6 +158,21 @@ TEST(WavReader, FmtAfterDataIsAccepted) {
   EXPECT_EQ(a->samples.size(), s.size());
 }
 
+TEST(WavReader, OnlyTheFirstDataChunkIsRead) {
+  // data, then a second data chunk, then fmt: the second data chunk is skipped.
+  std::vector<std::uint8_t> wav = make_wav(WavSpec{}, pcm_bytes({0.5, 0.25}, 16, false));
+  std::vector<std::uint8_t> fmt(wav.begin() + 12, wav.begin() + 36);
+  wav.erase(wav.begin() + 12, wav.begin() + 36);
+  const std::vector<std::uint8_t> second = {'d', 'a', 't', 'a', 2, 0, 0, 0, 0x00, 0x80};
+  wav.insert(wav.end(), second.begin(), second.end());
+  wav.insert(wav.end(), fmt.begin(), fmt.end());
+  Result<DecodedAudio> a = read_wav(wav);
+  ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+  ASSERT_EQ(a->samples.size(), 2u);
+  EXPECT_EQ(a->samples[0], 0.5f);
+  EXPECT_EQ(a->samples[1], 0.25f);
+}
+
 TEST(WavReader, StreamingDataSizeMeansTheRestOfTheFile) {
   const std::vector<double> s = signal(100);
   std::vector<std::uint8_t> wav = make_wav(WavSpec{}, pcm_bytes(s, 16, false));
