@@ -1,0 +1,42 @@
+// KvCache: the paged KV memory of one device — one pool of blocks of `block_size` positions for
+// every decoder layer (K and V, F32), sized once at start — and a free list of block ids that
+// hands out and takes back blocks for sequences. Owned by a Runner; the engine thread only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "config/status.h"
+#include "engine/checkpoint/model_spec.h"
+#include "engine/model/device_tensor.h"
+#include "engine/model/step_plan.h"
+#include "kernels/backend.h"
+
+namespace vv {
+
+class KvCache {
+ public:
+  static Result<std::unique_ptr<KvCache>> create(Backend& be, const DecoderSpec& spec, int64_t num_blocks,
+                                                 int block_size = 16);
+
+  KvView& view() { return view_; }
+  int block_size() const { return view_.block_size; }
+  int64_t num_blocks() const { return view_.num_blocks; }
+  int64_t free_blocks() const { return static_cast<int64_t>(free_.size()); }
+  size_t bytes() const { return pool_.bytes(); }
+
+  // Grows `table` (a sequence's block table) until it covers `positions` positions; fails with
+  // resource exhaustion, leaving the table as it was, when the pool runs dry.
+  Status reserve(std::vector<BlockId>& table, int64_t positions);
+  // Returns every block of `table` to the pool and empties it.
+  void release(std::vector<BlockId>& table);
+
+ private:
+  KvCache() = default;
+  Buffer pool_;
+  KvView view_;
+  std::vector<BlockId> free_;  // a stack: the lowest ids are handed out first
+};
+
+}  // namespace vv

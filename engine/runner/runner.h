@@ -1,0 +1,76 @@
+// Runner: one model on one device. Binds a Checkpoint's weights to a Backend once (speech embedder
+// and decoder), owns the KV pool and the workspaces sized at start, and executes StepPlans. Also a
+// single-request convenience path (prefill a prompt in chunks, then greedy-decode) and its batched
+// form, which the golden tests use. The Runner owns its Backend; the Checkpoint must outlive it.
+// One thread (the engine loop) drives a Runner.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "config/status.h"
+#include "engine/checkpoint/checkpoint.h"
+#include "engine/model/qwen2_decoder.h"
+#include "engine/model/speech_embedder.h"
+#include "engine/model/step_plan.h"
+#include "engine/model/tensor_capture.h"
+#include "engine/runner/kv_cache.h"
+#include "kernels/backend.h"
+
+namespace vv {
+
+struct RunnerOptions {
+  int64_t kv_positions = 8192;   // KV pool size in positions (rounded up to whole blocks)
+  int block_size = 16;           // positions per KV block
+  int max_rows = 512;            // decoder rows per step
+  int max_seqs = 64;             // sequences per step
+  int prefill_chunk = 256;       // prompt rows a sequence contributes to one step
+  int64_t encoder_segment = 0;   // samples per encoder segment the workspace is sized for; 0 = chunk_size
+};
+
+// One greedy request for generate_greedy().
+struct GreedyRequest {
+  std::vector<TokenId> prompt;     // ids; audio-token rows take `speech` rows in order
+  const Tensor* speech = nullptr;  // F32 [F, H] on the runner's backend (SpeechRows::rows.t)
+  int max_new_tokens = 32;
+  std::vector<TokenId> stop;       // generation ends after emitting one of these
+};
+
+class Runner {
+ public:
+  static Result<std::unique_ptr<Runner>> create(std::unique_ptr<Backend> backend, const Checkpoint& ckpt,
+                                                const RunnerOptions& opt = {});
+
+  Backend& backend() { return *backend_; }
+  const ModelSpec& spec() const { return spec_; }
+  SpeechEmbedder& speech() { return *speech_; }
+  Qwen2Decoder& decoder() { return *decoder_; }
+  KvCache& kv() { return *kv_; }
+  const RunnerOptions& options() const { return opt_; }
+
+  // Normalised 24 kHz mono samples → speech rows on this device.
+  Result<SpeechRows> encode(const float* samples, int64_t n, const EncodeOptions& opt = {});
+  // One decoder step over the plan's rows against this runner's KV pool.
+  Result<StepOutput> execute(const StepPlan& plan);
+
+  // Runs the requests together (prefill chunks and decode rows of all of them in each step until
+  // every one is done) and returns each one's generated ids. KV blocks are taken at the start and
+  // given back at the end.
+  Result<std::vector<std::vector<TokenId>>> generate_greedy(const std::vector<GreedyRequest>& requests);
+  Result<std::vector<TokenId>> generate_greedy(const GreedyRequest& request);
+
+  // Named intermediates of the encoder, connectors and decoder (see TensorCapture).
+  void set_capture(CaptureFn fn);
+
+ private:
+  Runner() = default;
+  std::unique_ptr<Backend> backend_;
+  ModelSpec spec_;
+  RunnerOptions opt_;
+  std::unique_ptr<SpeechEmbedder> speech_;
+  std::unique_ptr<Qwen2Decoder> decoder_;
+  std::unique_ptr<KvCache> kv_;
+};
+
+}  // namespace vv
