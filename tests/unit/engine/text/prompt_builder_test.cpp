@@ -9,21 +9,13 @@
 #include "engine/text/prompt_builder.h"
 #include "engine/text/tokenizer.h"
 #include "tests/support/test_paths.h"
+#include "tests/unit/engine/text/qwen_tokenizer.h"
 
 namespace vv {
 namespace {
 
-const Tokenizer* tokenizer() {
-  static std::unique_ptr<Tokenizer> tok = [] {
-    auto r = Tokenizer::load_file(test::tokenizer_path());
-    EXPECT_TRUE(r.is_ok()) << r.status().to_string();
-    return r.is_ok() ? std::move(r).value() : nullptr;
-  }();
-  return tok.get();
-}
-
 TEST(PromptBuilder, PromptIdsMatchEveryGoldenCase) {
-  ASSERT_NE(tokenizer(), nullptr);
+  ASSERT_NE(test::qwen_tokenizer(), nullptr);
   auto cases = test::golden_cases();
   ASSERT_FALSE(cases.empty()) << "no golden cases under " << test::golden_dir();
   for (const auto& name : cases) {
@@ -46,12 +38,12 @@ TEST(PromptBuilder, PromptIdsMatchEveryGoldenCase) {
     if (!g["context_info"].get_string().get(context_info)) context = std::string(context_info);
 
     // The golden's context inserted verbatim (the HF reference).
-    auto verbatim = build_asr_prompt(*tokenizer(), frames, samples, context);
+    auto verbatim = build_asr_prompt(*test::qwen_tokenizer(), frames, samples, context);
     ASSERT_TRUE(verbatim.is_ok()) << verbatim.status().to_string();
     EXPECT_EQ(verbatim->ids, want);
     // The same context typed by a user as the request's `prompt` (API.md §3.3).
     std::string composed = compose_context(context, {}, "");
-    auto from_prompt = build_asr_prompt(*tokenizer(), frames, samples, composed);
+    auto from_prompt = build_asr_prompt(*test::qwen_tokenizer(), frames, samples, composed);
     ASSERT_TRUE(from_prompt.is_ok());
     EXPECT_EQ(from_prompt->ids, want);
 
@@ -90,9 +82,9 @@ TEST(PromptBuilder, DurationHasTwoDecimalsFromSampleCount) {
 }
 
 TEST(PromptBuilder, FixedPartsMatchModelSpecIds) {
-  ASSERT_NE(tokenizer(), nullptr);
+  ASSERT_NE(test::qwen_tokenizer(), nullptr);
   // MODEL.md §7.3: tail with context "Microsoft,VibeVoice", DUR = "3.50", 2 frames.
-  auto p = build_asr_prompt(*tokenizer(), 2, 84000, "Microsoft,VibeVoice");
+  auto p = build_asr_prompt(*test::qwen_tokenizer(), 2, 84000, "Microsoft,VibeVoice");
   ASSERT_TRUE(p.is_ok());
   std::vector<TokenId> want = {151644, 8948, 198, 2610, 525, 264, 10950, 17847, 429, 1356, 55136,
                                7699, 1946, 1119, 1467, 2550, 304, 4718, 3561, 13, 151645, 198,
@@ -106,8 +98,8 @@ TEST(PromptBuilder, FixedPartsMatchModelSpecIds) {
 }
 
 TEST(PromptBuilder, UserContextNeverBecomesSpecialTokens) {
-  ASSERT_NE(tokenizer(), nullptr);
-  auto p = build_asr_prompt(*tokenizer(), 1, 24000, "<|im_end|><|box_start|>");
+  ASSERT_NE(test::qwen_tokenizer(), nullptr);
+  auto p = build_asr_prompt(*test::qwen_tokenizer(), 1, 24000, "<|im_end|><|box_start|>");
   ASSERT_TRUE(p.is_ok());
   int pads = 0, ends = 0;
   for (TokenId id : p->ids) {
@@ -119,17 +111,17 @@ TEST(PromptBuilder, UserContextNeverBecomesSpecialTokens) {
 }
 
 TEST(PromptBuilder, WhitespaceOnlyContextGivesPlainPrompt) {
-  ASSERT_NE(tokenizer(), nullptr);
-  auto a = build_asr_prompt(*tokenizer(), 3, 9000, " \n\t ");
-  auto b = build_asr_prompt(*tokenizer(), 3, 9000, "");
+  ASSERT_NE(test::qwen_tokenizer(), nullptr);
+  auto a = build_asr_prompt(*test::qwen_tokenizer(), 3, 9000, " \n\t ");
+  auto b = build_asr_prompt(*test::qwen_tokenizer(), 3, 9000, "");
   ASSERT_TRUE(a.is_ok() && b.is_ok());
   EXPECT_EQ(a->ids, b->ids);
 }
 
 TEST(PromptBuilder, GenerationPromptAppendsAssistantHeader) {
-  ASSERT_NE(tokenizer(), nullptr);
-  auto a = build_asr_prompt(*tokenizer(), 3, 9000, "", true);
-  auto b = build_asr_prompt(*tokenizer(), 3, 9000, "", false);
+  ASSERT_NE(test::qwen_tokenizer(), nullptr);
+  auto a = build_asr_prompt(*test::qwen_tokenizer(), 3, 9000, "", true);
+  auto b = build_asr_prompt(*test::qwen_tokenizer(), 3, 9000, "", false);
   ASSERT_TRUE(a.is_ok() && b.is_ok());
   std::vector<TokenId> tail(a->ids.end() - 3, a->ids.end());
   EXPECT_EQ(tail, (std::vector<TokenId>{151644, 77091, 198}));
@@ -137,9 +129,9 @@ TEST(PromptBuilder, GenerationPromptAppendsAssistantHeader) {
 }
 
 TEST(PromptBuilder, RejectsNegativeCounts) {
-  ASSERT_NE(tokenizer(), nullptr);
-  EXPECT_FALSE(build_asr_prompt(*tokenizer(), -1, 100, "").is_ok());
-  EXPECT_FALSE(build_asr_prompt(*tokenizer(), 1, -100, "").is_ok());
+  ASSERT_NE(test::qwen_tokenizer(), nullptr);
+  EXPECT_FALSE(build_asr_prompt(*test::qwen_tokenizer(), -1, 100, "").is_ok());
+  EXPECT_FALSE(build_asr_prompt(*test::qwen_tokenizer(), 1, -100, "").is_ok());
 }
 
 }  // namespace

@@ -10,18 +10,10 @@
 #include "engine/text/incremental_decoder.h"
 #include "engine/text/tokenizer.h"
 #include "tests/support/test_paths.h"
+#include "tests/unit/engine/text/qwen_tokenizer.h"
 
 namespace vv {
 namespace {
-
-const Tokenizer& qwen_tokenizer() {
-  static std::unique_ptr<Tokenizer> tok = [] {
-    auto r = Tokenizer::load_file(test::tokenizer_path());
-    EXPECT_TRUE(r.is_ok()) << r.status().to_string();
-    return r.is_ok() ? std::move(r).value() : nullptr;
-  }();
-  return *tok;
-}
 
 std::string ids_str(const std::vector<TokenId>& v) {
   std::string s = "[";
@@ -34,8 +26,8 @@ std::string ids_str(const std::vector<TokenId>& v) {
 }
 
 TEST(TokenizerGoldenCases, EveryCaseMatchesHfTokenizers) {
-  ASSERT_NE(&qwen_tokenizer(), nullptr);
-  const Tokenizer& tok = qwen_tokenizer();
+  ASSERT_NE(test::qwen_tokenizer(), nullptr);
+  const Tokenizer& tok = *test::qwen_tokenizer();
   simdjson::dom::parser parser;
   simdjson::dom::element doc;
   ASSERT_FALSE(parser.load(test::tokenizer_cases_path()).get(doc)) << test::tokenizer_cases_path();

@@ -10,18 +10,10 @@
 #include "engine/text/incremental_decoder.h"
 #include "engine/text/tokenizer.h"
 #include "tests/support/test_paths.h"
+#include "tests/unit/engine/text/qwen_tokenizer.h"
 
 namespace vv {
 namespace {
-
-const Tokenizer* qwen() {
-  static std::unique_ptr<Tokenizer> tok = [] {
-    auto r = Tokenizer::load_file(test::tokenizer_path());
-    EXPECT_TRUE(r.is_ok()) << r.status().to_string();
-    return r.is_ok() ? std::move(r).value() : nullptr;
-  }();
-  return tok.get();
-}
 
 // A tiny byte-level tokenizer: bytes 'a', 'b', 'c', ' ' (spelled "Ġ"), merges a+b, ab+c, Ġ+a.
 std::string tiny_json(bool array_merges) {
@@ -66,44 +58,44 @@ TEST(Tokenizer, LoadErrorsNameTheFieldAtFault) {
 }
 
 TEST(Tokenizer, SpecialParsingOffEncodesTokensAsText) {
-  ASSERT_NE(qwen(), nullptr);
-  auto on = qwen()->encode("<|im_end|>");
-  auto off = qwen()->encode("<|im_end|>", false);
+  ASSERT_NE(test::qwen_tokenizer(), nullptr);
+  auto on = test::qwen_tokenizer()->encode("<|im_end|>");
+  auto off = test::qwen_tokenizer()->encode("<|im_end|>", false);
   ASSERT_TRUE(on.is_ok() && off.is_ok());
   EXPECT_EQ(*on, std::vector<TokenId>{151645});
   EXPECT_GT(off->size(), 1u);
   for (TokenId id : *off) EXPECT_LT(id, 151643);
-  EXPECT_EQ(qwen()->decode(*off), "<|im_end|>");
+  EXPECT_EQ(test::qwen_tokenizer()->decode(*off), "<|im_end|>");
 }
 
 TEST(Tokenizer, InvalidUtf8IsRejectedWithOffset) {
-  ASSERT_NE(qwen(), nullptr);
-  auto r = qwen()->encode(std::string("ab\xC3(", 4));
+  ASSERT_NE(test::qwen_tokenizer(), nullptr);
+  auto r = test::qwen_tokenizer()->encode(std::string("ab\xC3(", 4));
   ASSERT_FALSE(r.is_ok());
   EXPECT_NE(r.status().message().find("offset 2"), std::string::npos);
 }
 
 TEST(Tokenizer, UnknownIdsAreSkippedInDecode) {
-  ASSERT_NE(qwen(), nullptr);
+  ASSERT_NE(test::qwen_tokenizer(), nullptr);
   std::vector<TokenId> ids = {9707, 152000, -1, 151643};
-  EXPECT_EQ(qwen()->decode(ids), "Hello<|endoftext|>");
-  EXPECT_FALSE(qwen()->is_known(152000));
-  EXPECT_TRUE(qwen()->is_special(151643));
-  EXPECT_FALSE(qwen()->is_special(151657));  // <tool_call> is added but not special
-  EXPECT_EQ(qwen()->token_to_id("<|box_start|>"), std::optional<TokenId>(151648));
+  EXPECT_EQ(test::qwen_tokenizer()->decode(ids), "Hello<|endoftext|>");
+  EXPECT_FALSE(test::qwen_tokenizer()->is_known(152000));
+  EXPECT_TRUE(test::qwen_tokenizer()->is_special(151643));
+  EXPECT_FALSE(test::qwen_tokenizer()->is_special(151657));  // <tool_call> is added but not special
+  EXPECT_EQ(test::qwen_tokenizer()->token_to_id("<|box_start|>"), std::optional<TokenId>(151648));
 }
 
 TEST(IncrementalDecoder, HoldsBackSplitCharacterUntilComplete) {
-  ASSERT_NE(qwen(), nullptr);
+  ASSERT_NE(test::qwen_tokenizer(), nullptr);
   // "中" is E4 B8 AD; feed it byte by byte through the single-byte tokens.
   auto byte_id = [&](unsigned char b) {
     std::string s = std::string(1, static_cast<char>(b));
     for (TokenId id = 0; id < 256; ++id) {
-      if (qwen()->token_bytes(id) == s) return id;
+      if (test::qwen_tokenizer()->token_bytes(id) == s) return id;
     }
     return TokenId{-1};
   };
-  IncrementalDecoder dec(*qwen());
+  IncrementalDecoder dec(*test::qwen_tokenizer());
   EXPECT_EQ(dec.push(byte_id(0xE4)), "");
   EXPECT_EQ(dec.push(byte_id(0xB8)), "");
   EXPECT_EQ(dec.pending_bytes(), 2u);
@@ -115,16 +107,16 @@ TEST(IncrementalDecoder, HoldsBackSplitCharacterUntilComplete) {
 }
 
 TEST(IncrementalDecoder, SkipSpecialDropsSpecialTokensOnly) {
-  ASSERT_NE(qwen(), nullptr);
-  IncrementalDecoder dec(*qwen(), true);
+  ASSERT_NE(test::qwen_tokenizer(), nullptr);
+  IncrementalDecoder dec(*test::qwen_tokenizer(), true);
   EXPECT_EQ(dec.push(151645), "");
   EXPECT_EQ(dec.push(151657), "<tool_call>");
 }
 
 TEST(Tokenizer, ConcurrentEncodesAgree) {
-  ASSERT_NE(qwen(), nullptr);
+  ASSERT_NE(test::qwen_tokenizer(), nullptr);
   const std::string text = "Concurrent encoding: 中文, русский, ελληνικά, 12345 don't stop.\n";
-  auto want = qwen()->encode(text);
+  auto want = test::qwen_tokenizer()->encode(text);
   ASSERT_TRUE(want.is_ok());
   std::vector<std::thread> threads;
   std::vector<int> ok(4, 0);
@@ -132,7 +124,7 @@ TEST(Tokenizer, ConcurrentEncodesAgree) {
     threads.emplace_back([&, t] {
       bool all = true;
       for (int i = 0; i < 200; ++i) {
-        auto got = qwen()->encode(text);
+        auto got = test::qwen_tokenizer()->encode(text);
         all = all && got.is_ok() && *got == *want;
       }
       ok[static_cast<std::size_t>(t)] = all;
