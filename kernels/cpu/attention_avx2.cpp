@@ -1,13 +1,112 @@
+// AVX2 paged attention: per (row, query head), keys are visited in blocks of 64 positions with an
+// online (flash-style) f32 softmax: scores of a block, its max, one rescale of the running sum and
+// output, then exp(s − max)·v accumulated. Memory is O(head_dim) per task whatever the context.
+// The order of every sum is fixed by (row, head) alone, so results are deterministic.
 #include <immintrin.h>
+
+#include <cmath>
 
 #include "kernels/cpu/avx2_ops.h"
 #include "kernels/cpu/reference_ops.h"
 
 namespace vv::avx2 {
+namespace {
+
+constexpr int kMaxHeadDim = 512;
+constexpr int kBlock = 64;
+
+template <DType T>
+inline __m256 load8(const void* p, int64_t i) {
+  if constexpr (T == DType::kBF16) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(p) + i));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  } else if constexpr (T == DType::kF16) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(p) + i)));
+  } else {
+    return _mm256_loadu_ps(static_cast<const float*>(p) + i);
+  }
+}
+
+inline float hsum(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+}
+
+template <DType KT, DType VT>
+void attend_one(const float* q, const AttentionRows& rows, const KvLayer& cache, int32_t seq, int32_t pos,
+                int64_t kv_off, int D, float scale, float* out) {
+  const int d8 = D / 8 * 8;
+  const size_t kes = dtype_size(KT), ves = dtype_size(VT);
+  alignas(32) float acc[kMaxHeadDim];
+  for (int d = 0; d < D; ++d) acc[d] = 0.0f;
+  float run_max = -INFINITY, run_sum = 0.0f;
+  float s[kBlock];
+  const int64_t L = static_cast<int64_t>(pos) + 1;
+  for (int64_t j0 = 0; j0 < L; j0 += kBlock) {
+    const int nb = static_cast<int>(std::min<int64_t>(kBlock, L - j0));
+    const void* vrow[kBlock];
+    float bmax = -INFINITY;
+    for (int j = 0; j < nb; ++j) {
+      const int64_t slot = ref::kv_slot(rows, seq, static_cast<int32_t>(j0 + j));
+      const char* kr = static_cast<const char*>(cache.k.data) + (slot * cache.k.row_stride() + kv_off) * kes;
+      vrow[j] = static_cast<const char*>(cache.v.data) + (slot * cache.v.row_stride() + kv_off) * ves;
+      __m256 dot = _mm256_setzero_ps();
+      for (int d = 0; d < d8; d += 8) dot = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), load8<KT>(kr, d), dot);
+      float sc = hsum(dot);
+      for (int d = d8; d < D; ++d) sc += q[d] * ref::load_as_f32(kr, KT, d);
+      sc *= scale;
+      s[j] = sc;
+      bmax = std::max(bmax, sc);
+    }
+    const float new_max = std::max(run_max, bmax);
+    const float corr = std::exp(run_max - new_max);  // 0 on the first block
+    run_sum *= corr;
+    const __m256 c8 = _mm256_set1_ps(corr);
+    for (int d = 0; d < d8; d += 8) _mm256_store_ps(acc + d, _mm256_mul_ps(_mm256_load_ps(acc + d), c8));
+    for (int d = d8; d < D; ++d) acc[d] *= corr;
+    for (int j = 0; j < nb; ++j) {
+      const float p = std::exp(s[j] - new_max);
+      run_sum += p;
+      const __m256 p8 = _mm256_set1_ps(p);
+      for (int d = 0; d < d8; d += 8)
+        _mm256_store_ps(acc + d, _mm256_fmadd_ps(p8, load8<VT>(vrow[j], d), _mm256_load_ps(acc + d)));
+      for (int d = d8; d < D; ++d) acc[d] += p * ref::load_as_f32(vrow[j], VT, d);
+    }
+    run_max = new_max;
+  }
+  const float inv = 1.0f / run_sum;
+  for (int d = 0; d < D; ++d) out[d] = acc[d] * inv;
+}
+
+template <DType KT, DType VT>
+void attend(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, const AttentionShape& shape, Tensor& out,
+            int head_begin, int head_end) {
+  const int D = shape.head_dim;
+  const int group = shape.heads / shape.kv_heads;
+  for (int64_t r = 0; r < q.rows(); ++r) {
+    const int32_t seq = rows.row_seq.ptr<const int32_t>()[r], pos = rows.row_pos.ptr<const int32_t>()[r];
+    for (int h = head_begin; h < head_end; ++h) {
+      attend_one<KT, VT>(q.ptr<const float>() + r * q.row_stride() + static_cast<int64_t>(h) * D, rows, cache, seq,
+                         pos, static_cast<int64_t>(h / group) * D, D, shape.scale,
+                         out.ptr<float>() + r * out.row_stride() + static_cast<int64_t>(h) * D);
+    }
+  }
+}
+
+}  // namespace
 
 void paged_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, const AttentionShape& shape,
                      Tensor& out, int head_begin, int head_end) {
-  ref::paged_attention(q, rows, cache, shape, out, head_begin, head_end);
+  if (shape.head_dim > kMaxHeadDim || cache.k.dtype != cache.v.dtype) {
+    ref::paged_attention(q, rows, cache, shape, out, head_begin, head_end);
+    return;
+  }
+  switch (cache.k.dtype) {
+    case DType::kBF16: attend<DType::kBF16, DType::kBF16>(q, rows, cache, shape, out, head_begin, head_end); break;
+    case DType::kF16: attend<DType::kF16, DType::kF16>(q, rows, cache, shape, out, head_begin, head_end); break;
+    default: attend<DType::kF32, DType::kF32>(q, rows, cache, shape, out, head_begin, head_end); break;
+  }
 }
 
 }  // namespace vv::avx2

@@ -1,0 +1,90 @@
+// CPU kernel benchmarks at the 7B shape (hidden 3584, intermediate 18944, bf16 weights), each
+// compared against the roofline bound measured on this machine: decode GEMV (M=1) against the
+// STREAM triad bandwidth (target ≥ 70%), prefill GEMM (M=512) against the FMA peak (target ≥ 50%).
+// Prints the bounds first; never fails. Threads: $VIBEVOICE_THREADS, else physical cores.
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/cpu_backend.h"
+
+namespace {
+
+double g_triad_gbps = 0;
+double g_fma_gflops = 0;
+
+vv::Backend& backend() {
+  static std::unique_ptr<vv::Backend> be = vv::make_cpu_backend();
+  return *be;
+}
+
+struct Operands {
+  vv::Buffer a, w, out;
+  int64_t M, N, K;
+};
+
+Operands make_operands(int64_t M, int64_t N, int64_t K) {
+  vv::Backend& be = backend();
+  Operands o{be.allocate(M * K * 4), be.allocate(N * K * 2), be.allocate(M * N * 4), M, N, K};
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> d(-1, 1);
+  float* a = static_cast<float*>(o.a.data());
+  for (int64_t i = 0; i < M * K; ++i) a[i] = d(rng);
+  uint16_t* w = static_cast<uint16_t*>(o.w.data());
+  for (int64_t i = 0; i < N * K; ++i) w[i] = vv::f32_to_bf16(d(rng) * 0.02f);
+  return o;
+}
+
+void run(benchmark::State& state, int64_t M, int64_t N, int64_t K) {
+  Operands o = make_operands(M, N, K);
+  vv::Backend& be = backend();
+  vv::Tensor a = o.a.matrix(vv::DType::kF32, M, K), w = o.w.matrix(vv::DType::kBF16, N, K);
+  vv::Tensor out = o.out.matrix(vv::DType::kF32, M, N);
+  be.gemm(a, w, nullptr, out, vv::Epilogue::kNone);  // warm
+  for (auto _ : state) {
+    be.gemm(a, w, nullptr, out, vv::Epilogue::kNone);
+    benchmark::DoNotOptimize(o.out.data());
+  }
+  const double secs_per_iter = 1.0;  // rates below are per second of iteration time
+  (void)secs_per_iter;
+  const double bytes = double(N) * K * 2 + double(M) * K * 4 + double(M) * N * 4;
+  const double flops = 2.0 * M * N * K;
+  state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["x_triad"] = benchmark::Counter(bytes * 1e-9 / g_triad_gbps, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["x_fma_peak"] = benchmark::Counter(flops * 1e-9 / g_fma_gflops, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(be.name());
+}
+
+void BM_DecodeGemv_Up_18944x3584(benchmark::State& s) { run(s, 1, 18944, 3584); }
+void BM_DecodeGemv_Down_3584x18944(benchmark::State& s) { run(s, 1, 3584, 18944); }
+void BM_DecodeGemv_Batch4_18944x3584(benchmark::State& s) { run(s, 4, 18944, 3584); }
+void BM_PrefillGemm_M512_18944x3584(benchmark::State& s) { run(s, 512, 18944, 3584); }
+void BM_PrefillGemm_M512_3584x18944(benchmark::State& s) { run(s, 512, 3584, 18944); }
+BENCHMARK(BM_DecodeGemv_Up_18944x3584)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
+BENCHMARK(BM_DecodeGemv_Down_3584x18944)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
+BENCHMARK(BM_DecodeGemv_Batch4_18944x3584)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
+BENCHMARK(BM_PrefillGemm_M512_18944x3584)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);
+BENCHMARK(BM_PrefillGemm_M512_3584x18944)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  const int threads = [] {
+    if (const char* e = std::getenv("VIBEVOICE_THREADS")) return std::max(1, std::atoi(e));
+    return vv::physical_core_count();
+  }();
+  g_triad_gbps = vv::measure_triad_gbps(threads);
+  g_fma_gflops = vv::measure_fma_gflops(threads);
+  std::printf("bounds (%d threads): STREAM triad %.1f GB/s, FMA peak %.1f GFLOP/s; targets: GEMV >= 0.70 x_triad, "
+              "GEMM >= 0.50 x_fma_peak\n",
+              threads, g_triad_gbps, g_fma_gflops);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
