@@ -1,0 +1,218 @@
+// The Runner end to end against the golden set: audio → encoders → connectors → decoder → 32
+// greedy ids for every case and both checkpoint layouts, every stage within the end-to-end
+// tolerances, a request alone vs inside a batch of four, thread counts 1 vs 2, stop tokens.
+#include "engine/runner/runner.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+#include "engine/audio/audio_preparer.h"
+#include "engine/runner/cpu_runner.h"
+#include "tests/unit/engine/model/golden_fixture.h"
+
+namespace vv::test {
+namespace {
+
+// The 24 kHz model input of a case: golden input_values when stored, else (the `long` case) the
+// audio front end on its 24 kHz audio.wav (no resampling involved, so it is exact up to 1e-7).
+std::vector<float> input_values(const GoldenCase& gc) {
+  if (gc.has("input_values")) return gc.tensor("input_values").data;
+  std::ifstream in(gc.dir() + "/audio.wav", std::ios::binary);
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto prepared = audio::prepare_audio(bytes);
+  EXPECT_TRUE(prepared.is_ok()) << gc.name() << ": " << prepared.status().to_string();
+  return prepared.is_ok() ? prepared->input_values : std::vector<float>{};
+}
+
+std::vector<float> first_rows(const TensorCapture& cap, const std::string& name, int64_t rows) {
+  const CapturedTensor* t = cap.find(name);
+  if (!t) {
+    ADD_FAILURE() << "nothing captured as " << name;
+    return {};
+  }
+  EXPECT_GE(t->rows, rows) << name;
+  const int64_t n = std::min(rows, t->rows) * t->cols;
+  return std::vector<float>(t->data.begin(), t->data.begin() + n);
+}
+
+RunnerOptions test_options() {
+  RunnerOptions o;
+  o.kv_positions = 4096;
+  o.max_rows = 512;
+  o.max_seqs = 8;
+  o.prefill_chunk = 100;  // several prefill steps for the longer prompts
+  return o;
+}
+
+class RunnerGolden : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(RunnerGolden, AudioToGreedyIdsMatchesGoldenWithEveryStageInTolerance) {
+  auto ckpt = open_layout(GetParam());
+  ASSERT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
+  auto runner = make_cpu_runner(**ckpt, test_options(), 2);
+  ASSERT_TRUE(runner.is_ok()) << runner.status().to_string();
+  Runner& r = **runner;
+  const int L = (*ckpt)->spec().decoder.num_layers;
+  for (const std::string& name : golden_cases()) {
+    GoldenCase gc(name);
+    ASSERT_TRUE(gc.ok()) << gc.error();
+    const std::vector<float> x = input_values(gc);
+    ASSERT_FALSE(x.empty());
+    TensorCapture cap(r.backend());
+    r.set_capture(cap.fn());
+    auto speech = r.encode(x.data(), static_cast<int64_t>(x.size()));
+    ASSERT_TRUE(speech.is_ok()) << speech.status().to_string();
+    GreedyRequest req;
+    req.prompt = gc.prompt_ids();
+    req.speech = &speech->rows.t;
+    req.max_new_tokens = static_cast<int>(gc.generated_ids().size());
+    auto ids = r.generate_greedy(req);
+    r.set_capture(nullptr);
+    ASSERT_TRUE(ids.is_ok()) << ids.status().to_string();
+    EXPECT_EQ(*ids, gc.generated_ids()) << name << " (" << GetParam() << ")";
+
+    const std::string tag = " (" + GetParam() + ")";
+    for (const char* n : {"acoustic.latents", "semantic.latents", "speech_embeds"}) {
+      expect_end_to_end(name + " " + n + tag, captured(cap, n), gc.tensor(n));
+    }
+    const int64_t T = static_cast<int64_t>(gc.prompt_ids().size());
+    expect_end_to_end(name + " inputs_embeds" + tag, first_rows(cap, "inputs_embeds", T), gc.tensor("inputs_embeds"));
+    for (int i = 1; i <= L; ++i) {
+      const std::string n = "hidden." + std::to_string(i);
+      if (gc.has(n)) expect_end_to_end(name + " " + n + tag, first_rows(cap, n, T), gc.tensor(n));
+    }
+    expect_end_to_end(name + " hidden.norm" + tag, first_rows(cap, "hidden.norm", T), gc.tensor("hidden.norm"));
+    expect_end_to_end(name + " logits.last" + tag, first_rows(cap, "logits.last", 1), gc.tensor("logits.last"));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, RunnerGolden, ::testing::Values("hf", "orig"));
+
+struct Prepared {
+  GoldenCase gc;
+  SpeechRows speech;
+};
+
+TEST(Runner, RequestAloneAndInsideABatchOfFourGiveIdenticalIds) {
+  auto ckpt = Checkpoint::open(hf_model_dir());
+  ASSERT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
+  RunnerOptions opt = test_options();
+  opt.max_rows = 160;  // prompts are prefilled in pieces while others decode
+  auto runner = make_cpu_runner(**ckpt, opt, 2);
+  ASSERT_TRUE(runner.is_ok()) << runner.status().to_string();
+  Runner& r = **runner;
+  std::vector<std::unique_ptr<Prepared>> cases;
+  for (const std::string& name : golden_cases()) {
+    if (name == "long" || cases.size() == 4) continue;
+    auto p = std::make_unique<Prepared>(Prepared{GoldenCase(name), {}});
+    ASSERT_TRUE(p->gc.ok()) << p->gc.error();
+    const std::vector<float> x = input_values(p->gc);
+    auto s = r.encode(x.data(), static_cast<int64_t>(x.size()));
+    ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+    p->speech = std::move(s).value();
+    cases.push_back(std::move(p));
+  }
+  ASSERT_EQ(cases.size(), 4u) << "need four short golden cases";
+  std::vector<GreedyRequest> reqs;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    GreedyRequest q;
+    q.prompt = cases[i]->gc.prompt_ids();
+    q.speech = &cases[i]->speech.rows.t;
+    q.max_new_tokens = 32 - 5 * static_cast<int>(i);  // sequences finish at different steps
+    reqs.push_back(q);
+  }
+  auto batch = r.generate_greedy(reqs);
+  ASSERT_TRUE(batch.is_ok()) << batch.status().to_string();
+  const int64_t free_after_batch = r.kv().free_blocks();
+  EXPECT_EQ(free_after_batch, r.kv().num_blocks()) << "every block is given back";
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    auto alone = r.generate_greedy(reqs[i]);
+    ASSERT_TRUE(alone.is_ok()) << alone.status().to_string();
+    EXPECT_EQ((*batch)[i], *alone) << cases[i]->gc.name();
+    const auto& gold = cases[i]->gc.generated_ids();
+    EXPECT_EQ(*alone, std::vector<int32_t>(gold.begin(), gold.begin() + reqs[i].max_new_tokens)) << cases[i]->gc.name();
+  }
+}
+
+TEST(Runner, OneAndTwoThreadsGiveIdenticalIdsAndLogits) {
+  auto ckpt = Checkpoint::open(hf_model_dir());
+  ASSERT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
+  GoldenCase gc("jfk");
+  if (!gc.ok()) gc = GoldenCase(golden_cases().front());
+  ASSERT_TRUE(gc.ok()) << gc.error();
+  const std::vector<float> x = input_values(gc);
+  std::vector<std::vector<int32_t>> ids;
+  std::vector<std::vector<float>> logits, speech;
+  for (int threads : {1, 2}) {
+    auto runner = make_cpu_runner(**ckpt, test_options(), threads);
+    ASSERT_TRUE(runner.is_ok()) << runner.status().to_string();
+    Runner& r = **runner;
+    TensorCapture cap(r.backend());
+    r.set_capture(cap.fn());
+    auto s = r.encode(x.data(), static_cast<int64_t>(x.size()));
+    ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+    GreedyRequest q;
+    q.prompt = gc.prompt_ids();
+    q.speech = &s->rows.t;
+    q.max_new_tokens = 32;
+    auto out = r.generate_greedy(q);
+    ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+    ids.push_back(*out);
+    logits.push_back(captured(cap, "logits.last"));
+    speech.push_back(captured(cap, "speech_embeds"));
+  }
+  EXPECT_EQ(ids[0], ids[1]);
+  ASSERT_EQ(speech[0].size(), speech[1].size());
+  EXPECT_EQ(std::memcmp(speech[0].data(), speech[1].data(), speech[0].size() * sizeof(float)), 0)
+      << "speech rows differ between 1 and 2 threads";
+  ASSERT_EQ(logits[0].size(), logits[1].size());
+  EXPECT_EQ(std::memcmp(logits[0].data(), logits[1].data(), logits[0].size() * sizeof(float)), 0)
+      << "logits differ between 1 and 2 threads";
+}
+
+TEST(Runner, GenerationEndsAfterTheFirstStopToken) {
+  auto ckpt = Checkpoint::open(hf_model_dir());
+  ASSERT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
+  auto runner = make_cpu_runner(**ckpt, test_options(), 2);
+  ASSERT_TRUE(runner.is_ok()) << runner.status().to_string();
+  GoldenCase gc(golden_cases().front());
+  ASSERT_TRUE(gc.ok()) << gc.error();
+  DeviceTensor speech = alloc_f32((*runner)->backend(), gc.tensor("speech_embeds").rows(), (*ckpt)->spec().decoder.hidden_size);
+  const GoldenTensor se = gc.tensor("speech_embeds");
+  (*runner)->backend().upload(speech.buf.data(), se.data.data(), se.data.size() * sizeof(float));
+  const auto& gold = gc.generated_ids();
+  // The first id that differs from its predecessor: stopping on it ends generation there.
+  size_t k = 1;
+  while (k < gold.size() && gold[k] == gold[0]) ++k;
+  ASSERT_LT(k, gold.size());
+  GreedyRequest q;
+  q.prompt = gc.prompt_ids();
+  q.speech = &speech.t;
+  q.max_new_tokens = 32;
+  q.stop = {gold[k]};
+  auto out = (*runner)->generate_greedy(q);
+  ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+  EXPECT_EQ(*out, std::vector<int32_t>(gold.begin(), gold.begin() + static_cast<long>(k) + 1));
+}
+
+TEST(Runner, PoolTooSmallForTheRequestIsAnErrorAndLeaksNoBlocks) {
+  auto ckpt = Checkpoint::open(hf_model_dir());
+  ASSERT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
+  RunnerOptions opt = test_options();
+  opt.kv_positions = 64;
+  auto runner = make_cpu_runner(**ckpt, opt, 1);
+  ASSERT_TRUE(runner.is_ok()) << runner.status().to_string();
+  GreedyRequest q;
+  q.prompt = std::vector<int32_t>(60, 1);
+  q.max_new_tokens = 10;
+  auto out = (*runner)->generate_greedy(q);
+  ASSERT_FALSE(out.is_ok());
+  EXPECT_EQ(out.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ((*runner)->kv().free_blocks(), (*runner)->kv().num_blocks());
+}
+
+}  // namespace
+}  // namespace vv::test
