@@ -137,9 +137,18 @@ void direct_block(const GemmArgs& g, int64_t n0, int64_t n1) {
 
 // ---- blocked path ------------------------------------------------------------------------------
 
-constexpr int64_t kMc = 96;   // rows of a per task
-constexpr int64_t kNc = 48;   // rows of w per task
-constexpr int64_t kKc = 512;  // k per chunk (multiple of 8)
+#ifndef VV_GEMM_MC
+#define VV_GEMM_MC 96
+#define VV_GEMM_NC 48
+#define VV_GEMM_KC 512
+#define VV_GEMM_MR 4
+#define VV_GEMM_NR 3
+#endif
+constexpr int64_t kMc = VV_GEMM_MC;  // rows of a per task
+constexpr int64_t kNc = VV_GEMM_NC;  // rows of w per task
+constexpr int64_t kKc = VV_GEMM_KC;  // k per chunk (multiple of 8)
+constexpr int kMr = VV_GEMM_MR;      // register tile: rows of a
+constexpr int kNr = VV_GEMM_NR;      // register tile: rows of w
 
 // Partial sums of (m, n): part[(m·kNc + n)·8 .. +8].
 template <int MR, int NR>
@@ -169,7 +178,7 @@ inline void blocked_tile(const float* const* ar, const float* wc, int64_t kc, fl
 
 template <int MR>
 void blocked_row_tile(const float* const* ar, const float* wc, int64_t kc, float* part, int64_t nn, bool first) {
-  constexpr int NR = 3;
+  constexpr int NR = kNr;
   int64_t n = 0;
   for (; n + NR <= nn; n += NR) blocked_tile<MR, NR>(ar, wc + n * kKc, kc, part + n * 8, first);
   for (; n < nn; ++n) blocked_tile<MR, 1>(ar, wc + n * kKc, kc, part + n * 8, first);
@@ -177,13 +186,16 @@ void blocked_row_tile(const float* const* ar, const float* wc, int64_t kc, float
 
 struct Scratch {
   float* wc = nullptr;    // [kNc][kKc] f32
+  float* ac = nullptr;    // [kMc][kKc] f32: this chunk of a, rows contiguous
   float* part = nullptr;  // [kMc][kNc][8]
   Scratch() {
     wc = static_cast<float*>(std::aligned_alloc(64, sizeof(float) * kNc * kKc));
+    ac = static_cast<float*>(std::aligned_alloc(64, sizeof(float) * kMc * kKc));
     part = static_cast<float*>(std::aligned_alloc(64, sizeof(float) * kMc * kNc * 8));
   }
   ~Scratch() {
     std::free(wc);
+    std::free(ac);
     std::free(part);
   }
 };
@@ -208,15 +220,16 @@ void blocked_task(const GemmArgs& g, int64_t m0, int64_t mm, int64_t n0, int64_t
   for (int64_t k0 = 0; k0 < g.k8; k0 += kKc) {
     const int64_t kc = std::min(kKc, g.k8 - k0);
     convert_w_chunk<WT>(g, n0, nn, k0, kc, s.wc);
+    for (int64_t m = 0; m < mm; ++m) std::memcpy(s.ac + m * kKc, g.a + (m0 + m) * g.a_stride + k0, sizeof(float) * kc);
     const bool first = k0 == 0;
     int64_t m = 0;
-    for (; m + 3 <= mm; m += 3) {
-      const float* ar[3] = {g.a + (m0 + m) * g.a_stride + k0, g.a + (m0 + m + 1) * g.a_stride + k0,
-                            g.a + (m0 + m + 2) * g.a_stride + k0};
-      blocked_row_tile<3>(ar, s.wc, kc, s.part + m * kNc * 8, nn, first);
+    for (; m + kMr <= mm; m += kMr) {
+      const float* ar[kMr];
+      for (int i = 0; i < kMr; ++i) ar[i] = s.ac + (m + i) * kKc;
+      blocked_row_tile<kMr>(ar, s.wc, kc, s.part + m * kNc * 8, nn, first);
     }
     for (; m < mm; ++m) {
-      const float* ar[1] = {g.a + (m0 + m) * g.a_stride + k0};
+      const float* ar[1] = {s.ac + m * kKc};
       blocked_row_tile<1>(ar, s.wc, kc, s.part + m * kNc * 8, nn, first);
     }
   }
