@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   vv::cli::CommandContext ctx;
   // Each subcommand registers itself here (service/cli/*_command.cpp).
+  vv::cli::register_inspect(app, ctx);
   vv::cli::register_tokenize(app, ctx);
   CLI11_PARSE(app, argc, argv);
   return ctx.exit_code;
