@@ -42,7 +42,7 @@ void TranscriptAssembler::finish(std::vector<TranscriptEvent>& out) {
   Segment s;
   s.start = 0.0;
   s.end = std::max(0.0, transcript_.duration);
-  s.speaker = "A";
+  s.speaker.assign(1, 'A');
   s.text = text;
   transcript_.text = text;
   transcript_.segments.push_back(std::move(s));
