@@ -1,5 +1,7 @@
 #include "engine/model/tensor_capture.h"
 
+#include "engine/checkpoint/safetensors_writer.h"
+
 namespace vv {
 
 CaptureFn TensorCapture::fn() {
@@ -22,6 +24,23 @@ CaptureFn TensorCapture::fn() {
 const CapturedTensor* TensorCapture::find(const std::string& name) const {
   auto it = tensors_.find(name);
   return it == tensors_.end() ? nullptr : &it->second;
+}
+
+Status TensorCapture::save_safetensors(const std::string& path) const {
+  std::vector<HostTensor> out;
+  for (const auto& [name, t] : tensors_) {
+    HostTensor h;
+    h.name = name;
+    h.data = t.data.data();
+    h.dtype = DType::kF32;
+    if (name == "logits.last" && t.rows == 1) {
+      h.shape = {t.cols};
+    } else {
+      h.shape = {t.rows, t.cols};
+    }
+    out.push_back(std::move(h));
+  }
+  return write_safetensors(path, out, {{"format", "pt"}});
 }
 
 }  // namespace vv

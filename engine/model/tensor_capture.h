@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "config/status.h"
 #include "kernels/backend.h"
 
 namespace vv {
@@ -30,6 +31,9 @@ class TensorCapture {
   const std::map<std::string, CapturedTensor>& tensors() const { return tensors_; }
   const CapturedTensor* find(const std::string& name) const;
   void clear() { tensors_.clear(); }
+  // Writes every captured tensor as F32 to a safetensors file (`--dump`): [rows, cols], except
+  // `logits.last` with one row, stored [vocab] as in golden.safetensors.
+  Status save_safetensors(const std::string& path) const;
 
  private:
   Backend& be_;

@@ -56,9 +56,6 @@ Result<std::vector<std::vector<TokenId>>> Runner::generate_greedy(const std::vec
   for (size_t i = 0; i < requests.size() && status.is_ok(); ++i) {
     seqs[i].req = &requests[i];
     if (requests[i].prompt.empty()) status = invalid_argument("request " + std::to_string(i) + " has an empty prompt");
-    if (status.is_ok()) {
-      status = kv_->reserve(seqs[i].blocks, static_cast<int64_t>(requests[i].prompt.size()) + requests[i].max_new_tokens);
-    }
     seqs[i].done = requests[i].max_new_tokens <= 0;
   }
   while (status.is_ok()) {
@@ -71,7 +68,6 @@ Result<std::vector<std::vector<TokenId>>> Runner::generate_greedy(const std::vec
       const auto& prompt = s.req->prompt;
       SequenceRows rows;
       rows.start_pos = s.pos;
-      rows.blocks = s.blocks;
       rows.speech = s.req->speech;
       rows.speech_begin = s.speech_used;
       const int64_t plen = static_cast<int64_t>(prompt.size());
@@ -83,11 +79,15 @@ Result<std::vector<std::vector<TokenId>>> Runner::generate_greedy(const std::vec
         rows.ids.push_back(s.out.back());
         rows.want_output = true;
       }
+      // Blocks are taken as the sequence grows, not for its whole budget up front.
+      status = kv_->reserve(s.blocks, s.pos + static_cast<int64_t>(rows.ids.size()));
+      if (!status.is_ok()) break;
+      rows.blocks = s.blocks;
       budget -= static_cast<int64_t>(rows.ids.size());
       plan.seqs.push_back(std::move(rows));
       who.push_back(i);
     }
-    if (who.empty()) break;
+    if (!status.is_ok() || who.empty()) break;
     auto res = execute(plan);
     if (!res.is_ok()) {
       status = res.status();

@@ -55,8 +55,8 @@ class Runner {
   Result<StepOutput> execute(const StepPlan& plan);
 
   // Runs the requests together (prefill chunks and decode rows of all of them in each step until
-  // every one is done) and returns each one's generated ids. KV blocks are taken at the start and
-  // given back at the end.
+  // every one is done) and returns each one's generated ids. KV blocks are taken as sequences grow
+  // and all given back at the end (also on error; a pool that runs dry is kResourceExhausted).
   Result<std::vector<std::vector<TokenId>>> generate_greedy(const std::vector<GreedyRequest>& requests);
   Result<std::vector<TokenId>> generate_greedy(const GreedyRequest& request);
 

@@ -62,3 +62,34 @@ TEST(SpeechConnector, WrongWeightShapeIsRefusedNamingTheTensor) {
 
 }  // namespace
 }  // namespace vv::test
+
+namespace vv::test {
+namespace {
+
+TEST(TensorCapture, SavedDumpReadsBackWithNamesShapesAndValues) {
+  auto be = cpu_backend(1);
+  TensorCapture cap(*be);
+  DeviceTensor a = alloc_f32(*be, 3, 4);
+  std::vector<float> v(12);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = 0.5f * static_cast<float>(i);
+  be->upload(a.buf.data(), v.data(), v.size() * sizeof(float));
+  CaptureFn fn = cap.fn();
+  fn("hidden.0", a.t.row_slice(0, 2));
+  fn("hidden.0", a.t.row_slice(2, 1));  // a second chunk appends rows
+  fn("logits.last", a.t.row_slice(1, 1));
+  const std::string path = make_temp_dir("vv_dump") + "/dump.safetensors";
+  ASSERT_TRUE(cap.save_safetensors(path).is_ok());
+  auto st = SafetensorsArchive::open_file(path);
+  ASSERT_TRUE(st.is_ok()) << st.status().to_string();
+  auto h = (*st)->find("hidden.0");
+  ASSERT_TRUE(h.has_value());
+  EXPECT_EQ(h->shape, (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(std::memcmp(h->data, v.data(), v.size() * sizeof(float)), 0);
+  auto l = (*st)->find("logits.last");
+  ASSERT_TRUE(l.has_value());
+  EXPECT_EQ(l->shape, (std::vector<int64_t>{4}));
+  EXPECT_EQ(static_cast<const float*>(l->data)[0], 2.0f);
+}
+
+}  // namespace
+}  // namespace vv::test
