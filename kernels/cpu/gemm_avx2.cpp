@@ -25,6 +25,14 @@
 namespace vv::avx2 {
 namespace {
 
+// Tile sizes (tuned on a 2-core AMD EPYC, AVX2; see CHANGELOG for figures).
+constexpr int64_t kPrefetch = 256;  // direct path: elements of each w row prefetched ahead
+constexpr int64_t kMc = 96;         // blocked path: rows of a per task
+constexpr int64_t kNc = 48;         // blocked path: rows of w per task
+constexpr int64_t kKc = 512;        // blocked path: k per chunk (multiple of 8)
+constexpr int kMr = 4;              // blocked path register tile: rows of a
+constexpr int kNr = 3;              // blocked path register tile: rows of w
+
 template <DType WT>
 inline __m256 load_w8(const void* w, int64_t k) {
   if constexpr (WT == DType::kBF16) {
@@ -85,8 +93,13 @@ inline const void* w_row(const GemmArgs& g, int64_t n) {
 
 // ---- direct path -------------------------------------------------------------------------------
 
+constexpr int64_t kDirectNb = 24;   // rows of w per block
+constexpr int64_t kDirectKc = 512;  // k per chunk: the chunk of a (≤ 8 rows) stays in L1
+
+// Partial sums of (m, n) of the current w block live in part[(m·kDirectNb + n)·8 .. +8] between chunks.
 template <DType WT, int MR, int NR>
-void direct_tile(const GemmArgs& g, int64_t m0, int64_t n0) {
+void direct_tile(const GemmArgs& g, int64_t m0, int64_t n0, int64_t nrel, int64_t k0, int64_t kc, float* part,
+                 bool first) {
   __m256 acc[MR][NR];
   const float* ar[MR];
   const void* wr[NR];
@@ -94,61 +107,67 @@ void direct_tile(const GemmArgs& g, int64_t m0, int64_t n0) {
   for (int m = 0; m < MR; ++m) {
     ar[m] = g.a + (m0 + m) * g.a_stride;
 #pragma GCC unroll 8
-    for (int n = 0; n < NR; ++n) acc[m][n] = _mm256_setzero_ps();
+    for (int n = 0; n < NR; ++n)
+      acc[m][n] = first ? _mm256_setzero_ps() : _mm256_load_ps(part + ((m0 + m) * kDirectNb + nrel + n) * 8);
   }
 #pragma GCC unroll 8
   for (int n = 0; n < NR; ++n) wr[n] = w_row<WT>(g, n0 + n);
-  for (int64_t k = 0; k < g.k8; k += 8) {
+  for (int64_t k = k0; k < k0 + kc; k += 8) {
     __m256 av[MR];
 #pragma GCC unroll 8
     for (int m = 0; m < MR; ++m) av[m] = _mm256_loadu_ps(ar[m] + k);
 #pragma GCC unroll 8
     for (int n = 0; n < NR; ++n) {
+      _mm_prefetch(static_cast<const char*>(wr[n]) + (k + kPrefetch) * static_cast<int64_t>(dtype_size(WT)),
+                   _MM_HINT_T0);
       const __m256 wv = load_w8<WT>(wr[n], k);
 #pragma GCC unroll 8
       for (int m = 0; m < MR; ++m) acc[m][n] = _mm256_fmadd_ps(av[m], wv, acc[m][n]);
     }
   }
+#pragma GCC unroll 8
   for (int m = 0; m < MR; ++m)
-    for (int n = 0; n < NR; ++n)
-      finish<WT>(acc[m][n], ar[m], wr[n], g.k8, g.K, g.bias, n0 + n, g.ep, g.out + (m0 + m) * g.out_stride + n0 + n);
+#pragma GCC unroll 8
+    for (int n = 0; n < NR; ++n) _mm256_store_ps(part + ((m0 + m) * kDirectNb + nrel + n) * 8, acc[m][n]);
 }
 
 template <DType WT, int MR>
-void direct_rows(const GemmArgs& g, int64_t m0, int64_t n0, int64_t n1) {
-  constexpr int NR = MR == 1 ? 8 : MR == 2 ? 6 : 4;
-  int64_t n = n0;
-  for (; n + NR <= n1; n += NR) direct_tile<WT, MR, NR>(g, m0, n);
-  for (; n < n1; ++n) direct_tile<WT, MR, 1>(g, m0, n);
+void direct_rows(const GemmArgs& g, int64_t m0, int64_t nb, int64_t ne, int64_t k0, int64_t kc, float* part,
+                 bool first) {
+  constexpr int NR = MR == 1 ? 8 : MR == 2 ? 6 : MR == 3 ? 4 : 2;
+  int64_t n = nb;
+  for (; n + NR <= ne; n += NR) direct_tile<WT, MR, NR>(g, m0, n, n - nb, k0, kc, part, first);
+  for (; n < ne; ++n) direct_tile<WT, MR, 1>(g, m0, n, n - nb, k0, kc, part, first);
 }
 
 template <DType WT>
 void direct_block(const GemmArgs& g, int64_t n0, int64_t n1) {
-  // Rows in tiles of ≤3; a block of w rows stays in L2 while the row tiles pass over it.
-  constexpr int64_t kNb = 24;
-  for (int64_t nb = n0; nb < n1; nb += kNb) {
-    const int64_t ne = std::min(n1, nb + kNb);
-    int64_t m = 0;
-    for (; m + 3 <= g.M; m += 3) direct_rows<WT, 3>(g, m, nb, ne);
-    if (g.M - m == 2) direct_rows<WT, 2>(g, m, nb, ne);
-    if (g.M - m == 1) direct_rows<WT, 1>(g, m, nb, ne);
+  // Row tiles of ≤4 pass over a block of w rows one K chunk at a time.
+  alignas(32) float part[8 * kDirectNb * 8];
+  for (int64_t nb = n0; nb < n1; nb += kDirectNb) {
+    const int64_t ne = std::min(n1, nb + kDirectNb);
+    for (int64_t k0 = 0; k0 < g.k8; k0 += kDirectKc) {
+      const int64_t kc = std::min(kDirectKc, g.k8 - k0);
+      const bool first = k0 == 0;
+      int64_t m = 0;
+      for (; m + 4 <= g.M; m += 4) direct_rows<WT, 4>(g, m, nb, ne, k0, kc, part, first);
+      switch (g.M - m) {
+        case 3: direct_rows<WT, 3>(g, m, nb, ne, k0, kc, part, first); break;
+        case 2: direct_rows<WT, 2>(g, m, nb, ne, k0, kc, part, first); break;
+        case 1: direct_rows<WT, 1>(g, m, nb, ne, k0, kc, part, first); break;
+        default: break;
+      }
+    }
+    if (g.k8 == 0) std::memset(part, 0, sizeof(part));
+    for (int64_t m = 0; m < g.M; ++m)
+      for (int64_t n = nb; n < ne; ++n)
+        finish<WT>(_mm256_load_ps(part + (m * kDirectNb + n - nb) * 8), g.a + m * g.a_stride, w_row<WT>(g, n), g.k8,
+                   g.K, g.bias, n, g.ep, g.out + m * g.out_stride + n);
   }
 }
 
 // ---- blocked path ------------------------------------------------------------------------------
 
-#ifndef VV_GEMM_MC
-#define VV_GEMM_MC 96
-#define VV_GEMM_NC 48
-#define VV_GEMM_KC 512
-#define VV_GEMM_MR 4
-#define VV_GEMM_NR 3
-#endif
-constexpr int64_t kMc = VV_GEMM_MC;  // rows of a per task
-constexpr int64_t kNc = VV_GEMM_NC;  // rows of w per task
-constexpr int64_t kKc = VV_GEMM_KC;  // k per chunk (multiple of 8)
-constexpr int kMr = VV_GEMM_MR;      // register tile: rows of a
-constexpr int kNr = VV_GEMM_NR;      // register tile: rows of w
 
 // Partial sums of (m, n): part[(m·kNc + n)·8 .. +8].
 template <int MR, int NR>
