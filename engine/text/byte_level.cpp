@@ -40,7 +40,7 @@ std::string to_bytes(std::string_view spelled) {
   out.reserve(spelled.size());
   for (std::size_t i = 0; i < spelled.size();) {
     std::size_t start = i;
-    char32_t cp = utf8::next(spelled, i);
+    char32_t cp = text_utf8::next(spelled, i);
     if (auto b = byte_of_char(cp)) {
       out.push_back(static_cast<char>(*b));
     } else {
@@ -53,7 +53,7 @@ std::string to_bytes(std::string_view spelled) {
 std::string to_spelling(std::string_view bytes) {
   std::string out;
   out.reserve(bytes.size() * 2);
-  for (char c : bytes) utf8::append(out, char_of_byte(static_cast<std::uint8_t>(c)));
+  for (char c : bytes) text_utf8::append(out, char_of_byte(static_cast<std::uint8_t>(c)));
   return out;
 }
 

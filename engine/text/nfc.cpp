@@ -105,7 +105,7 @@ bool is_nfc_quick(std::string_view s) {
       i += b < 0x80 ? 1 : 2;
       continue;
     }
-    if (d.may_change(utf8::next(s, i))) return false;
+    if (d.may_change(text_utf8::next(s, i))) return false;
   }
   return true;
 }
@@ -114,7 +114,7 @@ void append_nfc(std::string& out, std::string_view s) {
   const NfcData& d = data();
   std::vector<char32_t> buf;
   buf.reserve(s.size());
-  for (std::size_t i = 0; i < s.size();) d.decompose(utf8::next(s, i), buf);
+  for (std::size_t i = 0; i < s.size();) d.decompose(text_utf8::next(s, i), buf);
   // Canonical ordering: stable sort each run of non-starters by combining class.
   for (std::size_t i = 0; i < buf.size();) {
     if (d.class_of(buf[i]) == 0) {
@@ -147,7 +147,7 @@ void append_nfc(std::string& out, std::string_view s) {
     }
     buf.resize(kept);
   }
-  for (char32_t cp : buf) utf8::append(out, cp);
+  for (char32_t cp : buf) text_utf8::append(out, cp);
 }
 
 }  // namespace vv::unicode

@@ -52,7 +52,7 @@ void pretokenize(std::string_view text, std::vector<std::string_view>& pieces) {
   chars.clear();
   for (std::size_t i = 0; i < text.size();) {
     std::size_t b = i;
-    char32_t cp = utf8::next(text, i);
+    char32_t cp = text_utf8::next(text, i);
     chars.push_back({b, i, cp, classify(cp)});
   }
   const std::size_t n = chars.size();

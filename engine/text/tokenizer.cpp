@@ -44,7 +44,7 @@ Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Tokenizer::~Tokenizer() = default;
 
 Result<std::vector<TokenId>> Tokenizer::encode(std::string_view utf8, bool parse_special) const {
-  if (auto bad = utf8::first_invalid(utf8)) {
+  if (auto bad = text_utf8::first_invalid(utf8)) {
     return invalid_argument("text to encode: invalid UTF-8 at byte offset " + std::to_string(*bad));
   }
   std::vector<TokenId> out;
@@ -83,7 +83,7 @@ std::string Tokenizer::decode(std::span<const TokenId> ids, bool skip_special) c
   }
   std::string out;
   out.reserve(bytes.size());
-  utf8::append_lossy(out, bytes);
+  text_utf8::append_lossy(out, bytes);
   return out;
 }
 

@@ -2,7 +2,7 @@
 
 #include <cstdint>
 
-namespace vv::utf8 {
+namespace vv::text_utf8 {
 namespace {
 
 // Number of bytes of the sequence a lead byte starts (0: not a valid lead).
@@ -139,4 +139,4 @@ std::size_t incomplete_tail(std::string_view s) {
   return 0;
 }
 
-}  // namespace vv::utf8
+}  // namespace vv::text_utf8

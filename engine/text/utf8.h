@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-namespace vv::utf8 {
+namespace vv::text_utf8 {
 
 // Appends cp (must be a Unicode scalar value) as UTF-8.
 void append(std::string& out, char32_t cp);
@@ -24,4 +24,4 @@ void append_lossy(std::string& out, std::string_view bytes);
 // second-byte limits); 0 when s ends on a complete or invalid sequence.
 std::size_t incomplete_tail(std::string_view s);
 
-}  // namespace vv::utf8
+}  // namespace vv::text_utf8
