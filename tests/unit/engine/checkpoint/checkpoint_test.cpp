@@ -103,6 +103,49 @@ TEST(Checkpoint, OriginalLayoutBindsByteIdenticalTensors) {
   expect_same_weights(*hf, *orig);
 }
 
+TEST(Checkpoint, OriginalLayoutSplitIntoShardsBindsByteIdenticalTensors) {
+  const std::string one = test::original_layout_dir();
+  ASSERT_FALSE(one.empty());
+  auto src = SafetensorsArchive::open_dir(one);
+  ASSERT_TRUE(src.is_ok());
+  const std::string dir = test::make_temp_dir("ckpt-shards");
+  std::filesystem::copy_file(one + "/config.json", dir + "/config.json");
+  std::vector<HostTensor> shard[3];
+  std::string index = R"({"metadata": {}, "weight_map": {)";
+  size_t i = 0;
+  for (const auto& name : (*src)->names()) {
+    const size_t k = i % 3;
+    shard[k].push_back(*(*src)->find(name));
+    index += std::string(i ? "," : "") + "\"" + name + "\": \"model-0000" + std::to_string(k + 1) + "-of-00003.safetensors\"";
+    ++i;
+  }
+  index += "}}";
+  for (size_t k = 0; k < 3; ++k)
+    ASSERT_TRUE(write_safetensors(dir + "/model-0000" + std::to_string(k + 1) + "-of-00003.safetensors", shard[k]).is_ok());
+  test::write_file(dir + "/model.safetensors.index.json", index);
+  auto sharded = open_ok(dir);
+  auto hf = open_ok(test::golden_hf_dir());
+  ASSERT_NE(sharded, nullptr);
+  ASSERT_NE(hf, nullptr);
+  expect_same_weights(*hf, *sharded);
+}
+
+TEST(Checkpoint, HostTensorViewIsTwoDimensionalOrAVector) {
+  auto c = open_ok(test::golden_hf_dir());
+  ASSERT_NE(c, nullptr);
+  const HostTensor& conv = c->weights().acoustic.down_w[0];  // [C1, C0, 2r]
+  ASSERT_EQ(conv.shape.size(), 3u);
+  const Tensor v = conv.view();
+  EXPECT_EQ(v.ndim, 2);
+  EXPECT_EQ(v.rows(), conv.shape[0]);
+  EXPECT_EQ(v.cols(), conv.shape[1] * conv.shape[2]);
+  EXPECT_EQ(v.data, conv.data);
+  EXPECT_EQ(v.dtype, conv.dtype);
+  const Tensor b = c->weights().acoustic.down_b[0].view();
+  EXPECT_EQ(b.ndim, 1);
+  EXPECT_EQ(b.numel(), conv.shape[0]);
+}
+
 TEST(Checkpoint, NamesJsonAgreesWithTheBuiltInNormalisation) {
   const auto map = names_json();
   ASSERT_FALSE(map.empty());
