@@ -1,9 +1,11 @@
-// AVX2 paged attention: per (row, query head), keys are visited in blocks of 64 positions with an
-// online (flash-style) f32 softmax: scores of a block, its max, one rescale of the running sum and
-// output, then exp(s − max)·v accumulated. Memory is O(head_dim) per task whatever the context.
+// AVX2 paged attention: per row and group of query heads sharing a kv head (each k/v row loaded
+// once for the group), keys are visited in blocks of 64 positions with an online (flash-style) f32
+// softmax: scores of a block, its max, one rescale of the running sum and output, then
+// exp(s − max)·v accumulated. Memory is O(group·head_dim) per task whatever the context.
 // The order of every sum is fixed by (row, head) alone, so results are deterministic.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/cpu/avx2_ops.h"
@@ -14,6 +16,8 @@ namespace {
 
 constexpr int kMaxHeadDim = 512;
 constexpr int kBlock = 64;
+constexpr int kMaxGroup = 16;             // query heads processed together
+constexpr int kMaxGroupFloats = 16 * 128;  // their output accumulators
 
 template <DType T>
 inline __m256 load8(const void* p, int64_t i) {
@@ -33,50 +37,69 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
 }
 
+// Query heads [h0, h0+G) of one row, all sharing one kv head: each key/value row is loaded once
+// for the G heads. Per head the arithmetic is the same whatever G is.
 template <DType KT, DType VT>
-void attend_one(const float* q, const AttentionRows& rows, const KvLayer& cache, int32_t seq, int32_t pos,
-                int64_t kv_off, int D, float scale, float* out) {
+void attend_group(const float* q_row, int h0, int G, const AttentionRows& rows, const KvLayer& cache, int32_t seq,
+                  int32_t pos, int64_t kv_off, int D, float scale, float* out_row) {
   const int d8 = D / 8 * 8;
   const size_t kes = dtype_size(KT), ves = dtype_size(VT);
-  alignas(32) float acc[kMaxHeadDim];
-  for (int d = 0; d < D; ++d) acc[d] = 0.0f;
-  float run_max = -INFINITY, run_sum = 0.0f;
-  float s[kBlock];
+  alignas(32) float acc[kMaxGroupFloats];
+  for (int i = 0; i < G * D; ++i) acc[i] = 0.0f;
+  float run_max[kMaxGroup], run_sum[kMaxGroup], s[kMaxGroup][kBlock];
+  for (int g = 0; g < G; ++g) run_max[g] = -INFINITY, run_sum[g] = 0.0f;
   const int64_t L = static_cast<int64_t>(pos) + 1;
+  const int64_t bs = rows.block_size;
+  const int32_t* table = rows.block_tables.ptr<const int32_t>() + seq * rows.block_tables.row_stride();
   for (int64_t j0 = 0; j0 < L; j0 += kBlock) {
     const int nb = static_cast<int>(std::min<int64_t>(kBlock, L - j0));
     const void* vrow[kBlock];
-    float bmax = -INFINITY;
+    float bmax[kMaxGroup];
+    for (int g = 0; g < G; ++g) bmax[g] = -INFINITY;
     for (int j = 0; j < nb; ++j) {
-      const int64_t slot = ref::kv_slot(rows, seq, static_cast<int32_t>(j0 + j));
+      const int64_t p = j0 + j;
+      const int64_t slot = static_cast<int64_t>(table[p / bs]) * bs + p % bs;
       const char* kr = static_cast<const char*>(cache.k.data) + (slot * cache.k.row_stride() + kv_off) * kes;
       vrow[j] = static_cast<const char*>(cache.v.data) + (slot * cache.v.row_stride() + kv_off) * ves;
-      __m256 dot = _mm256_setzero_ps();
-      for (int d = 0; d < d8; d += 8) dot = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), load8<KT>(kr, d), dot);
-      float sc = hsum(dot);
-      for (int d = d8; d < D; ++d) sc += q[d] * ref::load_as_f32(kr, KT, d);
-      sc *= scale;
-      s[j] = sc;
-      bmax = std::max(bmax, sc);
+      for (int g = 0; g < G; ++g) {
+        const float* q = q_row + static_cast<int64_t>(h0 + g) * D;
+        __m256 dot = _mm256_setzero_ps();
+        for (int d = 0; d < d8; d += 8) dot = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), load8<KT>(kr, d), dot);
+        float sc = hsum(dot);
+        for (int d = d8; d < D; ++d) sc += q[d] * ref::load_as_f32(kr, KT, d);
+        sc *= scale;
+        s[g][j] = sc;
+        bmax[g] = std::max(bmax[g], sc);
+      }
     }
-    const float new_max = std::max(run_max, bmax);
-    const float corr = std::exp(run_max - new_max);  // 0 on the first block
-    run_sum *= corr;
-    const __m256 c8 = _mm256_set1_ps(corr);
-    for (int d = 0; d < d8; d += 8) _mm256_store_ps(acc + d, _mm256_mul_ps(_mm256_load_ps(acc + d), c8));
-    for (int d = d8; d < D; ++d) acc[d] *= corr;
+    for (int g = 0; g < G; ++g) {
+      float* ag = acc + g * D;
+      const float new_max = std::max(run_max[g], bmax[g]);
+      const float corr = std::exp(run_max[g] - new_max);  // 0 on the first block
+      run_sum[g] *= corr;
+      const __m256 c8 = _mm256_set1_ps(corr);
+      for (int d = 0; d < d8; d += 8) _mm256_storeu_ps(ag + d, _mm256_mul_ps(_mm256_loadu_ps(ag + d), c8));
+      for (int d = d8; d < D; ++d) ag[d] *= corr;
+      for (int j = 0; j < nb; ++j) s[g][j] = std::exp(s[g][j] - new_max);
+      run_max[g] = new_max;
+    }
     for (int j = 0; j < nb; ++j) {
-      const float p = std::exp(s[j] - new_max);
-      run_sum += p;
-      const __m256 p8 = _mm256_set1_ps(p);
-      for (int d = 0; d < d8; d += 8)
-        _mm256_store_ps(acc + d, _mm256_fmadd_ps(p8, load8<VT>(vrow[j], d), _mm256_load_ps(acc + d)));
-      for (int d = d8; d < D; ++d) acc[d] += p * ref::load_as_f32(vrow[j], VT, d);
+      for (int g = 0; g < G; ++g) {
+        float* ag = acc + g * D;
+        const float p = s[g][j];
+        run_sum[g] += p;
+        const __m256 p8 = _mm256_set1_ps(p);
+        for (int d = 0; d < d8; d += 8)
+          _mm256_storeu_ps(ag + d, _mm256_fmadd_ps(p8, load8<VT>(vrow[j], d), _mm256_loadu_ps(ag + d)));
+        for (int d = d8; d < D; ++d) ag[d] += p * ref::load_as_f32(vrow[j], VT, d);
+      }
     }
-    run_max = new_max;
   }
-  const float inv = 1.0f / run_sum;
-  for (int d = 0; d < D; ++d) out[d] = acc[d] * inv;
+  for (int g = 0; g < G; ++g) {
+    const float inv = 1.0f / run_sum[g];
+    float* o = out_row + static_cast<int64_t>(h0 + g) * D;
+    for (int d = 0; d < D; ++d) o[d] = acc[g * D + d] * inv;
+  }
 }
 
 template <DType KT, DType VT>
@@ -86,10 +109,14 @@ void attend(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, co
   const int group = shape.heads / shape.kv_heads;
   for (int64_t r = 0; r < q.rows(); ++r) {
     const int32_t seq = rows.row_seq.ptr<const int32_t>()[r], pos = rows.row_pos.ptr<const int32_t>()[r];
-    for (int h = head_begin; h < head_end; ++h) {
-      attend_one<KT, VT>(q.ptr<const float>() + r * q.row_stride() + static_cast<int64_t>(h) * D, rows, cache, seq,
-                         pos, static_cast<int64_t>(h / group) * D, D, shape.scale,
-                         out.ptr<float>() + r * out.row_stride() + static_cast<int64_t>(h) * D);
+    // Runs of consecutive heads that share a kv head, at most kMaxGroup heads and kMaxGroupFloats floats.
+    for (int h = head_begin; h < head_end;) {
+      const int kv = h / group;
+      int G = std::min({head_end, (kv + 1) * group, h + kMaxGroup}) - h;
+      G = std::max(1, std::min(G, kMaxGroupFloats / D));
+      attend_group<KT, VT>(q.ptr<const float>() + r * q.row_stride(), h, G, rows, cache, seq, pos,
+                           static_cast<int64_t>(kv) * D, D, shape.scale, out.ptr<float>() + r * out.row_stride());
+      h += G;
     }
   }
 }

@@ -181,19 +181,22 @@ class CpuBackend final : public Backend {
 
   void paged_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, const AttentionShape& shape,
                        Tensor& out) override {
-    const int64_t H = shape.heads;
-    pool_.parallel_for(q.rows() * H, 1, [&](int64_t b, int64_t e) {
+    // Tasks are (row, head) for the reference, (row, kv head) for AVX2, which loads each k/v row
+    // once for all the query heads that share it.
+    const int64_t per_row = isa_ == Isa::kAvx2 ? shape.kv_heads : shape.heads;
+    const int heads_per_task = static_cast<int>(shape.heads / per_row);
+    pool_.parallel_for(q.rows() * per_row, 1, [&](int64_t b, int64_t e) {
       for (int64_t t = b; t < e; ++t) {
-        const int64_t r = t / H;
-        const int h = static_cast<int>(t % H);
+        const int64_t r = t / per_row;
+        const int h = static_cast<int>(t % per_row) * heads_per_task;
         AttentionRows rs = rows;
         rs.row_seq = vec_slice(rows.row_seq, r, 1);
         rs.row_pos = vec_slice(rows.row_pos, r, 1);
         Tensor o = out.row_slice(r, 1);
         if (isa_ == Isa::kAvx2) {
-          avx2::paged_attention(q.row_slice(r, 1), rs, cache, shape, o, h, h + 1);
+          avx2::paged_attention(q.row_slice(r, 1), rs, cache, shape, o, h, h + heads_per_task);
         } else {
-          ref::paged_attention(q.row_slice(r, 1), rs, cache, shape, o, h, h + 1);
+          ref::paged_attention(q.row_slice(r, 1), rs, cache, shape, o, h, h + heads_per_task);
         }
       }
     });

@@ -49,8 +49,6 @@ void run(benchmark::State& state, int64_t M, int64_t N, int64_t K) {
     be.gemm(a, w, nullptr, out, vv::Epilogue::kNone);
     benchmark::DoNotOptimize(o.out.data());
   }
-  const double secs_per_iter = 1.0;  // rates below are per second of iteration time
-  (void)secs_per_iter;
   const double bytes = double(N) * K * 2 + double(M) * K * 4 + double(M) * N * 4;
   const double flops = 2.0 * M * N * K;
   state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
@@ -70,6 +68,37 @@ BENCHMARK(BM_DecodeGemv_Down_3584x18944)->Unit(benchmark::kMillisecond)->UseReal
 BENCHMARK(BM_DecodeGemv_Batch4_18944x3584)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
 BENCHMARK(BM_PrefillGemm_M512_18944x3584)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);
 BENCHMARK(BM_PrefillGemm_M512_3584x18944)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);
+
+// Decode attention: one row at position L−1 over a bf16 paged cache, 28 query / 4 kv heads of 128.
+void BM_DecodeAttention_28x4x128_Bf16(benchmark::State& state) {
+  const int heads = 28, kv_heads = 4, D = 128, bs = 64;
+  const int L = static_cast<int>(state.range(0));
+  vv::Backend& be = backend();
+  const int blocks = (L + bs - 1) / bs;
+  vv::Buffer kc = be.allocate(int64_t{blocks} * bs * kv_heads * D * 2), vc = be.allocate(kc.bytes());
+  vv::Buffer q = be.allocate(heads * D * 4), out = be.allocate(heads * D * 4);
+  std::vector<int32_t> table(blocks), seq = {0}, pos = {L - 1};
+  for (int i = 0; i < blocks; ++i) table[i] = i;
+  std::mt19937 rng(2);
+  std::uniform_real_distribution<float> d(-1, 1);
+  for (size_t i = 0; i < kc.bytes() / 2; ++i) {
+    static_cast<uint16_t*>(kc.data())[i] = vv::f32_to_bf16(d(rng));
+    static_cast<uint16_t*>(vc.data())[i] = vv::f32_to_bf16(d(rng));
+  }
+  for (int i = 0; i < heads * D; ++i) static_cast<float*>(q.data())[i] = d(rng);
+  vv::KvLayer cache{kc.matrix(vv::DType::kBF16, int64_t{blocks} * bs, kv_heads * D),
+                    vc.matrix(vv::DType::kBF16, int64_t{blocks} * bs, kv_heads * D)};
+  vv::AttentionRows rows{vv::Tensor::vector(seq.data(), vv::DType::kI32, 1),
+                         vv::Tensor::vector(pos.data(), vv::DType::kI32, 1),
+                         vv::Tensor::matrix(table.data(), vv::DType::kI32, 1, blocks), bs};
+  vv::AttentionShape shape{heads, kv_heads, D, 1.0f / std::sqrt(128.0f)};
+  vv::Tensor qt = q.matrix(vv::DType::kF32, 1, heads * D), ot = out.matrix(vv::DType::kF32, 1, heads * D);
+  for (auto _ : state) be.paged_attention(qt, rows, cache, shape, ot);
+  const double bytes = 2.0 * L * kv_heads * D * 2;
+  state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["x_triad"] = benchmark::Counter(bytes * 1e-9 / g_triad_gbps, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_DecodeAttention_28x4x128_Bf16)->Arg(1024)->Arg(8192)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 }  // namespace
 

@@ -173,6 +173,7 @@ TEST(Ops, PagedAttentionMatchesDenseAttentionOverSequencesBlocksAndGqa) {
       {6, 3, 12, 16, {40, 17, 1}, DType::kBF16},
       {7, 1, 64, 16, {150}, DType::kF16},
       {28, 4, 128, 64, {70, 3}, DType::kBF16},
+      {20, 1, 8, 4, {30, 2}, DType::kF32},  // a group larger than the AVX2 kernel's 16 heads at once
   };
   for (Isa isa : isas()) {
     auto be = backend(isa);
