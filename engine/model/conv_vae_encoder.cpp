@@ -15,12 +15,34 @@ Tensor f32_rows(void* base, int64_t row0, int64_t rows, int64_t cols) {
 
 }  // namespace
 
+void EncoderWorkspace::need(int64_t st, int64_t ac, int64_t ff, int64_t sc, int64_t no) {
+  stage = std::max(stage, st);
+  act = std::max(act, ac);
+  ffn = std::max(ffn, ff);
+  scratch = std::max(scratch, sc);
+  noise = std::max(noise, no);
+}
+
+void EncoderWorkspace::allocate(Backend& be) {
+  ping = alloc_f32(be, 1, stage);
+  pong = alloc_f32(be, 1, stage);
+  u = alloc_f32(be, 1, act);
+  v = alloc_f32(be, 1, act);
+  ffn_h = alloc_f32(be, 1, ffn);
+  scratch_buf = alloc_f32(be, 1, scratch);
+  noise_buf = alloc_f32(be, 1, noise);
+  allocated = true;
+}
+
 Result<std::unique_ptr<ConvVaeEncoder>> ConvVaeEncoder::create(Backend& be, const EncoderSpec& spec,
                                                                const EncoderWeights& w, int64_t max_segment,
-                                                               std::string name) {
+                                                               std::string name,
+                                                               std::shared_ptr<EncoderWorkspace> shared) {
   std::unique_ptr<ConvVaeEncoder> e(new ConvVaeEncoder(be, spec));
   e->name_ = std::move(name);
+  e->ws_ = shared ? std::move(shared) : std::make_shared<EncoderWorkspace>();
   VV_RETURN_IF_ERROR(e->load(w, max_segment));
+  if (!e->ws_->allocated && e->ws_.use_count() == 1) e->ws_->allocate(be);
   return e;
 }
 
@@ -125,13 +147,8 @@ Status ConvVaeEncoder::load(const EncoderWeights& w, int64_t max_segment) {
     for (const Block& b : stages_[s]) scratch_rows = std::max<int64_t>(scratch_rows, b.mixer_w.t.cols() - 1);
   }
   ffn_tile_elems_ = ffn;
-  ping_ = alloc_f32(be_, 1, stage_buf);
-  pong_ = alloc_f32(be_, 1, stage_buf);
-  u_ = alloc_f32(be_, 1, act);
-  v_ = alloc_f32(be_, 1, act);
-  ffn_h_ = alloc_f32(be_, 1, ffn);
-  scratch_ = alloc_f32(be_, std::max<int64_t>(scratch_rows, 1), scratch_cols);
-  noise_ = alloc_f32(be_, max_segment_ / hop_, spec_.vae_dim);
+  ws_->need(stage_buf, act, ffn, std::max<int64_t>(scratch_rows, 1) * scratch_cols,
+            max_segment_ / hop_ * spec_.vae_dim);
   return Status::ok();
 }
 
@@ -191,7 +208,7 @@ void ConvVaeEncoder::update_history(Tensor& history, const Tensor& u) {
     be_.copy(u.row_slice(t - k1, k1), history);
     return;
   }
-  Tensor tmp = Tensor::matrix(scratch_.buf.data(), DType::kF32, k1, history.cols());
+  Tensor tmp = Tensor::matrix(ws_->scratch_buf.buf.data(), DType::kF32, k1, history.cols());
   Tensor keep = tmp.row_slice(0, k1 - t);
   be_.copy(history.row_slice(t, k1 - t), keep);
   Tensor fresh = tmp.row_slice(k1 - t, t);
@@ -202,8 +219,8 @@ void ConvVaeEncoder::update_history(Tensor& history, const Tensor& u) {
 void ConvVaeEncoder::run_block(const Block& b, Tensor& history, Tensor& x) {
   const int64_t t = x.rows(), c = b.channels;
   const float eps = spec_.rms_norm_eps;
-  Tensor u = Tensor::matrix(u_.buf.data(), DType::kF32, t, c);
-  Tensor v = Tensor::matrix(v_.buf.data(), DType::kF32, t, c);
+  Tensor u = Tensor::matrix(ws_->u.buf.data(), DType::kF32, t, c);
+  Tensor v = Tensor::matrix(ws_->v.buf.data(), DType::kF32, t, c);
   // Mixer branch: x += gamma ⊙ dwconv(RMSNorm(x)).
   be_.rms_norm(x, b.norm.t, eps, u);
   be_.depthwise_conv1d_causal(u, history, b.mixer_w.t, b.mixer_b.t, v);
@@ -215,7 +232,7 @@ void ConvVaeEncoder::run_block(const Block& b, Tensor& history, Tensor& x) {
   const int64_t tile = std::max<int64_t>(1, ffn_tile_elems_ / e);
   for (int64_t r0 = 0; r0 < t; r0 += tile) {
     const int64_t n = std::min(tile, t - r0);
-    Tensor h = Tensor::matrix(ffn_h_.buf.data(), DType::kF32, n, e);
+    Tensor h = Tensor::matrix(ws_->ffn_h.buf.data(), DType::kF32, n, e);
     be_.gemm(u.row_slice(r0, n), b.fc1_w.t, &b.fc1_b.t, h, Epilogue::kGelu);
     Tensor vt = v.row_slice(r0, n);
     be_.gemm(h, b.fc2_w.t, &b.fc2_b.t, vt, Epilogue::kNone);
@@ -229,7 +246,7 @@ void ConvVaeEncoder::add_noise(EncoderStream& s, Tensor& out) {
   std::vector<float> host(static_cast<size_t>(n));
   std::normal_distribution<float> normal(0.f, 1.f);
   for (float& z : host) z = s.sigma_ * normal(s.rng_);
-  Tensor noise = Tensor::matrix(noise_.buf.data(), DType::kF32, out.rows(), out.cols());
+  Tensor noise = Tensor::matrix(ws_->noise_buf.buf.data(), DType::kF32, out.rows(), out.cols());
   be_.upload(noise.data, host.data(), host.size() * sizeof(float));
   be_.add(out, noise, out);
 }
@@ -243,8 +260,9 @@ Status ConvVaeEncoder::encode_segment(EncoderStream& s, const float* samples, in
     return invalid_argument(name_ + " encoder: output must be F32 [" + std::to_string(n / hop_) + ", " +
                             std::to_string(spec_.vae_dim) + "]");
   }
-  void* cur = ping_.buf.data();
-  void* nxt = pong_.buf.data();
+  if (!ws_->allocated) return internal_error(name_ + " encoder: its shared workspace was never allocated");
+  void* cur = ws_->ping.buf.data();
+  void* nxt = ws_->pong.buf.data();
   // Stem input: the samples after the stem's carried rows.
   be_.upload(static_cast<float*>(cur) + static_cast<int64_t>(stem_.pad()) * stem_.in, samples,
              static_cast<size_t>(n) * sizeof(float));

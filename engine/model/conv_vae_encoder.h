@@ -33,6 +33,17 @@ struct SamplingOptions {
   uint64_t seed = 0;
 };
 
+// Scratch memory for one encode_segment() call, in floats per buffer. Encoders that never run at
+// the same time (the acoustic and semantic encoders of one SpeechEmbedder) share one: each
+// records its needs at create(), then the owner allocates once.
+struct EncoderWorkspace {
+  int64_t stage = 0, act = 0, ffn = 0, scratch = 0, noise = 0;
+  DeviceTensor ping, pong, u, v, ffn_h, scratch_buf, noise_buf;
+  bool allocated = false;
+  void need(int64_t st, int64_t ac, int64_t ff, int64_t sc, int64_t no);
+  void allocate(Backend& be);
+};
+
 // The carried state of one clip through one encoder: the last (K − stride) input rows of every
 // conv and the last K−1 normalised rows of every depthwise mixer; zeros at the start.
 class EncoderStream {
@@ -53,10 +64,12 @@ class EncoderStream {
 class ConvVaeEncoder {
  public:
   // max_segment: the longest segment (samples) one encode_segment() call takes; rounded up to a
-  // multiple of the hop. 0 = spec.chunk_size of the model (the caller passes it).
+  // multiple of the hop. shared: a workspace shared with other encoders, which the caller
+  // allocates after creating all of them; null = the encoder allocates its own.
   static Result<std::unique_ptr<ConvVaeEncoder>> create(Backend& be, const EncoderSpec& spec,
                                                         const EncoderWeights& w, int64_t max_segment,
-                                                        std::string name);
+                                                        std::string name,
+                                                        std::shared_ptr<EncoderWorkspace> shared = nullptr);
 
   const EncoderSpec& spec() const { return spec_; }
   int hop() const { return hop_; }
@@ -103,7 +116,7 @@ class ConvVaeEncoder {
   std::vector<std::vector<Block>> stages_;
   // Workspace for one segment: two ping-pong stage buffers (each with room for the consuming
   // conv's carried rows in front), the normed/mixed activations, an FFN tile, scratch rows.
-  DeviceTensor ping_, pong_, u_, v_, ffn_h_, scratch_, noise_;
+  std::shared_ptr<EncoderWorkspace> ws_;
   int64_t ffn_tile_elems_ = 0;
 };
 

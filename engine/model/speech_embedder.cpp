@@ -11,8 +11,11 @@ Result<std::unique_ptr<SpeechEmbedder>> SpeechEmbedder::create(Backend& be, cons
   std::unique_ptr<SpeechEmbedder> e(new SpeechEmbedder(be));
   if (max_segment <= 0) max_segment = spec.chunk_size;
   e->hidden_ = spec.decoder.hidden_size;
-  VV_ASSIGN_OR_RETURN(e->acoustic_, ConvVaeEncoder::create(be, spec.acoustic, w.acoustic, max_segment, "acoustic"));
-  VV_ASSIGN_OR_RETURN(e->semantic_, ConvVaeEncoder::create(be, spec.semantic, w.semantic, max_segment, "semantic"));
+  // The two encoders run one after the other: one workspace, sized for the larger of the two.
+  auto ws = std::make_shared<EncoderWorkspace>();
+  VV_ASSIGN_OR_RETURN(e->acoustic_, ConvVaeEncoder::create(be, spec.acoustic, w.acoustic, max_segment, "acoustic", ws));
+  VV_ASSIGN_OR_RETURN(e->semantic_, ConvVaeEncoder::create(be, spec.semantic, w.semantic, max_segment, "semantic", ws));
+  ws->allocate(be);
   if (e->acoustic_->hop() != e->semantic_->hop()) {
     return invalid_argument("acoustic hop " + std::to_string(e->acoustic_->hop()) + " differs from semantic hop " +
                             std::to_string(e->semantic_->hop()));
