@@ -21,6 +21,7 @@
 
 #include "kernels/cpu/avx2_ops.h"
 #include "kernels/cpu/reference_ops.h"
+#include "kernels/cpu/vector_math_avx2.h"
 
 namespace vv::avx2 {
 namespace {
@@ -69,7 +70,7 @@ inline void finish(__m256 acc, const float* a_row, const void* w_row, int64_t k8
   if (bias) v += bias[n];
   switch (ep) {
     case Epilogue::kNone: *out = v; break;
-    case Epilogue::kGelu: *out = ref::gelu_erf(v); break;
+    case Epilogue::kGelu: *out = v; break;  // activated afterwards by gelu_inplace, the same on every path
     case Epilogue::kAddResidual: *out += v; break;
   }
 }
@@ -158,11 +159,13 @@ void direct_block(const GemmArgs& g, int64_t n0, int64_t n1) {
         default: break;
       }
     }
-    if (g.k8 == 0) std::memset(part, 0, sizeof(part));
-    for (int64_t m = 0; m < g.M; ++m)
-      for (int64_t n = nb; n < ne; ++n)
-        finish<WT>(_mm256_load_ps(part + (m * kDirectNb + n - nb) * 8), g.a + m * g.a_stride, w_row<WT>(g, n), g.k8,
-                   g.K, g.bias, n, g.ep, g.out + m * g.out_stride + n);
+    for (int64_t m = 0; m < g.M; ++m) {
+      for (int64_t n = nb; n < ne; ++n) {
+        const __m256 acc = g.k8 ? _mm256_load_ps(part + (m * kDirectNb + n - nb) * 8) : _mm256_setzero_ps();
+        finish<WT>(acc, g.a + m * g.a_stride, w_row<WT>(g, n), g.k8, g.K, g.bias, n, g.ep, g.out + m * g.out_stride + n);
+      }
+      if (g.ep == Epilogue::kGelu) gelu_inplace(g.out + m * g.out_stride + nb, ne - nb);
+    }
   }
 }
 
@@ -252,13 +255,14 @@ void blocked_task(const GemmArgs& g, int64_t m0, int64_t mm, int64_t n0, int64_t
       blocked_row_tile<1>(ar, s.wc, kc, s.part + m * kNc * 8, nn, first);
     }
   }
-  if (g.k8 == 0) std::memset(s.part, 0, sizeof(float) * kMc * kNc * 8);
   for (int64_t m = 0; m < mm; ++m) {
     const float* ar = g.a + (m0 + m) * g.a_stride;
     float* orow = g.out + (m0 + m) * g.out_stride;
-    for (int64_t n = 0; n < nn; ++n)
-      finish<WT>(_mm256_load_ps(s.part + (m * kNc + n) * 8), ar, w_row<WT>(g, n0 + n), g.k8, g.K, g.bias, n0 + n,
-                 g.ep, orow + n0 + n);
+    for (int64_t n = 0; n < nn; ++n) {
+      const __m256 acc = g.k8 ? _mm256_load_ps(s.part + (m * kNc + n) * 8) : _mm256_setzero_ps();
+      finish<WT>(acc, ar, w_row<WT>(g, n0 + n), g.k8, g.K, g.bias, n0 + n, g.ep, orow + n0 + n);
+    }
+    if (g.ep == Epilogue::kGelu) gelu_inplace(orow + n0, nn);
   }
 }
 
