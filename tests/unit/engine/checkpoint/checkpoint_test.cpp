@@ -93,6 +93,7 @@ TEST(Checkpoint, GoldenHfInMemoryNamesBindEveryTensorOfTheSpec) {
 
 TEST(Checkpoint, OriginalLayoutBindsByteIdenticalTensors) {
   const std::string dir = test::original_layout_dir();
+  test::ScopedDir cleanup_dir(dir);
   ASSERT_FALSE(dir.empty());
   auto orig = open_ok(dir);
   auto hf = open_ok(test::golden_hf_dir());
@@ -105,10 +106,12 @@ TEST(Checkpoint, OriginalLayoutBindsByteIdenticalTensors) {
 
 TEST(Checkpoint, OriginalLayoutSplitIntoShardsBindsByteIdenticalTensors) {
   const std::string one = test::original_layout_dir();
+  test::ScopedDir cleanup_one(one);
   ASSERT_FALSE(one.empty());
   auto src = SafetensorsArchive::open_dir(one);
   ASSERT_TRUE(src.is_ok());
   const std::string dir = test::make_temp_dir("ckpt-shards");
+  test::ScopedDir cleanup_dir(dir);
   std::filesystem::copy_file(one + "/config.json", dir + "/config.json");
   std::vector<HostTensor> shard[3];
   std::string index = R"({"metadata": {}, "weight_map": {)";
@@ -154,6 +157,7 @@ TEST(Checkpoint, NamesJsonAgreesWithTheBuiltInNormalisation) {
 
 TEST(Checkpoint, TransformersOnDiskNamesBindByteIdenticalTensors) {
   const std::string dir = test::renamed_model_dir("ckpt-hfdisk", test::golden_hf_dir() + "/config.json", hf_on_disk, false);
+  test::ScopedDir cleanup_dir(dir);
   ASSERT_FALSE(dir.empty());
   auto archive = SafetensorsArchive::open_dir(dir);
   ASSERT_TRUE(archive.is_ok());
@@ -168,6 +172,7 @@ TEST(Checkpoint, TransformersOnDiskNamesBindByteIdenticalTensors) {
 TEST(Checkpoint, VllmNamesBindByteIdenticalTensors) {
   const std::string dir = test::renamed_model_dir("ckpt-vllm", test::golden_dir() + "/model-orig/config.json",
                                                   [](const std::string& n) { return vllm_name(to_original(n)); });
+  test::ScopedDir cleanup_dir(dir);
   ASSERT_FALSE(dir.empty());
   auto archive = SafetensorsArchive::open_dir(dir);
   ASSERT_TRUE(archive.is_ok());
@@ -206,6 +211,7 @@ TEST(Checkpoint, MisshapedTensorFailsNamingItAndBothShapes) {
         t.shape = {t.shape[1], t.shape[0]};  // same bytes, transposed shape
       }
   });
+  test::ScopedDir cleanup_dir(dir);
   ASSERT_FALSE(dir.empty());
   ASSERT_EQ(old_shape.size(), 2u);
   ASSERT_NE(old_shape[0], old_shape[1]);
@@ -223,6 +229,7 @@ TEST(Checkpoint, EncoderConvWithWrongKernelFailsNamingIt) {
     for (auto& t : ts)
       if (t.name == victim) t.shape = {t.shape[0], t.shape[1] * t.shape[2], 1};
   });
+  test::ScopedDir cleanup_dir(dir);
   auto c = Checkpoint::open(dir);
   ASSERT_FALSE(c.is_ok());
   EXPECT_THAT(c.status().message(), HasSubstr("'" + victim + "'"));
@@ -232,6 +239,7 @@ TEST(Checkpoint, MissingTensorFailsNamingIt) {
   const std::string dir = edited_model_dir("ckpt-missing", [](std::vector<HostTensor>& ts) {
     std::erase_if(ts, [](const HostTensor& t) { return t.name == "model.acoustic_tokenizer_encoder.stem.stage.0.ffn_gamma"; });
   });
+  test::ScopedDir cleanup_dir(dir);
   auto c = Checkpoint::open(dir);
   ASSERT_FALSE(c.is_ok());
   EXPECT_EQ(c.status().code(), StatusCode::kNotFound);
@@ -247,6 +255,7 @@ TEST(Checkpoint, UnknownTensorIsRefused) {
     t.data = junk.data();
     ts.push_back(t);
   });
+  test::ScopedDir cleanup_dir(dir);
   auto c = Checkpoint::open(dir);
   ASSERT_FALSE(c.is_ok());
   EXPECT_THAT(c.status().message(), HasSubstr("unknown tensor 'model.diffusion_head.proj.weight'"));
@@ -261,6 +270,7 @@ TEST(Checkpoint, ExtraDecoderLayerBeyondTheConfigIsRefused) {
         ts.push_back(t);
       }
   });
+  test::ScopedDir cleanup_dir(dir);
   auto c = Checkpoint::open(dir);
   ASSERT_FALSE(c.is_ok());
   EXPECT_THAT(c.status().message(), HasSubstr("layers.999"));
@@ -270,6 +280,7 @@ TEST(Checkpoint, AcousticDecoderTensorsAreSkippedNotBound) {
   // The decoder's tensors go into a second shard with a dtype and shapes no weight could have:
   // the load succeeds only if they are never interpreted.
   const std::string dir = test::original_layout_dir();
+  test::ScopedDir cleanup_dir(dir);
   ASSERT_FALSE(dir.empty());
   std::vector<uint8_t> junk(64, 0xff);
   std::vector<HostTensor> dec;
@@ -309,6 +320,7 @@ TEST(Checkpoint, TiedModelWithoutLmHeadUsesTheEmbedding) {
   const std::string dir = edited_model_dir(
       "ckpt-tied", [](std::vector<HostTensor>& ts) { std::erase_if(ts, [](const HostTensor& t) { return t.name == "lm_head.weight"; }); },
       config_with_tie(true));
+  test::ScopedDir cleanup_dir(dir);
   auto c = open_ok(dir);
   ASSERT_NE(c, nullptr);
   EXPECT_TRUE(c->lm_head_tied());
@@ -321,6 +333,7 @@ TEST(Checkpoint, UntiedModelWithoutLmHeadFailsNamingIt) {
   const std::string dir = edited_model_dir(
       "ckpt-untied", [](std::vector<HostTensor>& ts) { std::erase_if(ts, [](const HostTensor& t) { return t.name == "lm_head.weight"; }); },
       config_with_tie(false));
+  test::ScopedDir cleanup_dir(dir);
   auto c = Checkpoint::open(dir);
   ASSERT_FALSE(c.is_ok());
   EXPECT_THAT(c.status().message(), HasSubstr("'lm_head.weight'"));
@@ -340,6 +353,7 @@ TEST(Checkpoint, UntiedModelBindsItsOwnLmHead) {
           }
       },
       config_with_tie(false));
+  test::ScopedDir cleanup_dir(dir);
   auto c = open_ok(dir);
   ASSERT_NE(c, nullptr);
   EXPECT_FALSE(c->lm_head_tied());
@@ -360,6 +374,7 @@ TEST(Checkpoint, TiedModelWithAnExplicitLmHeadPrefersIt) {
           }
       },
       config_with_tie(true));
+  test::ScopedDir cleanup_dir(dir);
   auto c = open_ok(dir);
   ASSERT_NE(c, nullptr);
   EXPECT_FALSE(c->lm_head_tied());
@@ -374,6 +389,7 @@ TEST(Checkpoint, NonFloatWeightIsRefused) {
         t.shape = {t.shape[0] * 2};
       }
   });
+  test::ScopedDir cleanup_dir(dir);
   auto c = Checkpoint::open(dir);
   ASSERT_FALSE(c.is_ok());
   EXPECT_EQ(c.status().code(), StatusCode::kUnsupported);
@@ -385,6 +401,7 @@ TEST(Checkpoint, BadDirectoriesFailWithTheirPath) {
   ASSERT_FALSE(none.is_ok());
   EXPECT_THAT(none.status().message(), HasSubstr("/nonexistent/model"));
   const std::string cfg_only = test::make_temp_dir("ckpt-cfg-only");
+  test::ScopedDir cleanup(cfg_only);
   std::filesystem::copy_file(test::golden_hf_dir() + "/config.json", cfg_only + "/config.json");
   auto no_weights = Checkpoint::open(cfg_only);
   ASSERT_FALSE(no_weights.is_ok());

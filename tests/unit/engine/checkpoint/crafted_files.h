@@ -7,11 +7,30 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "engine/checkpoint/checkpoint_rewrite.h"
 #include "tests/support/test_paths.h"
 
 namespace vv::test {
+
+// Removes a temp dir (and the model copies in it) when the test scope ends.
+class ScopedDir {
+ public:
+  explicit ScopedDir(std::string path) : path_(std::move(path)) {}
+  ~ScopedDir() {
+    // Only a sub-directory of the temp dir made by make_temp_dir, never the temp dir itself.
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const fs::path p(path_), tmp = fs::temp_directory_path(ec);
+    if (!path_.empty() && !ec && p.parent_path() == tmp && p != tmp) fs::remove_all(p, ec);
+  }
+  ScopedDir(const ScopedDir&) = delete;
+  ScopedDir& operator=(const ScopedDir&) = delete;
+
+ private:
+  std::string path_;
+};
 
 inline void write_file(const std::string& path, const std::string& bytes) {
   std::ofstream f(path, std::ios::binary);
