@@ -66,7 +66,7 @@ Status parse_metadata(simdjson::dom::element el, const std::string& source, Safe
 }
 
 Status parse_tensor(std::string_view name, simdjson::dom::element el, const std::string& source,
-                    uint64_t data_size, SafetensorsTensorInfo& t) {
+                    uint64_t data_start, uint64_t data_size, SafetensorsTensorInfo& t) {
   const std::string where = source + ": tensor " + sq(name);
   t.name = std::string(name);
   simdjson::dom::object obj;
@@ -91,10 +91,12 @@ Status parse_tensor(std::string_view name, simdjson::dom::element el, const std:
   if (bytes != t.end - t.begin)
     return invalid_argument(where + ": shape x " + dtype_name(t.dtype) + " is " + std::to_string(bytes) +
                             " bytes but data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
-                            "] span " + std::to_string(t.end - t.begin));
+                            "] span " + std::to_string(t.end - t.begin) + " (file bytes " +
+                            std::to_string(data_start + t.begin) + ".." + std::to_string(data_start + t.end) + ")");
   if (t.end > data_size)
-    return out_of_range(where + ": data_offsets end at data byte " + std::to_string(t.end) + " but the data section holds " +
-                        std::to_string(data_size) + " bytes");
+    return out_of_range(where + ": data_offsets end at data byte " + std::to_string(t.end) + " (file byte " +
+                        std::to_string(data_start + t.end) + ") but the data section holds " + std::to_string(data_size) +
+                        " bytes (file size " + std::to_string(data_start + data_size) + ")");
   return Status::ok();
 }
 
@@ -162,7 +164,7 @@ Result<SafetensorsHeader> parse_safetensors_header(const uint8_t* bytes, size_t 
       continue;
     }
     SafetensorsTensorInfo t;
-    VV_RETURN_IF_ERROR(parse_tensor(field.key, field.value, source, data_size, t));
+    VV_RETURN_IF_ERROR(parse_tensor(field.key, field.value, source, h.data_start, data_size, t));
     h.tensors.push_back(std::move(t));
   }
   VV_RETURN_IF_ERROR(check_overlaps(h, source));

@@ -122,12 +122,13 @@ TEST(SafetensorsMalformed, ShapeTimesDtypeNotEqualToByteSpanNamesTheTensor) {
 }
 
 TEST(SafetensorsMalformed, OffsetsPastTheDataSectionAreOutOfRange) {
-  auto a = open_bytes(test::make_temp_dir("st-oob"),
-                      safetensors_bytes(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[8,24]}})", 16));
+  const std::string header = R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[8,24]}})";
+  auto a = open_bytes(test::make_temp_dir("st-oob"), safetensors_bytes(header, 16));
   ASSERT_FALSE(a.is_ok());
   EXPECT_EQ(a.status().code(), StatusCode::kOutOfRange);
   EXPECT_THAT(a.status().message(), HasSubstr("'w'"));
   EXPECT_THAT(a.status().message(), HasSubstr("data byte 24"));
+  EXPECT_THAT(a.status().message(), HasSubstr("file byte " + std::to_string(8 + header.size() + 24)));
   EXPECT_THAT(a.status().message(), HasSubstr("16 bytes"));
 }
 
