@@ -10,6 +10,8 @@ namespace vv::avx2 {
 
 void gemm(cpu::ThreadPool& pool, const Tensor& a, const Tensor& w, const Tensor* bias, Tensor& out, Epilogue ep);
 void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out);
+void depthwise_conv1d_causal(const Tensor& x, const Tensor& history, const Tensor& w, const Tensor& bias,
+                             Tensor& out);
 void add_scaled(Tensor& x, const Tensor& scale, const Tensor& y);
 void add(const Tensor& a, const Tensor& b, Tensor& out);
 void silu_mul(const Tensor& gate_up, Tensor& out);

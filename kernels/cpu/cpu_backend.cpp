@@ -110,8 +110,12 @@ class CpuBackend final : public Backend {
                          const int64_t c0 = b * cb, cc = std::min(C, e * cb) - c0;
                          Tensor hs = history.data ? history.col_slice(c0, cc) : history;
                          Tensor o = out.col_slice(c0, cc);
-                         ref::depthwise_conv1d_causal(x.col_slice(c0, cc), hs, w.row_slice(c0, cc),
-                                                      bias.data ? vec_slice(bias, c0, cc) : bias, o);
+                         const Tensor bs = bias.data ? vec_slice(bias, c0, cc) : bias;
+                         if (isa_ == Isa::kAvx2) {
+                           avx2::depthwise_conv1d_causal(x.col_slice(c0, cc), hs, w.row_slice(c0, cc), bs, o);
+                         } else {
+                           ref::depthwise_conv1d_causal(x.col_slice(c0, cc), hs, w.row_slice(c0, cc), bs, o);
+                         }
                        });
   }
 

@@ -59,7 +59,7 @@ TEST(Ops, RmsNormMatchesReferenceInPlaceAndOutOfPlace) {
 TEST(Ops, DepthwiseConvMatchesReferenceAcrossChannelSplits) {
   for (Isa isa : isas()) {
     auto be = backend(isa, 3);
-    for (auto [T, C, K] : std::vector<std::array<int64_t, 3>>{{1, 5, 7}, {13, 200, 7}, {40, 64, 3}}) {
+    for (auto [T, C, K] : std::vector<std::array<int64_t, 3>>{{1, 5, 7}, {13, 200, 7}, {40, 64, 3}, {9, 77, 7}, {3, 2048, 7}}) {
       auto x = random_matrix(T, C, DType::kF32, 1);
       auto hist = random_matrix(K - 1, C, DType::kF32, 2);
       auto w = random_matrix(C, K, DType::kBF16, 3);
