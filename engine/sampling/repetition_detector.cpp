@@ -18,15 +18,19 @@ void RepetitionDetector::reset() {
 }
 
 std::optional<RepetitionLoop> RepetitionDetector::append(TokenId id) {
-  const std::int64_t period_cap = config_.max_period;
-  for (std::int64_t p = 1; p <= period_cap; ++p) {
-    if (count_ >= p && ring_[static_cast<std::size_t>((count_ - p) % period_cap)] == id) {
-      run_[static_cast<std::size_t>(p)] += run_[static_cast<std::size_t>(p)] < config_.window;
+  const std::size_t cap = ring_.size();
+  const std::size_t head = static_cast<std::size_t>(count_ % static_cast<std::int64_t>(cap));
+  const std::int32_t window = config_.window;
+  for (std::size_t p = 1; p <= cap; ++p) {
+    const std::size_t at = head >= p ? head - p : head + cap - p;  // the token p steps back
+    std::int32_t& run = run_[p];
+    if (count_ >= static_cast<std::int64_t>(p) && ring_[at] == id) {
+      run += run < window;
     } else {
-      run_[static_cast<std::size_t>(p)] = 0;
+      run = 0;
     }
   }
-  ring_[static_cast<std::size_t>(count_ % period_cap)] = id;
+  ring_[head] = id;
   ++count_;
   if (count_ % config_.check_every != 0) return std::nullopt;
   return check();
