@@ -25,43 +25,60 @@ Result<std::unique_ptr<SpeechEmbedder>> SpeechEmbedder::create(Backend& be, cons
   return e;
 }
 
-Result<SpeechRows> SpeechEmbedder::embed(const float* x, int64_t n, const EncodeOptions& opt) {
+Result<std::unique_ptr<SpeechJob>> SpeechEmbedder::start(const float* x, int64_t n, const EncodeOptions& opt) {
   const int hop = acoustic_->hop();
-  int64_t segment = opt.segment > 0 ? opt.segment : acoustic_->max_segment();
+  const int64_t segment = opt.segment > 0 ? opt.segment : acoustic_->max_segment();
   if (segment % hop != 0 || segment > acoustic_->max_segment()) {
     return invalid_argument("encoder segment " + std::to_string(segment) + " must be a multiple of " +
                             std::to_string(hop) + " and at most " + std::to_string(acoustic_->max_segment()));
   }
-  if (n <= 0) return invalid_argument("audio has no samples");
-  const int64_t frames = (n + hop - 1) / hop;
-  const int64_t padded = frames * hop;
-  DeviceTensor lat_a = alloc_f32(be_, frames, acoustic_->spec().vae_dim);
-  DeviceTensor lat_s = alloc_f32(be_, frames, semantic_->spec().vae_dim);
-  auto sa = acoustic_->start_stream(opt.acoustic);
-  auto ss = semantic_->start_stream(SamplingOptions{});
-  std::vector<float> tail;
-  for (int64_t off = 0; off < padded; off += segment) {
-    const int64_t len = std::min(segment, padded - off);
-    const float* src = x + off;
-    if (off + len > n) {  // the zero-padded end of the clip
-      tail.assign(static_cast<size_t>(len), 0.f);
-      std::memcpy(tail.data(), x + off, static_cast<size_t>(n - off) * sizeof(float));
-      src = tail.data();
-    }
-    Tensor ra = lat_a.t.row_slice(off / hop, len / hop);
-    Tensor rs = lat_s.t.row_slice(off / hop, len / hop);
-    VV_RETURN_IF_ERROR(acoustic_->encode_segment(*sa, src, len, ra));
-    VV_RETURN_IF_ERROR(semantic_->encode_segment(*ss, src, len, rs));
+  if (n <= 0 || x == nullptr) return invalid_argument("audio has no samples");
+  auto job = std::make_unique<SpeechJob>();
+  job->x_ = x;
+  job->n_ = n;
+  job->hop_ = hop;
+  job->segment_ = segment;
+  job->frames_ = (n + hop - 1) / hop;
+  job->padded_ = job->frames_ * hop;
+  job->lat_a_ = alloc_f32(be_, job->frames_, acoustic_->spec().vae_dim);
+  job->lat_s_ = alloc_f32(be_, job->frames_, semantic_->spec().vae_dim);
+  job->rows_.rows = alloc_f32(be_, job->frames_, hidden_);
+  job->acoustic_ = acoustic_->start_stream(opt.acoustic);
+  job->semantic_ = semantic_->start_stream(SamplingOptions{});
+  return job;
+}
+
+Status SpeechEmbedder::step(SpeechJob& job) {
+  if (job.done()) return Status::ok();
+  const int64_t off = job.done_samples_;
+  const int64_t len = std::min(job.segment_, job.padded_ - off);
+  const float* src = job.x_ + off;
+  if (off + len > job.n_) {  // the zero-padded end of the clip
+    job.tail_.assign(static_cast<size_t>(len), 0.f);
+    std::memcpy(job.tail_.data(), job.x_ + off, static_cast<size_t>(job.n_ - off) * sizeof(float));
+    src = job.tail_.data();
   }
+  const int64_t r0 = off / job.hop_, rows = len / job.hop_;
+  Tensor ra = job.lat_a_.t.row_slice(r0, rows);
+  Tensor rs = job.lat_s_.t.row_slice(r0, rows);
+  VV_RETURN_IF_ERROR(acoustic_->encode_segment(*job.acoustic_, src, len, ra));
+  VV_RETURN_IF_ERROR(semantic_->encode_segment(*job.semantic_, src, len, rs));
+  // The connectors are per frame: running them per segment gives the whole-clip rows.
+  Tensor out = job.rows_.rows.t.row_slice(r0, rows);
+  VV_RETURN_IF_ERROR(connector_->run(ra, rs, out));
   if (capture_) {
-    capture_("acoustic.latents", lat_a.t);
-    capture_("semantic.latents", lat_s.t);
+    capture_("acoustic.latents", ra);
+    capture_("semantic.latents", rs);
+    capture_("speech_embeds", out);
   }
-  SpeechRows out;
-  out.rows = alloc_f32(be_, frames, hidden_);
-  VV_RETURN_IF_ERROR(connector_->run(lat_a.t, lat_s.t, out.rows.t));
-  if (capture_) capture_("speech_embeds", out.rows.t);
-  return out;
+  job.done_samples_ = off + len;
+  return Status::ok();
+}
+
+Result<SpeechRows> SpeechEmbedder::embed(const float* x, int64_t n, const EncodeOptions& opt) {
+  VV_ASSIGN_OR_RETURN(auto job, start(x, n, opt));
+  while (!job->done()) VV_RETURN_IF_ERROR(step(*job));
+  return job->take();
 }
 
 Result<SpeechRows> SpeechEmbedder::connect(const float* acoustic, const float* semantic, int64_t frames) {

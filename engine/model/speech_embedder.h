@@ -29,6 +29,28 @@ struct EncodeOptions {
   SamplingOptions acoustic;   // mean by default; the semantic path always uses the mean
 };
 
+// One clip being encoded segment by segment, so that a caller (the engine loop) can interleave
+// segments with decoder steps, report progress and drop the job between segments. Owns its
+// latents and speech rows; reads the caller's samples, which must outlive the job.
+class SpeechJob {
+ public:
+  int64_t frames() const { return frames_; }
+  int64_t frames_done() const { return done_samples_ / hop_; }
+  bool done() const { return done_samples_ >= padded_; }
+  // The speech rows, once done() (moves them out).
+  SpeechRows take() { return std::move(rows_); }
+
+ private:
+  friend class SpeechEmbedder;
+  const float* x_ = nullptr;
+  int64_t n_ = 0, padded_ = 0, segment_ = 0, done_samples_ = 0, frames_ = 0;
+  int hop_ = 1;
+  std::unique_ptr<EncoderStream> acoustic_, semantic_;
+  DeviceTensor lat_a_, lat_s_;
+  SpeechRows rows_;
+  std::vector<float> tail_;
+};
+
 class SpeechEmbedder {
  public:
   // max_segment: the longest segment the workspaces are sized for (0 = spec.chunk_size).
@@ -38,6 +60,11 @@ class SpeechEmbedder {
   // x: normalised 24 kHz mono samples (padded with zeros to a multiple of the hop here).
   // Captures `acoustic.latents`, `semantic.latents` and `speech_embeds` when a hook is set.
   Result<SpeechRows> embed(const float* x, int64_t n, const EncodeOptions& opt = {});
+
+  // The same in steps: start() checks the options and allocates the job's outputs; each step()
+  // encodes the next segment through both encoders and the connectors (a no-op once done).
+  Result<std::unique_ptr<SpeechJob>> start(const float* x, int64_t n, const EncodeOptions& opt = {});
+  Status step(SpeechJob& job);
 
   // The connectors alone, fed latents (host, row-major): [F, Da] and [F, Ds] → speech rows.
   Result<SpeechRows> connect(const float* acoustic, const float* semantic, int64_t frames);
