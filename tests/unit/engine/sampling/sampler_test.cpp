@@ -45,6 +45,24 @@ TEST(Sampler, GreedyTreatsNaNAsMinusInfinity) {
   EXPECT_EQ(s.sample(logits).id, 3);
 }
 
+TEST(Sampler, GreedyTiesAcrossVectorLanesAndTailGoToLowestId) {
+  Sampler s(SamplingParams{});
+  for (std::size_t n : {1u, 7u, 8u, 9u, 19u, 64u, 1001u}) {
+    std::vector<float> logits(n, -1.0f);
+    logits[n - 1] = 4.0f;
+    if (n > 3) logits[3] = 4.0f;
+    EXPECT_EQ(s.sample(logits).id, n > 3 ? 3 : static_cast<TokenId>(n - 1)) << "n " << n;
+  }
+}
+
+TEST(Sampler, GreedyOnARowWithoutFiniteValuesPicksIdZero) {
+  Sampler s(SamplingParams{});
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(s.sample(std::vector<float>{nan, -inf, nan}).id, 0);
+  EXPECT_EQ(s.sample(std::vector<float>{nan, -inf, inf, inf}).id, 2);
+}
+
 TEST(Sampler, TopKOneIsGreedyEvenWithTemperature) {
   SamplingParams p;
   p.temperature = 1.0f;
