@@ -77,7 +77,8 @@ TEST(TensorCapture, SavedDumpReadsBackWithNamesShapesAndValues) {
   fn("hidden.0", a.t.row_slice(0, 2));
   fn("hidden.0", a.t.row_slice(2, 1));  // a second chunk appends rows
   fn("logits.last", a.t.row_slice(1, 1));
-  const std::string path = make_temp_dir("vv_dump") + "/dump.safetensors";
+  const std::string dir = make_temp_dir("vv_dump");
+  const std::string path = dir + "/dump.safetensors";
   ASSERT_TRUE(cap.save_safetensors(path).is_ok());
   auto st = SafetensorsArchive::open_file(path);
   ASSERT_TRUE(st.is_ok()) << st.status().to_string();
@@ -89,6 +90,9 @@ TEST(TensorCapture, SavedDumpReadsBackWithNamesShapesAndValues) {
   ASSERT_TRUE(l.has_value());
   EXPECT_EQ(l->shape, (std::vector<int64_t>{4}));
   EXPECT_EQ(static_cast<const float*>(l->data)[0], 2.0f);
+  st->reset();
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
 }
 
 }  // namespace

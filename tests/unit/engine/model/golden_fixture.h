@@ -156,7 +156,15 @@ inline std::string hf_model_dir() { return golden_dir() + "/model-hf"; }
 // The golden model in Microsoft's original layout: model-orig/config.json plus the hf tensors
 // renamed through names.json (bytes unchanged), written once per process into a temp dir.
 inline Result<std::string> orig_model_dir() {
-  static std::string made;
+  struct Made {  // removed when the test process exits
+    std::string dir;
+    ~Made() {
+      std::error_code ec;
+      if (!dir.empty()) std::filesystem::remove_all(dir, ec);
+    }
+  };
+  static Made made_dir;
+  std::string& made = made_dir.dir;
   if (!made.empty()) return made;
   const std::string dir = make_temp_dir("vv_model_orig");
   namespace fs = std::filesystem;
