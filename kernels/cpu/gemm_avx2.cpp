@@ -135,7 +135,7 @@ void direct_tile(const GemmArgs& g, int64_t m0, int64_t n0, int64_t nrel, int64_
 template <DType WT, int MR>
 void direct_rows(const GemmArgs& g, int64_t m0, int64_t nb, int64_t ne, int64_t k0, int64_t kc, float* part,
                  bool first) {
-  constexpr int NR = MR == 1 ? 8 : MR == 2 ? 6 : MR == 3 ? 4 : 2;
+  constexpr int NR = MR == 1 ? 8 : MR == 2 ? 6 : MR == 3 ? 4 : 3;
   int64_t n = nb;
   for (; n + NR <= ne; n += NR) direct_tile<WT, MR, NR>(g, m0, n, n - nb, k0, kc, part, first);
   for (; n < ne; ++n) direct_tile<WT, MR, 1>(g, m0, n, n - nb, k0, kc, part, first);

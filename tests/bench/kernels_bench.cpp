@@ -4,7 +4,9 @@
 // Prints the bounds first; never fails. Threads: $VIBEVOICE_THREADS, else physical cores.
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <cmath>
+#include <ctime>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -16,6 +18,13 @@ namespace {
 
 double g_triad_gbps = 0;
 double g_fma_gflops = 0;
+int g_threads = 1;
+
+double process_cpu_seconds() {
+  timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
 
 vv::Backend& backend() {
   static std::unique_ptr<vv::Backend> be = vv::make_cpu_backend();
@@ -45,10 +54,16 @@ void run(benchmark::State& state, int64_t M, int64_t N, int64_t K) {
   vv::Tensor a = o.a.matrix(vv::DType::kF32, M, K), w = o.w.matrix(vv::DType::kBF16, N, K);
   vv::Tensor out = o.out.matrix(vv::DType::kF32, M, N);
   be.gemm(a, w, nullptr, out, vv::Epilogue::kNone);  // warm
+  const double cpu0 = process_cpu_seconds();
+  const auto wall0 = std::chrono::steady_clock::now();
   for (auto _ : state) {
     be.gemm(a, w, nullptr, out, vv::Epilogue::kNone);
     benchmark::DoNotOptimize(o.out.data());
   }
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  // Share of `threads` cores this process got while timing: below 1 the machine was busy and the
+  // wall-clock rates understate the kernel (the bounds were measured under the same conditions).
+  state.counters["cpu_share"] = (process_cpu_seconds() - cpu0) / (wall * g_threads);
   const double bytes = double(N) * K * 2 + double(M) * K * 4 + double(M) * N * 4;
   const double flops = 2.0 * M * N * K;
   state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
@@ -108,6 +123,7 @@ int main(int argc, char** argv) {
     if (const char* e = std::getenv("VIBEVOICE_THREADS")) return std::max(1, std::atoi(e));
     return vv::physical_core_count();
   }();
+  g_threads = threads;
   g_triad_gbps = vv::measure_triad_gbps(threads);
   g_fma_gflops = vv::measure_fma_gflops(threads);
   std::printf("bounds (%d threads): STREAM triad %.1f GB/s, FMA peak %.1f GFLOP/s; targets: GEMV >= 0.70 x_triad, "
