@@ -3,7 +3,10 @@
 namespace vv {
 
 Result<std::unique_ptr<KvCache>> KvCache::create(Backend& be, const DecoderSpec& spec, int64_t num_blocks,
-                                                 int block_size) {
+                                                 int block_size, DType dtype) {
+  if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16) {
+    return unsupported(std::string("KV cache dtype ") + dtype_name(dtype) + " (use F32, BF16 or F16)");
+  }
   if (num_blocks < 1 || block_size < 1) {
     return invalid_argument("KV cache: " + std::to_string(num_blocks) + " blocks of " + std::to_string(block_size) +
                             " positions is not a pool");
@@ -11,7 +14,7 @@ Result<std::unique_ptr<KvCache>> KvCache::create(Backend& be, const DecoderSpec&
   std::unique_ptr<KvCache> c(new KvCache());
   const int64_t width = static_cast<int64_t>(spec.num_kv_heads) * spec.head_dim;
   const int64_t rows = num_blocks * block_size;
-  const size_t per = static_cast<size_t>(rows * width) * sizeof(float);
+  const size_t per = static_cast<size_t>(rows * width) * dtype_size(dtype);
   c->pool_ = be.allocate(per * 2 * static_cast<size_t>(spec.num_layers));
   if (c->pool_.data() == nullptr && per > 0 && spec.num_layers > 0) {
     return Status(StatusCode::kResourceExhausted, "KV cache: could not allocate " +
@@ -20,8 +23,8 @@ Result<std::unique_ptr<KvCache>> KvCache::create(Backend& be, const DecoderSpec&
   char* base = static_cast<char*>(c->pool_.data());
   for (int l = 0; l < spec.num_layers; ++l) {
     KvLayer layer;
-    layer.k = Tensor::matrix(base + per * (2 * l), DType::kF32, rows, width);
-    layer.v = Tensor::matrix(base + per * (2 * l + 1), DType::kF32, rows, width);
+    layer.k = Tensor::matrix(base + per * (2 * l), dtype, rows, width);
+    layer.v = Tensor::matrix(base + per * (2 * l + 1), dtype, rows, width);
     c->view_.layers.push_back(layer);
   }
   c->view_.block_size = block_size;

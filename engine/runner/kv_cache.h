@@ -1,5 +1,5 @@
 // KvCache: the paged KV memory of one device — one pool of blocks of `block_size` positions for
-// every decoder layer (K and V, F32), sized once at start — and a free list of block ids that
+// every decoder layer (K and V; F32, or BF16/F16 to halve it), sized once at start — and a free list of block ids that
 // hands out and takes back blocks for sequences. Owned by a Runner; the engine thread only.
 #pragma once
 
@@ -17,8 +17,10 @@ namespace vv {
 
 class KvCache {
  public:
+  // dtype: kF32 (exact; the default), or kBF16/kF16, which round every cached key and value
+  // (an opt-in that changes the logits at the 1e-3 level and halves the pool).
   static Result<std::unique_ptr<KvCache>> create(Backend& be, const DecoderSpec& spec, int64_t num_blocks,
-                                                 int block_size = 16);
+                                                 int block_size = 16, DType dtype = DType::kF32);
 
   KvView& view() { return view_; }
   int block_size() const { return view_.block_size; }

@@ -22,7 +22,7 @@ Result<std::unique_ptr<Runner>> Runner::create(std::unique_ptr<Backend> backend,
   dopt.max_seqs = opt.max_seqs;
   dopt.max_blocks_per_seq = static_cast<int>(blocks);
   VV_ASSIGN_OR_RETURN(r->decoder_, Qwen2Decoder::create(be, r->spec_, ckpt.weights().decoder, dopt));
-  VV_ASSIGN_OR_RETURN(r->kv_, KvCache::create(be, r->spec_.decoder, blocks, opt.block_size));
+  VV_ASSIGN_OR_RETURN(r->kv_, KvCache::create(be, r->spec_.decoder, blocks, opt.block_size, opt.kv_dtype));
   return r;
 }
 

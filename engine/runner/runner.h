@@ -23,6 +23,7 @@ namespace vv {
 struct RunnerOptions {
   int64_t kv_positions = 8192;   // KV pool size in positions (rounded up to whole blocks)
   int block_size = 16;           // positions per KV block
+  DType kv_dtype = DType::kF32;  // F32 is exact; BF16/F16 halve the pool and round cached k/v (opt-in)
   int max_rows = 512;            // decoder rows per step
   int max_seqs = 64;             // sequences per step
   int prefill_chunk = 256;       // prompt rows a sequence contributes to one step

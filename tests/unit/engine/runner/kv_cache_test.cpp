@@ -6,6 +6,7 @@
 
 #include <set>
 
+#include "engine/runner/cpu_runner.h"
 #include "tests/unit/engine/model/golden_fixture.h"
 
 namespace vv::test {
@@ -59,6 +60,49 @@ TEST(KvCache, ExhaustionFailsAndLeavesTheTableUnchanged) {
 TEST(KvCache, EmptyPoolIsRefused) {
   auto be = cpu_backend(1);
   EXPECT_FALSE(KvCache::create(*be, small_decoder(), 0, 16).is_ok());
+}
+
+}  // namespace
+}  // namespace vv::test
+
+namespace vv::test {
+namespace {
+
+TEST(KvCache, Bf16PoolIsHalfTheBytesAndStaysCloseToGoldenLogits) {
+  auto ckpt = Checkpoint::open(hf_model_dir());
+  ASSERT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
+  RunnerOptions f32;
+  f32.kv_positions = 1024;
+  RunnerOptions bf16 = f32;
+  bf16.kv_dtype = DType::kBF16;
+  auto a = make_cpu_runner(**ckpt, f32, 1);
+  auto b = make_cpu_runner(**ckpt, bf16, 1);
+  ASSERT_TRUE(a.is_ok() && b.is_ok());
+  EXPECT_EQ((*b)->kv().bytes() * 2, (*a)->kv().bytes());
+  GoldenCase gc(golden_cases().front());
+  ASSERT_TRUE(gc.ok()) << gc.error();
+  const GoldenTensor se = gc.tensor("speech_embeds");
+  DeviceTensor speech = alloc_f32((*b)->backend(), se.rows(), se.cols());
+  (*b)->backend().upload(speech.buf.data(), se.data.data(), se.data.size() * sizeof(float));
+  TensorCapture cap((*b)->backend());
+  (*b)->set_capture(cap.fn());
+  GreedyRequest q;
+  q.prompt = gc.prompt_ids();
+  q.speech = &speech.t;
+  q.max_new_tokens = 1;
+  auto ids = (*b)->generate_greedy(q);
+  ASSERT_TRUE(ids.is_ok()) << ids.status().to_string();
+  const GoldenTensor ref = gc.tensor("logits.last");
+  const std::vector<float> got = captured(cap, "logits.last");
+  ASSERT_EQ(got.size(), ref.data.size());
+  const Diff d = compare(got.data(), ref.data.data(), got.size());
+  EXPECT_LE(d.rel_l2, 1e-2) << "bf16 keys/values round at 2^-9";
+  EXPECT_GT(d.rel_l2, 0.0) << "the pool really stores bf16";
+}
+
+TEST(KvCache, IntegerDtypeIsRefused) {
+  auto be = cpu_backend(1);
+  EXPECT_EQ(KvCache::create(*be, small_decoder(), 4, 16, DType::kI8).status().code(), StatusCode::kUnsupported);
 }
 
 }  // namespace
