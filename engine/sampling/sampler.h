@@ -56,6 +56,8 @@ class Sampler {
   std::span<const float> adjusted(std::span<const float> logits);
   TokenId pick_greedy(std::span<const float> logits) const;
   TokenId pick_random(std::span<const float> logits);
+  TokenId draw(const std::vector<float>& weights);  // one draw, in id order, from weights
+  TokenId draw_candidates(double total);            // one draw, in order, from candidates_
   // Keeps the smallest most-probable prefix of candidates_ whose mass reaches top_p (sorted).
   void cut_nucleus(double total);
 
@@ -63,6 +65,8 @@ class Sampler {
   RequestRng rng_;
   std::vector<Candidate> candidates_;  // scratch, reused across tokens
   std::vector<float> adjusted_;        // scratch: the logits row after bias and penalties
+  std::vector<float> weights_;         // scratch: exp((logit - max) / T) per token
+  std::vector<double> block_sums_;     // scratch: weight sums per block of 1024 tokens
   std::unordered_map<TokenId, std::int32_t> generated_counts_;
   std::unordered_set<TokenId> prompt_ids_;
 };
