@@ -55,7 +55,15 @@ Result<std::vector<std::vector<TokenId>>> Runner::generate_greedy(const std::vec
   Status status = Status::ok();
   for (size_t i = 0; i < requests.size() && status.is_ok(); ++i) {
     seqs[i].req = &requests[i];
-    if (requests[i].prompt.empty()) status = invalid_argument("request " + std::to_string(i) + " has an empty prompt");
+    const GreedyRequest& q = requests[i];
+    if (q.prompt.empty()) status = invalid_argument("request " + std::to_string(i) + " has an empty prompt");
+    const int64_t pads = std::count(q.prompt.begin(), q.prompt.end(), spec_.audio_token_id);
+    const int64_t rows = q.speech ? q.speech->rows() : 0;
+    if (status.is_ok() && pads != rows) {  // MODEL.md §7.4: exactly one speech row per pad
+      status = invalid_argument("request " + std::to_string(i) + ": the prompt has " + std::to_string(pads) +
+                                " audio tokens (" + std::to_string(spec_.audio_token_id) + ") but " +
+                                std::to_string(rows) + " speech rows were given");
+    }
     seqs[i].done = requests[i].max_new_tokens <= 0;
   }
   while (status.is_ok()) {

@@ -245,3 +245,26 @@ TEST(Runner, PoolTooSmallForTheRequestIsAnErrorAndLeaksNoBlocks) {
 
 }  // namespace
 }  // namespace vv::test
+
+namespace vv::test {
+namespace {
+
+TEST(Runner, AudioTokenCountDifferentFromSpeechRowsIsRefused) {
+  auto ckpt = Checkpoint::open(hf_model_dir());
+  ASSERT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
+  auto runner = make_cpu_runner(**ckpt, test_options(), 1);
+  ASSERT_TRUE(runner.is_ok()) << runner.status().to_string();
+  const int audio = (*ckpt)->spec().audio_token_id;
+  DeviceTensor speech = alloc_f32((*runner)->backend(), 3, (*ckpt)->spec().decoder.hidden_size);
+  GreedyRequest q;
+  q.prompt = {1, audio, audio, 2};  // two pads, three rows
+  q.speech = &speech.t;
+  auto out = (*runner)->generate_greedy(q);
+  ASSERT_FALSE(out.is_ok());
+  EXPECT_EQ(out.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(out.status().message().find("3 speech rows"), std::string::npos) << out.status().message();
+  EXPECT_EQ((*runner)->kv().free_blocks(), (*runner)->kv().num_blocks());
+}
+
+}  // namespace
+}  // namespace vv::test
