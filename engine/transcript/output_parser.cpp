@@ -25,6 +25,12 @@ std::optional<double> parse_number(std::string_view s) {
   return v;
 }
 
+// The text of a key that is really a number: `{"2.99,"End":…` lost its `Start":`.
+bool is_number_text(std::string_view s) {
+  s = trim_ascii(s);
+  return !s.empty() && (s.front() == '-' || (s.front() >= '0' && s.front() <= '9')) && parse_number(s);
+}
+
 // A speaker id: a JSON integer (or integral number), or a string of digits; anything else
 // ("N/A", a name, a fraction) is not an id.
 std::optional<std::int64_t> parse_speaker(std::string_view s, bool quoted) {
@@ -304,15 +310,6 @@ void OutputParser::end_scalar() {
     default: break;
   }
 }
-
-namespace {
-
-bool is_number_text(std::string_view s) {
-  s = trim_ascii(s);
-  return !s.empty() && (s.front() == '-' || (s.front() >= '0' && s.front() <= '9')) && parse_number(s);
-}
-
-}  // namespace
 
 void OutputParser::step(char c, std::vector<ParseEvent>& out) {
   auto enter_skip_object = [&] {
