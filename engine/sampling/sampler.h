@@ -1,5 +1,5 @@
 // Sampler: picks one request's next token from a float logits row (greedy, temperature, top-k,
-// top-p) with the request's own seeded RNG, so a seed reproduces the same tokens.
+// top-p, min-p, logit bias and penalties) with its own seeded RNG: a seed reproduces the tokens.
 // One Sampler per request, owned by whoever owns the request's decode state; not thread-safe.
 #pragma once
 
