@@ -47,7 +47,18 @@ float bf16_to_float(std::uint16_t v) {
   return f;
 }
 
-// One tensor of a safetensors file as floats (F32 or BF16), read by hand for the test.
+float f16_to_float(std::uint16_t h) {
+  const std::uint32_t sign = std::uint32_t(h & 0x8000) << 16;
+  const int exp = (h >> 10) & 0x1F;
+  const std::uint32_t mant = h & 0x3FF;
+  if (exp == 0) return (sign ? -1.0f : 1.0f) * std::ldexp(static_cast<float>(mant), -24);
+  std::uint32_t bits = exp == 31 ? sign | 0x7F800000u | (mant << 13) : sign | ((exp + 112u) << 23) | (mant << 13);
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// One tensor of a safetensors file as floats (F32, BF16 or F16), read by hand for the test.
 std::vector<float> safetensors_tensor(const std::string& path, const std::string& name) {
   const std::string file = read_file(path);
   if (file.size() < 8) return {};
@@ -66,11 +77,11 @@ std::vector<float> safetensors_tensor(const std::string& path, const std::string
   if (dtype == "F32") {
     out.resize(bytes / 4);
     std::memcpy(out.data(), file.data() + begin, bytes);
-  } else if (dtype == "BF16") {
+  } else if (dtype == "BF16" || dtype == "F16") {
     for (std::size_t i = 0; i < bytes / 2; ++i) {
       std::uint16_t v;
       std::memcpy(&v, file.data() + begin + 2 * i, 2);
-      out.push_back(bf16_to_float(v));
+      out.push_back(dtype == "BF16" ? bf16_to_float(v) : f16_to_float(v));
     }
   }
   return out;
