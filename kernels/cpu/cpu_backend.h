@@ -21,6 +21,7 @@ std::unique_ptr<Backend> make_cpu_backend(const CpuBackendOptions& options = {})
 int physical_core_count();
 
 // Roofline probes used by `vibevoice bench`: measured on this machine with `threads` threads.
+// Timed in CPU time (per thread), so a machine shared with other work still gives its hardware figures.
 double measure_triad_gbps(int threads);  // STREAM triad a[i]=b[i]+s*c[i] over arrays >> LLC, best of several
 double measure_fma_gflops(int threads);  // peak FMA throughput of the chosen ISA (f32)
 
