@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/avx2_ops.h"
 #include "kernels/cpu/reference_ops.h"
+#include "kernels/cpu/vector_math_avx2.h"
 
 namespace vv::avx2 {
 namespace {
@@ -80,7 +81,15 @@ void attend_group(const float* q_row, int h0, int G, const AttentionRows& rows, 
       const __m256 c8 = _mm256_set1_ps(corr);
       for (int d = 0; d < d8; d += 8) _mm256_storeu_ps(ag + d, _mm256_mul_ps(_mm256_loadu_ps(ag + d), c8));
       for (int d = d8; d < D; ++d) ag[d] *= corr;
-      for (int j = 0; j < nb; ++j) s[g][j] = std::exp(s[g][j] - new_max);
+      const __m256 m8 = _mm256_set1_ps(new_max);
+      int j = 0;
+      for (; j + 8 <= nb; j += 8) _mm256_storeu_ps(s[g] + j, exp8(_mm256_sub_ps(_mm256_loadu_ps(s[g] + j), m8)));
+      if (j < nb) {  // the tail through the same 8-lane function
+        alignas(32) float tmp[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (int i = j; i < nb; ++i) tmp[i - j] = s[g][i];
+        _mm256_store_ps(tmp, exp8(_mm256_sub_ps(_mm256_load_ps(tmp), m8)));
+        for (int i = j; i < nb; ++i) s[g][i] = tmp[i - j];
+      }
       run_max[g] = new_max;
     }
     for (int j = 0; j < nb; ++j) {

@@ -1,11 +1,15 @@
-// AVX2 row-wise ops. rms_norm sums squares in 8 lanes (fixed order per row); the light elementwise
-// ops reuse the reference loops, which the compiler vectorises and which are memory bound anyway.
+// AVX2 row-wise ops. rms_norm sums squares in 8 lanes (fixed order per row); silu_mul uses the
+// vector exp; the other light elementwise ops reuse the reference loops, which the compiler
+// vectorises and which are memory bound anyway.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "kernels/cpu/avx2_ops.h"
 #include "kernels/cpu/reference_ops.h"
+#include "kernels/cpu/vector_math_avx2.h"
 
 namespace vv::avx2 {
 namespace {
@@ -52,7 +56,36 @@ void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) {
 
 void add_scaled(Tensor& x, const Tensor& scale, const Tensor& y) { ref::add_scaled(x, scale, y); }
 void add(const Tensor& a, const Tensor& b, Tensor& out) { ref::add(a, b, out); }
-void silu_mul(const Tensor& gate_up, Tensor& out) { ref::silu_mul(gate_up, out); }
+void silu_mul(const Tensor& gate_up, Tensor& out) {
+  const int64_t I = out.cols();
+  const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
+  for (int64_t r = 0; r < out.rows(); ++r) {
+    const float* g = gate_up.ptr<const float>() + r * gate_up.row_stride();
+    float* o = out.ptr<float>() + r * out.row_stride();
+    for (int64_t c = 0; c < I; c += 8) {
+      const int64_t n = std::min<int64_t>(8, I - c);
+      alignas(32) float gv[8] = {0, 0, 0, 0, 0, 0, 0, 0}, uv[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      __m256 x, u;
+      if (n == 8) {
+        x = _mm256_loadu_ps(g + c);
+        u = _mm256_loadu_ps(g + I + c);
+      } else {  // the tail through the same 8-lane arithmetic
+        std::memcpy(gv, g + c, sizeof(float) * n);
+        std::memcpy(uv, g + I + c, sizeof(float) * n);
+        x = _mm256_load_ps(gv);
+        u = _mm256_load_ps(uv);
+      }
+      // silu(x)·u = x / (1 + exp(−x)) · u
+      const __m256 y = _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(one, exp8(_mm256_xor_ps(x, sign)))), u);
+      if (n == 8) {
+        _mm256_storeu_ps(o + c, y);
+      } else {
+        _mm256_store_ps(gv, y);
+        std::memcpy(o + c, gv, sizeof(float) * n);
+      }
+    }
+  }
+}
 void argmax(const Tensor& logits, Tensor& out) { ref::argmax(logits, out); }
 
 }  // namespace vv::avx2
