@@ -1,7 +1,7 @@
 // StepPlan: the rows one decoder step runs — a flat list of row groups, each a prefill chunk or a
-// decode row of one sequence, with that sequence's KV block table — and StepOutput, what comes
-// back. Plain values built by the scheduler (or the Runner's single-request path) and read by
-// Qwen2Decoder::forward on the engine thread.
+// decode row of one sequence, with that sequence's KV block table — StepOutput, what comes back,
+// and KvView, the paged KV memory they run against. Plain values built by the scheduler (or the
+// Runner's single-request path) and read by Qwen2Decoder::forward on the engine thread.
 #pragma once
 
 #include <cstdint>

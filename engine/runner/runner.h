@@ -1,8 +1,8 @@
 // Runner: one model on one device. Binds a Checkpoint's weights to a Backend once (speech embedder
 // and decoder), owns the KV pool and the workspaces sized at start, and executes StepPlans. Also a
 // single-request convenience path (prefill a prompt in chunks, then greedy-decode) and its batched
-// form, which the golden tests use. The Runner owns its Backend; the Checkpoint must outlive it.
-// One thread (the engine loop) drives a Runner.
+// form, which the golden tests use. The Runner owns its Backend; weights are copied to the device
+// at create(), so the Checkpoint may be closed afterwards. One thread (the engine loop) drives it.
 #pragma once
 
 #include <cstdint>

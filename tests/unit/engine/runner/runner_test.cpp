@@ -270,3 +270,29 @@ TEST(Runner, AudioTokenCountDifferentFromSpeechRowsIsRefused) {
 
 }  // namespace
 }  // namespace vv::test
+
+namespace vv::test {
+namespace {
+
+TEST(Runner, KeepsWorkingAfterTheCheckpointIsClosed) {
+  auto ckpt = Checkpoint::open(hf_model_dir());
+  ASSERT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
+  auto runner = make_cpu_runner(**ckpt, test_options(), 1);
+  ASSERT_TRUE(runner.is_ok()) << runner.status().to_string();
+  ckpt = Result<std::unique_ptr<Checkpoint>>(not_found("closed"));  // unmaps the safetensors
+  GoldenCase gc(golden_cases().front());
+  ASSERT_TRUE(gc.ok()) << gc.error();
+  const std::vector<float> x = input_values(gc);
+  auto speech = (*runner)->encode(x.data(), static_cast<int64_t>(x.size()));
+  ASSERT_TRUE(speech.is_ok()) << speech.status().to_string();
+  GreedyRequest q;
+  q.prompt = gc.prompt_ids();
+  q.speech = &speech->rows.t;
+  q.max_new_tokens = static_cast<int>(gc.generated_ids().size());
+  auto ids = (*runner)->generate_greedy(q);
+  ASSERT_TRUE(ids.is_ok()) << ids.status().to_string();
+  EXPECT_EQ(*ids, gc.generated_ids());
+}
+
+}  // namespace
+}  // namespace vv::test
