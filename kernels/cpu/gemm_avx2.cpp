@@ -6,11 +6,13 @@
 // FMA, then + bias, then the epilogue. K is never split across threads.
 //
 // Two paths share that order:
-//  * direct (M ≤ 8, decode): reads w rows in place, converts bf16/f16 in registers; memory bound.
+//  * direct (M ≤ 8, decode): reads w rows in place (prefetched), converts bf16/f16 in registers, K in
+//    chunks of 512 with the partial sums parked between chunks so a stays in L1; memory bound.
 //  * blocked (larger M, prefill): per (M block, N block) task, w is converted to f32 one K chunk at a
 //    time into a scratch buffer and the 8 partial sums of each element live in a buffer between
 //    chunks, so the FMA chains continue exactly as in the direct path.
-// This file is one kernel family; the tile kernels stay beside their drivers to keep the data flow visible.
+// This file is one kernel family; the tile kernels stay beside their drivers to keep the data flow
+// visible.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -26,7 +28,7 @@
 namespace vv::avx2 {
 namespace {
 
-// Tile sizes (tuned on a 2-core AMD EPYC, AVX2; see CHANGELOG for figures).
+// Tile sizes, tuned on a 2-core AMD EPYC (Zen 3, AVX2) with tests/bench/kernels_bench.cpp.
 constexpr int64_t kPrefetch = 256;  // direct path: elements of each w row prefetched ahead
 constexpr int64_t kMc = 96;         // blocked path: rows of a per task
 constexpr int64_t kNc = 48;         // blocked path: rows of w per task
