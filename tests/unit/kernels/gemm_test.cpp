@@ -186,8 +186,9 @@ TEST(Gemm, OverlappingRowsComputeAStridedCausalConv) {
   // x [T, C] with K−S zero rows in front (causal padding); out[t] = Σ_{k,c} W[o, k·C + c]·x[t·S + k, c].
   for (Isa isa : isas()) {
     auto be = backend(isa, 2);
-    for (auto [C, Kk, S] : std::vector<std::array<int64_t, 3>>{{3, 4, 2}, {32, 4, 2}, {17, 10, 5}, {8, 7, 1}}) {
-      const int64_t T = 61, O = 13;
+    for (auto [C, Kk, S, T] : std::vector<std::array<int64_t, 4>>{
+             {3, 4, 2, 61}, {32, 4, 2, 61}, {17, 10, 5, 61}, {8, 7, 1, 61}, {32, 4, 2, 12}, {16, 10, 5, 30}}) {
+      const int64_t O = 13;  // T = 12 and 30 give ≤ 8 output rows: the GEMV path
       auto x = random_vec(T * C, 11);
       auto w = random_matrix(O, Kk * C, DType::kBF16, 12);
       auto bias = random_vec(O, 13);
