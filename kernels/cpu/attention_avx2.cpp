@@ -32,10 +32,29 @@ inline __m256 load8(const void* p, int64_t i) {
   }
 }
 
-inline float hsum(__m256 v) {
-  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+// sc[i] = q·k_i for 8 key rows: 8-lane partial sums over d (FMA, d ascending), reduced by a fixed
+// hadd tree, then the D%8 tail added in order.
+template <DType KT>
+inline void dot8(const float* q, const void* const* k, int D, float* sc) {
+  const int d8 = D / 8 * 8;
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+  for (int d = 0; d < d8; d += 8) {
+    const __m256 qv = _mm256_loadu_ps(q + d);
+    a0 = _mm256_fmadd_ps(qv, load8<KT>(k[0], d), a0);
+    a1 = _mm256_fmadd_ps(qv, load8<KT>(k[1], d), a1);
+    a2 = _mm256_fmadd_ps(qv, load8<KT>(k[2], d), a2);
+    a3 = _mm256_fmadd_ps(qv, load8<KT>(k[3], d), a3);
+    a4 = _mm256_fmadd_ps(qv, load8<KT>(k[4], d), a4);
+    a5 = _mm256_fmadd_ps(qv, load8<KT>(k[5], d), a5);
+    a6 = _mm256_fmadd_ps(qv, load8<KT>(k[6], d), a6);
+    a7 = _mm256_fmadd_ps(qv, load8<KT>(k[7], d), a7);
+  }
+  const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+  const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(a4, a5), _mm256_hadd_ps(a6, a7));
+  const __m256 r = _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+  _mm256_store_ps(sc, r);
+  for (int d = d8; d < D; ++d)
+    for (int i = 0; i < 8; ++i) sc[i] = std::fma(q[d], ref::load_as_f32(k[i], KT, d), sc[i]);
 }
 
 // Query heads [h0, h0+G) of one row, all sharing one kv head: each key/value row is loaded once
@@ -54,23 +73,26 @@ void attend_group(const float* q_row, int h0, int G, const AttentionRows& rows, 
   const int32_t* table = rows.block_tables.ptr<const int32_t>() + seq * rows.block_tables.row_stride();
   for (int64_t j0 = 0; j0 < L; j0 += kBlock) {
     const int nb = static_cast<int>(std::min<int64_t>(kBlock, L - j0));
-    const void* vrow[kBlock];
+    const void* vrow[kBlock + 8];
+    const void* krow[kBlock + 8];
     float bmax[kMaxGroup];
     for (int g = 0; g < G; ++g) bmax[g] = -INFINITY;
     for (int j = 0; j < nb; ++j) {
       const int64_t p = j0 + j;
       const int64_t slot = static_cast<int64_t>(table[p / bs]) * bs + p % bs;
-      const char* kr = static_cast<const char*>(cache.k.data) + (slot * cache.k.row_stride() + kv_off) * kes;
+      krow[j] = static_cast<const char*>(cache.k.data) + (slot * cache.k.row_stride() + kv_off) * kes;
       vrow[j] = static_cast<const char*>(cache.v.data) + (slot * cache.v.row_stride() + kv_off) * ves;
-      for (int g = 0; g < G; ++g) {
-        const float* q = q_row + static_cast<int64_t>(h0 + g) * D;
-        __m256 dot = _mm256_setzero_ps();
-        for (int d = 0; d < d8; d += 8) dot = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), load8<KT>(kr, d), dot);
-        float sc = hsum(dot);
-        for (int d = d8; d < D; ++d) sc += q[d] * ref::load_as_f32(kr, KT, d);
-        sc *= scale;
-        s[g][j] = sc;
-        bmax[g] = std::max(bmax[g], sc);
+    }
+    for (int j = nb; j < kBlock + 8; ++j) krow[j] = krow[nb - 1];  // padding: scores computed and dropped
+    for (int g = 0; g < G; ++g) {
+      const float* q = q_row + static_cast<int64_t>(h0 + g) * D;
+      for (int j = 0; j < nb; j += 8) {
+        alignas(32) float sc[8];
+        dot8<KT>(q, krow + j, D, sc);
+        for (int i = 0; i < 8 && j + i < nb; ++i) {
+          s[g][j + i] = sc[i] * scale;
+          bmax[g] = std::max(bmax[g], s[g][j + i]);
+        }
       }
     }
     for (int g = 0; g < G; ++g) {
@@ -92,16 +114,33 @@ void attend_group(const float* q_row, int h0, int G, const AttentionRows& rows, 
       }
       run_max[g] = new_max;
     }
-    for (int j = 0; j < nb; ++j) {
-      for (int g = 0; g < G; ++g) {
-        float* ag = acc + g * D;
-        const float p = s[g][j];
-        run_sum[g] += p;
-        const __m256 p8 = _mm256_set1_ps(p);
-        for (int d = 0; d < d8; d += 8)
-          _mm256_storeu_ps(ag + d, _mm256_fmadd_ps(p8, load8<VT>(vrow[j], d), _mm256_loadu_ps(ag + d)));
-        for (int d = d8; d < D; ++d) ag[d] += p * ref::load_as_f32(vrow[j], VT, d);
+    for (int g = 0; g < G; ++g) {
+      float* ag = acc + g * D;
+      for (int j = 0; j < nb; ++j) run_sum[g] += s[g][j];
+      // Output columns in register chunks; each element still adds p_j·v_j in j order.
+      int d = 0;
+      for (; d + 32 <= d8; d += 32) {
+        __m256 o0 = _mm256_loadu_ps(ag + d), o1 = _mm256_loadu_ps(ag + d + 8);
+        __m256 o2 = _mm256_loadu_ps(ag + d + 16), o3 = _mm256_loadu_ps(ag + d + 24);
+        for (int j = 0; j < nb; ++j) {
+          const __m256 p8 = _mm256_set1_ps(s[g][j]);
+          o0 = _mm256_fmadd_ps(p8, load8<VT>(vrow[j], d), o0);
+          o1 = _mm256_fmadd_ps(p8, load8<VT>(vrow[j], d + 8), o1);
+          o2 = _mm256_fmadd_ps(p8, load8<VT>(vrow[j], d + 16), o2);
+          o3 = _mm256_fmadd_ps(p8, load8<VT>(vrow[j], d + 24), o3);
+        }
+        _mm256_storeu_ps(ag + d, o0);
+        _mm256_storeu_ps(ag + d + 8, o1);
+        _mm256_storeu_ps(ag + d + 16, o2);
+        _mm256_storeu_ps(ag + d + 24, o3);
       }
+      for (; d < d8; d += 8) {
+        __m256 o0 = _mm256_loadu_ps(ag + d);
+        for (int j = 0; j < nb; ++j) o0 = _mm256_fmadd_ps(_mm256_set1_ps(s[g][j]), load8<VT>(vrow[j], d), o0);
+        _mm256_storeu_ps(ag + d, o0);
+      }
+      for (; d < D; ++d)
+        for (int j = 0; j < nb; ++j) ag[d] = std::fma(s[g][j], ref::load_as_f32(vrow[j], VT, d), ag[d]);
     }
   }
   for (int g = 0; g < G; ++g) {
