@@ -35,6 +35,7 @@ double cpu_seconds(clockid_t clock) {
 double measure_triad_gbps(int threads) {
   const int64_t n = int64_t{24} << 20;  // 3 arrays × 96 MiB, far beyond any LLC here
   Array a = make_array(n), b = make_array(n), c = make_array(n);
+  if (!a || !b || !c) return 0.0;  // not enough memory for the probe
   cpu::ThreadPool pool(std::max(1, threads), true);
   const int64_t chunk = 1 << 16;
   float* pa = a.get();
