@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   // Each subcommand registers itself here (service/cli/*_command.cpp).
   vv::cli::register_inspect(app, ctx);
   vv::cli::register_tokenize(app, ctx);
+  vv::cli::register_transcribe(app, ctx);
   CLI11_PARSE(app, argc, argv);
   return ctx.exit_code;
 }

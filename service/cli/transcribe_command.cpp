@@ -1,0 +1,271 @@
+// `vibevoice transcribe`: audio files → speaker-attributed, timestamped transcripts on this machine.
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "engine/audio/audio_preparer.h"
+#include "engine/checkpoint/checkpoint.h"
+#include "engine/checkpoint/safetensors_writer.h"
+#include "engine/model/tensor_capture.h"
+#include "engine/runner/cpu_runner.h"
+#include "engine/text/prompt_builder.h"
+#include "engine/text/tokenizer.h"
+#include "engine/transcript/response_format.h"
+#include "scheduler/batch_transcriber.h"
+#include "service/cli/commands.h"
+#include "service/cli/progress_bar.h"
+
+namespace fs = std::filesystem;
+
+namespace vv::cli {
+
+namespace {
+
+struct TranscribeArgs {
+  std::string model;
+  std::string tokenizer;
+  std::vector<std::string> audio;
+  std::string format = "text";
+  std::string prompt;
+  std::string hotwords;
+  std::string output;
+  std::string dump;
+  int max_new_tokens = 8192;
+  bool ignore_eos = false;
+  float temperature = 0.f;
+  float top_p = 1.f;
+  int top_k = 0;
+  uint64_t seed = 0;
+  std::string acoustic_sampling = "mean";
+  double segment_seconds = 0;
+  int threads = 0;
+  int64_t kv_positions = 0;
+  double max_seconds = 0;
+  bool progress = false;
+  bool no_progress = false;
+};
+
+Result<std::string> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return not_found(path + ": cannot open the audio file");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+Status write_output(const std::string& path, const std::string& body) {
+  if (path.empty() || path == "-") {
+    std::fwrite(body.data(), 1, body.size(), stdout);
+    return Status::ok();
+  }
+  std::ofstream out(path, std::ios::binary);
+  if (!out) return invalid_argument(path + ": cannot open the output file for writing");
+  out << body;
+  return out ? Status::ok() : internal_error(path + ": write failed");
+}
+
+std::string ids_json(const std::vector<TokenId>& prompt, const std::vector<TokenId>& generated) {
+  std::string s = "{\"prompt_ids\":[";
+  for (size_t i = 0; i < prompt.size(); ++i) s += (i ? "," : "") + std::to_string(prompt[i]);
+  s += "],\"generated_ids\":[";
+  for (size_t i = 0; i < generated.size(); ++i) s += (i ? "," : "") + std::to_string(generated[i]);
+  return s + "]}\n";
+}
+
+// Writes the captured intermediates of one request as DIR/<stem>.safetensors (float32, names as in
+// the golden set).
+Status write_dump(const std::string& dir, const std::string& stem, const TensorCapture& capture,
+                  const std::vector<float>& input_values) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return invalid_argument(dir + ": cannot create the dump directory: " + ec.message());
+  std::vector<HostTensor> tensors;
+  HostTensor iv;
+  iv.name = "input_values";
+  iv.data = input_values.data();
+  iv.dtype = DType::kF32;
+  iv.shape = {static_cast<int64_t>(input_values.size())};
+  tensors.push_back(iv);
+  for (const auto& [name, t] : capture.tensors()) {
+    HostTensor h;
+    h.name = name;
+    h.data = t.data.data();
+    h.dtype = DType::kF32;
+    h.shape = (name.rfind("logits", 0) == 0 && t.rows == 1) ? std::vector<int64_t>{t.cols}
+                                                            : std::vector<int64_t>{t.rows, t.cols};
+    tensors.push_back(h);
+  }
+  return write_safetensors((fs::path(dir) / (stem + ".safetensors")).string(), tensors);
+}
+
+int fail(const Status& s) {
+  std::fprintf(stderr, "vibevoice transcribe: %s\n", s.message().c_str());
+  return 1;
+}
+
+int run_transcribe(const TranscribeArgs& a) {
+  const bool ids_format = a.format == "ids";
+  std::optional<ResponseFormat> format;
+  if (!ids_format) {
+    format = parse_response_format(a.format);
+    if (!format) return fail(invalid_argument("--format: unknown format '" + a.format + "'"));
+  }
+  if (a.audio.size() > 1 && !a.output.empty() && a.output != "-" && !fs::is_directory(a.output)) {
+    return fail(invalid_argument("-o " + a.output + ": with several audio files, -o must name a directory"));
+  }
+  LatentSampling acoustic_mode;
+  if (a.acoustic_sampling == "mean") {
+    acoustic_mode = LatentSampling::kMean;
+  } else if (a.acoustic_sampling == "gaussian") {
+    acoustic_mode = LatentSampling::kGaussian;
+  } else if (a.acoustic_sampling == "fix") {
+    acoustic_mode = LatentSampling::kFix;
+  } else {
+    return fail(invalid_argument("--acoustic-sampling: expected mean, gaussian or fix, got '" + a.acoustic_sampling + "'"));
+  }
+
+  auto ckpt = Checkpoint::open(a.model);
+  if (!ckpt.is_ok()) return fail(ckpt.status());
+  const ModelSpec& spec = (*ckpt)->spec();
+  const std::string tok_path = a.tokenizer.empty() ? (fs::path(a.model) / "tokenizer.json").string() : a.tokenizer;
+  auto tokenizer = Tokenizer::load_file(tok_path);
+  if (!tokenizer.is_ok()) {
+    return fail(Status(tokenizer.status().code(),
+                       tokenizer.status().message() + (a.tokenizer.empty() ? " (pass --tokenizer FILE)" : "")));
+  }
+
+  audio::PrepareOptions popt;
+  popt.sample_rate = spec.sample_rate;
+  popt.normalize = spec.normalize_audio;
+  popt.target_dbfs = spec.target_dbfs;
+  popt.eps = spec.norm_eps;
+  popt.hop = spec.acoustic.hop();
+  popt.max_seconds = a.max_seconds;
+
+  const std::string context = compose_context(a.prompt, {}, a.hotwords);
+  std::vector<TranscriptionRequest> requests;
+  int64_t longest_prompt = 0;
+  for (const std::string& path : a.audio) {
+    auto bytes = read_file(path);
+    if (!bytes.is_ok()) return fail(bytes.status());
+    auto prepared = audio::prepare_audio(
+        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size()), popt);
+    if (!prepared.is_ok()) return fail(Status(prepared.status().code(), path + ": " + prepared.status().message()));
+    TranscriptionRequest r;
+    r.name = path;
+    r.audio = std::move(prepared).value();
+    r.context = context;
+    r.sampling.temperature = a.temperature;
+    r.sampling.top_p = a.top_p;
+    r.sampling.top_k = a.top_k;
+    r.sampling.seed = a.seed;
+    r.sampling.max_new_tokens = a.max_new_tokens;
+    r.sampling.ignore_eos = a.ignore_eos;
+    r.encode.acoustic.mode = acoustic_mode;
+    r.encode.acoustic.seed = a.seed;
+    r.encode.segment = a.segment_seconds > 0
+                           ? static_cast<int64_t>(a.segment_seconds * spec.sample_rate) / popt.hop * popt.hop
+                           : 0;
+    longest_prompt = std::max<int64_t>(longest_prompt, r.audio.frames + 256);
+    requests.push_back(std::move(r));
+  }
+
+  RunnerOptions ropt;
+  int64_t need = 0;
+  for (const auto& r : requests) need += r.audio.frames + 256 + a.max_new_tokens;
+  ropt.kv_positions = a.kv_positions > 0 ? a.kv_positions : need;
+  if (requests.size() > 0 && requests[0].encode.segment > 0) ropt.encoder_segment = requests[0].encode.segment;
+  auto runner = make_cpu_runner(**ckpt, ropt, a.threads);
+  if (!runner.is_ok()) return fail(runner.status());
+
+  std::unique_ptr<TensorCapture> capture;
+  if (!a.dump.empty()) {
+    if (requests.size() != 1) return fail(invalid_argument("--dump: give exactly one audio file"));
+    capture = std::make_unique<TensorCapture>((*runner)->backend());
+    (*runner)->set_capture(capture->fn());
+  }
+
+  const bool show_progress = !a.no_progress && (a.progress || isatty(STDERR_FILENO));
+  ProgressBar bar(show_progress, requests.size());
+  BatchTranscriber transcriber(**runner, **tokenizer);
+  auto results = transcriber.run(requests, [&](const TranscriptionProgress& p) { bar.update(p); });
+  bar.finish();
+  if (!results.is_ok()) return fail(results.status());
+
+  if (capture) {
+    Status s = write_dump(a.dump, fs::path(a.audio[0]).stem().string(), *capture, requests[0].audio.input_values);
+    if (!s.is_ok()) return fail(s);
+  }
+
+  for (size_t i = 0; i < results->size(); ++i) {
+    const TranscriptionResult& r = (*results)[i];
+    std::string body = ids_format ? ids_json(r.prompt_ids, r.generated_ids) : write_response(r.transcript, *format);
+    if (!body.empty() && body.back() != '\n') body += '\n';
+    std::string target = a.output;
+    if (requests.size() > 1) {
+      if (!a.output.empty() && a.output != "-") {
+        const std::string ext = ids_format ? "json" : std::string(response_format_name(*format));
+        target = (fs::path(a.output) / (fs::path(a.audio[i]).stem().string() + "." + ext)).string();
+      } else if (!ids_format && (*format == ResponseFormat::kText || *format == ResponseFormat::kSrt ||
+                                 *format == ResponseFormat::kVtt)) {
+        body = "==> " + a.audio[i] + " <==\n" + body;
+      }
+    }
+    Status s = write_output(target, body);
+    if (!s.is_ok()) return fail(s);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void register_transcribe(CLI::App& app, CommandContext& ctx) {
+  auto args = std::make_shared<TranscribeArgs>();
+  CLI::App* sub = app.add_subcommand(
+      "transcribe",
+      "Transcribe audio files: who spoke when, and what. WAV is read directly; every other format\n"
+      "through FFmpeg. Audio is resampled to 24 kHz, normalised and encoded; the decoder's JSON\n"
+      "answer becomes segments {speaker, start, end, text}.");
+  sub->add_option("--model", args->model, "Checkpoint directory (original or transformers layout)")->required();
+  sub->add_option("--tokenizer", args->tokenizer, "tokenizer.json (default: MODEL/tokenizer.json)");
+  sub->add_option("audio", args->audio, "Audio files")->required();
+  sub->add_option("-f,--format", args->format,
+                  "text | json | verbose_json | srt | vtt | diarized_json | ids (prompt and generated token ids)")
+      ->capture_default_str();
+  sub->add_option("--prompt", args->prompt, "Context for the model: names, terms, background (\"extra info\")");
+  sub->add_option("--hotwords", args->hotwords, "Comma-separated terms, joined before --prompt");
+  sub->add_option("-o,--output", args->output, "Output file (a directory with several inputs); default stdout");
+  sub->add_option("--max-new-tokens", args->max_new_tokens, "Cap on generated tokens per file")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  sub->add_flag("--ignore-eos", args->ignore_eos, "Keep generating through stop tokens (benchmarks, debugging)");
+  sub->add_option("--temperature", args->temperature, "0 = greedy (the reference decoding)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 2.0));
+  sub->add_option("--top-p", args->top_p, "Nucleus mass with --temperature")->check(CLI::Range(0.0, 1.0));
+  sub->add_option("--top-k", args->top_k, "Top-k cut with --temperature (0 = off)")->check(CLI::NonNegativeNumber);
+  sub->add_option("--seed", args->seed, "Seed for token sampling and acoustic sampling")->capture_default_str();
+  sub->add_option("--acoustic-sampling", args->acoustic_sampling,
+                  "Acoustic latent: mean (default, deterministic) | gaussian (the references' noise) | fix")
+      ->capture_default_str();
+  sub->add_option("--segment-seconds", args->segment_seconds,
+                  "Encoder segment length (rounded down to 3200 samples; default 60 s). Bounds encoder memory");
+  sub->add_option("--threads", args->threads, "Worker threads (default: $VIBEVOICE_THREADS, else physical cores)");
+  sub->add_option("--kv-positions", args->kv_positions, "KV cache size in positions (default: what the inputs need)");
+  sub->add_option("--max-seconds", args->max_seconds, "Refuse audio longer than this (0 = no limit)");
+  sub->add_option("--dump", args->dump,
+                  "Write the intermediates (input_values, latents, speech_embeds, hidden.*, logits.last) of one "
+                  "file to DIR/<name>.safetensors");
+  sub->add_flag("--progress", args->progress, "Show progress on stderr even when it is not a terminal");
+  sub->add_flag("--no-progress", args->no_progress, "Never show progress");
+  sub->callback([args, &ctx] { ctx.exit_code = run_transcribe(*args); });
+}
+
+}  // namespace vv::cli
