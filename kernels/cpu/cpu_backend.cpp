@@ -12,6 +12,8 @@
 #include "kernels/cpu/reference_ops.h"
 #include "kernels/cpu/thread_pool.h"
 
+#include <cpuid.h>
+
 namespace vv {
 namespace {
 
@@ -19,7 +21,10 @@ using Isa = CpuBackendOptions::Isa;
 
 Isa detect_isa(Isa wanted) {
   __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  // F16C through CPUID leaf 1 (ECX bit 29): clang 14 does not know the "f16c" feature string.
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29)) != 0;
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
   if (wanted == Isa::kScalar) return Isa::kScalar;
   // No AVX-512 kernels yet: an AVX-512 request runs the AVX2 kernels.
   return avx2 ? Isa::kAvx2 : Isa::kScalar;
