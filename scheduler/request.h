@@ -1,0 +1,104 @@
+// Request, RequestEvent and EngineClient: the seam between the service (and the CLI) and the engine
+// loop. A caller builds a Request (decoded audio, context, sampling), submits it with a sink, and
+// receives RequestEvents on that sink until exactly one terminal event (kDone or kError). The loop
+// never blocks on the sink: a sink must return quickly (post the event to a strand or a queue).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "config/status.h"
+#include "engine/audio/audio_preparer.h"
+#include "engine/model/speech_embedder.h"
+#include "engine/sampling/finish_reason.h"
+#include "engine/sampling/sampling_params.h"
+#include "engine/transcript/stream_events.h"
+#include "engine/transcript/transcript.h"
+
+namespace vv {
+
+using RequestId = std::uint64_t;
+using Clock = std::chrono::steady_clock;
+
+struct Request {
+  enum class Kind : std::uint8_t {
+    kTranscription,  // audio[0] + context → the model's transcription prompt; segments come back
+    kChat,           // prompt_ids already rendered (ChatML); its audio-token rows take audio[i] in order
+  };
+  Kind kind = Kind::kTranscription;
+  std::string request_id;                   // external id (logs, headers); the loop does not read it
+  std::vector<audio::PreparedAudio> audio;  // normalised 24 kHz clips, in prompt order
+  std::string context;                      // transcription: "extra info" (compose_context); "" for none
+  std::vector<TokenId> prompt_ids;          // chat: the whole rendered prompt
+  SamplingParams sampling;
+  EncodeOptions encode;
+  std::vector<std::string> stop_strings;    // chat: cut before the first match (not included)
+  bool stream = false;                      // emit kTextDelta / kSegment events as they form
+  int priority = 0;                         // higher first (live streams); FIFO within a priority
+  Clock::time_point arrival = Clock::now();
+  std::optional<Clock::time_point> deadline;  // passed while queued or running → kError kCancelled
+};
+
+struct RequestTimings {
+  double queue_seconds = 0;         // arrival → first scheduled
+  double time_to_first_token = 0;   // arrival → first generated token
+  double encode_seconds = 0;
+  double prefill_seconds = 0;
+  double decode_seconds = 0;
+};
+
+struct RequestEvent {
+  enum class Type : std::uint8_t {
+    kStarted,    // admitted: encoding/prefill begins
+    kTextDelta,  // text: new generated text, cut at whole UTF-8 characters (stream only)
+    kSegment,    // segment/segment_index: a finished transcript segment (transcription, stream only)
+    kDone,       // terminal: transcript (transcription) or text (chat), usage, finish_reason
+    kError,      // terminal: error (kCancelled after cancel() or a passed deadline)
+  };
+  Type type = Type::kStarted;
+  RequestId id = 0;
+  std::string text;                      // kTextDelta: the delta; kDone (chat): the whole completion
+  std::vector<TokenLogprob> logprobs;    // kTextDelta: entries of the delta's tokens (sampling.logprobs)
+  std::optional<Segment> segment;        // kSegment
+  std::size_t segment_index = 0;         // kSegment
+  Transcript transcript;                 // kDone (transcription)
+  FinishReason finish_reason = FinishReason::kNone;  // kDone
+  TokenUsage usage;                      // kDone: prompt audio/text tokens and generated tokens
+  RequestTimings timings;                // kDone
+  Status error;                          // kError
+
+  bool terminal() const { return type == Type::kDone || type == Type::kError; }
+};
+
+// Called on the engine thread; must not block or throw.
+using EventSink = std::function<void(RequestEvent&&)>;
+
+struct EngineLoad {
+  std::int64_t running = 0;
+  std::int64_t waiting = 0;
+  std::int64_t kv_blocks_used = 0;
+  std::int64_t kv_blocks_total = 0;
+  std::int64_t max_running = 0;
+  std::int64_t max_waiting = 0;
+  bool ready = false;  // weights loaded, loop running
+};
+
+// What the service and the CLI hold: the engine loop (scheduler/engine_loop.h) or a test fake.
+// Thread-safe.
+class EngineClient {
+ public:
+  virtual ~EngineClient() = default;
+  // Queues the request. kResourceExhausted when the waiting queue is full; kUnavailable-style
+  // refusals (not ready, draining) are kResourceExhausted/kCancelled with a message saying which.
+  virtual Result<RequestId> submit(Request request, EventSink sink) = 0;
+  // Idempotent; a request still known gets a kError kCancelled event within one engine step.
+  virtual void cancel(RequestId id) = 0;
+  virtual EngineLoad load() const = 0;
+};
+
+}  // namespace vv
