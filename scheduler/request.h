@@ -42,6 +42,14 @@ struct Request {
   int priority = 0;                         // higher first (live streams); FIFO within a priority
   Clock::time_point arrival = Clock::now();
   std::optional<Clock::time_point> deadline;  // passed while queued or running → kError kCancelled
+  // Still waiting (not yet admitted) at this time → kError kCancelled with cause kQueueTimeout.
+  std::optional<Clock::time_point> queue_deadline;
+  bool add_generation_prompt = false;  // transcription: append `<|im_start|>assistant\n` (vLLM form)
+  // Test-only "scripted decoder" (API.md §15): when non-empty, generated token i is forced_ids[i]
+  // instead of the sampled one (the sampler still sees the logits, logprobs are the model's for
+  // the forced ids); after the last forced id the request ends with kStop unless that id already
+  // ended it. Stop ids inside are honoured like sampled ones.
+  std::vector<TokenId> forced_ids;
 };
 
 struct RequestTimings {
@@ -50,6 +58,21 @@ struct RequestTimings {
   double encode_seconds = 0;
   double prefill_seconds = 0;
   double decode_seconds = 0;
+  double inter_token_seconds = 0;   // mean time between generated tokens (first → last)
+  int preemptions = 0;              // times the request was preempted and recomputed
+};
+
+// Why a request ended in kError, so the service can pick the spec's error code without parsing
+// messages (API.md §4.5, §13.3, §13.4).
+enum class ErrorCause : std::uint8_t {
+  kNone,
+  kCancelled,     // cancel() (client disconnect)
+  kDeadline,      // Request::deadline passed (queued or running)
+  kQueueTimeout,  // Request::queue_deadline passed while still waiting
+  kShutdown,      // the loop was shut down with the request unfinished
+  kEngine,        // a device/step failure or an injected fault (engine_error)
+  kCapacity,      // the KV pool cannot hold the request even alone (kResourceExhausted)
+  kInvalid,       // the request was refused on the engine thread (e.g. speech rows ≠ audio tokens)
 };
 
 struct RequestEvent {
@@ -65,12 +88,15 @@ struct RequestEvent {
   std::string text;                      // kTextDelta: the delta; kDone (chat): the whole completion
   std::vector<TokenLogprob> logprobs;    // kTextDelta: entries of the delta's tokens (sampling.logprobs)
   std::optional<Segment> segment;        // kSegment
-  std::size_t segment_index = 0;         // kSegment
+  std::size_t segment_index = 0;         // kSegment; kTextDelta (transcription): the delta's segment
   Transcript transcript;                 // kDone (transcription)
   FinishReason finish_reason = FinishReason::kNone;  // kDone
   TokenUsage usage;                      // kDone: prompt audio/text tokens and generated tokens
   RequestTimings timings;                // kDone
   Status error;                          // kError
+  ErrorCause cause = ErrorCause::kNone;  // kError
+  std::vector<TokenId> prompt_ids;       // kDone: the rendered prompt (debug contract, --format ids)
+  std::vector<TokenId> generated_ids;    // kDone: every generated id, stop id included
 
   bool terminal() const { return type == Type::kDone || type == Type::kError; }
 };
