@@ -25,6 +25,15 @@ float element_as_f32(const HostTensor& w, int64_t i) {
   }
 }
 
+UploadedFn& upload_hook() {
+  thread_local UploadedFn hook;
+  return hook;
+}
+
+void uploaded(const HostTensor& w) {
+  if (upload_hook()) upload_hook()(w.data, w.bytes());
+}
+
 bool is_float(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
 
 Status check_float(const HostTensor& w) {
@@ -53,6 +62,12 @@ int64_t tail_product(const std::vector<int64_t>& s) {
 
 }  // namespace
 
+UploadedFn set_upload_hook(UploadedFn fn) {
+  UploadedFn old = std::move(upload_hook());
+  upload_hook() = std::move(fn);
+  return old;
+}
+
 DeviceTensor alloc_f32(Backend& be, int64_t rows, int64_t cols) {
   DeviceTensor d;
   const int64_t n = rows * cols;
@@ -79,7 +94,9 @@ Status expect_shape(const HostTensor& t, std::initializer_list<int64_t> shape) {
 
 Result<DeviceTensor> upload_matrix(Backend& be, const HostTensor& w) {
   VV_RETURN_IF_ERROR(check_float(w));
-  return upload_bytes(be, w.data, w.bytes(), w.dtype, w.shape[0], tail_product(w.shape), false);
+  DeviceTensor d = upload_bytes(be, w.data, w.bytes(), w.dtype, w.shape[0], tail_product(w.shape), false);
+  uploaded(w);
+  return d;
 }
 
 Result<DeviceTensor> upload_stacked_rows(Backend& be, const HostTensor& a, const HostTensor& b) {
@@ -92,6 +109,8 @@ Result<DeviceTensor> upload_stacked_rows(Backend& be, const HostTensor& a, const
   std::vector<char> host(a.bytes() + b.bytes());
   std::memcpy(host.data(), a.data, a.bytes());
   std::memcpy(host.data() + a.bytes(), b.data, b.bytes());
+  uploaded(a);
+  uploaded(b);
   return upload_bytes(be, host.data(), host.size(), a.dtype, a.shape[0] + b.shape[0], tail_product(a.shape), false);
 }
 
@@ -100,6 +119,7 @@ Result<DeviceTensor> upload_f32(Backend& be, const HostTensor& w) {
   const int64_t n = w.numel();
   std::vector<float> host(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) host[i] = element_as_f32(w, i);
+  uploaded(w);
   const bool vec = w.shape.size() == 1;
   return upload_bytes(be, host.data(), host.size() * sizeof(float), DType::kF32, vec ? 1 : w.shape[0],
                       vec ? n : tail_product(w.shape), vec);
@@ -116,6 +136,7 @@ Result<DeviceTensor> upload_conv_as_gemm(Backend& be, const HostTensor& w) {
     for (int64_t i = 0; i < in; ++i)
       for (int64_t j = 0; j < k; ++j)
         std::memcpy(host.data() + ((o * k + j) * in + i) * es, src + ((o * in + i) * k + j) * es, es);
+  uploaded(w);
   return upload_bytes(be, host.data(), host.size(), w.dtype, out, k * in, false);
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <string>
 
@@ -25,6 +26,12 @@ DeviceTensor alloc_i32(Backend& be, int64_t n);
 
 // Fails unless t has exactly `shape` (the message names the tensor and both shapes).
 Status expect_shape(const HostTensor& t, std::initializer_list<int64_t> shape);
+
+// Called with each host weight's bytes once the upload_* helpers below have copied it to the
+// device (on the uploading thread); empty = nothing. The Runner sets it while binding to drop host
+// pages that are no longer needed (RunnerOptions::consume_weights). Returns the previous hook.
+using UploadedFn = std::function<void(const void* data, size_t bytes)>;
+UploadedFn set_upload_hook(UploadedFn fn);
 
 // A GEMM weight as stored (F32/BF16/F16), viewed 2-D [shape0, prod(rest)].
 Result<DeviceTensor> upload_matrix(Backend& be, const HostTensor& w);

@@ -1,8 +1,24 @@
 #include "engine/runner/runner.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdint>
 
 namespace vv {
+namespace {
+
+// Gives the whole pages inside [data, data + bytes) back to the kernel (partial pages at either end
+// stay: they may hold a neighbouring tensor).
+void drop_host_pages(const void* data, size_t bytes) {
+  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + bytes) / page * page;
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
+}  // namespace
 
 Result<std::unique_ptr<Runner>> Runner::create(std::unique_ptr<Backend> backend, const Checkpoint& ckpt,
                                                const RunnerOptions& opt) {
@@ -15,6 +31,11 @@ Result<std::unique_ptr<Runner>> Runner::create(std::unique_ptr<Backend> backend,
   r->spec_ = ckpt.spec();
   r->opt_ = opt;
   Backend& be = *r->backend_;
+  // Restores the previous upload hook however this function returns.
+  struct HookGuard {
+    UploadedFn old;
+    ~HookGuard() { set_upload_hook(std::move(old)); }
+  } guard{set_upload_hook(opt.consume_weights ? UploadedFn(drop_host_pages) : UploadedFn())};
   VV_ASSIGN_OR_RETURN(r->speech_, SpeechEmbedder::create(be, r->spec_, ckpt.weights(), opt.encoder_segment));
   const int64_t blocks = (opt.kv_positions + opt.block_size - 1) / opt.block_size;
   DecoderOptions dopt;

@@ -125,5 +125,38 @@ TEST(OtherShapes, RandomModelPathsAgreeAtShapesUnlikeTiny) {
   }
 }
 
+// consume_weights drops each host weight's pages as soon as it is on the device: the bound model
+// must be the same as one bound from an untouched copy (nothing read after it was dropped).
+TEST(OtherShapes, ConsumingTheCheckpointBindsTheSameModel) {
+  const ModelSpec spec = other_spec();
+  auto keep = Checkpoint::random(spec, 7, DType::kBF16);
+  auto eat = Checkpoint::random(spec, 7, DType::kBF16);
+  ASSERT_TRUE(keep.is_ok() && eat.is_ok());
+  RunnerOptions opt;
+  opt.kv_positions = 1024;
+  opt.encoder_segment = 40 * 64;
+  auto ra = make_cpu_runner(**keep, opt, 1);
+  opt.consume_weights = true;
+  auto rb = make_cpu_runner(**eat, opt, 1);
+  ASSERT_TRUE(ra.is_ok() && rb.is_ok());
+  const int64_t n = 40 * 31 - 5;
+  const std::vector<float> x = noise_audio(n, 3);
+  auto sa = (*ra)->encode(x.data(), n);
+  auto sb = (*rb)->encode(x.data(), n);
+  ASSERT_TRUE(sa.is_ok() && sb.is_ok());
+  const int64_t h = spec.decoder.hidden_size;
+  std::vector<float> ha(static_cast<size_t>(sa->frames() * h)), hb(ha.size());
+  (*ra)->backend().download(ha.data(), sa->rows.t.data, ha.size() * sizeof(float));
+  (*rb)->backend().download(hb.data(), sb->rows.t.data, hb.size() * sizeof(float));
+  EXPECT_EQ(ha, hb);
+  GreedyRequest qa{prompt_with_audio(spec, sa->frames(), 11, 9), &sa->rows.t, 12, {}};
+  GreedyRequest qb{prompt_with_audio(spec, sb->frames(), 11, 9), &sb->rows.t, 12, {}};
+  auto ia = (*ra)->generate_greedy(qa);
+  auto ib = (*rb)->generate_greedy(qb);
+  ASSERT_TRUE(ia.is_ok() && ib.is_ok());
+  EXPECT_EQ(ia->size(), 12u);
+  EXPECT_EQ(*ia, *ib);
+}
+
 }  // namespace
 }  // namespace vv::test

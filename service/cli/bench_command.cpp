@@ -1,0 +1,309 @@
+// `vibevoice bench`: how fast the engine runs on this machine, against this machine's own bounds.
+// Measures the roofline probes first (a STREAM triad for memory bandwidth, an FMA loop for compute),
+// then the three stages of a transcription on a checkpoint or on seeded random weights at a named
+// shape: both encoders over N seconds of audio, prefill of a P-token prompt, and batch-B decode.
+// Every GEMM the model issues is counted by a decorator Backend (FLOPs and weight bytes), so each
+// figure's ratio to its bound comes from the work the model actually did, not from a formula.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/checkpoint/checkpoint.h"
+#include "engine/runner/runner.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "service/cli/commands.h"
+
+namespace vv::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Forwards every op to the wrapped backend and counts what the GEMMs and attention do: FLOPs (2·M·N·K
+// per GEMM, 4·len·head_dim per attended position and head) and bytes of weights streamed.
+class CountingBackend final : public Backend {
+ public:
+  explicit CountingBackend(std::unique_ptr<Backend> inner) : in_(std::move(inner)) {}
+  struct Counts {
+    double gemm_flops = 0, attn_flops = 0, weight_bytes = 0, kv_bytes = 0;
+  };
+  Counts counts;
+
+  std::string name() const override { return in_->name(); }
+  Buffer allocate(size_t bytes) override { return in_->allocate(bytes); }
+  void upload(void* dst, const void* src, size_t bytes) override { in_->upload(dst, src, bytes); }
+  void download(void* dst, const void* src, size_t bytes) override { in_->download(dst, src, bytes); }
+  void synchronize() override { in_->synchronize(); }
+  void gemm(const Tensor& a, const Tensor& w, const Tensor* bias, Tensor& out, Epilogue ep) override {
+    counts.gemm_flops += 2.0 * static_cast<double>(a.rows()) * static_cast<double>(w.rows()) * static_cast<double>(w.cols());
+    counts.weight_bytes += static_cast<double>(w.rows()) * static_cast<double>(w.cols()) * dtype_size(w.dtype);
+    in_->gemm(a, w, bias, out, ep);
+  }
+  void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override { in_->rms_norm(x, w, eps, out); }
+  void depthwise_conv1d_causal(const Tensor& x, const Tensor& h, const Tensor& w, const Tensor& b,
+                               Tensor& out) override {
+    in_->depthwise_conv1d_causal(x, h, w, b, out);
+  }
+  void add_scaled(Tensor& x, const Tensor& s, const Tensor& y) override { in_->add_scaled(x, s, y); }
+  void add(const Tensor& a, const Tensor& b, Tensor& out) override { in_->add(a, b, out); }
+  void silu_mul(const Tensor& gu, Tensor& out) override { in_->silu_mul(gu, out); }
+  void embedding(const Tensor& t, const Tensor& ids, Tensor& out) override { in_->embedding(t, ids, out); }
+  void copy(const Tensor& src, Tensor& dst) override { in_->copy(src, dst); }
+  void rope(Tensor& x, const Tensor& pos, int heads, int head_dim, float theta) override {
+    in_->rope(x, pos, heads, head_dim, theta);
+  }
+  void kv_write(const Tensor& k, const Tensor& v, const AttentionRows& rows, KvLayer& cache,
+                const AttentionShape& shape) override {
+    in_->kv_write(k, v, rows, cache, shape);
+  }
+  void paged_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, const AttentionShape& shape,
+                       Tensor& out) override {
+    // Attended positions per row = its position + 1 (causal); positions live in host memory on the CPU.
+    if (rows.row_pos.data != nullptr && host_visible_) {
+      const int32_t* pos = rows.row_pos.ptr<int32_t>();
+      double attended = 0;
+      for (int64_t r = 0; r < rows.row_pos.numel(); ++r) attended += pos[r] + 1.0;
+      counts.attn_flops += 4.0 * attended * shape.heads * shape.head_dim;
+      counts.kv_bytes += 2.0 * attended * shape.kv_heads * shape.head_dim * dtype_size(cache.k.dtype);
+    }
+    in_->paged_attention(q, rows, cache, shape, out);
+  }
+  void argmax(const Tensor& logits, Tensor& out) override { in_->argmax(logits, out); }
+  void set_host_visible(bool v) { host_visible_ = v; }
+
+ private:
+  std::unique_ptr<Backend> in_;
+  bool host_visible_ = true;
+};
+
+struct BenchArgs {
+  std::string model;
+  std::string random;  // "7b" | "tiny"
+  std::string dtype = "bf16";
+  uint64_t seed = 1;
+  int threads = 0;
+  double audio_seconds = 10;
+  int prefill_tokens = 512;
+  int decode_tokens = 32;
+  int batch = 1;
+  bool skip_encoder = false;
+  bool skip_probes = false;
+  std::string json;
+};
+
+int fail(const Status& s) {
+  std::fprintf(stderr, "vibevoice bench: %s\n", s.message().c_str());
+  return 1;
+}
+
+struct Figures {
+  double triad_gbps = 0, fma_gflops = 0;
+  double encoder_ms_per_audio_s = 0, encoder_gflops = 0;
+  double prefill_tok_s = 0, prefill_gflops = 0;
+  double decode_tok_s = 0, decode_gbps = 0, decode_ms_per_step = 0;
+};
+
+std::string ratio(double v, double bound) {
+  if (bound <= 0) return "";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, " (%.2f of the bound)", v / bound);
+  return buf;
+}
+
+int run_bench(const BenchArgs& a) {
+  if (a.model.empty() == a.random.empty()) return fail(invalid_argument("give exactly one of --model DIR or --random 7b|tiny"));
+  if (a.prefill_tokens < 1 || a.decode_tokens < 1 || a.batch < 1) {
+    return fail(invalid_argument("--prefill-tokens, --decode-tokens and --batch must be at least 1"));
+  }
+  DType dtype = DType::kBF16;
+  if (a.dtype == "f32") {
+    dtype = DType::kF32;
+  } else if (a.dtype == "f16") {
+    dtype = DType::kF16;
+  } else if (a.dtype != "bf16") {
+    return fail(invalid_argument("--dtype: expected bf16, f16 or f32, got '" + a.dtype + "'"));
+  }
+
+  if (!a.random.empty() && a.random != "7b" && a.random != "tiny") {
+    return fail(invalid_argument("--random: expected 7b or tiny, got '" + a.random + "'"));
+  }
+  CpuBackendOptions bo;
+  bo.threads = a.threads;
+  auto counting = std::make_unique<CountingBackend>(make_cpu_backend(bo));
+  CountingBackend* counter = counting.get();
+  const std::string backend_name = counter->name();
+  const int threads = a.threads > 0 ? a.threads : physical_core_count();
+
+  Figures f;
+  if (!a.skip_probes) {
+    std::fprintf(stderr, "measuring this machine (%d threads): triad and FMA peak...\n", threads);
+    f.triad_gbps = measure_triad_gbps(threads);
+    f.fma_gflops = measure_fma_gflops(threads);
+  }
+
+  std::unique_ptr<Checkpoint> ckpt;
+  const auto t_load = Clock::now();
+  if (!a.random.empty()) {
+    ModelSpec spec;
+    spec = a.random == "7b" ? qwen7b_asr_spec() : tiny_spec();
+    std::fprintf(stderr, "building random %s weights (%s, seed %llu)...\n", a.random.c_str(), a.dtype.c_str(),
+                 static_cast<unsigned long long>(a.seed));
+    auto r = Checkpoint::random(spec, a.seed, dtype);
+    if (!r.is_ok()) return fail(r.status());
+    ckpt = std::move(r).value();
+  } else {
+    auto r = Checkpoint::open(a.model);
+    if (!r.is_ok()) return fail(r.status());
+    ckpt = std::move(r).value();
+  }
+  const ModelSpec spec = ckpt->spec();
+  const DecoderSpec& d = spec.decoder;
+  const int hop = static_cast<int>(spec.acoustic.hop());
+  int64_t samples = static_cast<int64_t>(a.audio_seconds * spec.sample_rate) / hop * hop;
+  if (samples < hop) samples = hop;
+
+  RunnerOptions ropt;
+  ropt.max_rows = std::max(a.prefill_tokens, a.batch);
+  ropt.prefill_chunk = a.prefill_tokens;
+  ropt.max_seqs = std::max(1, a.batch);
+  ropt.kv_positions = static_cast<int64_t>(a.batch) * (a.prefill_tokens + a.decode_tokens + 64);
+  ropt.encoder_segment = std::min<int64_t>(samples, spec.chunk_size);
+  ropt.consume_weights = true;  // one copy of the weights in memory, not two
+  auto runner_r = Runner::create(std::move(counting), *ckpt, ropt);
+  if (!runner_r.is_ok()) return fail(runner_r.status());
+  std::unique_ptr<Runner> runner = std::move(runner_r).value();
+  ckpt.reset();
+  const double load_s = seconds_since(t_load);
+  std::fprintf(stderr, "loaded in %.1f s on %s\n", load_s, backend_name.c_str());
+
+  // Encoders: seeded noise at speech level (the work does not depend on the values).
+  if (!a.skip_encoder) {
+    std::vector<float> audio(static_cast<size_t>(samples));
+    std::mt19937 rng(static_cast<uint32_t>(a.seed));
+    std::normal_distribution<float> noise(0.f, 0.05f);
+    for (float& x : audio) x = noise(rng);
+    std::fprintf(stderr, "encoder: %.1f s of audio...\n", samples / static_cast<double>(spec.sample_rate));
+    counter->counts = {};
+    const auto t0 = Clock::now();
+    auto rows = runner->encode(audio.data(), samples);
+    if (!rows.is_ok()) return fail(rows.status());
+    runner->backend().synchronize();
+    const double s = seconds_since(t0);
+    f.encoder_ms_per_audio_s = 1000.0 * s / (samples / static_cast<double>(spec.sample_rate));
+    f.encoder_gflops = counter->counts.gemm_flops / s / 1e9;
+  }
+
+  // Prefill: one step of `prefill_tokens` rows per sequence (random text ids), then decode steps.
+  std::mt19937 rng(static_cast<uint32_t>(a.seed) + 1);
+  std::uniform_int_distribution<TokenId> tok(0, std::min(d.vocab_size, 151643) - 1);
+  std::vector<std::vector<BlockId>> tables(static_cast<size_t>(a.batch));
+  std::vector<TokenId> last(static_cast<size_t>(a.batch));
+  double prefill_s = 0;
+  counter->counts = {};
+  for (int b = 0; b < a.batch; ++b) {
+    StepPlan plan;
+    SequenceRows rows;
+    for (int i = 0; i < a.prefill_tokens; ++i) rows.ids.push_back(tok(rng));
+    rows.start_pos = 0;
+    if (Status s = runner->kv().reserve(tables[b], a.prefill_tokens); !s.is_ok()) return fail(s);
+    rows.blocks = tables[b];
+    plan.seqs.push_back(std::move(rows));
+    std::fprintf(stderr, "prefill: %d tokens%s...\n", a.prefill_tokens,
+                 a.batch > 1 ? (" (sequence " + std::to_string(b + 1) + ")").c_str() : "");
+    const auto t0 = Clock::now();
+    auto out = runner->execute(plan);
+    if (!out.is_ok()) return fail(out.status());
+    prefill_s += seconds_since(t0);
+    last[b] = out->next[0];
+  }
+  f.prefill_tok_s = a.batch * a.prefill_tokens / prefill_s;
+  f.prefill_gflops = (counter->counts.gemm_flops + counter->counts.attn_flops) / prefill_s / 1e9;
+
+  std::fprintf(stderr, "decode: %d steps at batch %d...\n", a.decode_tokens, a.batch);
+  counter->counts = {};
+  double decode_s = 0;
+  for (int step = 0; step < a.decode_tokens; ++step) {
+    StepPlan plan;
+    for (int b = 0; b < a.batch; ++b) {
+      SequenceRows rows;
+      rows.ids = {last[b]};
+      rows.start_pos = a.prefill_tokens + step;
+      if (Status s = runner->kv().reserve(tables[b], rows.start_pos + 1); !s.is_ok()) return fail(s);
+      rows.blocks = tables[b];
+      plan.seqs.push_back(std::move(rows));
+    }
+    const auto t0 = Clock::now();
+    auto out = runner->execute(plan);
+    if (!out.is_ok()) return fail(out.status());
+    decode_s += seconds_since(t0);
+    for (int b = 0; b < a.batch; ++b) last[b] = out->next[b];
+  }
+  f.decode_ms_per_step = 1000.0 * decode_s / a.decode_tokens;
+  f.decode_tok_s = a.batch * a.decode_tokens / decode_s;
+  // Bytes a step must read: every weight once (per step, shared by the batch) plus each row's KV.
+  f.decode_gbps = (counter->counts.weight_bytes + counter->counts.kv_bytes) / decode_s / 1e9;
+  for (auto& t : tables) runner->kv().release(t);
+
+  const std::string shape = a.random.empty() ? a.model : ("random " + a.random);
+  std::printf("vibevoice bench: %s, %s weights, %s\n", shape.c_str(), a.random.empty() ? "checkpoint" : a.dtype.c_str(),
+              backend_name.c_str());
+  std::printf("  decoder: %d layers, hidden %d, %d/%d heads, ffn %d, vocab %d\n", d.num_layers, d.hidden_size,
+              d.num_heads, d.num_kv_heads, d.intermediate_size, d.vocab_size);
+  if (!a.skip_probes) {
+    std::printf("  machine: triad %.1f GB/s, FMA peak %.1f GFLOP/s (%d threads)\n", f.triad_gbps, f.fma_gflops, threads);
+  }
+  if (!a.skip_encoder) {
+    std::printf("  encoder: %.1f ms per audio second (%.1f GFLOP/s in GEMMs%s)\n", f.encoder_ms_per_audio_s,
+                f.encoder_gflops, ratio(f.encoder_gflops, f.fma_gflops).c_str());
+  }
+  std::printf("  prefill: %.1f tok/s at %d rows (%.1f GFLOP/s%s)\n", f.prefill_tok_s, a.prefill_tokens,
+              f.prefill_gflops, ratio(f.prefill_gflops, f.fma_gflops).c_str());
+  std::printf("  decode:  %.2f tok/s at batch %d, %.1f ms/step (%.1f GB/s of weights+KV%s)\n", f.decode_tok_s,
+              a.batch, f.decode_ms_per_step, f.decode_gbps, ratio(f.decode_gbps, f.triad_gbps).c_str());
+
+  if (!a.json.empty()) {
+    FILE* out = std::fopen(a.json.c_str(), "w");
+    if (!out) return fail(invalid_argument("--json " + a.json + ": cannot write"));
+    std::fprintf(out,
+                 "{\"shape\":\"%s\",\"dtype\":\"%s\",\"backend\":\"%s\",\"threads\":%d,\"triad_gbps\":%.3f,"
+                 "\"fma_gflops\":%.3f,\"encoder_ms_per_audio_s\":%.3f,\"encoder_gflops\":%.3f,"
+                 "\"prefill_tokens\":%d,\"prefill_tok_s\":%.3f,\"prefill_gflops\":%.3f,\"prefill_ratio\":%.4f,"
+                 "\"batch\":%d,\"decode_tok_s\":%.4f,\"decode_gbps\":%.3f,\"decode_ratio\":%.4f}\n",
+                 shape.c_str(), a.dtype.c_str(), backend_name.c_str(), threads, f.triad_gbps, f.fma_gflops,
+                 f.encoder_ms_per_audio_s, f.encoder_gflops, a.prefill_tokens, f.prefill_tok_s, f.prefill_gflops,
+                 f.fma_gflops > 0 ? f.prefill_gflops / f.fma_gflops : 0.0, a.batch, f.decode_tok_s, f.decode_gbps,
+                 f.triad_gbps > 0 ? f.decode_gbps / f.triad_gbps : 0.0);
+    std::fclose(out);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void register_bench(CLI::App& app, CommandContext& ctx) {
+  auto args = std::make_shared<BenchArgs>();
+  CLI::App* sub = app.add_subcommand(
+      "bench",
+      "Measure encoder ms per audio second, prefill tok/s and decode tok/s, each against this machine's "
+      "measured bound (memory bandwidth by a STREAM triad, compute by an FMA loop)");
+  sub->add_option("--model", args->model, "Checkpoint directory");
+  sub->add_option("--random", args->random, "Seeded random weights built in memory at a shape: 7b or tiny");
+  sub->add_option("--dtype", args->dtype, "Weight dtype of --random: bf16, f16 or f32")->capture_default_str();
+  sub->add_option("--seed", args->seed, "Seed of --random weights and inputs")->capture_default_str();
+  sub->add_option("--threads", args->threads, "Worker threads (default: $VIBEVOICE_THREADS, else physical cores)");
+  sub->add_option("--audio-seconds", args->audio_seconds, "Audio fed to the encoders")->capture_default_str();
+  sub->add_option("--prefill-tokens", args->prefill_tokens, "Prompt rows in the prefill step")->capture_default_str();
+  sub->add_option("--decode-tokens", args->decode_tokens, "Decode steps timed")->capture_default_str();
+  sub->add_option("--batch", args->batch, "Sequences decoded together")->capture_default_str();
+  sub->add_flag("--skip-encoder", args->skip_encoder, "Do not time the encoders");
+  sub->add_flag("--skip-probes", args->skip_probes, "Do not measure the triad and FMA peak (no ratios)");
+  sub->add_option("--json", args->json, "Also write the figures to this file as JSON");
+  sub->callback([args, &ctx] { ctx.exit_code = run_bench(*args); });
+}
+
+}  // namespace vv::cli
