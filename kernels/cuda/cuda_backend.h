@@ -1,0 +1,35 @@
+// The CUDA Backend: every op of kernels/backend.h on one NVIDIA GPU, issued in order on one
+// non-blocking stream the backend owns (never the legacy default stream). Buffers are device memory;
+// upload/download move bytes between the host and that memory (download waits for the stream).
+// make_cuda_backend returns an object the caller owns; like every Backend it is driven by one
+// thread at a time. This header needs no CUDA headers, so any layer above may include it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "config/status.h"
+#include "kernels/backend.h"
+
+namespace vv {
+
+// What the dense GEMMs compute in. kF32: float32 operands and accumulation (matches the CPU
+// reference to f32 rounding). kBF16: the activation operand of a large GEMM is rounded to the
+// weight's 16-bit type (bf16/f16) and the product runs on the tensor cores through cuBLASLt with
+// f32 accumulation; skinny GEMMs (decode) keep f32 activations either way. Every other op is f32.
+enum class CudaCompute : uint8_t { kF32, kBF16 };
+
+struct CudaBackendOptions {
+  int device = 0;
+  CudaCompute compute = CudaCompute::kF32;
+};
+
+// GPUs this process can use: 0 when there is no driver or no device (never fails).
+int cuda_device_count();
+// Why cuda_device_count() is 0 ("no CUDA driver", "no device", ...); empty when a device exists.
+std::string cuda_unavailable_reason();
+
+Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& options = {});
+
+}  // namespace vv

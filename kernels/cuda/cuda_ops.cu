@@ -1,0 +1,608 @@
+// The CUDA backend's kernels: simple, correct, f32 arithmetic throughout (16-bit weights and cache
+// entries are widened on load). Each launcher reads shapes off the Tensor views and enqueues one
+// kernel on the given stream. The reductions differ in order from the CPU reference, so results
+// agree to f32 rounding, not bitwise.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+
+#include "kernels/cuda/cuda_ops.cuh"
+
+namespace vv::cuda {
+namespace {
+
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
+
+template <typename T>
+__device__ __forceinline__ T from_f32(float v);
+template <>
+__device__ __forceinline__ float from_f32<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <>
+__device__ __forceinline__ __half from_f32<__half>(float v) { return __float2half_rn(v); }
+
+__device__ __forceinline__ float gelu_erf(float x) { return x * 0.5f * (1.0f + erff(x * 0.70710678118654752440f)); }
+__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
+
+__device__ __forceinline__ void store_ep(float* o, float v, int ep) {
+  switch (ep) {
+    case static_cast<int>(Epilogue::kGelu): *o = gelu_erf(v); break;
+    case static_cast<int>(Epilogue::kAddResidual): *o += v; break;
+    default: *o = v; break;
+  }
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum / max over the block (blockDim a multiple of 32, ≤ 1024); every thread gets the result.
+// `scratch` holds 32 floats; the leading barrier lets callers reuse it back to back.
+__device__ float block_sum(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  v = warp_sum(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < nw ? scratch[lane] : 0.f;
+  return warp_sum(v);
+}
+__device__ float block_max(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < nw ? scratch[lane] : -INFINITY;
+  return warp_max(v);
+}
+
+#define VV_DISPATCH_FLOAT(dtype, T, ...)  \
+  switch (dtype) {                        \
+    case DType::kBF16: {                  \
+      using T = __nv_bfloat16;            \
+      __VA_ARGS__;                        \
+      break;                              \
+    }                                     \
+    case DType::kF16: {                   \
+      using T = __half;                   \
+      __VA_ARGS__;                        \
+      break;                              \
+    }                                     \
+    default: {                            \
+      using T = float;                    \
+      __VA_ARGS__;                        \
+      break;                              \
+    }                                     \
+  }
+
+unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
+
+// ---- skinny GEMM ------------------------------------------------------------------------------
+
+// Eight consecutive weights as f32 (16-byte loads for 16-bit types, two for f32).
+__device__ __forceinline__ void load8(const __nv_bfloat16* p, float* f) {
+  const uint4 u = __ldg(reinterpret_cast<const uint4*>(p));
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 t = __bfloat1622float2(h[i]);
+    f[2 * i] = t.x;
+    f[2 * i + 1] = t.y;
+  }
+}
+__device__ __forceinline__ void load8(const __half* p, float* f) {
+  const uint4 u = __ldg(reinterpret_cast<const uint4*>(p));
+  const __half2* h = reinterpret_cast<const __half2*>(&u);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 t = __half22float2(h[i]);
+    f[2 * i] = t.x;
+    f[2 * i + 1] = t.y;
+  }
+}
+__device__ __forceinline__ void load8(const float* p, float* f) {
+  const float4 a = __ldg(reinterpret_cast<const float4*>(p));
+  const float4 b = __ldg(reinterpret_cast<const float4*>(p) + 1);
+  f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+}
+
+// One warp per output column n; the warp walks the weight row once per MT activation rows.
+template <typename WT, int MT, bool kVec>
+__global__ void __launch_bounds__(256) gemv_kernel(const float* __restrict__ a, int64_t lda,
+                                                   const WT* __restrict__ w, int64_t ldw, int64_t M, int64_t N,
+                                                   int64_t K, const float* __restrict__ bias, float* out,
+                                                   int64_t ldo, int ep) {
+  const int lane = threadIdx.x & 31;
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (n >= N) return;
+  const WT* wr = w + n * ldw;
+  const float b = bias ? bias[n] : 0.f;
+  for (int64_t m0 = 0; m0 < M; m0 += MT) {
+    const int mc = static_cast<int>(M - m0 < MT ? M - m0 : MT);
+    float acc[MT];
+#pragma unroll
+    for (int i = 0; i < MT; ++i) acc[i] = 0.f;
+    if constexpr (kVec) {
+#pragma unroll 4
+      for (int64_t k = lane * 8; k < K; k += 256) {
+        float wf[8];
+        load8(wr + k, wf);
+#pragma unroll
+        for (int i = 0; i < MT; ++i) {
+          if (i < mc) {
+            const float4* ap = reinterpret_cast<const float4*>(a + (m0 + i) * lda + k);
+            const float4 x0 = __ldg(ap), x1 = __ldg(ap + 1);
+            float s = acc[i];
+            s = fmaf(x0.x, wf[0], s);
+            s = fmaf(x0.y, wf[1], s);
+            s = fmaf(x0.z, wf[2], s);
+            s = fmaf(x0.w, wf[3], s);
+            s = fmaf(x1.x, wf[4], s);
+            s = fmaf(x1.y, wf[5], s);
+            s = fmaf(x1.z, wf[6], s);
+            s = fmaf(x1.w, wf[7], s);
+            acc[i] = s;
+          }
+        }
+      }
+    } else {
+      for (int64_t k = lane; k < K; k += 32) {
+        const float wv = to_f32(wr[k]);
+#pragma unroll
+        for (int i = 0; i < MT; ++i)
+          if (i < mc) acc[i] = fmaf(a[(m0 + i) * lda + k], wv, acc[i]);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < MT; ++i) {
+      const float s = warp_sum(acc[i]);
+      if (lane == 0 && i < mc) store_ep(out + (m0 + i) * ldo + n, s + b, ep);
+    }
+  }
+}
+
+template <typename WT, int MT>
+void launch_gemv(const Tensor& a, const Tensor& w, const float* bias, Tensor& out, Epilogue ep, cudaStream_t s) {
+  const int64_t M = out.rows(), N = out.cols(), K = a.cols();
+  const bool vec = K % 8 == 0 && w.row_stride() % 8 == 0 && a.row_stride() % 4 == 0 &&
+                   reinterpret_cast<uintptr_t>(w.data) % 16 == 0 && reinterpret_cast<uintptr_t>(a.data) % 16 == 0;
+  const int threads = 256;
+  const unsigned grid = blocks_for(N, threads / 32);
+  auto* ap = a.ptr<const float>();
+  auto* wp = static_cast<const WT*>(w.data);
+  if (vec) {
+    gemv_kernel<WT, MT, true><<<grid, threads, 0, s>>>(ap, a.row_stride(), wp, w.row_stride(), M, N, K, bias,
+                                                       out.ptr<float>(), out.row_stride(), static_cast<int>(ep));
+  } else {
+    gemv_kernel<WT, MT, false><<<grid, threads, 0, s>>>(ap, a.row_stride(), wp, w.row_stride(), M, N, K, bias,
+                                                        out.ptr<float>(), out.row_stride(), static_cast<int>(ep));
+  }
+}
+
+// ---- tiled f32 GEMM ---------------------------------------------------------------------------
+
+constexpr int kBM = 64, kBN = 64, kBK = 16;
+
+// 256 threads, each a 4×4 block of outputs (rows ty+16i, columns tx+16j); k ascending per output.
+template <typename WT>
+__global__ void __launch_bounds__(256) gemm_f32_kernel(const float* __restrict__ a, int64_t lda,
+                                                       const WT* __restrict__ w, int64_t ldw, int64_t M, int64_t N,
+                                                       int64_t K, const float* __restrict__ bias, float* out,
+                                                       int64_t ldo, int ep) {
+  __shared__ float as[kBK][kBM + 1];
+  __shared__ float ws[kBK][kBN + 1];
+  const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kBM, n0 = static_cast<int64_t>(blockIdx.x) * kBN;
+  float acc[4][4] = {};
+  for (int64_t k0 = 0; k0 < K; k0 += kBK) {
+    for (int i = threadIdx.x; i < kBM * kBK; i += 256) {
+      const int r = i / kBK, c = i % kBK;
+      const int64_t gm = m0 + r, gn = n0 + r, gk = k0 + c;
+      as[c][r] = gm < M && gk < K ? a[gm * lda + gk] : 0.f;
+      ws[c][r] = gn < N && gk < K ? to_f32(w[gn * ldw + gk]) : 0.f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < kBK; ++kk) {
+      float av[4], wv[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        av[i] = as[kk][ty + 16 * i];
+        wv[i] = ws[kk][tx + 16 * i];
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(av[i], wv[j], acc[i][j]);
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int64_t m = m0 + ty + 16 * i;
+    if (m >= M) continue;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int64_t n = n0 + tx + 16 * j;
+      if (n < N) store_ep(out + m * ldo + n, acc[i][j] + (bias ? bias[n] : 0.f), ep);
+    }
+  }
+}
+
+template <typename T>
+__global__ void pack_rows_kernel(const float* __restrict__ a, int64_t lda, int64_t M, int64_t K, T* __restrict__ dst) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= M * K) return;
+  const int64_t m = i / K, k = i % K;
+  dst[i] = from_f32<T>(a[m * lda + k]);
+}
+
+__global__ void gelu_kernel(float* x, int64_t ld, int64_t R, int64_t C) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= R * C) return;
+  float* p = x + (i / C) * ld + i % C;
+  *p = gelu_erf(*p);
+}
+
+// ---- row ops ----------------------------------------------------------------------------------
+
+template <typename WT>
+__global__ void rms_norm_kernel(const float* x, int64_t ldx, const WT* __restrict__ w, float eps, float* out,
+                                int64_t ldo, int64_t C) {
+  __shared__ float scratch[32];
+  const float* xr = x + blockIdx.x * ldx;
+  float* orow = out + blockIdx.x * ldo;
+  float ss = 0.f;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) ss = fmaf(xr[c], xr[c], ss);
+  ss = block_sum(ss, scratch);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(C) + eps);
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    const float n = xr[c] * inv;
+    orow[c] = n * to_f32(w[c]);
+  }
+}
+
+template <typename WT>
+__global__ void dwconv_kernel(const float* __restrict__ x, int64_t ldx, const float* __restrict__ hist, int64_t ldh,
+                              const WT* __restrict__ w, int64_t ldw, const float* __restrict__ bias, float* out,
+                              int64_t ldo, int64_t T, int64_t C, int K) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= T * C) return;
+  const int64_t t = i / C, c = i % C;
+  float acc = 0.f;
+  for (int k = 0; k < K; ++k) {
+    const int64_t src = t + k - (K - 1);
+    float xv = 0.f;
+    if (src >= 0) {
+      xv = x[src * ldx + c];
+    } else if (hist) {
+      xv = hist[(src + K - 1) * ldh + c];
+    }
+    acc = fmaf(to_f32(w[c * ldw + k]), xv, acc);
+  }
+  out[t * ldo + c] = bias ? acc + bias[c] : acc;
+}
+
+template <typename ST>
+__global__ void add_scaled_kernel(float* x, int64_t ldx, const ST* __restrict__ scale, const float* y, int64_t ldy,
+                                  int64_t R, int64_t C) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= R * C) return;
+  const int64_t r = i / C, c = i % C;
+  x[r * ldx + c] += to_f32(scale[c]) * y[r * ldy + c];
+}
+
+__global__ void add_kernel(const float* a, int64_t lda, const float* b, int64_t ldb, float* out, int64_t ldo,
+                           int64_t R, int64_t C) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= R * C) return;
+  const int64_t r = i / C, c = i % C;
+  out[r * ldo + c] = a[r * lda + c] + b[r * ldb + c];
+}
+
+__global__ void silu_mul_kernel(const float* __restrict__ g, int64_t ldg, float* __restrict__ out, int64_t ldo,
+                                int64_t R, int64_t I) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= R * I) return;
+  const int64_t r = i / I, c = i % I;
+  const float* gr = g + r * ldg;
+  out[r * ldo + c] = silu(gr[c]) * gr[I + c];
+}
+
+template <typename TT>
+__global__ void embedding_kernel(const TT* __restrict__ table, int64_t ldt, int64_t V, const int32_t* __restrict__ ids,
+                                 float* __restrict__ out, int64_t ldo, int64_t R, int64_t H) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= R * H) return;
+  const int64_t r = i / H, c = i % H;
+  const int32_t id = ids[r];
+  out[r * ldo + c] = id < 0 || id >= V ? 0.f : to_f32(table[id * ldt + c]);
+}
+
+__global__ void rope_kernel(float* x, int64_t ldx, const int32_t* __restrict__ pos, const float* __restrict__ inv_freq,
+                            int64_t R, int heads, int head_dim) {
+  const int half = head_dim / 2;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= R * heads * half) return;
+  const int f = static_cast<int>(i % half);
+  const int h = static_cast<int>((i / half) % heads);
+  const int64_t r = i / (static_cast<int64_t>(half) * heads);
+  const float phi = static_cast<float>(pos[r]) * inv_freq[f];
+  const float c = cosf(phi), s = sinf(phi);
+  float* v = x + r * ldx + static_cast<int64_t>(h) * head_dim;
+  const float x1 = v[f], x2 = v[f + half];
+  v[f] = x1 * c - x2 * s;
+  v[f + half] = x2 * c + x1 * s;
+}
+
+__device__ __forceinline__ int64_t kv_slot(const int32_t* tables, int64_t ld, int bs, int32_t seq, int32_t pos) {
+  return static_cast<int64_t>(tables[seq * ld + pos / bs]) * bs + pos % bs;
+}
+
+template <typename CT>
+__global__ void kv_write_kernel(const float* __restrict__ k, int64_t ldk, const float* __restrict__ v, int64_t ldv,
+                                const int32_t* __restrict__ row_seq, const int32_t* __restrict__ row_pos,
+                                const int32_t* __restrict__ tables, int64_t ldt, int bs, CT* kc, CT* vc,
+                                int64_t ldc, int64_t R, int64_t width) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= R * width) return;
+  const int64_t r = i / width, c = i % width;
+  const int64_t slot = kv_slot(tables, ldt, bs, row_seq[r], row_pos[r]);
+  kc[slot * ldc + c] = from_f32<CT>(k[r * ldk + c]);
+  vc[slot * ldc + c] = from_f32<CT>(v[r * ldv + c]);
+}
+
+// One block of 128 threads per (row, query head): keys in tiles of 128 with an online softmax.
+// Warps score the keys of a tile (lanes split head_dim), then each thread accumulates p·V for its
+// output dimensions. Shared memory: q [D], acc [D], p [128], slot [128].
+constexpr int kAttnTile = 128;
+
+template <typename CT>
+__global__ void __launch_bounds__(kAttnTile) paged_attention_kernel(
+    const float* __restrict__ q, int64_t ldq, const int32_t* __restrict__ row_seq,
+    const int32_t* __restrict__ row_pos, const int32_t* __restrict__ tables, int64_t ldt, int bs,
+    const CT* __restrict__ kc, const CT* __restrict__ vc, int64_t ldc, int heads, int kv_heads, int D, float scale,
+    float* __restrict__ out, int64_t ldo) {
+  extern __shared__ float smem[];
+  float* qs = smem;
+  float* acc = qs + D;
+  float* ps = acc + D;
+  int64_t* slots = reinterpret_cast<int64_t*>(ps + kAttnTile);  // 8-byte aligned: D*2+128 floats, D even
+  __shared__ float scratch[32];
+  const int64_t r = blockIdx.x;
+  const int h = blockIdx.y;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  const int32_t seq = row_seq[r], pos = row_pos[r];
+  const int64_t kv_off = static_cast<int64_t>(h / (heads / kv_heads)) * D;
+  const float* qh = q + r * ldq + static_cast<int64_t>(h) * D;
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    qs[d] = qh[d];
+    acc[d] = 0.f;
+  }
+  float m = -INFINITY, l = 0.f;
+  const int L = pos + 1;
+  for (int j0 = 0; j0 < L; j0 += kAttnTile) {
+    __syncthreads();  // qs written / the previous tile's ps and slots consumed
+    const int tile = min(kAttnTile, L - j0);
+    for (int jj = warp; jj < tile; jj += nw) {
+      const int64_t slot = kv_slot(tables, ldt, bs, seq, j0 + jj);
+      const CT* kr = kc + slot * ldc + kv_off;
+      float s = 0.f;
+      for (int d = lane; d < D; d += 32) s = fmaf(qs[d], to_f32(kr[d]), s);
+      s = warp_sum(s);
+      if (lane == 0) {
+        ps[jj] = s * scale;
+        slots[jj] = slot;
+      }
+    }
+    __syncthreads();
+    const float sv = threadIdx.x < tile ? ps[threadIdx.x] : -INFINITY;
+    const float m_new = fmaxf(m, block_max(sv, scratch));
+    const float corr = expf(m - m_new);  // 0 on the first tile (m = −inf)
+    const float e = threadIdx.x < tile ? expf(sv - m_new) : 0.f;
+    if (threadIdx.x < tile) ps[threadIdx.x] = e;
+    l = l * corr + block_sum(e, scratch);  // its barriers also publish ps
+    m = m_new;
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+      float a = acc[d] * corr;
+      for (int jj = 0; jj < tile; ++jj) a = fmaf(ps[jj], to_f32(vc[slots[jj] * ldc + kv_off + d]), a);
+      acc[d] = a;
+    }
+  }
+  float* oh = out + r * ldo + static_cast<int64_t>(h) * D;
+  for (int d = threadIdx.x; d < D; d += blockDim.x) oh[d] = acc[d] / l;
+}
+
+// Ties to the lowest index; a NaN beats every number and the first NaN wins (as the reference).
+__device__ __forceinline__ bool better(float v1, int64_t i1, float v2, int64_t i2) {
+  const bool n1 = isnan(v1), n2 = isnan(v2);
+  if (n1 || n2) return n1 && n2 ? i1 < i2 : n1;
+  if (v1 != v2) return v1 > v2;
+  return i1 < i2;
+}
+
+template <typename LT>
+__global__ void argmax_kernel(const LT* __restrict__ logits, int64_t ld, int64_t V, int32_t* out) {
+  __shared__ float sv[1024];
+  __shared__ int64_t si[1024];
+  const LT* row = logits + blockIdx.x * ld;
+  float bv = NAN;
+  int64_t bi = -1;
+  for (int64_t i = threadIdx.x; i < V; i += blockDim.x) {
+    const float v = to_f32(row[i]);
+    if (bi < 0 || better(v, i, bv, bi)) {
+      bv = v;
+      bi = i;
+    }
+  }
+  sv[threadIdx.x] = bv;
+  si[threadIdx.x] = bi;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) {
+      const float ov = sv[threadIdx.x + s];
+      const int64_t oi = si[threadIdx.x + s];
+      if (oi >= 0 && (si[threadIdx.x] < 0 || better(ov, oi, sv[threadIdx.x], si[threadIdx.x]))) {
+        sv[threadIdx.x] = ov;
+        si[threadIdx.x] = oi;
+      }
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] = static_cast<int32_t>(si[0] < 0 ? 0 : si[0]);
+}
+
+const float* fptr(const Tensor* t) { return t && t->data ? t->ptr<const float>() : nullptr; }
+
+}  // namespace
+
+void gemv(const Tensor& a, const Tensor& w, const float* bias, Tensor& out, Epilogue ep, cudaStream_t s) {
+  const int64_t M = out.rows();
+  VV_DISPATCH_FLOAT(w.dtype, WT, {
+    if (M == 1) {
+      launch_gemv<WT, 1>(a, w, bias, out, ep, s);
+    } else if (M <= 4) {
+      launch_gemv<WT, 4>(a, w, bias, out, ep, s);
+    } else {
+      launch_gemv<WT, 8>(a, w, bias, out, ep, s);
+    }
+  });
+}
+
+void gemm_f32(const Tensor& a, const Tensor& w, const float* bias, Tensor& out, Epilogue ep, cudaStream_t s) {
+  const int64_t M = out.rows(), N = out.cols(), K = a.cols();
+  const dim3 grid(blocks_for(N, kBN), blocks_for(M, kBM));
+  VV_DISPATCH_FLOAT(w.dtype, WT,
+                    gemm_f32_kernel<WT><<<grid, 256, 0, s>>>(a.ptr<const float>(), a.row_stride(),
+                                                             static_cast<const WT*>(w.data), w.row_stride(), M, N, K,
+                                                             bias, out.ptr<float>(), out.row_stride(),
+                                                             static_cast<int>(ep)));
+}
+
+void pack_rows_half(const Tensor& a, void* dst, DType to, cudaStream_t s) {
+  const int64_t M = a.rows(), K = a.cols();
+  if (to == DType::kF16) {
+    pack_rows_kernel<__half><<<blocks_for(M * K, 256), 256, 0, s>>>(a.ptr<const float>(), a.row_stride(), M, K,
+                                                                     static_cast<__half*>(dst));
+  } else {
+    pack_rows_kernel<__nv_bfloat16><<<blocks_for(M * K, 256), 256, 0, s>>>(a.ptr<const float>(), a.row_stride(), M,
+                                                                            K, static_cast<__nv_bfloat16*>(dst));
+  }
+}
+
+void gelu_inplace(Tensor& out, cudaStream_t s) {
+  const int64_t n = out.rows() * out.cols();
+  gelu_kernel<<<blocks_for(n, 256), 256, 0, s>>>(out.ptr<float>(), out.row_stride(), out.rows(), out.cols());
+}
+
+void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out, cudaStream_t s) {
+  if (x.rows() == 0) return;
+  const int threads = x.cols() >= 1024 ? 512 : (x.cols() >= 256 ? 256 : 64);
+  VV_DISPATCH_FLOAT(weight.dtype, WT,
+                    rms_norm_kernel<WT><<<static_cast<unsigned>(x.rows()), threads, 0, s>>>(
+                        x.ptr<const float>(), x.row_stride(), static_cast<const WT*>(weight.data), eps,
+                        out.ptr<float>(), out.row_stride(), x.cols()));
+}
+
+void depthwise_conv1d_causal(const Tensor& x, const Tensor& history, const Tensor& w, const Tensor& bias,
+                             Tensor& out, cudaStream_t s) {
+  const int64_t T = x.rows(), C = x.cols();
+  if (T * C == 0) return;
+  const float* hp = history.data ? history.ptr<const float>() : nullptr;
+  VV_DISPATCH_FLOAT(w.dtype, WT,
+                    dwconv_kernel<WT><<<blocks_for(T * C, 256), 256, 0, s>>>(
+                        x.ptr<const float>(), x.row_stride(), hp, history.data ? history.row_stride() : 0,
+                        static_cast<const WT*>(w.data), w.row_stride(), fptr(&bias), out.ptr<float>(),
+                        out.row_stride(), T, C, static_cast<int>(w.cols())));
+}
+
+void add_scaled(Tensor& x, const Tensor& scale, const Tensor& y, cudaStream_t s) {
+  const int64_t n = x.rows() * x.cols();
+  if (n == 0) return;
+  VV_DISPATCH_FLOAT(scale.dtype, ST,
+                    add_scaled_kernel<ST><<<blocks_for(n, 256), 256, 0, s>>>(
+                        x.ptr<float>(), x.row_stride(), static_cast<const ST*>(scale.data), y.ptr<const float>(),
+                        y.row_stride(), x.rows(), x.cols()));
+}
+
+void add(const Tensor& a, const Tensor& b, Tensor& out, cudaStream_t s) {
+  const int64_t n = out.rows() * out.cols();
+  if (n == 0) return;
+  add_kernel<<<blocks_for(n, 256), 256, 0, s>>>(a.ptr<const float>(), a.row_stride(), b.ptr<const float>(),
+                                                b.row_stride(), out.ptr<float>(), out.row_stride(), out.rows(),
+                                                out.cols());
+}
+
+void silu_mul(const Tensor& gate_up, Tensor& out, cudaStream_t s) {
+  const int64_t n = out.rows() * out.cols();
+  if (n == 0) return;
+  silu_mul_kernel<<<blocks_for(n, 256), 256, 0, s>>>(gate_up.ptr<const float>(), gate_up.row_stride(),
+                                                     out.ptr<float>(), out.row_stride(), out.rows(), out.cols());
+}
+
+void embedding(const Tensor& table, const Tensor& ids, Tensor& out, cudaStream_t s) {
+  const int64_t n = out.rows() * out.cols();
+  if (n == 0) return;
+  VV_DISPATCH_FLOAT(table.dtype, TT,
+                    embedding_kernel<TT><<<blocks_for(n, 256), 256, 0, s>>>(
+                        static_cast<const TT*>(table.data), table.row_stride(), table.rows(),
+                        ids.ptr<const int32_t>(), out.ptr<float>(), out.row_stride(), out.rows(), out.cols()));
+}
+
+void rope(Tensor& x, const Tensor& pos, int heads, int head_dim, const float* inv_freq, cudaStream_t s) {
+  const int64_t n = x.rows() * heads * (head_dim / 2);
+  if (n == 0) return;
+  rope_kernel<<<blocks_for(n, 256), 256, 0, s>>>(x.ptr<float>(), x.row_stride(), pos.ptr<const int32_t>(), inv_freq,
+                                                 x.rows(), heads, head_dim);
+}
+
+void kv_write(const Tensor& k, const Tensor& v, const AttentionRows& rows, KvLayer& cache,
+              const AttentionShape& shape, cudaStream_t s) {
+  const int64_t width = static_cast<int64_t>(shape.kv_heads) * shape.head_dim;
+  const int64_t n = k.rows() * width;
+  if (n == 0) return;
+  VV_DISPATCH_FLOAT(cache.k.dtype, CT,
+                    kv_write_kernel<CT><<<blocks_for(n, 256), 256, 0, s>>>(
+                        k.ptr<const float>(), k.row_stride(), v.ptr<const float>(), v.row_stride(),
+                        rows.row_seq.ptr<const int32_t>(), rows.row_pos.ptr<const int32_t>(),
+                        rows.block_tables.ptr<const int32_t>(), rows.block_tables.row_stride(), rows.block_size,
+                        static_cast<CT*>(cache.k.data), static_cast<CT*>(cache.v.data), cache.k.row_stride(), k.rows(),
+                        width));
+}
+
+void paged_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, const AttentionShape& shape,
+                     Tensor& out, cudaStream_t s) {
+  if (q.rows() == 0) return;
+  const int D = shape.head_dim;
+  const size_t smem = (2 * static_cast<size_t>(D) + kAttnTile) * sizeof(float) + kAttnTile * sizeof(int64_t) + 8;
+  const dim3 grid(static_cast<unsigned>(q.rows()), static_cast<unsigned>(shape.heads));
+  VV_DISPATCH_FLOAT(cache.k.dtype, CT,
+                    paged_attention_kernel<CT><<<grid, kAttnTile, smem, s>>>(
+                        q.ptr<const float>(), q.row_stride(), rows.row_seq.ptr<const int32_t>(),
+                        rows.row_pos.ptr<const int32_t>(), rows.block_tables.ptr<const int32_t>(),
+                        rows.block_tables.row_stride(), rows.block_size, static_cast<const CT*>(cache.k.data),
+                        static_cast<const CT*>(cache.v.data), cache.k.row_stride(), shape.heads, shape.kv_heads, D,
+                        shape.scale, out.ptr<float>(), out.row_stride()));
+}
+
+void argmax(const Tensor& logits, Tensor& out, cudaStream_t s) {
+  if (logits.rows() == 0) return;
+  VV_DISPATCH_FLOAT(logits.dtype, LT,
+                    argmax_kernel<LT><<<static_cast<unsigned>(logits.rows()), 1024, 0, s>>>(
+                        static_cast<const LT*>(logits.data), logits.row_stride(), logits.cols(),
+                        out.ptr<int32_t>()));
+}
+
+}  // namespace vv::cuda

@@ -1,0 +1,39 @@
+// Launchers of the CUDA backend's kernels (internal to kernels/cuda). Each enqueues on `s` and
+// returns at once; shapes were checked by the caller (the model binds them once). Tensors are
+// device views; weights may be F32, BF16 or F16 where the op set allows it.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/backend.h"
+
+namespace vv::cuda {
+
+// Skinny GEMM (few rows): one warp per output column, weights streamed once per 8 rows with
+// 16-byte loads, f32 activations and accumulation. Any M; meant for M ≤ 64.
+void gemv(const Tensor& a, const Tensor& w, const float* bias, Tensor& out, Epilogue ep, cudaStream_t s);
+// Tiled f32 SIMT GEMM for any M (weights converted to f32 in shared memory; rows of a may overlap).
+void gemm_f32(const Tensor& a, const Tensor& w, const float* bias, Tensor& out, Epilogue ep, cudaStream_t s);
+// a [M,K] F32 (any row stride, rows may overlap) → dst contiguous [M,K] in `to` (BF16 or F16).
+void pack_rows_half(const Tensor& a, void* dst, DType to, cudaStream_t s);
+// out = gelu_erf(out) over a 2-D view.
+void gelu_inplace(Tensor& out, cudaStream_t s);
+
+void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out, cudaStream_t s);
+void depthwise_conv1d_causal(const Tensor& x, const Tensor& history, const Tensor& w, const Tensor& bias,
+                             Tensor& out, cudaStream_t s);
+void add_scaled(Tensor& x, const Tensor& scale, const Tensor& y, cudaStream_t s);
+void add(const Tensor& a, const Tensor& b, Tensor& out, cudaStream_t s);
+void silu_mul(const Tensor& gate_up, Tensor& out, cudaStream_t s);
+void embedding(const Tensor& table, const Tensor& ids, Tensor& out, cudaStream_t s);
+// inv_freq: device F32 [head_dim/2], computed on the host exactly as the reference does.
+void rope(Tensor& x, const Tensor& pos, int heads, int head_dim, const float* inv_freq, cudaStream_t s);
+void kv_write(const Tensor& k, const Tensor& v, const AttentionRows& rows, KvLayer& cache,
+              const AttentionShape& shape, cudaStream_t s);
+void paged_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, const AttentionShape& shape,
+                     Tensor& out, cudaStream_t s);
+void argmax(const Tensor& logits, Tensor& out, cudaStream_t s);
+
+}  // namespace vv::cuda

@@ -1,0 +1,37 @@
+// make_backend: a Backend from a device string, the one place that names every device kind, so
+// that the layers above pick a device without naming CUDA. Compiles (and answers "not built with
+// CUDA") when the CUDA backend is not built. Returns an object the caller owns; any thread.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "config/status.h"
+#include "kernels/backend.h"
+
+namespace vv {
+
+struct DeviceSpec {
+  enum class Kind { kCpu, kCuda } kind = Kind::kCpu;
+  int index = 0;  // cuda:N
+};
+
+struct BackendOptions {
+  int cpu_threads = 0;         // 0: $VIBEVOICE_THREADS, else physical cores
+  bool gpu_bf16_gemm = false;  // CUDA: large GEMMs on bf16 tensor cores (CudaCompute::kBF16)
+};
+
+// "cpu", "cuda", "cuda:N", or "auto" (cuda:0 when a GPU is usable, else cpu).
+Result<DeviceSpec> parse_device(std::string_view text);
+// True when this binary was built with the CUDA backend.
+bool cuda_backend_built();
+// GPUs usable now (0 without the CUDA backend, a driver or a device).
+int usable_gpu_count();
+// Why no GPU is usable ("built without CUDA", "no CUDA driver ...", ...); empty when one is.
+std::string gpu_unavailable_reason();
+
+Result<std::unique_ptr<Backend>> make_backend(const DeviceSpec& device, const BackendOptions& options = {});
+Result<std::unique_ptr<Backend>> make_backend(std::string_view device, const BackendOptions& options = {});
+
+}  // namespace vv
