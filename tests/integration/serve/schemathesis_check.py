@@ -1,0 +1,37 @@
+"""schemathesis against proto/openapi.yaml on a live tiny server (ctest `integration_openapi`): no 5xx,
+every response's status, Content-Type and body conform to the document. Bounded to a few minutes
+(--max-examples per operation, --max-time overall). Not collected with the conformance suite (the
+file name does not start with test_); ctest names it explicitly."""
+import os
+import pathlib
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import KEY, REPO
+
+SCRIPT = '[{"Start":0.0,"End":0.5,"Speaker":0,"Content":"Schema check."}]'
+
+
+def test_openapi_schemathesis(server_factory, tmp_path):
+    exe = shutil.which("schemathesis") or str(pathlib.Path(os.sys.executable).parent / "schemathesis")
+    if not os.path.exists(exe):
+        pytest.skip("schemathesis is not installed (scripts/setup.sh installs it)")
+    schema = os.environ.get("VV_OPENAPI") or str(REPO / "proto" / "openapi.yaml")
+    s = server_factory(script=SCRIPT, config={"asr.max_new_tokens": 32, "chat.default_max_tokens": 8,
+                                              "model.max_model_len": 4096})
+    max_examples = os.environ.get("VV_SCHEMATHESIS_EXAMPLES", "40")
+    cmd = [exe, "run", schema, "--url", s.base_url,
+           "--checks", "not_a_server_error,status_code_conformance,content_type_conformance,"
+                       "response_schema_conformance",
+           "-H", f"Authorization: Bearer {KEY}",
+           "--max-examples", max_examples, "--seed", "20261203", "--request-timeout", "60",
+           "--max-time", os.environ.get("VV_SCHEMATHESIS_MAX_TIME", "300"), "--workers", "2",
+           "--exclude-path", "/v1/realtime", "--phases", "examples,coverage,fuzzing",
+           "--report", "junit", "--report-dir", str(tmp_path / "report"), "--continue-on-failure"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    out = r.stdout + r.stderr
+    print(out[-20000:])
+    assert s.proc.poll() is None, "the server died during the schemathesis run:\n" + s.log()
+    assert r.returncode == 0, out[-8000:]
