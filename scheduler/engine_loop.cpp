@@ -1,0 +1,712 @@
+#include "scheduler/engine_loop.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "engine/model/device_tensor.h"
+#include "engine/sampling/repetition_detector.h"
+#include "engine/sampling/sampler.h"
+#include "engine/sampling/stop_condition.h"
+#include "engine/sampling/stop_strings.h"
+#include "engine/text/incremental_decoder.h"
+#include "engine/text/prompt_builder.h"
+#include "engine/transcript/transcript_assembler.h"
+#include "engine/transcript/utf8_text.h"
+
+namespace vv {
+
+namespace {
+
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+bool adjusts_logits(const SamplingParams& p) {
+  return p.temperature > 0 || p.logprobs || p.top_logprobs > 0 || p.min_p > 0 ||
+         p.repetition_penalty != 1.0f || p.presence_penalty != 0 || p.frequency_penalty != 0 ||
+         !p.logit_bias.empty();
+}
+
+}  // namespace
+
+// The engine thread's state of one request.
+struct EngineLoop::Live {
+  RequestId id = 0;
+  Request req;
+  EventSink sink;
+  bool transcription = true;
+  std::vector<TokenId> prompt;
+  std::int64_t audio_tokens = 0;
+  std::int64_t first_audio = -1;  // index of the first audio token in the prompt; -1 = none
+
+  // Encoding, clip by clip and segment by segment.
+  std::size_t clip = 0;
+  std::unique_ptr<SpeechJob> job;
+  std::vector<SpeechRows> clips;
+  SpeechRows joined;
+  const Tensor* speech = nullptr;
+  bool encoded = false;
+
+  // Decoding.
+  std::unique_ptr<Sampler> sampler;
+  std::unique_ptr<StopCondition> stop;
+  std::unique_ptr<RepetitionDetector> repetition;
+  std::unique_ptr<IncrementalDecoder> text;
+  std::unique_ptr<TranscriptAssembler> assembler;  // transcription
+  std::unique_ptr<StopStringMatcher> stops;        // chat
+  bool needs_logits = false;
+  std::vector<TokenId> generated;
+  std::string chat_text;
+  std::vector<TokenLogprob> chat_logprobs;  // every entry (kDone)
+  std::size_t logprobs_sent = 0;            // entries already attached to a delta
+  std::vector<TranscriptEvent> events;      // scratch
+
+  bool admitted = false;
+  bool terminal = false;
+  Clock::time_point first_token{}, last_token{};
+  RequestTimings timings;
+};
+
+EngineLoop::EngineLoop(Runner& runner, const Tokenizer& tokenizer, EngineLoopOptions options)
+    : runner_(runner), tokenizer_(tokenizer), opt_(std::move(options)), scheduler_([&] {
+        SchedulerConfig c;
+        const RunnerOptions& ro = runner.options();
+        c.num_blocks = runner.kv().num_blocks();
+        c.block_size = runner.kv().block_size();
+        c.max_running = std::max(1, std::min(opt_.max_running, ro.max_seqs));
+        c.token_budget = std::max(ro.max_rows, c.max_running);
+        c.prefill_chunk = ro.prefill_chunk;
+        c.prefix_sharing = opt_.prefix_sharing;
+        return c;
+      }()) {
+  paused_ = opt_.start_paused;
+  local_.load.kv_blocks_total = scheduler_.config().num_blocks;
+  local_.load.max_running = scheduler_.config().max_running;
+  local_.load.max_waiting = opt_.max_waiting;
+  local_.last_step = Clock::now();
+  stats_ = local_;
+}
+
+Result<std::unique_ptr<EngineLoop>> EngineLoop::create(Runner& runner, const Tokenizer& tokenizer,
+                                                       EngineLoopOptions options) {
+  if (options.max_running < 1 || options.max_waiting < 0) {
+    return invalid_argument("engine loop: max_running must be >= 1 and max_waiting >= 0");
+  }
+  if (runner.options().max_rows < 1 || runner.options().max_seqs < 1) {
+    return invalid_argument("engine loop: the runner's max_rows and max_seqs must be positive");
+  }
+  std::unique_ptr<EngineLoop> loop(new EngineLoop(runner, tokenizer, std::move(options)));
+  loop->thread_ = std::thread([p = loop.get()] { p->run(); });
+  return loop;
+}
+
+EngineLoop::~EngineLoop() {
+  shutdown();
+}
+
+void EngineLoop::shutdown() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    shut_ = true;
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
+}
+
+void EngineLoop::pause() {
+  std::lock_guard<std::mutex> lk(mu_);
+  paused_ = true;
+}
+
+void EngineLoop::resume() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    paused_ = false;
+  }
+  cv_.notify_all();
+}
+
+void EngineLoop::cancel(RequestId id) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    cancels_.push_back(id);
+  }
+  cv_.notify_all();
+}
+
+EngineLoad EngineLoop::load() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  EngineLoad l = stats_.load;
+  l.waiting += static_cast<std::int64_t>(inbox_.size());
+  l.ready = ready_.load() && !shut_;
+  return l;
+}
+
+EngineStats EngineLoop::stats() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  EngineStats s = stats_;
+  s.load.waiting += static_cast<std::int64_t>(inbox_.size());
+  s.load.ready = ready_.load() && !shut_;
+  s.paused = s.paused || paused_;
+  s.busy = s.busy || !inbox_.empty();
+  return s;
+}
+
+Result<RequestId> EngineLoop::submit(Request request, EventSink sink) {
+  if (!sink) return invalid_argument("submit: no event sink");
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (shut_) return Status(StatusCode::kCancelled, "the engine is shutting down");
+  }
+  if (!ready_.load()) return Status(StatusCode::kResourceExhausted, "the engine is not ready yet (loading)");
+  VV_RETURN_IF_ERROR(validate(request.sampling));
+  const ModelSpec& spec = runner_.spec();
+  auto l = std::make_unique<Live>();
+  l->transcription = request.kind == Request::Kind::kTranscription;
+  if (l->transcription) {
+    if (request.audio.size() != 1) {
+      return invalid_argument("a transcription request takes exactly one audio clip, got " +
+                              std::to_string(request.audio.size()));
+    }
+    const audio::PreparedAudio& a = request.audio[0];
+    VV_ASSIGN_OR_RETURN(AsrPrompt p, build_asr_prompt(tokenizer_, a.frames, a.samples, request.context,
+                                                      request.add_generation_prompt));
+    l->prompt = std::move(p.ids);
+  } else {
+    if (request.prompt_ids.empty())
+      return invalid_argument("prompt_ids: a chat request needs a rendered prompt");
+    l->prompt = request.prompt_ids;
+  }
+  std::int64_t frames = 0;
+  for (const auto& a : request.audio) {
+    if (a.frames < 0 || static_cast<std::int64_t>(a.input_values.size()) < a.frames) {
+      return invalid_argument("audio: a clip has " + std::to_string(a.input_values.size()) + " samples for " +
+                              std::to_string(a.frames) + " frames");
+    }
+    frames += a.frames;
+  }
+  for (std::size_t i = 0; i < l->prompt.size(); ++i) {
+    if (l->prompt[i] != spec.audio_token_id) continue;
+    if (l->first_audio < 0) l->first_audio = static_cast<std::int64_t>(i);
+    ++l->audio_tokens;
+  }
+  if (l->audio_tokens != frames) {
+    return invalid_argument("prompt_ids: the prompt has " + std::to_string(l->audio_tokens) +
+                            " audio tokens (" + std::to_string(spec.audio_token_id) +
+                            ") but the audio clips have " + std::to_string(frames) + " frames");
+  }
+  const std::int64_t limit = spec.decoder.max_position_embeddings;
+  if (limit > 0 && static_cast<std::int64_t>(l->prompt.size()) >= limit) {
+    return out_of_range("the prompt has " + std::to_string(l->prompt.size()) +
+                        " tokens; the decoder's context is " + std::to_string(limit));
+  }
+  const SamplingParams& sp = request.sampling;
+  l->sampler = std::make_unique<Sampler>(sp);
+  l->sampler->observe_prompt(l->prompt);
+  l->stop = std::make_unique<StopCondition>(sp);
+  l->text = std::make_unique<IncrementalDecoder>(tokenizer_);
+  l->needs_logits = adjusts_logits(sp);
+  if (l->transcription) {
+    l->repetition = std::make_unique<RepetitionDetector>();
+    l->assembler = std::make_unique<TranscriptAssembler>(static_cast<double>(request.audio[0].samples) /
+                                                         std::max(1, spec.sample_rate));
+  } else {
+    l->stops = std::make_unique<StopStringMatcher>(request.stop_strings);
+  }
+  l->encoded = request.audio.empty();
+  l->req = std::move(request);
+  l->sink = std::move(sink);
+
+  std::lock_guard<std::mutex> lk(mu_);
+  if (shut_) return Status(StatusCode::kCancelled, "the engine is shutting down");
+  const std::int64_t waiting = stats_.load.waiting + static_cast<std::int64_t>(inbox_.size());
+  if (waiting >= opt_.max_waiting) {
+    return Status(StatusCode::kResourceExhausted,
+                  "the waiting queue is full (" + std::to_string(opt_.max_waiting) + " requests)");
+  }
+  const RequestId id = next_id_++;
+  l->id = id;
+  inbox_.push_back(std::move(l));
+  cv_.notify_all();
+  return id;
+}
+
+void EngineLoop::emit(Live& l, RequestEvent&& e) {
+  e.id = l.id;
+  l.sink(std::move(e));
+}
+
+void EngineLoop::fail_request(Live& l, Status error, ErrorCause cause) {
+  if (l.terminal) return;
+  l.terminal = true;
+  scheduler_.abort(l.id);
+  l.job.reset();
+  if (cause == ErrorCause::kCancelled || cause == ErrorCause::kDeadline ||
+      cause == ErrorCause::kQueueTimeout || cause == ErrorCause::kShutdown) {
+    ++local_.requests_cancelled;
+  } else {
+    ++local_.requests_failed;
+  }
+  RequestEvent e;
+  e.type = RequestEvent::Type::kError;
+  e.error = std::move(error);
+  e.cause = cause;
+  emit(l, std::move(e));
+}
+
+void EngineLoop::take_inbox(std::vector<std::unique_ptr<Live>>& added, std::vector<RequestId>& cancelled,
+                            bool& stop) {
+  std::unique_lock<std::mutex> lk(mu_);
+  const bool idle = live_.empty();
+  const bool paused = paused_ || pause_file_present_;
+  if (inbox_.empty() && cancels_.empty() && !stop_ && (idle || paused)) {
+    // Nothing to compute: sleep until something arrives or resume() is called. The nap is bounded
+    // so that the pause file is polled and deadlines of paused requests still fire.
+    cv_.wait_for(lk, std::chrono::milliseconds(paused ? 10 : 50), [&] {
+      return !inbox_.empty() || !cancels_.empty() || stop_ || (paused && !paused_ && !pause_file_present_);
+    });
+  }
+  added.swap(inbox_);
+  cancelled.swap(cancels_);
+  stop = stop_;
+}
+
+void EngineLoop::admit_new(std::vector<std::unique_ptr<Live>>& added) {
+  for (auto& l : added) {
+    Sequence s;
+    s.id = l->id;
+    s.priority = l->req.priority;
+    s.tokens = l->prompt;
+    s.shareable = l->first_audio >= 0 ? l->first_audio : static_cast<std::int64_t>(l->prompt.size());
+    s.computable = l->encoded ? -1 : l->first_audio;
+    scheduler_.add(std::move(s));
+    live_.emplace(l->id, std::move(l));
+  }
+  added.clear();
+}
+
+void EngineLoop::check_deadlines() {
+  const auto now = Clock::now();
+  for (auto& [id, l] : live_) {
+    if (l->terminal) continue;
+    if (l->req.deadline && now >= *l->req.deadline) {
+      fail_request(*l, Status(StatusCode::kCancelled, "deadline exceeded"), ErrorCause::kDeadline);
+    } else if (!l->admitted && l->req.queue_deadline && now >= *l->req.queue_deadline) {
+      fail_request(*l, Status(StatusCode::kCancelled, "queue timeout: still waiting at the deadline"),
+                   ErrorCause::kQueueTimeout);
+    }
+  }
+}
+
+bool EngineLoop::paused_now() {
+  if (!opt_.pause_file.empty()) {
+    const auto now = Clock::now();
+    if (now - pause_checked_ >= std::chrono::milliseconds(20)) {
+      pause_checked_ = now;
+      std::error_code ec;
+      const bool present = std::filesystem::exists(opt_.pause_file, ec);
+      std::lock_guard<std::mutex> lk(mu_);
+      pause_file_present_ = present;
+    }
+  }
+  std::lock_guard<std::mutex> lk(mu_);
+  return paused_ || pause_file_present_;
+}
+
+bool EngineLoop::encode_one_segment() {
+  Live* target = nullptr;
+  for (RequestId id : scheduler_.running()) {
+    auto it = live_.find(id);
+    if (it != live_.end() && !it->second->terminal && !it->second->encoded) {
+      target = it->second.get();
+      break;
+    }
+  }
+  if (target == nullptr) return false;
+  Live& l = *target;
+  const auto t0 = Clock::now();
+  const audio::PreparedAudio& clip = l.req.audio[l.clip];
+  if (!l.job) {
+    auto job = runner_.speech().start(clip.input_values.data(),
+                                      static_cast<std::int64_t>(clip.input_values.size()), l.req.encode);
+    if (!job.is_ok()) {
+      fail_request(l, Status(job.status().code(), "encoder: " + job.status().message()),
+                   ErrorCause::kInvalid);
+      return true;
+    }
+    l.job = std::move(job).value();
+  }
+  Status s = runner_.speech().step(*l.job);
+  l.timings.encode_seconds += seconds_between(t0, Clock::now());
+  if (!s.is_ok()) {
+    fail_request(l, Status(s.code(), "encoder: " + s.message()), ErrorCause::kEngine);
+    return true;
+  }
+  if (opt_.progress) {
+    opt_.progress({TranscriptionProgress::Phase::kEncoding, static_cast<std::size_t>(l.id),
+                   l.job->frames_done(), l.job->frames(), 0});
+  }
+  if (!l.job->done()) return true;
+  SpeechRows rows = l.job->take();
+  l.job.reset();
+  if (rows.frames() != clip.frames) {
+    fail_request(l,
+                 invalid_argument("encoder: " + std::to_string(rows.frames()) +
+                                  " speech rows for a clip of " + std::to_string(clip.frames) + " frames"),
+                 ErrorCause::kInvalid);
+    return true;
+  }
+  l.clips.push_back(std::move(rows));
+  if (++l.clip < l.req.audio.size()) return true;
+  if (l.clips.size() == 1) {
+    l.joined = std::move(l.clips[0]);
+  } else {
+    // Several clips (chat): one [F, H] tensor, so that every chunk reads its rows from one place.
+    std::int64_t total = 0;
+    for (const auto& c : l.clips) total += c.frames();
+    l.joined.rows = alloc_f32(runner_.backend(), total, runner_.spec().decoder.hidden_size);
+    std::int64_t at = 0;
+    for (const auto& c : l.clips) {
+      Tensor dst = l.joined.rows.t.row_slice(at, c.frames());
+      runner_.backend().copy(c.rows.t, dst);
+      at += c.frames();
+    }
+  }
+  l.clips.clear();
+  l.speech = &l.joined.rows.t;
+  l.encoded = true;
+  scheduler_.set_computable(l.id, -1);
+  return true;
+}
+
+bool EngineLoop::run_step() {
+  SchedulerStep step = scheduler_.schedule();
+  for (RequestId id : step.failed) {
+    auto it = live_.find(id);
+    if (it == live_.end()) continue;
+    const std::int64_t positions =
+        static_cast<std::int64_t>(it->second->prompt.size() + it->second->generated.size());
+    fail_request(*it->second,
+                 Status(StatusCode::kResourceExhausted,
+                        "the KV cache cannot hold this request (" + std::to_string(positions) +
+                            " positions; " + std::to_string(scheduler_.config().num_blocks) + " blocks of " +
+                            std::to_string(scheduler_.config().block_size) + ")"),
+                 ErrorCause::kCapacity);
+  }
+  for (RequestId id : step.preempted) {
+    auto it = live_.find(id);
+    if (it != live_.end()) ++it->second->timings.preemptions;
+  }
+  const auto now = Clock::now();
+  for (RequestId id : step.admitted) {
+    auto it = live_.find(id);
+    if (it == live_.end() || it->second->admitted) continue;
+    Live& l = *it->second;
+    l.admitted = true;
+    l.timings.queue_seconds = seconds_between(l.req.arrival, now);
+    RequestEvent e;
+    e.type = RequestEvent::Type::kStarted;
+    emit(l, std::move(e));
+  }
+  if (step.chunks.empty()) return !step.failed.empty() || !step.admitted.empty();
+
+  StepPlan plan;
+  std::vector<Live*> who;
+  bool any_decode = false;
+  for (const ScheduledChunk& c : step.chunks) {
+    Live& l = *live_.at(c.id);
+    const Sequence& s = *scheduler_.find(c.id);
+    SequenceRows rows;
+    rows.ids.assign(s.tokens.begin() + c.start, s.tokens.begin() + c.start + c.count);
+    rows.start_pos = c.start;
+    rows.blocks = scheduler_.kv().table(c.id);
+    rows.speech = l.speech;
+    const auto plen = static_cast<std::int64_t>(l.prompt.size());
+    rows.speech_begin = std::count(l.prompt.begin(), l.prompt.begin() + std::min(c.start, plen),
+                                   runner_.spec().audio_token_id);
+    rows.want_output = c.want_output;
+    if (c.want_output && l.needs_logits) plan.return_logits = true;
+    if (c.start >= plen) any_decode = true;
+    plan.seqs.push_back(std::move(rows));
+    who.push_back(&l);
+  }
+
+  const auto t0 = Clock::now();
+  auto res = runner_.execute(plan);
+  const auto t1 = Clock::now();
+  const double dt = seconds_between(t0, t1);
+  if (!res.is_ok()) {
+    for (Live* l : who)
+      fail_request(*l, Status(res.status().code(), "engine step: " + res.status().message()),
+                   ErrorCause::kEngine);
+    return true;
+  }
+  scheduler_.complete(step);
+  ++local_.steps;
+  local_.rows_last_step = step.rows();
+  local_.seqs_last_step = static_cast<std::int64_t>(step.chunks.size());
+  local_.rows_total += step.rows();
+  local_.step_seconds_last = dt;
+  local_.last_step = t1;
+  if (any_decode) decode_time_ += dt;
+
+  for (std::size_t j = 0; j < step.chunks.size(); ++j) {
+    const ScheduledChunk& c = step.chunks[j];
+    Live& l = *who[j];
+    const bool prefill = c.start < static_cast<std::int64_t>(l.prompt.size()) || c.count > 1;
+    (prefill ? l.timings.prefill_seconds : l.timings.decode_seconds) += dt;
+    if (prefill) local_.prefill_rows_total += c.count;
+    if (!c.want_output) {
+      if (opt_.progress) {
+        opt_.progress({TranscriptionProgress::Phase::kPrefill, static_cast<std::size_t>(l.id),
+                       c.start + c.count, static_cast<std::int64_t>(l.prompt.size()), 0});
+      }
+      continue;
+    }
+    ++local_.decode_rows_total;
+    const std::vector<float>* logits =
+        j < res->logits.size() && !res->logits[j].empty() ? &res->logits[j] : nullptr;
+    handle_output(l, res->next[j], logits);
+  }
+  return true;
+}
+
+void EngineLoop::flush_transcript_events(Live& l) {
+  if (!l.req.stream) {
+    l.events.clear();
+    return;
+  }
+  const Transcript& t = l.assembler->transcript();
+  RequestEvent delta;
+  bool have_delta = false;
+  auto flush_delta = [&] {
+    if (!have_delta) return;
+    if (l.req.sampling.logprobs && l.logprobs_sent < t.logprobs.size()) {
+      delta.logprobs.assign(t.logprobs.begin() + static_cast<std::ptrdiff_t>(l.logprobs_sent),
+                            t.logprobs.end());
+      l.logprobs_sent = t.logprobs.size();
+    }
+    emit(l, std::move(delta));
+    delta = RequestEvent();
+    have_delta = false;
+  };
+  for (TranscriptEvent& ev : l.events) {
+    if (ev.kind == TranscriptEvent::Kind::kDelta) {
+      if (ev.delta.empty()) continue;
+      if (have_delta && delta.segment_index != ev.segment_index) flush_delta();
+      if (!have_delta) {
+        delta.type = RequestEvent::Type::kTextDelta;
+        delta.segment_index = ev.segment_index;
+        have_delta = true;
+      }
+      delta.text += ev.delta;
+    } else {
+      flush_delta();
+      if (ev.segment_index < t.segments.size()) {
+        RequestEvent seg;
+        seg.type = RequestEvent::Type::kSegment;
+        seg.segment = t.segments[ev.segment_index];
+        seg.segment_index = ev.segment_index;
+        emit(l, std::move(seg));
+      }
+    }
+  }
+  flush_delta();
+  l.events.clear();
+}
+
+void EngineLoop::handle_output(Live& l, TokenId next, const std::vector<float>* logits) {
+  const SamplingParams& sp = l.req.sampling;
+  float logprob = 0.0f;
+  const std::size_t k = l.generated.size();
+  if (!l.req.forced_ids.empty() && k < l.req.forced_ids.size()) {
+    next = l.req.forced_ids[k];
+    if (logits) logprob = token_logprob(*logits, next);
+    l.sampler->observe(next);
+  } else if (logits && l.needs_logits) {
+    SampledToken st = l.sampler->sample(*logits);
+    next = st.id;
+    logprob = sp.logprobs ? st.logprob : 0.0f;
+  }
+  const auto now = Clock::now();
+  if (l.generated.empty()) {
+    l.first_token = now;
+    l.timings.time_to_first_token = seconds_between(l.req.arrival, now);
+  }
+  l.last_token = now;
+  l.generated.push_back(next);
+  scheduler_.append_token(l.id, next);
+
+  FinishReason reason = l.stop->append(next);
+  if (!l.stop->is_stop_id(next)) {
+    const std::string piece = l.text->push(next);
+    if (l.transcription) {
+      l.assembler->feed_token({next, piece, logprob, l.sampler->params().temperature}, l.events);
+      flush_transcript_events(l);
+    } else {
+      if (sp.logprobs) {
+        const std::string_view bytes = tokenizer_.token_bytes(next);
+        l.chat_logprobs.push_back(
+            {utf8::sanitize(bytes), std::min(0.0, static_cast<double>(logprob)), std::string(bytes)});
+      }
+      std::string out = piece;
+      if (!l.stops->empty()) {
+        StopStringMatcher::Step st = l.stops->feed(piece);
+        out = std::move(st.text);
+        if (st.stopped) reason = FinishReason::kStop;
+      }
+      l.chat_text += out;
+      if (l.req.stream && !out.empty()) {
+        RequestEvent e;
+        e.type = RequestEvent::Type::kTextDelta;
+        e.text = std::move(out);
+        if (sp.logprobs) {
+          e.logprobs.assign(l.chat_logprobs.begin() + static_cast<std::ptrdiff_t>(l.logprobs_sent),
+                            l.chat_logprobs.end());
+          l.logprobs_sent = l.chat_logprobs.size();
+        }
+        emit(l, std::move(e));
+      }
+    }
+  }
+  if (reason == FinishReason::kNone && l.transcription && !sp.ignore_eos && l.repetition->append(next)) {
+    reason = FinishReason::kRepetition;
+  }
+  if (reason == FinishReason::kNone && !l.req.forced_ids.empty() &&
+      l.generated.size() >= l.req.forced_ids.size()) {
+    reason = FinishReason::kStop;
+  }
+  const std::int64_t limit = runner_.spec().decoder.max_position_embeddings;
+  if (reason == FinishReason::kNone && limit > 0 &&
+      static_cast<std::int64_t>(l.prompt.size() + l.generated.size()) > limit) {
+    reason = FinishReason::kLength;
+  }
+  if (opt_.fault_after_tokens > 0 && static_cast<int>(l.generated.size()) == opt_.fault_after_tokens) {
+    fail_request(
+        l,
+        internal_error("injected engine fault after " + std::to_string(opt_.fault_after_tokens) + " tokens"),
+        ErrorCause::kEngine);
+    return;
+  }
+  if (reason == FinishReason::kNone && next == runner_.spec().audio_token_id) {
+    // Fed back, the placeholder would ask for a speech row the request does not have.
+    fail_request(l, internal_error("the model generated the audio placeholder token " + std::to_string(next)),
+                 ErrorCause::kEngine);
+    return;
+  }
+  if (opt_.progress) {
+    opt_.progress({reason == FinishReason::kNone ? TranscriptionProgress::Phase::kDecoding
+                                                 : TranscriptionProgress::Phase::kDone,
+                   static_cast<std::size_t>(l.id), static_cast<std::int64_t>(l.generated.size()),
+                   sp.max_new_tokens,
+                   decode_time_ > 0 ? static_cast<double>(local_.decode_rows_total) / decode_time_ : 0});
+  }
+  if (reason != FinishReason::kNone) finish_request(l, reason);
+}
+
+void EngineLoop::finish_request(Live& l, FinishReason reason) {
+  RequestEvent done;
+  done.type = RequestEvent::Type::kDone;
+  done.finish_reason = reason;
+  std::string tail = l.text->flush();
+  if (l.transcription) {
+    if (!tail.empty()) l.assembler->feed(tail, l.events);
+    l.assembler->finish(l.events);
+    flush_transcript_events(l);
+    done.transcript = l.assembler->transcript();
+    done.transcript.finish_reason = reason;
+    if (!l.req.sampling.logprobs) done.transcript.logprobs.clear();
+    done.text = done.transcript.text;
+  } else {
+    std::string out = std::move(tail);
+    if (!l.stops->empty() && !l.stops->stopped()) {
+      out = l.stops->feed(out).text;
+      out += l.stops->flush();
+    }
+    l.chat_text += out;
+    if (l.req.stream && !out.empty()) {
+      RequestEvent e;
+      e.type = RequestEvent::Type::kTextDelta;
+      e.text = out;
+      emit(l, std::move(e));
+    }
+    done.text = l.chat_text;
+    if (l.req.sampling.logprobs) done.logprobs = l.chat_logprobs;
+  }
+  done.usage.audio_tokens = l.audio_tokens;
+  done.usage.text_tokens = static_cast<std::int64_t>(l.prompt.size()) - l.audio_tokens;
+  done.usage.output_tokens = static_cast<std::int64_t>(l.generated.size());
+  l.timings.inter_token_seconds = l.generated.size() > 1 ? seconds_between(l.first_token, l.last_token) /
+                                                               static_cast<double>(l.generated.size() - 1)
+                                                         : 0.0;
+  done.timings = l.timings;
+  done.prompt_ids = l.prompt;
+  done.generated_ids = l.generated;
+  l.terminal = true;
+  scheduler_.finish(l.id);
+  ++local_.requests_done;
+  emit(l, std::move(done));
+}
+
+void EngineLoop::publish_stats() {
+  local_.load.running = static_cast<std::int64_t>(scheduler_.running().size());
+  local_.load.waiting = static_cast<std::int64_t>(scheduler_.waiting().size());
+  local_.load.kv_blocks_used = scheduler_.kv().pool().used_blocks();
+  local_.prefix_hit_blocks = scheduler_.kv().prefix_hit_blocks();
+  local_.prefix_query_blocks = scheduler_.kv().prefix_query_blocks();
+  local_.preemptions = scheduler_.preemptions();
+  local_.busy = !live_.empty();
+  std::lock_guard<std::mutex> lk(mu_);
+  const bool paused = paused_ || pause_file_present_;
+  stats_ = local_;
+  stats_.paused = paused;
+}
+
+void EngineLoop::run() {
+  {
+    std::unique_lock<std::mutex> lk(mu_);
+    if (opt_.ready_delay.count() > 0) cv_.wait_for(lk, opt_.ready_delay, [&] { return stop_; });
+  }
+  ready_ = true;
+  local_.last_step = Clock::now();
+  publish_stats();
+  std::vector<std::unique_ptr<Live>> added;
+  std::vector<RequestId> cancelled;
+  bool stop = false;
+  while (true) {
+    take_inbox(added, cancelled, stop);
+    admit_new(added);
+    for (RequestId id : cancelled) {
+      auto it = live_.find(id);
+      if (it != live_.end())
+        fail_request(*it->second, Status(StatusCode::kCancelled, "cancelled"), ErrorCause::kCancelled);
+    }
+    cancelled.clear();
+    if (stop) break;
+    check_deadlines();
+    if (!paused_now()) {
+      encode_one_segment();
+      run_step();
+    }
+    for (auto it = live_.begin(); it != live_.end();) {
+      it = it->second->terminal ? live_.erase(it) : std::next(it);
+    }
+    publish_stats();
+  }
+  for (auto& [id, l] : live_) {
+    fail_request(*l, Status(StatusCode::kCancelled, "the engine is shutting down"), ErrorCause::kShutdown);
+  }
+  live_.clear();
+  std::vector<std::unique_ptr<Live>> left;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    left.swap(inbox_);
+  }
+  for (auto& l : left) {
+    fail_request(*l, Status(StatusCode::kCancelled, "the engine is shutting down"), ErrorCause::kShutdown);
+  }
+  publish_stats();
+}
+
+}  // namespace vv

@@ -1,0 +1,138 @@
+// EngineLoop: the engine thread. Owns a Scheduler over the Runner's KV pool and drives the Runner:
+// each iteration it takes new requests and cancellations from a queue, drops requests whose
+// deadline passed, encodes one audio segment of an admitted request, asks the Scheduler for a step
+// (one decode row of every generating request plus chunked prefill, in ONE runner step), runs it,
+// samples, and turns tokens into RequestEvents (text deltas at whole UTF-8 characters, finished
+// segments, done with usage and finish reason, errors). It never blocks on I/O; sinks are called
+// on the engine thread and must return quickly.
+// Borrows the Runner and the Tokenizer (both must outlive the loop); the loop thread is the only
+// one that touches the Runner. submit/cancel/load/stats/pause/resume/shutdown are thread-safe.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "config/status.h"
+#include "engine/runner/runner.h"
+#include "engine/text/tokenizer.h"
+#include "scheduler/batch_transcriber.h"
+#include "scheduler/request.h"
+#include "scheduler/scheduler.h"
+
+namespace vv {
+
+// Progress of one request (the CLI's progress bar): TranscriptionProgress with `request` = the
+// RequestId. Called on the engine thread after each step that touched the request.
+using RequestProgressFn = std::function<void(const TranscriptionProgress&)>;
+
+struct EngineLoopOptions {
+  int max_running = 64;        // engine.max_running_requests (also capped by the runner's max_seqs)
+  int max_waiting = 256;       // engine.max_waiting_requests: submit() refuses beyond this
+  bool prefix_sharing = true;  // share the KV blocks of identical prompt prefixes
+  RequestProgressFn progress;  // optional
+
+  // Test hooks (API.md §15 "test hooks"); all off by default. The service maps them to test-only
+  // environment variables.
+  std::chrono::milliseconds ready_delay{0};  // load().ready (and submit) only after this long
+  bool start_paused = false;                 // as if pause() was called before the first step
+  std::string pause_file;      // while this file exists the loop takes no step (checked every ~20 ms)
+  int fault_after_tokens = 0;  // > 0: every request fails (kError kInternal, cause kEngine,
+                               // "injected engine fault") right after its N-th generated token
+};
+
+// Counters and gauges for the service's metrics (API.md §9). A snapshot; cumulative fields only grow.
+struct EngineStats {
+  EngineLoad load;
+  bool paused = false;
+  bool busy = false;              // requests are waiting or running
+  Clock::time_point last_step{};  // end of the last engine step (or loop start)
+  std::int64_t steps = 0;
+  std::int64_t rows_last_step = 0;  // decoder rows of the last step
+  std::int64_t seqs_last_step = 0;  // sequences in the last step
+  std::int64_t rows_total = 0;
+  std::int64_t decode_rows_total = 0;    // one per generated token
+  std::int64_t prefill_rows_total = 0;   // prompt rows computed (recompute included)
+  std::int64_t prefix_hit_blocks = 0;    // KV blocks found shared with an earlier prompt
+  std::int64_t prefix_query_blocks = 0;  // shareable blocks looked up
+  std::int64_t preemptions = 0;
+  std::int64_t requests_done = 0;
+  std::int64_t requests_failed = 0;     // kError other than cancellation/deadline
+  std::int64_t requests_cancelled = 0;  // cancel(), deadlines, shutdown
+  double step_seconds_last = 0;
+};
+
+class EngineLoop : public EngineClient {
+ public:
+  // Starts the engine thread. The KV pool is the runner's (KvCache::num_blocks blocks); the loop
+  // manages its block ids itself, so nothing else may reserve blocks of this runner meanwhile.
+  static Result<std::unique_ptr<EngineLoop>> create(Runner& runner, const Tokenizer& tokenizer,
+                                                    EngineLoopOptions options = {});
+  ~EngineLoop() override;  // shutdown()
+
+  // Validates the request (sampling, prompt, audio tokens vs speech frames, context length),
+  // renders a transcription prompt, and queues it. Refusals: kResourceExhausted when the waiting
+  // queue is full or the engine is not ready yet; kCancelled after shutdown(); kInvalidArgument /
+  // kOutOfRange for a malformed request.
+  Result<RequestId> submit(Request request, EventSink sink) override;
+  void cancel(RequestId id) override;
+  EngineLoad load() const override;
+  EngineStats stats() const;
+
+  // Test hooks: while paused the loop takes no step (cancellations are still honoured).
+  void pause();
+  void resume();
+  // Cancels everything unfinished (kError kCancelled, cause kShutdown) and joins the thread.
+  void shutdown();
+
+ private:
+  struct Live;
+  EngineLoop(Runner& runner, const Tokenizer& tokenizer, EngineLoopOptions options);
+  void run();
+  void take_inbox(std::vector<std::unique_ptr<Live>>& added, std::vector<RequestId>& cancelled, bool& stop);
+  void admit_new(std::vector<std::unique_ptr<Live>>& added);
+  void check_deadlines();
+  bool paused_now();
+  bool encode_one_segment();
+  bool run_step();
+  void handle_output(Live& l, TokenId next, const std::vector<float>* logits);
+  void finish_request(Live& l, FinishReason reason);
+  void fail_request(Live& l, Status error, ErrorCause cause);
+  void emit(Live& l, RequestEvent&& e);
+  void flush_transcript_events(Live& l);
+  void publish_stats();
+
+  Runner& runner_;
+  const Tokenizer& tokenizer_;
+  EngineLoopOptions opt_;
+  Scheduler scheduler_;
+
+  // Engine thread only.
+  std::unordered_map<RequestId, std::unique_ptr<Live>> live_;
+  Clock::time_point pause_checked_{};
+  bool pause_file_present_ = false;
+  EngineStats local_;
+  double decode_time_ = 0;  // seconds of steps that had decode rows (progress tok/s)
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::unique_ptr<Live>> inbox_;
+  std::vector<RequestId> cancels_;
+  EngineStats stats_;  // the published snapshot
+  RequestId next_id_ = 1;
+  bool stop_ = false;
+  bool shut_ = false;
+  bool paused_ = false;
+  std::atomic<bool> ready_{false};
+  std::thread thread_;
+};
+
+}  // namespace vv

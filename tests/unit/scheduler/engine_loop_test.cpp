@@ -1,0 +1,404 @@
+// EngineLoop on the tiny golden model: golden ids through the loop (transcription and chat
+// requests), N concurrent requests byte-identical to each run alone (ids, transcript, stream
+// events), cancellation, deadlines, the test hooks (pause, fault injection, ready delay, forced
+// output), queue limits, and KV blocks all returned at the end.
+#include "scheduler/engine_loop.h"
+
+#include <gtest/gtest.h>
+#include <simdjson.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "engine/text/prompt_builder.h"
+#include "tests/unit/scheduler/engine_loop_fixture.h"
+
+namespace vv::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct GoldenIds {
+  std::vector<TokenId> prompt, generated;
+  std::string context;
+};
+
+GoldenIds golden_ids(const std::string& name) {
+  GoldenIds g;
+  simdjson::dom::parser parser;
+  simdjson::padded_string json =
+      simdjson::padded_string::load(golden_dir() + "/cases/" + name + "/golden.json");
+  simdjson::dom::element doc = parser.parse(json);
+  for (auto v : doc["prompt_ids"].get_array()) g.prompt.push_back(static_cast<TokenId>(int64_t(v)));
+  for (auto v : doc["generated_ids"].get_array()) g.generated.push_back(static_cast<TokenId>(int64_t(v)));
+  std::string_view ci;
+  if (!doc["context_info"].get_string().get(ci)) g.context = std::string(ci);
+  return g;
+}
+
+// Cases short enough for many runs (the `long` one is left to the runner tests).
+std::vector<std::string> cases() {
+  std::vector<std::string> out;
+  for (const auto& n : golden_cases()) {
+    if (n != "long") out.push_back(n);
+  }
+  return out;
+}
+
+Request transcription(const audio::PreparedAudio& a, const std::string& context, int max_new_tokens) {
+  Request r;
+  r.kind = Request::Kind::kTranscription;
+  r.audio.push_back(a);
+  r.context = compose_context(context, {}, "");
+  r.sampling.max_new_tokens = max_new_tokens;
+  r.sampling.ignore_eos = true;
+  return r;
+}
+
+// Stats are published after each step, a moment after the step's events: wait for the loop to go idle.
+EngineStats settled(const EngineLoop& lp) {
+  for (int i = 0; i < 1000 && lp.stats().busy; ++i) std::this_thread::sleep_for(1ms);
+  std::this_thread::sleep_for(5ms);
+  return lp.stats();
+}
+
+class EngineLoopTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    engine_ = TinyEngine::make(tiny_runner_options());
+    ASSERT_NE(engine_, nullptr);
+  }
+  std::unique_ptr<EngineLoop> loop(EngineLoopOptions opt = {}) {
+    auto l = EngineLoop::create(*engine_->runner, *engine_->tokenizer, std::move(opt));
+    EXPECT_TRUE(l.is_ok()) << l.status().to_string();
+    auto loop = std::move(l).value();
+    for (int i = 0; i < 500 && !loop->load().ready; ++i) std::this_thread::sleep_for(2ms);
+    return loop;
+  }
+  const ModelSpec& spec() const { return engine_->runner->spec(); }
+  std::unique_ptr<TinyEngine> engine_;
+};
+
+TEST_F(EngineLoopTest, TranscriptionRequestsGiveGoldenPromptAndIds) {
+  auto lp = loop();
+  Collector c;
+  for (const std::string& name : cases()) {
+    GoldenIds g = golden_ids(name);
+    auto id = lp->submit(
+        transcription(golden_audio(name, spec()), g.context, static_cast<int>(g.generated.size())), c.sink());
+    ASSERT_TRUE(id.is_ok()) << id.status().to_string();
+    auto ev = c.wait(*id);
+    const RequestEvent* done = terminal_of(ev);
+    ASSERT_NE(done, nullptr);
+    ASSERT_EQ(done->type, RequestEvent::Type::kDone) << done->error.to_string();
+    EXPECT_EQ(done->prompt_ids, g.prompt) << name;
+    EXPECT_EQ(done->generated_ids, g.generated) << name;
+    EXPECT_EQ(done->finish_reason, FinishReason::kLength) << name;
+    EXPECT_EQ(done->usage.output_tokens, static_cast<int64_t>(g.generated.size()));
+    EXPECT_EQ(done->usage.audio_tokens + done->usage.text_tokens, static_cast<int64_t>(g.prompt.size()));
+    EXPECT_EQ(ev.front().type, RequestEvent::Type::kStarted);
+  }
+  EXPECT_EQ(settled(*lp).load.kv_blocks_used, 0);
+}
+
+TEST_F(EngineLoopTest, ChatRequestWithGoldenPromptIdsGivesGoldenIds) {
+  auto lp = loop();
+  Collector c;
+  const std::string name = cases().front();
+  GoldenIds g = golden_ids(name);
+  Request r;
+  r.kind = Request::Kind::kChat;
+  r.prompt_ids = g.prompt;
+  r.audio.push_back(golden_audio(name, spec()));
+  r.sampling.max_new_tokens = static_cast<int>(g.generated.size());
+  r.sampling.ignore_eos = true;
+  r.stream = true;
+  auto id = lp->submit(std::move(r), c.sink());
+  ASSERT_TRUE(id.is_ok()) << id.status().to_string();
+  auto ev = c.wait(*id);
+  const RequestEvent* done = terminal_of(ev);
+  ASSERT_NE(done, nullptr);
+  ASSERT_EQ(done->type, RequestEvent::Type::kDone) << done->error.to_string();
+  EXPECT_EQ(done->generated_ids, g.generated);
+  std::string joined;
+  for (const auto& e : ev) {
+    if (e.type == RequestEvent::Type::kTextDelta) joined += e.text;
+  }
+  EXPECT_EQ(joined, done->text) << "the deltas add up to the completion";
+}
+
+// The same requests alone (one after another) and all at once (continuous batching, shared prompt
+// prefix blocks, prefill chunks mixed with decode rows) give byte-identical results.
+TEST_F(EngineLoopTest, ConcurrentRequestsMatchEachRunAlone) {
+  std::vector<Request> reqs;
+  const auto names = cases();
+  for (int rep = 0; rep < 2; ++rep) {
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      GoldenIds g = golden_ids(names[i]);
+      Request r =
+          transcription(golden_audio(names[i], spec()), g.context, 24 + 7 * static_cast<int>(i) + 5 * rep);
+      r.stream = true;
+      r.sampling.logprobs = rep == 1;
+      reqs.push_back(std::move(r));
+    }
+  }
+  auto run = [&](bool together) {
+    auto lp = loop();
+    Collector c;
+    std::vector<std::vector<RequestEvent>> out;
+    std::vector<RequestId> ids;
+    for (const Request& r : reqs) {
+      auto id = lp->submit(r, c.sink());
+      EXPECT_TRUE(id.is_ok()) << id.status().to_string();
+      if (!together) out.push_back(c.wait(*id));
+      ids.push_back(*id);
+    }
+    if (together) {
+      for (RequestId id : ids) out.push_back(c.wait(id));
+    }
+    const EngineStats st = settled(*lp);
+    EXPECT_EQ(st.load.kv_blocks_used, 0) << "every block is returned";
+    EXPECT_GT(st.prefix_hit_blocks, 0) << "the shared system prompt was found";
+    return std::make_pair(out, st);
+  };
+  auto [alone, st_alone] = run(false);
+  auto [together, st_together] = run(true);
+  EXPECT_GT(st_together.steps, 0);
+  EXPECT_LT(st_together.steps, st_alone.steps) << "concurrent requests share steps";
+  ASSERT_EQ(alone.size(), together.size());
+  for (std::size_t i = 0; i < alone.size(); ++i) {
+    const RequestEvent* a = terminal_of(alone[i]);
+    const RequestEvent* b = terminal_of(together[i]);
+    ASSERT_TRUE(a && b);
+    ASSERT_EQ(a->type, RequestEvent::Type::kDone) << a->error.to_string();
+    ASSERT_EQ(b->type, RequestEvent::Type::kDone) << b->error.to_string();
+    EXPECT_EQ(a->prompt_ids, b->prompt_ids) << i;
+    EXPECT_EQ(a->generated_ids, b->generated_ids) << i;
+    EXPECT_EQ(a->transcript.text, b->transcript.text) << i;
+    ASSERT_EQ(a->transcript.segments.size(), b->transcript.segments.size()) << i;
+    ASSERT_EQ(a->transcript.logprobs.size(), b->transcript.logprobs.size()) << i;
+    for (std::size_t k = 0; k < a->transcript.logprobs.size(); ++k) {
+      EXPECT_EQ(a->transcript.logprobs[k].logprob, b->transcript.logprobs[k].logprob) << i << " token " << k;
+    }
+    std::string da, db;
+    for (const auto& e : alone[i]) da += e.type == RequestEvent::Type::kTextDelta ? e.text : "";
+    for (const auto& e : together[i]) db += e.type == RequestEvent::Type::kTextDelta ? e.text : "";
+    EXPECT_EQ(da, db) << i;
+    EXPECT_EQ(da, a->transcript.text) << "deltas add up to the transcript text, request " << i;
+  }
+}
+
+TEST_F(EngineLoopTest, CancelEndsARunningRequestAndFreesItsBlocks) {
+  auto lp = loop();
+  Collector c;
+  Request r = transcription(golden_audio(cases().front(), spec()), "", 5000);
+  r.stream = true;
+  auto id = lp->submit(std::move(r), c.sink());
+  ASSERT_TRUE(id.is_ok());
+  for (int i = 0; i < 5000 && lp->stats().decode_rows_total < 3; ++i) std::this_thread::sleep_for(1ms);
+  lp->cancel(*id);
+  auto ev = c.wait(*id, std::chrono::seconds(10));
+  const RequestEvent* end = terminal_of(ev);
+  ASSERT_NE(end, nullptr);
+  EXPECT_EQ(end->type, RequestEvent::Type::kError);
+  EXPECT_EQ(end->error.code(), StatusCode::kCancelled);
+  EXPECT_EQ(end->cause, ErrorCause::kCancelled);
+  const EngineStats st = settled(*lp);
+  EXPECT_EQ(st.load.kv_blocks_used, 0);
+  EXPECT_EQ(st.load.running, 0);
+  lp->cancel(*id);  // idempotent: no second terminal event
+  std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(c.snapshot(*id).size(), ev.size());
+}
+
+TEST_F(EngineLoopTest, PassedDeadlineAndQueueDeadlineEndWithTheirCause) {
+  auto lp = loop();
+  Collector c;
+  Request r = transcription(golden_audio(cases().front(), spec()), "", 5000);
+  r.deadline = Clock::now() + 50ms;
+  auto id = lp->submit(std::move(r), c.sink());
+  ASSERT_TRUE(id.is_ok());
+  auto ev = c.wait(*id, std::chrono::seconds(10));
+  ASSERT_NE(terminal_of(ev), nullptr);
+  EXPECT_EQ(ev.back().type, RequestEvent::Type::kError);
+  EXPECT_EQ(ev.back().cause, ErrorCause::kDeadline);
+
+  lp->pause();  // nothing is admitted while paused
+  Request q = transcription(golden_audio(cases().front(), spec()), "", 8);
+  q.queue_deadline = Clock::now() + 30ms;
+  auto qid = lp->submit(std::move(q), c.sink());
+  ASSERT_TRUE(qid.is_ok());
+  auto qev = c.wait(*qid, std::chrono::seconds(10));
+  ASSERT_EQ(qev.size(), 1u) << "never started";
+  EXPECT_EQ(qev.back().cause, ErrorCause::kQueueTimeout);
+  lp->resume();
+}
+
+TEST_F(EngineLoopTest, PauseHoldsEveryStepUntilResume) {
+  EngineLoopOptions opt;
+  opt.start_paused = true;
+  auto lp = loop(opt);
+  Collector c;
+  auto id = lp->submit(transcription(golden_audio(cases().front(), spec()), "", 4), c.sink());
+  ASSERT_TRUE(id.is_ok());
+  std::this_thread::sleep_for(150ms);
+  EXPECT_TRUE(c.snapshot(*id).empty()) << "no event while paused";
+  EXPECT_TRUE(lp->stats().paused);
+  EXPECT_TRUE(lp->stats().busy);
+  lp->resume();
+  auto ev = c.wait(*id, std::chrono::seconds(30));
+  ASSERT_NE(terminal_of(ev), nullptr);
+  EXPECT_EQ(ev.back().type, RequestEvent::Type::kDone);
+}
+
+TEST_F(EngineLoopTest, PauseFileHoldsTheLoopWhileItExists) {
+  const std::string dir = make_temp_dir("vv_pause");
+  const std::string file = dir + "/pause";
+  { std::ofstream(file) << "x"; }
+  EngineLoopOptions opt;
+  opt.pause_file = file;
+  auto lp = loop(opt);
+  Collector c;
+  auto id = lp->submit(transcription(golden_audio(cases().front(), spec()), "", 4), c.sink());
+  ASSERT_TRUE(id.is_ok());
+  std::this_thread::sleep_for(150ms);
+  EXPECT_TRUE(c.snapshot(*id).empty());
+  std::filesystem::remove(file);
+  auto ev = c.wait(*id, std::chrono::seconds(30));
+  ASSERT_NE(terminal_of(ev), nullptr);
+  EXPECT_EQ(ev.back().type, RequestEvent::Type::kDone);
+}
+
+TEST_F(EngineLoopTest, InjectedFaultAfterNTokensIsAnEngineError) {
+  EngineLoopOptions opt;
+  opt.fault_after_tokens = 5;
+  auto lp = loop(opt);
+  Collector c;
+  Request r = transcription(golden_audio(cases().front(), spec()), "", 100);
+  r.kind = Request::Kind::kChat;  // chat deltas: one per token here
+  r.prompt_ids = golden_ids(cases().front()).prompt;
+  r.stream = true;
+  auto id = lp->submit(std::move(r), c.sink());
+  ASSERT_TRUE(id.is_ok()) << id.status().to_string();
+  auto ev = c.wait(*id);
+  ASSERT_NE(terminal_of(ev), nullptr);
+  EXPECT_EQ(ev.back().type, RequestEvent::Type::kError);
+  EXPECT_EQ(ev.back().cause, ErrorCause::kEngine);
+  EXPECT_EQ(ev.back().error.code(), StatusCode::kInternal);
+  EXPECT_EQ(settled(*lp).decode_rows_total, 5);
+}
+
+TEST_F(EngineLoopTest, ReadyDelayRefusesUntilReady) {
+  EngineLoopOptions opt;
+  opt.ready_delay = 200ms;
+  auto l = EngineLoop::create(*engine_->runner, *engine_->tokenizer, opt);
+  ASSERT_TRUE(l.is_ok());
+  auto& lp = *l;
+  EXPECT_FALSE(lp->load().ready);
+  Collector c;
+  auto refused = lp->submit(transcription(golden_audio(cases().front(), spec()), "", 4), c.sink());
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
+  for (int i = 0; i < 1000 && !lp->load().ready; ++i) std::this_thread::sleep_for(2ms);
+  EXPECT_TRUE(lp->load().ready);
+  auto id = lp->submit(transcription(golden_audio(cases().front(), spec()), "", 4), c.sink());
+  ASSERT_TRUE(id.is_ok());
+  EXPECT_EQ(c.wait(*id).back().type, RequestEvent::Type::kDone);
+}
+
+// The scripted decoder: forced ids become the transcript, with the model's logprobs for them.
+TEST_F(EngineLoopTest, ForcedIdsAreEmittedAsTheModelOutput) {
+  auto lp = loop();
+  Collector c;
+  const std::string answer = R"([{"Start":0.0,"End":1.5,"Speaker":0,"Content":"Hello there."},)"
+                             R"({"Start":1.5,"End":2.0,"Speaker":1,"Content":"你好"}])";
+  auto ids = engine_->tokenizer->encode(answer, false);
+  ASSERT_TRUE(ids.is_ok());
+  Request r = transcription(golden_audio(cases().front(), spec()), "", 1000);
+  r.sampling.ignore_eos = false;
+  r.sampling.logprobs = true;
+  r.forced_ids = *ids;
+  r.stream = true;
+  auto id = lp->submit(std::move(r), c.sink());
+  ASSERT_TRUE(id.is_ok());
+  auto ev = c.wait(*id);
+  const RequestEvent* done = terminal_of(ev);
+  ASSERT_NE(done, nullptr);
+  ASSERT_EQ(done->type, RequestEvent::Type::kDone) << done->error.to_string();
+  EXPECT_EQ(done->finish_reason, FinishReason::kStop);
+  EXPECT_EQ(done->generated_ids, *ids);
+  ASSERT_EQ(done->transcript.segments.size(), 2u);
+  EXPECT_EQ(done->transcript.segments[0].text, "Hello there.");
+  EXPECT_EQ(done->transcript.segments[1].speaker, "B");
+  EXPECT_EQ(done->transcript.segments[1].text, "你好");
+  ASSERT_FALSE(done->transcript.logprobs.empty());
+  for (const auto& lpb : done->transcript.logprobs) {
+    EXPECT_LT(lpb.logprob, 0.0) << "a random model is never certain";
+  }
+  // Stream events: deltas of segment 0, its segment event, then deltas of segment 1.
+  std::vector<std::pair<char, std::size_t>> order;
+  std::string deltas;
+  for (const auto& e : ev) {
+    if (e.type == RequestEvent::Type::kTextDelta) {
+      order.emplace_back('d', e.segment_index);
+      deltas += e.text;
+    } else if (e.type == RequestEvent::Type::kSegment) {
+      order.emplace_back('s', e.segment_index);
+    }
+  }
+  EXPECT_EQ(deltas, done->transcript.text);
+  ASSERT_FALSE(order.empty());
+  auto s0 = std::find(order.begin(), order.end(), std::make_pair('s', std::size_t{0}));
+  auto d1 = std::find(order.begin(), order.end(), std::make_pair('d', std::size_t{1}));
+  ASSERT_NE(s0, order.end());
+  ASSERT_NE(d1, order.end());
+  EXPECT_LT(s0, d1);
+  EXPECT_EQ(order.back(), std::make_pair('s', std::size_t{1}));
+}
+
+TEST_F(EngineLoopTest, FullQueueAndMalformedRequestsAreRefused) {
+  EngineLoopOptions opt;
+  opt.max_waiting = 2;
+  opt.start_paused = true;
+  auto lp = loop(opt);
+  Collector c;
+  const auto a = golden_audio(cases().front(), spec());
+  ASSERT_TRUE(lp->submit(transcription(a, "", 4), c.sink()).is_ok());
+  ASSERT_TRUE(lp->submit(transcription(a, "", 4), c.sink()).is_ok());
+  auto third = lp->submit(transcription(a, "", 4), c.sink());
+  ASSERT_FALSE(third.is_ok());
+  EXPECT_EQ(third.status().code(), StatusCode::kResourceExhausted);
+
+  Request bad = transcription(a, "", 4);
+  bad.kind = Request::Kind::kChat;
+  bad.prompt_ids = {1, 2, 3};  // no audio tokens for the clip's frames
+  auto r = lp->submit(std::move(bad), c.sink());
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("audio tokens"), std::string::npos);
+
+  Request hot = transcription(a, "", 4);
+  hot.sampling.top_p = 0;
+  EXPECT_FALSE(lp->submit(std::move(hot), c.sink()).is_ok());
+  lp->shutdown();
+}
+
+TEST_F(EngineLoopTest, ShutdownEndsUnfinishedRequestsWithTheirCause) {
+  EngineLoopOptions opt;
+  opt.start_paused = true;
+  auto lp = loop(opt);
+  Collector c;
+  auto id = lp->submit(transcription(golden_audio(cases().front(), spec()), "", 4), c.sink());
+  ASSERT_TRUE(id.is_ok());
+  lp->shutdown();
+  auto ev = c.wait(*id, std::chrono::seconds(5));
+  ASSERT_NE(terminal_of(ev), nullptr);
+  EXPECT_EQ(ev.back().cause, ErrorCause::kShutdown);
+  auto after = lp->submit(transcription(golden_audio(cases().front(), spec()), "", 4), c.sink());
+  ASSERT_FALSE(after.is_ok());
+  EXPECT_EQ(after.status().code(), StatusCode::kCancelled);
+}
+
+}  // namespace
+}  // namespace vv::test
