@@ -85,6 +85,18 @@ def model_paths(test_data):
 
 
 @pytest.fixture(scope="session")
+def model_dir_with_tokenizer(model_paths, session_tmp):
+    """The tiny model as a real model directory: its files plus tokenizer.json (links)."""
+    d = session_tmp / "model-with-tokenizer"
+    if not d.exists():
+        d.mkdir()
+        for f in model_paths["model"].iterdir():
+            (d / f.name).symlink_to(f.resolve())
+        (d / "tokenizer.json").symlink_to(model_paths["tokenizer"].resolve())
+    return d
+
+
+@pytest.fixture(scope="session")
 def session_tmp():
     d = pathlib.Path(tempfile.mkdtemp(prefix="vv-serve-tests-"))
     yield d
@@ -101,7 +113,8 @@ class Server:
     VIBEVOICE_* variables; `flags` are extra command-line arguments; `hooks` test_hooks.h variables."""
 
     def __init__(self, binary, model_paths, workdir, keys=(KEY, KEY2), config=None, flags=(), hooks=None,
-                 script=None, model=None, positional_model=False, wait_ready=True, env_extra=None):
+                 script=None, model=None, positional_model=False, wait_ready=True, env_extra=None,
+                 tokenizer_flag=True):
         self.workdir = pathlib.Path(tempfile.mkdtemp(prefix="srv-", dir=workdir))
         self.keys = list(keys)
         self.log_path = self.workdir / "stderr.log"
@@ -126,7 +139,8 @@ class Server:
         model_dir = str(model or model_paths["model"])
         args = [str(binary), "serve"]
         args += [model_dir] if positional_model else ["--model", model_dir]
-        args += ["--tokenizer", str(model_paths["tokenizer"])]
+        if tokenizer_flag:
+            args += ["--tokenizer", str(model_paths["tokenizer"])]
         if not any(f in ("--host", "--port") for f in flags):
             args += ["--host", "127.0.0.1", "--port", "0"]
         for k in self.keys:

@@ -48,8 +48,9 @@ def mutate(rng, body, boundary):
 
 
 def test_c116_multipart_fuzz(make_server, audio):
+    # The fake engine (test_hooks.h): this item is about the HTTP and multipart layers.
     s = make_server(script='[{"Start":0.0,"End":0.5,"Speaker":0,"Content":"ok"}]',
-                    config={"http.body_idle_timeout_s": 2})
+                    hooks={"VIBEVOICE_TEST_FAKE_ENGINE": 1}, config={"http.body_idle_timeout_s": 2})
     rng = random.Random(116)
     # tiny.wav cut to 0.5 s of samples (its header still says 3 s: a truncated file, §2.6).
     wav = audio.bytes("tiny.wav")[:44 + 16000]

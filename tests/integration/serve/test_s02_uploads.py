@@ -101,13 +101,12 @@ def test_c019_chunked_upload_over_limit(make_server):
     limit = 1 << 20
     s = make_server(config={"http.max_body_bytes": limit})
     mp = vvhttp.Multipart()
-    head_part = mp.body(closing=False)[:0]
     boundary = mp.boundary
     with vvhttp.Conn(s.port, timeout=20) as c:
         c.send(vvhttp.build_request("POST", T, {**s.auth(), "Content-Type": mp.content_type,
                                                 "Transfer-Encoding": "chunked"}))
         first = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n\r\n"
-                 ).encode() + head_part
+                 ).encode()
         c.send(b"%x\r\n%s\r\n" % (len(first), first))
         sent = len(first)
         chunk = b"\1" * 65536
@@ -125,7 +124,6 @@ def test_c019_chunked_upload_over_limit(make_server):
         r = c.read_response("POST")
         assert time.time() - t0 < 5
         assert_error(r, 413, "request_too_large")
-        assert c.wait_closed(5) or "close" in (r.headers.get("connection") or "").lower()
         assert c.wait_closed(5), "connection still open after the chunked 413"
 
 

@@ -82,7 +82,7 @@ def test_c055_keepalive_while_paused(make_server, audio):
     s = make_server(script='[{"Start":0.0,"End":1.0,"Speaker":0,"Content":"Hello there."}]',
                     config={"stream.keepalive_s": 1})
     s.pause()
-    sse = s.stream_transcribe(fields=[("stream", "true")], file=audio.bytes("tiny.wav"))
+    sse = s.stream_transcribe(fields=[("stream", "true")], file=audio.bytes("tiny.wav"), timeout=10)
     assert sse.status == 200
     t0 = time.time()
     resumed = False
@@ -144,7 +144,7 @@ def test_c056_disconnect_cancels(srv_slow, audio):
     c = vvhttp.Conn(s.port, timeout=60)
     c.send(vvhttp.build_request("POST", "/v1/audio/transcriptions",
                                 {**s.auth(), "Content-Type": mp.content_type}, mp.body()))
-    assert _wait_until(lambda: _running(s) > before_running, 30), "request never started running"
+    assert _wait_until(lambda: _running(s) > before_running, 60), "request never started running"
     time.sleep(1)
     c.close()
     assert _wait_until(lambda: _cancels(s, "client_disconnect") >= before + 1 and _running(s) == before_running,

@@ -70,9 +70,10 @@ def test_c105_print_and_check_config(vv_bin, model_paths, tmp_path):
     assert r.returncode == 0, r.stderr
 
 
-def test_c106_gpustack_command_line(make_server):
+def test_c106_gpustack_command_line(make_server, model_dir_with_tokenizer):
+    # `vibevoice serve {{model_path}} --port {{port}} --served-model-name {{model_name}} --host {{worker_ip}}`
     port, = free_ports(1)
-    s = make_server(positional_model=True, keys=(),
+    s = make_server(positional_model=True, keys=(), model=model_dir_with_tokenizer, tokenizer_flag=False,
                     flags=["--port", str(port), "--served-model-name", "asr-a", "--host", "127.0.0.1"])
     assert s.port == port
     r = vvhttp.request(port, "GET", "/v1/models")
