@@ -450,13 +450,20 @@ bool EngineLoop::run_step() {
   local_.step_seconds_last = dt;
   local_.last_step = t1;
   if (any_decode) decode_time_ += dt;
+  StepReport report;
+  report.rows = step.rows();
+  report.seqs = static_cast<std::int64_t>(step.chunks.size());
+  report.seconds = dt;
 
   for (std::size_t j = 0; j < step.chunks.size(); ++j) {
     const ScheduledChunk& c = step.chunks[j];
     Live& l = *who[j];
     const bool prefill = c.start < static_cast<std::int64_t>(l.prompt.size()) || c.count > 1;
     (prefill ? l.timings.prefill_seconds : l.timings.decode_seconds) += dt;
-    if (prefill) local_.prefill_rows_total += c.count;
+    if (prefill) {
+      local_.prefill_rows_total += c.count;
+      report.prefill_rows += c.count;
+    }
     if (!c.want_output) {
       if (opt_.progress) {
         opt_.progress({TranscriptionProgress::Phase::kPrefill, static_cast<std::size_t>(l.id),
@@ -465,10 +472,13 @@ bool EngineLoop::run_step() {
       continue;
     }
     ++local_.decode_rows_total;
+    ++report.decode_rows;
+    if (!l.generated.empty()) report.inter_token_seconds.push_back(seconds_between(l.last_token, t1));
     const std::vector<float>* logits =
         j < res->logits.size() && !res->logits[j].empty() ? &res->logits[j] : nullptr;
     handle_output(l, res->next[j], logits);
   }
+  if (opt_.on_step) opt_.on_step(report);
   return true;
 }
 

@@ -34,11 +34,23 @@ namespace vv {
 // RequestId. Called on the engine thread after each step that touched the request.
 using RequestProgressFn = std::function<void(const TranscriptionProgress&)>;
 
+// What one engine step did, for histograms (batch rows per step, inter-token latency).
+struct StepReport {
+  std::int64_t rows = 0;                    // decoder rows in the step
+  std::int64_t seqs = 0;                    // sequences in the step
+  std::int64_t decode_rows = 0;             // rows that produced a token
+  std::int64_t prefill_rows = 0;            // prompt rows (first prefill or recompute)
+  double seconds = 0;                       // the runner's execute()
+  std::vector<double> inter_token_seconds;  // per token after a request's first: time since its previous one
+};
+using StepObserverFn = std::function<void(const StepReport&)>;
+
 struct EngineLoopOptions {
   int max_running = 64;        // engine.max_running_requests (also capped by the runner's max_seqs)
   int max_waiting = 256;       // engine.max_waiting_requests: submit() refuses beyond this
   bool prefix_sharing = true;  // share the KV blocks of identical prompt prefixes
   RequestProgressFn progress;  // optional
+  StepObserverFn on_step;      // optional; called on the engine thread after every step, must be quick
 
   // Test hooks (API.md §15 "test hooks"); all off by default. The service maps them to test-only
   // environment variables.
