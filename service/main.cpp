@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   vv::cli::register_tokenize(app, ctx);
   vv::cli::register_transcribe(app, ctx);
   vv::cli::register_bench(app, ctx);
+  vv::cli::register_serve(app, ctx);
   CLI11_PARSE(app, argc, argv);
   return ctx.exit_code;
 }

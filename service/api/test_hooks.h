@@ -4,7 +4,7 @@
 // serve_command.cpp (main thread) before anything starts; the values are then immutable.
 //
 // HOW TO START A SERVER FOR TESTS
-//   vibevoice serve --model tests/data/golden/model-hf --tokenizer tests/data/tokenizer/tokenizer.json \
+//   vibevoice serve --model tests/data/golden/model-hf --tokenizer tests/data/tokenizer/tokenizer.json
 //                   --host 127.0.0.1 --port 0 [--api-key KEY ...] [any --section-key value]
 //   * --port 0 binds an ephemeral port. Once bound, the server writes ONE plain line to stderr:
 //         listening on 127.0.0.1:<port>

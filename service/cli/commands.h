@@ -15,6 +15,7 @@ void register_inspect(CLI::App& app, CommandContext& ctx);     // inspect_comman
 void register_tokenize(CLI::App& app, CommandContext& ctx);    // tokenize_command.cpp
 void register_transcribe(CLI::App& app, CommandContext& ctx);  // transcribe_command.cpp
 void register_bench(CLI::App& app, CommandContext& ctx);       // bench_command.cpp
+void register_serve(CLI::App& app, CommandContext& ctx);       // serve_command.cpp
 
 // "0.1.0 (git abc1234) [cpu avx2 ffmpeg]"
 std::string version_string();

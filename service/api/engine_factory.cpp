@@ -1,0 +1,82 @@
+#include "service/api/engine_factory.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+
+#include "engine/runner/runner.h"
+#include "service/api/fake_engine.h"
+
+namespace vv::api {
+
+EngineHandle::~EngineHandle() {
+  engine.reset();  // the loop borrows the runner and the tokenizer
+  runner.reset();
+}
+
+Result<std::vector<TokenId>> load_script(const Tokenizer& tokenizer, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return not_found("VIBEVOICE_TEST_SCRIPT: cannot read '" + path + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  VV_ASSIGN_OR_RETURN(std::vector<TokenId> ids, tokenizer.encode(ss.str(), /*parse_special=*/false));
+  ids.push_back(kImEndId);
+  return ids;
+}
+
+Result<std::shared_ptr<EngineHandle>> make_engine(AppState& state, std::shared_ptr<const Tokenizer> tokenizer,
+                                                  const std::function<void(double)>& progress) {
+  auto h = std::make_shared<EngineHandle>();
+  h->tokenizer = std::move(tokenizer);
+  const auto& s = state.settings;
+  VV_ASSIGN_OR_RETURN(h->checkpoint, Checkpoint::open(s.s("model.path")));
+  progress(0.3);
+  const ModelSpec& spec = h->checkpoint->spec();
+  h->prepare.sample_rate = spec.sample_rate;
+  h->prepare.normalize = spec.normalize_audio;
+  h->prepare.target_dbfs = spec.target_dbfs;
+  h->prepare.eps = spec.norm_eps;
+  h->prepare.hop = spec.acoustic.hop();
+  if (!state.hooks.script_file.empty()) {
+    VV_ASSIGN_OR_RETURN(state.script_ids, load_script(*h->tokenizer, state.hooks.script_file));
+  }
+  if (state.hooks.fake_engine) {
+    FakeEngineOptions fo;
+    fo.max_running = s.i("engine.max_running_requests");
+    fo.max_waiting = s.i("engine.max_waiting_requests");
+    fo.hooks = state.hooks;
+    h->engine = std::make_shared<FakeEngine>(*h->tokenizer, fo);
+    progress(1.0);
+    return h;
+  }
+  return unsupported("the model engine loop is not available in this build yet; set VIBEVOICE_TEST_FAKE_ENGINE=1");
+}
+
+Status warm_up(EngineHandle& h) {
+  auto silence = audio::prepare_decoded(audio::DecodedAudio{std::vector<float>(24000, 0.0f), 24000, 1}, h.prepare);
+  if (!silence.is_ok()) return silence.status();
+  Request r;
+  r.kind = Request::Kind::kTranscription;
+  r.audio.push_back(std::move(silence).value());
+  r.sampling.max_new_tokens = 8;
+  r.request_id = "warmup";
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  Status result;
+  auto id = h.engine->submit(std::move(r), [&](RequestEvent&& ev) {
+    if (!ev.terminal()) return;
+    std::lock_guard<std::mutex> lock(mu);
+    done = true;
+    if (ev.type == RequestEvent::Type::kError) result = ev.error;
+    cv.notify_all();
+  });
+  if (!id.is_ok()) return id.status();
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, [&] { return done; });
+  return result;
+}
+
+}  // namespace vv::api
