@@ -239,7 +239,7 @@ std::string Settings::set_raw(std::string_view key, std::string_view raw, const 
     }
     case T::kList: {
       auto items = split_commas(raw);
-      if (append && sources_[idx] == source) {
+      if (append && sources_[idx].rfind("flag ", 0) == 0 && source.rfind("flag ", 0) == 0) {
         auto cur = std::get<std::vector<std::string>>(values_[idx]);
         cur.insert(cur.end(), items.begin(), items.end());
         items = std::move(cur);
@@ -660,7 +660,7 @@ LoadOutcome load_settings(const std::vector<std::string>& args, const std::vecto
     std::string err = out.settings.set_raw("model.path", positional, "argument");
     if (!err.empty()) out.errors.push_back(line("model.path", err, "argument"));
   }
-  if (out.errors.empty() && !out.help && !out.version) {
+  if (!out.help && !out.version) {
     auto v = out.settings.validate();
     out.errors.insert(out.errors.end(), v.begin(), v.end());
   }

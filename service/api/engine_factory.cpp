@@ -6,7 +6,9 @@
 #include <mutex>
 #include <sstream>
 
+#include "engine/runner/device_runner.h"
 #include "engine/runner/runner.h"
+#include "scheduler/engine_loop.h"
 #include "service/api/fake_engine.h"
 
 namespace vv::api {
@@ -51,7 +53,35 @@ Result<std::shared_ptr<EngineHandle>> make_engine(AppState& state, std::shared_p
     progress(1.0);
     return h;
   }
-  return unsupported("the model engine loop is not available in this build yet; set VIBEVOICE_TEST_FAKE_ENGINE=1");
+  RunnerOptions ro;
+  ro.block_size = static_cast<int>(s.i("engine.kv_page_tokens"));
+  ro.max_seqs = static_cast<int>(s.i("engine.max_running_requests"));
+  // The KV pool holds one full-context request (prefix sharing and preemption stretch it further).
+  ro.kv_positions = s.i("model.max_model_len");
+  ro.consume_weights = true;
+  const std::string device = s.s("model.device");
+  VV_ASSIGN_OR_RETURN(std::unique_ptr<Runner> runner, make_runner(*h->checkpoint, ro, device));
+  h->runner = std::move(runner);
+  progress(0.9);
+  EngineLoopOptions eo;
+  eo.max_running = static_cast<int>(s.i("engine.max_running_requests"));
+  eo.max_waiting = static_cast<int>(s.i("engine.max_waiting_requests"));
+  eo.pause_file = state.hooks.pause_file;
+  eo.fault_after_tokens = state.hooks.fault_after_tokens > 0 ? static_cast<int>(state.hooks.fault_after_tokens) : 0;
+  metrics::ServiceMetrics* m = &state.metrics;
+  AppState* st = &state;
+  eo.on_step = [m, st](const StepReport& r) {
+    st->note_engine_event();
+    const char* phase = r.prefill_rows > 0 && r.decode_rows > 0 ? "mixed" : r.prefill_rows > 0 ? "prefill" : "decode";
+    m->engine_steps->Add({{"phase", phase}}).Increment();
+    m->engine_step_duration->Add({{"phase", phase}}, metrics::ServiceMetrics::inter_token_buckets()).Observe(r.seconds);
+    m->engine_batch_size->Observe(static_cast<double>(r.seqs));
+    m->engine_batch_tokens->Observe(static_cast<double>(r.rows));
+  };
+  VV_ASSIGN_OR_RETURN(std::unique_ptr<EngineLoop> loop, EngineLoop::create(*h->runner, *h->tokenizer, std::move(eo)));
+  h->engine = std::shared_ptr<EngineLoop>(std::move(loop));
+  progress(1.0);
+  return h;
 }
 
 Status warm_up(EngineHandle& h) {

@@ -177,6 +177,17 @@ int run_serve(const std::vector<std::string>& args) {
   boost::asio::thread_pool decode_pool(static_cast<std::size_t>(decode_threads));
   state.run_blocking = [&decode_pool](std::function<void()> fn) { boost::asio::post(decode_pool, std::move(fn)); };
 
+  // Engine gauges are read at scrape time (never synchronising with the device).
+  metrics.refresh = [&state, &metrics] {
+    metrics.ready->Set(state.readiness.load() == api::Readiness::kReady && !state.draining.load() ? 1 : 0);
+    if (!state.engine) return;
+    const EngineLoad l = state.engine->load();
+    metrics.running->Set(static_cast<double>(l.running));
+    metrics.waiting->Set(static_cast<double>(l.waiting));
+    metrics.kv_pages_used->Set(static_cast<double>(l.kv_blocks_used));
+    metrics.kv_pages_total->Set(static_cast<double>(l.kv_blocks_total));
+  };
+
   api::Api api(state);
   http::ServerLimits limits;
   limits.max_connections = static_cast<std::size_t>(s.i("http.max_connections"));
