@@ -61,27 +61,6 @@ struct EngineLoopOptions {
                                // "injected engine fault") right after its N-th generated token
 };
 
-// Counters and gauges for the service's metrics (API.md §9). A snapshot; cumulative fields only grow.
-struct EngineStats {
-  EngineLoad load;
-  bool paused = false;
-  bool busy = false;              // requests are waiting or running
-  Clock::time_point last_step{};  // end of the last engine step (or loop start)
-  std::int64_t steps = 0;
-  std::int64_t rows_last_step = 0;  // decoder rows of the last step
-  std::int64_t seqs_last_step = 0;  // sequences in the last step
-  std::int64_t rows_total = 0;
-  std::int64_t decode_rows_total = 0;    // one per generated token
-  std::int64_t prefill_rows_total = 0;   // prompt rows computed (recompute included)
-  std::int64_t prefix_hit_blocks = 0;    // KV blocks found shared with an earlier prompt
-  std::int64_t prefix_query_blocks = 0;  // shareable blocks looked up
-  std::int64_t preemptions = 0;
-  std::int64_t requests_done = 0;
-  std::int64_t requests_failed = 0;     // kError other than cancellation/deadline
-  std::int64_t requests_cancelled = 0;  // cancel(), deadlines, shutdown
-  double step_seconds_last = 0;
-};
-
 class EngineLoop : public EngineClient {
  public:
   // Starts the engine thread. The KV pool is the runner's (KvCache::num_blocks blocks); the loop
@@ -97,7 +76,7 @@ class EngineLoop : public EngineClient {
   Result<RequestId> submit(Request request, EventSink sink) override;
   void cancel(RequestId id) override;
   EngineLoad load() const override;
-  EngineStats stats() const;
+  EngineStats stats() const override;
 
   // Test hooks: while paused the loop takes no step (cancellations are still honoured).
   void pause();
@@ -132,7 +111,9 @@ class EngineLoop : public EngineClient {
   Clock::time_point pause_checked_{};
   bool pause_file_present_ = false;
   EngineStats local_;
-  double decode_time_ = 0;  // seconds of steps that had decode rows (progress tok/s)
+  double decode_time_ = 0;
+  RequestId last_encoded_ = 0;  // round-robin cursor of encode_one_segment()  // seconds of steps that had
+                                // decode rows (progress tok/s)
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -114,6 +114,27 @@ struct EngineLoad {
   bool ready = false;  // weights loaded, loop running
 };
 
+// Counters and gauges for the service's metrics (API.md §9). A snapshot; cumulative fields only grow.
+struct EngineStats {
+  EngineLoad load;
+  bool paused = false;
+  bool busy = false;                     // requests are waiting or running
+  Clock::time_point last_step{};         // end of the last engine step (or loop start)
+  std::int64_t steps = 0;
+  std::int64_t rows_last_step = 0;       // decoder rows of the last step
+  std::int64_t seqs_last_step = 0;       // sequences in the last step
+  std::int64_t rows_total = 0;
+  std::int64_t decode_rows_total = 0;    // one per generated token
+  std::int64_t prefill_rows_total = 0;   // prompt rows computed (recompute included)
+  std::int64_t prefix_hit_blocks = 0;    // KV blocks found shared with an earlier prompt
+  std::int64_t prefix_query_blocks = 0;  // shareable blocks looked up
+  std::int64_t preemptions = 0;
+  std::int64_t requests_done = 0;
+  std::int64_t requests_failed = 0;      // kError other than cancellation/deadline
+  std::int64_t requests_cancelled = 0;   // cancel(), deadlines, shutdown
+  double step_seconds_last = 0;
+};
+
 // What the service and the CLI hold: the engine loop (scheduler/engine_loop.h) or a test fake.
 // Thread-safe.
 class EngineClient {
@@ -125,6 +146,12 @@ class EngineClient {
   // Idempotent; a request still known gets a kError kCancelled event within one engine step.
   virtual void cancel(RequestId id) = 0;
   virtual EngineLoad load() const = 0;
+  // Counters for the service's metrics (the EngineLoop's); other engines report their load only.
+  virtual EngineStats stats() const {
+    EngineStats s;
+    s.load = load();
+    return s;
+  }
 };
 
 }  // namespace vv
