@@ -315,16 +315,23 @@ bool EngineLoop::paused_now() {
 }
 
 bool EngineLoop::encode_one_segment() {
+  // Round-robin over the admitted requests still encoding, so that a short clip arriving during a
+  // long one's encoding waits at most one segment per turn, not the whole long clip.
   Live* target = nullptr;
+  Live* first = nullptr;
   for (RequestId id : scheduler_.running()) {
     auto it = live_.find(id);
-    if (it != live_.end() && !it->second->terminal && !it->second->encoded) {
+    if (it == live_.end() || it->second->terminal || it->second->encoded) continue;
+    if (!first) first = it->second.get();
+    if (id > last_encoded_) {
       target = it->second.get();
       break;
     }
   }
+  if (!target) target = first;
   if (target == nullptr) return false;
   Live& l = *target;
+  last_encoded_ = l.id;
   const auto t0 = Clock::now();
   const audio::PreparedAudio& clip = l.req.audio[l.clip];
   if (!l.job) {
@@ -374,6 +381,8 @@ bool EngineLoop::encode_one_segment() {
     }
   }
   l.clips.clear();
+  for (auto& a : l.req.audio)
+    std::vector<float>().swap(a.input_values);  // only the speech rows are needed now
   l.speech = &l.joined.rows.t;
   l.encoded = true;
   scheduler_.set_computable(l.id, -1);

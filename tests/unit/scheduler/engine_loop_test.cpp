@@ -402,3 +402,64 @@ TEST_F(EngineLoopTest, ShutdownEndsUnfinishedRequestsWithTheirCause) {
 
 }  // namespace
 }  // namespace vv::test
+
+namespace vv::test {
+namespace {
+
+// A KV pool too small for every request at once: decode rows run it dry, the newest request is
+// preempted and recomputed later, and every output still equals the request's solo output.
+TEST(EngineLoopPreemption, PreemptedRequestsResumeWithIdenticalOutput) {
+  RunnerOptions ro = tiny_runner_options();
+  ro.kv_positions = 16 * 30;
+  auto engine = TinyEngine::make(ro);
+  ASSERT_NE(engine, nullptr);
+  std::vector<Request> reqs;
+  for (const std::string& name : cases()) {
+    GoldenIds g = golden_ids(name);
+    reqs.push_back(transcription(golden_audio(name, engine->runner->spec()), g.context, 60));
+  }
+  auto make_loop = [&] {
+    auto l = EngineLoop::create(*engine->runner, *engine->tokenizer);
+    EXPECT_TRUE(l.is_ok());
+    auto loop = std::move(l).value();
+    for (int i = 0; i < 500 && !loop->load().ready; ++i) std::this_thread::sleep_for(2ms);
+    return loop;
+  };
+  std::vector<std::vector<TokenId>> alone;
+  {
+    auto lp = make_loop();
+    Collector c;
+    for (const Request& r : reqs) {
+      auto id = lp->submit(r, c.sink());
+      ASSERT_TRUE(id.is_ok());
+      auto ev = c.wait(*id);
+      ASSERT_FALSE(ev.empty());
+      ASSERT_EQ(ev.back().type, RequestEvent::Type::kDone) << ev.back().error.to_string();
+      alone.push_back(ev.back().generated_ids);
+    }
+    EXPECT_EQ(settled(*lp).preemptions, 0);
+  }
+  auto lp = make_loop();
+  Collector c;
+  std::vector<RequestId> ids;
+  for (const Request& r : reqs) {
+    auto id = lp->submit(r, c.sink());
+    ASSERT_TRUE(id.is_ok());
+    ids.push_back(*id);
+  }
+  int preempted = 0;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    auto ev = c.wait(ids[i]);
+    ASSERT_FALSE(ev.empty());
+    ASSERT_EQ(ev.back().type, RequestEvent::Type::kDone) << ev.back().error.to_string();
+    EXPECT_EQ(ev.back().generated_ids, alone[i]) << "request " << i;
+    preempted += ev.back().timings.preemptions;
+  }
+  const EngineStats st = settled(*lp);
+  EXPECT_GT(st.preemptions, 0) << "the pool is meant to run dry";
+  EXPECT_EQ(preempted, st.preemptions);
+  EXPECT_EQ(st.load.kv_blocks_used, 0);
+}
+
+}  // namespace
+}  // namespace vv::test
