@@ -1,11 +1,16 @@
 // `vibevoice transcribe`: audio files → speaker-attributed, timestamped transcripts on this machine.
 #include <unistd.h>
 
+#include <algorithm>
+#include <condition_variable>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -18,7 +23,7 @@
 #include "engine/text/prompt_builder.h"
 #include "engine/text/tokenizer.h"
 #include "engine/transcript/response_format.h"
-#include "scheduler/batch_transcriber.h"
+#include "scheduler/engine_loop.h"
 #include "service/cli/commands.h"
 #include "service/cli/progress_bar.h"
 
@@ -128,17 +133,20 @@ int run_transcribe(const TranscribeArgs& a) {
   } else if (a.acoustic_sampling == "fix") {
     acoustic_mode = LatentSampling::kFix;
   } else {
-    return fail(invalid_argument("--acoustic-sampling: expected mean, gaussian or fix, got '" + a.acoustic_sampling + "'"));
+    return fail(invalid_argument("--acoustic-sampling: expected mean, gaussian or fix, got '" +
+                                 a.acoustic_sampling + "'"));
   }
 
   auto ckpt = Checkpoint::open(a.model);
   if (!ckpt.is_ok()) return fail(ckpt.status());
   const ModelSpec& spec = (*ckpt)->spec();
-  const std::string tok_path = a.tokenizer.empty() ? (fs::path(a.model) / "tokenizer.json").string() : a.tokenizer;
+  const std::string tok_path =
+      a.tokenizer.empty() ? (fs::path(a.model) / "tokenizer.json").string() : a.tokenizer;
   auto tokenizer = Tokenizer::load_file(tok_path);
   if (!tokenizer.is_ok()) {
-    return fail(Status(tokenizer.status().code(),
-                       tokenizer.status().message() + (a.tokenizer.empty() ? " (pass --tokenizer FILE)" : "")));
+    return fail(
+        Status(tokenizer.status().code(),
+               tokenizer.status().message() + (a.tokenizer.empty() ? " (pass --tokenizer FILE)" : "")));
   }
 
   audio::PrepareOptions popt;
@@ -150,17 +158,18 @@ int run_transcribe(const TranscribeArgs& a) {
   popt.max_seconds = a.max_seconds;
 
   const std::string context = compose_context(a.prompt, {}, a.hotwords);
-  std::vector<TranscriptionRequest> requests;
-  int64_t longest_prompt = 0;
+  std::vector<Request> requests;
   for (const std::string& path : a.audio) {
     auto bytes = read_file(path);
     if (!bytes.is_ok()) return fail(bytes.status());
     auto prepared = audio::prepare_audio(
         std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size()), popt);
-    if (!prepared.is_ok()) return fail(Status(prepared.status().code(), path + ": " + prepared.status().message()));
-    TranscriptionRequest r;
-    r.name = path;
-    r.audio = std::move(prepared).value();
+    if (!prepared.is_ok())
+      return fail(Status(prepared.status().code(), path + ": " + prepared.status().message()));
+    Request r;
+    r.kind = Request::Kind::kTranscription;
+    r.request_id = path;
+    r.audio.push_back(std::move(prepared).value());
     r.context = context;
     r.sampling.temperature = a.temperature;
     r.sampling.top_p = a.top_p;
@@ -173,15 +182,15 @@ int run_transcribe(const TranscribeArgs& a) {
     r.encode.segment = a.segment_seconds > 0
                            ? static_cast<int64_t>(a.segment_seconds * spec.sample_rate) / popt.hop * popt.hop
                            : 0;
-    longest_prompt = std::max<int64_t>(longest_prompt, r.audio.frames + 256);
     requests.push_back(std::move(r));
   }
 
   RunnerOptions ropt;
   int64_t need = 0;
-  for (const auto& r : requests) need += r.audio.frames + 256 + a.max_new_tokens;
+  for (const auto& r : requests) need += r.audio[0].frames + 256 + a.max_new_tokens;
   ropt.kv_positions = a.kv_positions > 0 ? a.kv_positions : need;
-  if (requests.size() > 0 && requests[0].encode.segment > 0) ropt.encoder_segment = requests[0].encode.segment;
+  if (requests.size() > 0 && requests[0].encode.segment > 0)
+    ropt.encoder_segment = requests[0].encode.segment;
   auto runner = make_cpu_runner(**ckpt, ropt, a.threads);
   if (!runner.is_ok()) return fail(runner.status());
 
@@ -194,19 +203,61 @@ int run_transcribe(const TranscribeArgs& a) {
 
   const bool show_progress = !a.no_progress && (a.progress || isatty(STDERR_FILENO));
   ProgressBar bar(show_progress, requests.size());
-  BatchTranscriber transcriber(**runner, **tokenizer);
-  auto results = transcriber.run(requests, [&](const TranscriptionProgress& p) { bar.update(p); });
+  // Every file is one request of the engine loop: their decode rows share each step.
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<RequestId, size_t> index;  // request id → file index
+  std::vector<std::optional<RequestEvent>> ends(requests.size());
+  EngineLoopOptions lopt;
+  lopt.max_running = static_cast<int>(std::max<size_t>(1, requests.size()));
+  lopt.max_waiting = static_cast<int>(requests.size());
+  lopt.progress = [&](const TranscriptionProgress& p) {
+    std::lock_guard<std::mutex> lk(mu);
+    auto it = index.find(static_cast<RequestId>(p.request));
+    if (it == index.end()) return;
+    TranscriptionProgress q = p;
+    q.request = it->second;
+    bar.update(q);
+  };
+  auto loop = EngineLoop::create(**runner, **tokenizer, lopt);
+  if (!loop.is_ok()) return fail(loop.status());
+  for (int i = 0; i < 10000 && !(*loop)->load().ready; ++i) usleep(1000);
+  std::vector<std::string> prompt_error(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    std::unique_lock<std::mutex> lk(mu);
+    auto id = (*loop)->submit(requests[i], [&, i](RequestEvent&& e) {
+      if (!e.terminal()) return;
+      std::lock_guard<std::mutex> g(mu);
+      ends[i] = std::move(e);
+      cv.notify_all();
+    });
+    if (!id.is_ok()) return fail(Status(id.status().code(), a.audio[i] + ": " + id.status().message()));
+    index[*id] = i;
+  }
+  {
+    std::unique_lock<std::mutex> lk(mu);
+    cv.wait(lk, [&] {
+      return std::all_of(ends.begin(), ends.end(), [](const auto& e) { return e.has_value(); });
+    });
+  }
+  (*loop)->shutdown();
   bar.finish();
-  if (!results.is_ok()) return fail(results.status());
+  for (size_t i = 0; i < ends.size(); ++i) {
+    if (ends[i]->type == RequestEvent::Type::kError) {
+      return fail(Status(ends[i]->error.code(), a.audio[i] + ": " + ends[i]->error.message()));
+    }
+  }
 
   if (capture) {
-    Status s = write_dump(a.dump, fs::path(a.audio[0]).stem().string(), *capture, requests[0].audio.input_values);
+    Status s =
+        write_dump(a.dump, fs::path(a.audio[0]).stem().string(), *capture, requests[0].audio[0].input_values);
     if (!s.is_ok()) return fail(s);
   }
 
-  for (size_t i = 0; i < results->size(); ++i) {
-    const TranscriptionResult& r = (*results)[i];
-    std::string body = ids_format ? ids_json(r.prompt_ids, r.generated_ids) : write_response(r.transcript, *format);
+  for (size_t i = 0; i < ends.size(); ++i) {
+    const RequestEvent& r = *ends[i];
+    std::string body =
+        ids_format ? ids_json(r.prompt_ids, r.generated_ids) : write_response(r.transcript, *format);
     if (!body.empty() && body.back() != '\n') body += '\n';
     std::string target = a.output;
     if (requests.size() > 1) {
@@ -233,36 +284,47 @@ void register_transcribe(CLI::App& app, CommandContext& ctx) {
       "Transcribe audio files: who spoke when, and what. WAV is read directly; every other format\n"
       "through FFmpeg. Audio is resampled to 24 kHz, normalised and encoded; the decoder's JSON\n"
       "answer becomes segments {speaker, start, end, text}.");
-  sub->add_option("--model", args->model, "Checkpoint directory (original or transformers layout)")->required();
+  sub->add_option("--model", args->model, "Checkpoint directory (original or transformers layout)")
+      ->required();
   sub->add_option("--tokenizer", args->tokenizer, "tokenizer.json (default: MODEL/tokenizer.json)");
   sub->add_option("audio", args->audio, "Audio files")->required();
-  sub->add_option("-f,--format", args->format,
-                  "text | json | verbose_json | srt | vtt | diarized_json | ids (prompt and generated token ids)")
+  sub->add_option(
+         "-f,--format", args->format,
+         "text | json | verbose_json | srt | vtt | diarized_json | ids (prompt and generated token ids)")
       ->capture_default_str();
-  sub->add_option("--prompt", args->prompt, "Context for the model: names, terms, background (\"extra info\")");
+  sub->add_option("--prompt", args->prompt,
+                  "Context for the model: names, terms, background (\"extra info\")");
   sub->add_option("--hotwords", args->hotwords, "Comma-separated terms, joined before --prompt");
-  sub->add_option("-o,--output", args->output, "Output file (a directory with several inputs); default stdout");
+  sub->add_option("-o,--output", args->output,
+                  "Output file (a directory with several inputs); default stdout");
   sub->add_option("--max-new-tokens", args->max_new_tokens, "Cap on generated tokens per file")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  sub->add_flag("--ignore-eos", args->ignore_eos, "Keep generating through stop tokens (benchmarks, debugging)");
+  sub->add_flag("--ignore-eos", args->ignore_eos,
+                "Keep generating through stop tokens (benchmarks, debugging)");
   sub->add_option("--temperature", args->temperature, "0 = greedy (the reference decoding)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 2.0));
   sub->add_option("--top-p", args->top_p, "Nucleus mass with --temperature")->check(CLI::Range(0.0, 1.0));
-  sub->add_option("--top-k", args->top_k, "Top-k cut with --temperature (0 = off)")->check(CLI::NonNegativeNumber);
-  sub->add_option("--seed", args->seed, "Seed for token sampling and acoustic sampling")->capture_default_str();
+  sub->add_option("--top-k", args->top_k, "Top-k cut with --temperature (0 = off)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--seed", args->seed, "Seed for token sampling and acoustic sampling")
+      ->capture_default_str();
   sub->add_option("--acoustic-sampling", args->acoustic_sampling,
                   "Acoustic latent: mean (default, deterministic) | gaussian (the references' noise) | fix")
       ->capture_default_str();
-  sub->add_option("--segment-seconds", args->segment_seconds,
-                  "Encoder segment length (rounded down to 3200 samples; default 60 s). Bounds encoder memory");
-  sub->add_option("--threads", args->threads, "Worker threads (default: $VIBEVOICE_THREADS, else physical cores)");
-  sub->add_option("--kv-positions", args->kv_positions, "KV cache size in positions (default: what the inputs need)");
+  sub->add_option(
+      "--segment-seconds", args->segment_seconds,
+      "Encoder segment length (rounded down to 3200 samples; default 60 s). Bounds encoder memory");
+  sub->add_option("--threads", args->threads,
+                  "Worker threads (default: $VIBEVOICE_THREADS, else physical cores)");
+  sub->add_option("--kv-positions", args->kv_positions,
+                  "KV cache size in positions (default: what the inputs need)");
   sub->add_option("--max-seconds", args->max_seconds, "Refuse audio longer than this (0 = no limit)");
-  sub->add_option("--dump", args->dump,
-                  "Write the intermediates (input_values, latents, speech_embeds, hidden.*, logits.last) of one "
-                  "file to DIR/<name>.safetensors");
+  sub->add_option(
+      "--dump", args->dump,
+      "Write the intermediates (input_values, latents, speech_embeds, hidden.*, logits.last) of one "
+      "file to DIR/<name>.safetensors");
   sub->add_flag("--progress", args->progress, "Show progress on stderr even when it is not a terminal");
   sub->add_flag("--no-progress", args->no_progress, "Never show progress");
   sub->callback([args, &ctx] { ctx.exit_code = run_transcribe(*args); });
