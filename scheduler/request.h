@@ -87,6 +87,10 @@ struct RequestEvent {
   RequestId id = 0;
   std::string text;                      // kTextDelta: the delta; kDone (chat): the whole completion
   std::vector<TokenLogprob> logprobs;    // kTextDelta: entries of the delta's tokens (sampling.logprobs)
+  // Chat with sampling.top_logprobs = n > 0: top_logprobs[i] holds the n most likely tokens (most
+  // likely first) at the position of logprobs[i]; empty otherwise. kDone (chat): logprobs and
+  // top_logprobs of the whole completion.
+  std::vector<std::vector<TokenLogprob>> top_logprobs;
   std::optional<Segment> segment;        // kSegment
   std::size_t segment_index = 0;         // kSegment; kTextDelta (transcription): the delta's segment
   Transcript transcript;                 // kDone (transcription)
