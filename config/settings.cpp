@@ -360,7 +360,9 @@ std::vector<std::string> Settings::validate() const {
   if (f("asr.min_audio_seconds") >= f("asr.max_audio_seconds")) {
     err("asr.min_audio_seconds", "must be less than asr.max_audio_seconds");
   }
-  if (f("realtime.max_item_s") > f("asr.max_audio_seconds")) {
+  // Only an explicit realtime.max_item_s is held to the rule; its default follows a lowered
+  // asr.max_audio_seconds (readers take the minimum).
+  if (source("realtime.max_item_s") != "default" && f("realtime.max_item_s") > f("asr.max_audio_seconds")) {
     err("realtime.max_item_s", "must be at most asr.max_audio_seconds");
   }
   const std::int64_t interim = i("realtime.interim_interval_ms");

@@ -66,6 +66,26 @@ std::size_t AppState::inflight_count() const {
   return inflight_.size();
 }
 
+void AppState::track_tokens(RequestId id, const std::string& endpoint) {
+  std::lock_guard<std::mutex> lock(mu_);
+  tokens_[id].endpoint = endpoint;
+}
+
+void AppState::progress_tokens(RequestId id, std::int64_t generated) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = tokens_.find(id);
+  if (it == tokens_.end() || generated <= it->second.counted) return;
+  metrics.generation_tokens->Add({{"endpoint", it->second.endpoint}})
+      .Increment(static_cast<double>(generated - it->second.counted));
+  it->second.counted = generated;
+}
+
+void AppState::finish_tokens(RequestId id, std::int64_t generated) {
+  progress_tokens(id, generated);
+  std::lock_guard<std::mutex> lock(mu_);
+  tokens_.erase(id);
+}
+
 void AppState::note_request_seconds(double s) {
   std::lock_guard<std::mutex> lock(mu_);
   if (recent_.size() < 64) {

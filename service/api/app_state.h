@@ -75,6 +75,13 @@ class AppState {
   void cancel_all_inflight();
   std::size_t inflight_count() const;
 
+  // vibevoice_generation_tokens_total as tokens are generated (the engine's progress reports), not
+  // only when a request ends: track() after submit, progress() from the engine thread, finish() at
+  // the end (counts the remainder, then forgets the id).
+  void track_tokens(RequestId id, const std::string& endpoint);
+  void progress_tokens(RequestId id, std::int64_t generated);
+  void finish_tokens(RequestId id, std::int64_t generated);
+
   // Median of recent request durations (for Retry-After estimates).
   void note_request_seconds(double s);
   double recent_median_seconds() const;
@@ -85,6 +92,11 @@ class AppState {
   std::map<Digest, std::int64_t> key_in_flight_;
   std::vector<double> recent_;
   std::map<std::uint64_t, std::function<void()>> inflight_;
+  struct TokenCount {
+    std::string endpoint;
+    std::int64_t counted = 0;
+  };
+  std::map<RequestId, TokenCount> tokens_;
   std::uint64_t next_inflight_ = 1;
   std::size_t recent_next_ = 0;
 };

@@ -148,6 +148,31 @@ std::optional<ApiError> parse_parts(const element& content, const std::string& p
   return std::nullopt;
 }
 
+// Duplicate member names anywhere make the body invalid_json (C117): the parse would otherwise
+// silently keep one of them. Iterative, so depth costs no stack.
+bool has_duplicate_keys(const element& root) {
+  std::vector<element> todo{root};
+  std::vector<std::string_view> keys;
+  while (!todo.empty()) {
+    element e = todo.back();
+    todo.pop_back();
+    simdjson::dom::object o;
+    simdjson::dom::array a;
+    if (!e.get(o)) {
+      keys.clear();
+      for (auto [k, v] : o) {
+        keys.push_back(k);
+        todo.push_back(v);
+      }
+      std::sort(keys.begin(), keys.end());
+      if (std::adjacent_find(keys.begin(), keys.end()) != keys.end()) return true;
+    } else if (!e.get(a)) {
+      for (element v : a) todo.push_back(v);
+    }
+  }
+  return false;
+}
+
 std::variant<ChatRequest, ApiError> validate(const AppState& state, const std::string& body) {
   const auto& s = state.settings;
   ChatRequest r;
@@ -164,6 +189,7 @@ std::variant<ChatRequest, ApiError> validate(const AppState& state, const std::s
   }
   simdjson::dom::object obj;
   if (root.get(obj)) return bad_request("invalid_json", "The request body must be a JSON object.");
+  if (has_duplicate_keys(root)) return bad_request("invalid_json", "The request body has a duplicate member name.");
   // model
   element v;
   if (!obj["model"].get(v) && !v.is_null()) {

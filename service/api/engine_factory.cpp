@@ -5,6 +5,7 @@
 #include <fstream>
 #include <mutex>
 #include <sstream>
+#include <thread>
 
 #include "engine/runner/device_runner.h"
 #include "engine/runner/runner.h"
@@ -70,16 +71,26 @@ Result<std::shared_ptr<EngineHandle>> make_engine(AppState& state, std::shared_p
   eo.fault_after_tokens = state.hooks.fault_after_tokens > 0 ? static_cast<int>(state.hooks.fault_after_tokens) : 0;
   metrics::ServiceMetrics* m = &state.metrics;
   AppState* st = &state;
-  eo.on_step = [m, st](const StepReport& r) {
+  const auto delay = std::chrono::milliseconds(state.hooks.token_delay_ms);
+  eo.on_step = [m, st, delay](const StepReport& r) {
     st->note_engine_event();
+    // VIBEVOICE_TEST_TOKEN_DELAY_MS: a step takes at least this long (on the engine thread).
+    if (delay.count() > 0 && r.seconds * 1000 < static_cast<double>(delay.count())) {
+      std::this_thread::sleep_for(delay - std::chrono::milliseconds(static_cast<std::int64_t>(r.seconds * 1000)));
+    }
     const char* phase = r.prefill_rows > 0 && r.decode_rows > 0 ? "mixed" : r.prefill_rows > 0 ? "prefill" : "decode";
     m->engine_steps->Add({{"phase", phase}}).Increment();
     m->engine_step_duration->Add({{"phase", phase}}, metrics::ServiceMetrics::inter_token_buckets()).Observe(r.seconds);
     m->engine_batch_size->Observe(static_cast<double>(r.seqs));
     m->engine_batch_tokens->Observe(static_cast<double>(r.rows));
   };
+  eo.progress = [st](const TranscriptionProgress& p) {
+    if (p.phase == TranscriptionProgress::Phase::kDecoding) st->progress_tokens(p.request, p.done);
+  };
   VV_ASSIGN_OR_RETURN(std::unique_ptr<EngineLoop> loop, EngineLoop::create(*h->runner, *h->tokenizer, std::move(eo)));
   h->engine = std::shared_ptr<EngineLoop>(std::move(loop));
+  // The loop reports ready once its thread runs; requests before that are refused.
+  while (!h->engine->load().ready) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   progress(1.0);
   return h;
 }

@@ -65,6 +65,7 @@ void GenerationCall::start(Request request) {
   }
   engine_id_ = *id;
   submitted_ = true;
+  state_.track_tokens(engine_id_, info_->endpoint);
   state_.engine_requests_in_flight.fetch_add(1);
   state_.note_engine_event();
   auto self = shared_from_this();
@@ -163,7 +164,7 @@ void GenerationCall::on_event(const RequestEvent& ev) {
           .Increment(static_cast<double>(ev.usage.audio_tokens));
       m.prompt_tokens->Add({{"endpoint", info_->endpoint}, {"kind", "text"}})
           .Increment(static_cast<double>(ev.usage.text_tokens));
-      m.generation_tokens->Add({{"endpoint", info_->endpoint}}).Increment(static_cast<double>(ev.usage.output_tokens));
+      state_.finish_tokens(engine_id_, ev.usage.output_tokens);
       if (ev.timings.encode_seconds > 0) m.speech_encode_duration->Observe(ev.timings.encode_seconds);
       if (audio_seconds_ > 0) {
         m.real_time_factor
@@ -177,6 +178,7 @@ void GenerationCall::on_event(const RequestEvent& ev) {
     }
     case RequestEvent::Type::kError: {
       ended_ = true;
+      state_.finish_tokens(engine_id_, 0);
       state_.engine_requests_in_flight.fetch_sub(1);
       if (reason_ == CancelReason::kClient) {
         record_finish("cancelled");

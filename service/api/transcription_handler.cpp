@@ -10,6 +10,8 @@
 #include "engine/transcript/json_responses.h"
 #include "engine/transcript/json_text.h"
 #include "engine/transcript/response_format.h"
+#include "engine/transcript/segment_repetition.h"
+#include "engine/transcript/utf8_text.h"
 #include "engine/transcript/stream_events.h"
 #include "service/api/audio_intake.h"
 #include "service/api/generation_call.h"
@@ -329,6 +331,27 @@ std::variant<Validated, ApiError> validate(const AppState& state, Form& form, bo
   return v;
 }
 
+// §3.7 rule (a) on a finished transcript whose loop the engine did not cut: four identical
+// normalised segments → keep the first of the run, finish "repetition". Only for non-streaming
+// answers (a stream's deltas are already out, and done.text must equal them).
+void cut_segment_loop(Transcript& t) {
+  if (t.finish_reason == FinishReason::kRepetition) return;
+  SegmentRepetitionDetector detector;
+  for (std::size_t i = 0; i < t.segments.size(); ++i) {
+    const auto first = detector.add(t.segments[i].text);
+    if (!first) continue;
+    t.segments.resize(*first + 1);
+    std::string text;
+    for (const auto& seg : t.segments) {
+      if (!text.empty() && !utf8::is_cjk(utf8::last_cp(text)) && !utf8::is_cjk(utf8::first_cp(seg.text))) text += ' ';
+      text += seg.text;
+    }
+    t.text = std::move(text);
+    t.finish_reason = FinishReason::kRepetition;
+    return;
+  }
+}
+
 std::string fixed3(double x) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.3f", x);
@@ -370,6 +393,7 @@ class TranscriptionCall : public GenerationCall {
       finish_stream_ok();
       return;
     }
+    if (state_.settings.b("asr.repetition_detection")) cut_segment_loop(t);
     WriterOptions wo;
     wo.speaker_labels = v_.speaker_labels;
     wo.include_logprobs = v_.logprobs;

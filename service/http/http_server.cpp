@@ -193,6 +193,9 @@ class Session : public std::enable_shared_from_this<Session> {
     // A protocol-level refusal: answer and close.
     HttpResponse r = api::error_response(e);
     r.close = true;
+    // Bytes the client may still be writing are read and dropped for a while, so that it sees this
+    // answer instead of a reset.
+    lingering_ = true;
     head_ = HttpRequestHead{};
     info_.reset();
     request_id_ = api::Api::request_id_for(head_);
