@@ -188,7 +188,8 @@ def test_c026_stereo_44k(srv, audio):
 def test_c027_too_short_too_long_and_decode_bomb(srv, make_server, audio):
     r = srv.transcribe(file=audio.bytes("short005.wav"))
     assert_error(r, 400, "audio_too_short", param="file")
-    s = make_server(config={"asr.max_audio_seconds": 60})
+    # realtime.max_item_s must not exceed asr.max_audio_seconds (§14.3), so it comes down too.
+    s = make_server(config={"asr.max_audio_seconds": 60, "realtime.max_item_s": 60})
     r = s.transcribe(file=audio.bytes("long61.wav"))
     assert_error(r, 400, "audio_too_long", param="file")
     bomb = audio.bytes("silence10h.flac")
