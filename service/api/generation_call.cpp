@@ -69,6 +69,7 @@ void GenerationCall::start(Request request) {
   state_.engine_requests_in_flight.fetch_add(1);
   state_.note_engine_event();
   auto self = shared_from_this();
+  keep_alive_ = self;
   exchange_->on_disconnect([weak] {
     if (auto s = weak.lock()) s->cancel(CancelReason::kClient);
   });
@@ -77,13 +78,14 @@ void GenerationCall::start(Request request) {
       if (auto s = weak.lock()) s->cancel(CancelReason::kShutdown);
     });
   });
-  // Hold a reference until the terminal event (the sink only has a weak one).
-  exchange_->after(state_.settings.f("limits.max_queue_wait_s"), [self] {
-    if (!self->started_ && !self->ended_) self->cancel(CancelReason::kQueueTimeout);
+  exchange_->after(state_.settings.f("limits.max_queue_wait_s"), [weak] {
+    auto s = weak.lock();
+    if (s && !s->started_ && !s->ended_) s->cancel(CancelReason::kQueueTimeout);
   });
   const double to_deadline = std::chrono::duration<double>(info_->deadline - std::chrono::steady_clock::now()).count();
-  exchange_->after(std::max(0.0, to_deadline), [self] {
-    if (!self->ended_) self->cancel(CancelReason::kDeadline);
+  exchange_->after(std::max(0.0, to_deadline), [weak] {
+    auto s = weak.lock();
+    if (s && !s->ended_) s->cancel(CancelReason::kDeadline);
   });
   if (stream_) exchange_->begin_stream(stream_head());
 }
@@ -130,6 +132,8 @@ void GenerationCall::fail(const ApiError& e) {
 
 void GenerationCall::on_event(const RequestEvent& ev) {
   if (ended_) return;
+  // Released when this function returns after a terminal event.
+  std::shared_ptr<GenerationCall> hold = ev.terminal() ? std::move(keep_alive_) : nullptr;
   auto& m = state_.metrics;
   switch (ev.type) {
     case RequestEvent::Type::kStarted:

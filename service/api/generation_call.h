@@ -54,6 +54,9 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
   bool have_token_ = false;
   double audio_seconds_ = 0;
   std::uint64_t inflight_id_ = 0;
+  // Held from submission to the terminal event: the engine's sink only has a weak reference, and
+  // nothing else need keep the call alive while it waits for events.
+  std::shared_ptr<GenerationCall> keep_alive_;
 
  private:
   void on_event(const RequestEvent& ev);
