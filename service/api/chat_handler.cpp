@@ -549,6 +549,12 @@ Result<std::vector<TokenId>> render(const Tokenizer& tok, const ChatRequest& r,
 
 }  // namespace
 
+std::optional<ApiError> check_chat_body(const AppState& state, const std::string& json) {
+  auto checked = validate(state, json);
+  if (auto* e = std::get_if<ApiError>(&checked)) return *e;
+  return std::nullopt;
+}
+
 void handle_chat(const Api& api, std::shared_ptr<RequestInfo> info, std::string json,
                  std::shared_ptr<Exchange> exchange) {
   AppState& state = api.state();

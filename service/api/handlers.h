@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,12 @@ void handle_transcription(const Api& api, std::shared_ptr<RequestInfo> info, std
 // POST /v1/chat/completions.
 void handle_chat(const Api& api, std::shared_ptr<RequestInfo> info, std::string json,
                  std::shared_ptr<Exchange> exchange);
+
+// The validation steps alone (no audio decoding, no engine), for fuzzing and tests: nullopt when
+// the request would go on to audio decoding / rendering.
+std::optional<ApiError> check_transcription_form(const AppState& state, std::vector<http::FormPart>& parts,
+                                                 bool translation);
+std::optional<ApiError> check_chat_body(const AppState& state, const std::string& json);
 
 // §2.3: the container named by the first bytes, or "" when none matches.
 std::string sniff_container(std::string_view bytes);

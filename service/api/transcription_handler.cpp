@@ -424,6 +424,14 @@ class TranscriptionCall : public GenerationCall {
 
 }  // namespace
 
+std::optional<ApiError> check_transcription_form(const AppState& state, std::vector<http::FormPart>& parts,
+                                                 bool translation) {
+  Form form = collect(parts);
+  auto checked = validate(state, form, translation);
+  if (auto* e = std::get_if<ApiError>(&checked)) return *e;
+  return std::nullopt;
+}
+
 void handle_transcription(const Api& api, std::shared_ptr<RequestInfo> info, std::vector<http::FormPart> parts,
                           std::shared_ptr<Exchange> exchange, bool translation) {
   AppState& state = api.state();
