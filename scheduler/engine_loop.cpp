@@ -57,9 +57,10 @@ struct EngineLoop::Live {
   bool needs_logits = false;
   std::vector<TokenId> generated;
   std::string chat_text;
-  std::vector<TokenLogprob> chat_logprobs;  // every entry (kDone)
-  std::size_t logprobs_sent = 0;            // entries already attached to a delta
-  std::vector<TranscriptEvent> events;      // scratch
+  std::vector<TokenLogprob> chat_logprobs;          // every entry (kDone)
+  std::vector<std::vector<TokenLogprob>> chat_top;  // alternatives per entry (top_logprobs > 0)
+  std::size_t logprobs_sent = 0;                    // entries already attached to a delta
+  std::vector<TranscriptEvent> events;              // scratch
 
   bool admitted = false;
   bool terminal = false;
@@ -538,15 +539,20 @@ void EngineLoop::flush_transcript_events(Live& l) {
 void EngineLoop::handle_output(Live& l, TokenId next, const std::vector<float>* logits) {
   const SamplingParams& sp = l.req.sampling;
   float logprob = 0.0f;
+  std::vector<TokenLogprobEntry> top;
   const std::size_t k = l.generated.size();
   if (!l.req.forced_ids.empty() && k < l.req.forced_ids.size()) {
     next = l.req.forced_ids[k];
-    if (logits) logprob = token_logprob(*logits, next);
+    if (logits) {
+      logprob = token_logprob(*logits, next);
+      if (sp.top_logprobs > 0) top = top_logprobs(*logits, static_cast<std::size_t>(sp.top_logprobs));
+    }
     l.sampler->observe(next);
   } else if (logits && l.needs_logits) {
     SampledToken st = l.sampler->sample(*logits);
     next = st.id;
     logprob = sp.logprobs ? st.logprob : 0.0f;
+    top = std::move(st.top_logprobs);
   }
   const auto now = Clock::now();
   if (l.generated.empty()) {
@@ -568,6 +574,15 @@ void EngineLoop::handle_output(Live& l, TokenId next, const std::vector<float>* 
         const std::string_view bytes = tokenizer_.token_bytes(next);
         l.chat_logprobs.push_back(
             {utf8::sanitize(bytes), std::min(0.0, static_cast<double>(logprob)), std::string(bytes)});
+        if (sp.top_logprobs > 0) {
+          std::vector<TokenLogprob> alts;
+          for (const TokenLogprobEntry& t : top) {
+            const std::string_view b = tokenizer_.token_bytes(t.id);
+            alts.push_back(
+                {utf8::sanitize(b), std::min(0.0, static_cast<double>(t.logprob)), std::string(b)});
+          }
+          l.chat_top.push_back(std::move(alts));
+        }
       }
       std::string out = piece;
       if (!l.stops->empty()) {
@@ -583,6 +598,10 @@ void EngineLoop::handle_output(Live& l, TokenId next, const std::vector<float>* 
         if (sp.logprobs) {
           e.logprobs.assign(l.chat_logprobs.begin() + static_cast<std::ptrdiff_t>(l.logprobs_sent),
                             l.chat_logprobs.end());
+          if (!l.chat_top.empty()) {
+            e.top_logprobs.assign(l.chat_top.begin() + static_cast<std::ptrdiff_t>(l.logprobs_sent),
+                                  l.chat_top.end());
+          }
           l.logprobs_sent = l.chat_logprobs.size();
         }
         emit(l, std::move(e));
@@ -648,10 +667,22 @@ void EngineLoop::finish_request(Live& l, FinishReason reason) {
       RequestEvent e;
       e.type = RequestEvent::Type::kTextDelta;
       e.text = out;
+      if (l.req.sampling.logprobs) {  // entries of tokens whose text was held back until now
+        e.logprobs.assign(l.chat_logprobs.begin() + static_cast<std::ptrdiff_t>(l.logprobs_sent),
+                          l.chat_logprobs.end());
+        if (!l.chat_top.empty()) {
+          e.top_logprobs.assign(l.chat_top.begin() + static_cast<std::ptrdiff_t>(l.logprobs_sent),
+                                l.chat_top.end());
+        }
+        l.logprobs_sent = l.chat_logprobs.size();
+      }
       emit(l, std::move(e));
     }
     done.text = l.chat_text;
-    if (l.req.sampling.logprobs) done.logprobs = l.chat_logprobs;
+    if (l.req.sampling.logprobs) {
+      done.logprobs = l.chat_logprobs;
+      done.top_logprobs = l.chat_top;
+    }
   }
   done.usage.audio_tokens = l.audio_tokens;
   done.usage.text_tokens = static_cast<std::int64_t>(l.prompt.size()) - l.audio_tokens;

@@ -463,3 +463,60 @@ TEST(EngineLoopPreemption, PreemptedRequestsResumeWithIdenticalOutput) {
 
 }  // namespace
 }  // namespace vv::test
+
+namespace vv::test {
+namespace {
+
+// Chat logprobs: one entry per generated non-stop token, with top_logprobs alternatives (most
+// likely first); greedy picks the most likely one; stop strings cut the text.
+TEST(EngineLoopChat, LogprobsTopAlternativesAndStopStrings) {
+  auto engine = TinyEngine::make(tiny_runner_options());
+  ASSERT_NE(engine, nullptr);
+  auto l = EngineLoop::create(*engine->runner, *engine->tokenizer);
+  ASSERT_TRUE(l.is_ok());
+  auto& lp = *l;
+  for (int i = 0; i < 500 && !lp->load().ready; ++i) std::this_thread::sleep_for(2ms);
+  auto prompt = engine->tokenizer->encode("<|im_start|>user\nSay hi<|im_end|>\n<|im_start|>assistant\n");
+  ASSERT_TRUE(prompt.is_ok());
+  Request r;
+  r.kind = Request::Kind::kChat;
+  r.prompt_ids = *prompt;
+  r.sampling.max_new_tokens = 12;
+  r.sampling.logprobs = true;
+  r.sampling.top_logprobs = 3;
+  r.stream = true;
+  Collector c;
+  auto id = lp->submit(r, c.sink());
+  ASSERT_TRUE(id.is_ok()) << id.status().to_string();
+  auto ev = c.wait(*id);
+  ASSERT_FALSE(ev.empty());
+  const RequestEvent& done = ev.back();
+  ASSERT_EQ(done.type, RequestEvent::Type::kDone) << done.error.to_string();
+  ASSERT_EQ(done.top_logprobs.size(), done.logprobs.size());
+  ASSERT_FALSE(done.logprobs.empty());
+  for (std::size_t i = 0; i < done.logprobs.size(); ++i) {
+    ASSERT_EQ(done.top_logprobs[i].size(), 3u);
+    EXPECT_GE(done.top_logprobs[i][0].logprob, done.top_logprobs[i][1].logprob);
+    EXPECT_EQ(done.top_logprobs[i][0].bytes, done.logprobs[i].bytes) << "greedy takes the most likely token";
+    EXPECT_DOUBLE_EQ(done.top_logprobs[i][0].logprob, done.logprobs[i].logprob);
+  }
+  std::size_t streamed = 0;
+  for (const auto& e : ev) streamed += e.type == RequestEvent::Type::kTextDelta ? e.logprobs.size() : 0;
+  EXPECT_EQ(streamed, done.logprobs.size()) << "every entry is streamed once";
+
+  // A stop string taken from the middle of that completion cuts it there.
+  ASSERT_GE(done.text.size(), 4u);
+  const std::string stop = done.text.substr(done.text.size() / 2, 2);
+  Request s = r;
+  s.stop_strings = {stop};
+  auto sid = lp->submit(std::move(s), c.sink());
+  ASSERT_TRUE(sid.is_ok());
+  auto sev = c.wait(*sid);
+  ASSERT_FALSE(sev.empty());
+  ASSERT_EQ(sev.back().type, RequestEvent::Type::kDone);
+  EXPECT_EQ(sev.back().finish_reason, FinishReason::kStop);
+  EXPECT_EQ(sev.back().text, done.text.substr(0, done.text.find(stop)));
+}
+
+}  // namespace
+}  // namespace vv::test
