@@ -42,3 +42,18 @@ def test_openapi_schemathesis(server_factory, tmp_path):
     print(out[-20000:])
     assert s.proc.poll() is None, "the server died during the schemathesis run:\n" + s.log()
     assert r.returncode == 0, out[-8000:]
+
+
+def test_schemathesis_findings_stay_fixed(server_factory):
+    """Cases schemathesis found (pinned so they are checked on every run, not only when the random
+    search happens to hit them): valid sampling values at the edge of their range (§6.1: top_p in
+    (0, 1], repetition_penalty > 0) must not end in a 5xx; refusing them would be a 400."""
+    import json
+    s = server_factory(script=SCRIPT, config={"chat.default_max_tokens": 8})
+    msgs = [{"role": "user", "content": "hi"}]
+    for extra in ({"top_p": 5e-324}, {"top_p": 1e-300, "temperature": 2}, {"repetition_penalty": 5e-324},
+                  {"messages": [{"role": "assistant"}]}):
+        r = s.chat({"messages": msgs, **extra})
+        assert r.status < 500, (extra, r)
+        if r.status != 200:
+            assert r.status == 400 and json.loads(r.body)["error"]["param"], (extra, r)
