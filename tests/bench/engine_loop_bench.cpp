@@ -1,0 +1,210 @@
+// The EngineLoop's summed decode throughput against concurrency: N requests of S seconds of audio
+// each, every one forced to generate T tokens (the scripted decoder, so no request stops early),
+// submitted at once to one loop on one device with seeded random weights (no download). For each
+// N: decode tok/s over the pure-decode steps (every running request's row in one step), the
+// end-to-end generated tok/s (wall time from submit to the last done), mean rows per decode step,
+// mean time to first token, and the decode rate relative to the first (smallest) N, which is what
+// time-slicing one request at a time would give.
+// Prints a table and, last, one JSON line.
+//   engine_loop_bench [--preset tiny|7b] [--device cpu|cuda] [--concurrency 1,2,4,8] [--tokens 256]
+//                     [--audio 30] [--bf16] [--threads N]
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/checkpoint/checkpoint.h"
+#include "engine/runner/device_runner.h"
+#include "engine/text/tokenizer.h"
+#include "kernels/device/backend_factory.h"
+#include "scheduler/engine_loop.h"
+#include "tests/support/test_paths.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+struct Args {
+  std::string preset = "tiny";
+  std::string device = "cpu";
+  std::vector<int> concurrency{1, 2, 4, 8, 16};
+  int tokens = 256;
+  double audio_s = 30;
+  bool bf16 = false;
+  int threads = 0;
+};
+
+struct Point {
+  int n = 0;
+  double decode_tps = 0, e2e_tps = 0, rows_per_step = 0, ttft = 0, wall = 0;
+  long long generated = 0;
+};
+
+vv::audio::PreparedAudio noise(double seconds, std::uint64_t seed, int hop) {
+  vv::audio::PreparedAudio a;
+  a.samples = static_cast<std::int64_t>(seconds * 24000);
+  a.frames = (a.samples + hop - 1) / hop;
+  a.input_values.resize(static_cast<std::size_t>(a.frames * hop), 0.0f);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> g(0.0f, 0.1f);
+  for (std::int64_t i = 0; i < a.samples; ++i) a.input_values[static_cast<std::size_t>(i)] = g(rng);
+  return a;
+}
+
+Point run_point(vv::Runner& runner, const vv::Tokenizer& tok, int n, const Args& args) {
+  vv::EngineLoopOptions opt;
+  opt.max_running = n;
+  opt.max_waiting = n;
+  std::mutex mu;
+  std::condition_variable cv;
+  double decode_seconds = 0;
+  long long decode_rows = 0, decode_steps = 0;
+  opt.on_step = [&](const vv::StepReport& r) {
+    if (r.prefill_rows != 0) return;
+    std::lock_guard<std::mutex> lk(mu);
+    decode_seconds += r.seconds;
+    decode_rows += r.decode_rows;
+    ++decode_steps;
+  };
+  auto loop = vv::EngineLoop::create(runner, tok, opt);
+  if (!loop.is_ok()) {
+    std::fprintf(stderr, "engine loop: %s\n", loop.status().to_string().c_str());
+    std::exit(1);
+  }
+  while (!(*loop)->load().ready) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const int hop = runner.spec().acoustic.hop();
+  std::vector<vv::Request> reqs;
+  for (int i = 0; i < n; ++i) {
+    vv::Request r;
+    r.audio.push_back(noise(args.audio_s, static_cast<std::uint64_t>(i + 1), hop));
+    r.sampling.max_new_tokens = args.tokens;
+    r.forced_ids.assign(static_cast<std::size_t>(args.tokens), 1000 + i);
+    reqs.push_back(std::move(r));
+  }
+  int left = n;
+  double ttft_sum = 0;
+  long long generated = 0;
+  const auto t0 = Clock::now();
+  for (auto& r : reqs) {
+    r.arrival = Clock::now();
+    auto id = (*loop)->submit(std::move(r), [&](vv::RequestEvent&& e) {
+      if (!e.terminal()) return;
+      std::lock_guard<std::mutex> lk(mu);
+      if (e.type == vv::RequestEvent::Type::kError) {
+        std::fprintf(stderr, "request failed: %s\n", e.error.to_string().c_str());
+        std::exit(1);
+      }
+      ttft_sum += e.timings.time_to_first_token;
+      generated += e.usage.output_tokens;
+      --left;
+      cv.notify_all();
+    });
+    if (!id.is_ok()) {
+      std::fprintf(stderr, "submit: %s\n", id.status().to_string().c_str());
+      std::exit(1);
+    }
+  }
+  std::unique_lock<std::mutex> lk(mu);
+  cv.wait(lk, [&] { return left == 0; });
+  Point p;
+  p.n = n;
+  p.wall = seconds_between(t0, Clock::now());
+  p.generated = generated;
+  p.decode_tps = decode_seconds > 0 ? static_cast<double>(decode_rows) / decode_seconds : 0;
+  p.e2e_tps = static_cast<double>(generated) / p.wall;
+  p.rows_per_step =
+      decode_steps > 0 ? static_cast<double>(decode_rows) / static_cast<double>(decode_steps) : 0;
+  p.ttft = ttft_sum / n;
+  lk.unlock();
+  (*loop)->shutdown();
+  return p;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
+    if (a == "--preset")
+      args.preset = next();
+    else if (a == "--device")
+      args.device = next();
+    else if (a == "--tokens")
+      args.tokens = std::stoi(next());
+    else if (a == "--audio")
+      args.audio_s = std::stod(next());
+    else if (a == "--bf16")
+      args.bf16 = true;
+    else if (a == "--threads")
+      args.threads = std::stoi(next());
+    else if (a == "--concurrency") {
+      args.concurrency.clear();
+      std::stringstream ss(next());
+      for (std::string x; std::getline(ss, x, ',');) args.concurrency.push_back(std::stoi(x));
+    } else {
+      std::fprintf(stderr, "unknown argument %s\n", a.c_str());
+      return 2;
+    }
+  }
+  const vv::ModelSpec spec = args.preset == "7b" ? vv::qwen7b_asr_spec() : vv::tiny_spec();
+  auto ckpt = vv::Checkpoint::random(spec, 1234, args.bf16 ? vv::DType::kBF16 : vv::DType::kF32);
+  if (!ckpt.is_ok()) {
+    std::fprintf(stderr, "random weights: %s\n", ckpt.status().to_string().c_str());
+    return 1;
+  }
+  auto tok = vv::Tokenizer::load_file(vv::test::tokenizer_path());
+  if (!tok.is_ok()) {
+    std::fprintf(stderr, "tokenizer: %s\n", tok.status().to_string().c_str());
+    return 1;
+  }
+  const int max_n = *std::max_element(args.concurrency.begin(), args.concurrency.end());
+  vv::RunnerOptions ro;
+  const std::int64_t frames = static_cast<std::int64_t>(args.audio_s * 24000 / spec.acoustic.hop()) + 1;
+  ro.kv_positions = static_cast<std::int64_t>(max_n) * (frames + 128 + args.tokens);
+  ro.max_seqs = std::max(64, max_n);
+  ro.max_rows = std::max(512, max_n);
+  if (args.bf16) ro.kv_dtype = vv::DType::kBF16;
+  vv::BackendOptions bo;
+  bo.cpu_threads = args.threads;
+  bo.gpu_bf16_gemm = args.bf16;
+  auto runner = vv::make_runner(**ckpt, ro, args.device, bo);
+  if (!runner.is_ok()) {
+    std::fprintf(stderr, "runner: %s\n", runner.status().to_string().c_str());
+    return 1;
+  }
+  std::printf("engine_loop_bench: preset %s on %s, %g s of audio and %d forced tokens per request\n",
+              args.preset.c_str(), (*runner)->backend().name().c_str(), args.audio_s, args.tokens);
+  std::printf("%6s %14s %12s %10s %10s %9s %10s\n", "N", "decode tok/s", "e2e tok/s", "rows/step", "TTFT s",
+              "wall s", "x first N");
+  std::vector<Point> pts;
+  for (int n : args.concurrency) {
+    Point p = run_point(**runner, **tok, n, args);
+    const double first = pts.empty() ? p.decode_tps : pts.front().decode_tps;
+    std::printf("%6d %14.1f %12.1f %10.2f %10.3f %9.2f %10.2f\n", p.n, p.decode_tps, p.e2e_tps,
+                p.rows_per_step, p.ttft, p.wall, first > 0 ? p.decode_tps / first : 0.0);
+    std::fflush(stdout);
+    pts.push_back(p);
+  }
+  std::printf(
+      "{\"bench\":\"engine_loop\",\"preset\":\"%s\",\"device\":\"%s\",\"tokens\":%d,\"audio_s\":%g,"
+      "\"points\":[",
+      args.preset.c_str(), args.device.c_str(), args.tokens, args.audio_s);
+  for (std::size_t i = 0; i < pts.size(); ++i) {
+    std::printf("%s{\"n\":%d,\"decode_tps\":%.1f,\"e2e_tps\":%.1f,\"rows_per_step\":%.2f,\"ttft_s\":%.4f}",
+                i ? "," : "", pts[i].n, pts[i].decode_tps, pts[i].e2e_tps, pts[i].rows_per_step, pts[i].ttft);
+  }
+  std::printf("]}\n");
+  return 0;
+}
