@@ -113,7 +113,7 @@ class Target:
                     "VIBEVOICE_HTTP_MAX_CONNECTIONS": str(max(1024, args.connections + 100)),
                     "VIBEVOICE_ENGINE_MAX_WAITING_REQUESTS": "100000",
                     "VIBEVOICE_ENGINE_MAX_RUNNING_REQUESTS": "1024",
-                    "VIBEVOICE_LOG_ACCESS": "false", "VIBEVOICE_LOG_LEVEL": "warn"})
+                    })
         env.update(dict(kv.split("=", 1) for kv in args.env))
         cmd = [binary, "serve", "--model", str(REPO / "tests/data/golden/model-hf"), "--tokenizer",
                str(REPO / "tests/data/tokenizer/tokenizer.json"), "--host", "127.0.0.1", "--port", "0"]
@@ -122,7 +122,8 @@ class Target:
         self.log = open(self.tmp / "stderr.log", "wb")
 
         def raise_nofile():
-            resource.setrlimit(resource.RLIMIT_NOFILE, (65536, 65536))
+            _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.log, env=env,
                                      preexec_fn=raise_nofile)
         self.pid = self.proc.pid
