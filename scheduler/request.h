@@ -50,6 +50,12 @@ struct Request {
   // the forced ids); after the last forced id the request ends with kStop unless that id already
   // ended it. Stop ids inside are honoured like sampled ones.
   std::vector<TokenId> forced_ids;
+  // Transcription loop handling (API.md §3.7; asr.repetition_detection / asr.repetition_retries):
+  // on a detected loop the output is cut back; while fewer than repetition_retries recoveries were
+  // made, decoding resumes from the cut at a raised temperature, else it ends with kRepetition.
+  // Off with sampling.ignore_eos (benchmarks).
+  bool repetition_detection = true;
+  int repetition_retries = 1;
 };
 
 struct RequestTimings {
@@ -137,6 +143,8 @@ struct EngineStats {
   std::int64_t requests_failed = 0;      // kError other than cancellation/deadline
   std::int64_t requests_cancelled = 0;   // cancel(), deadlines, shutdown
   double step_seconds_last = 0;
+  std::int64_t repetition_recovered = 0;  // loops cut back and decoding resumed (§3.7)
+  std::int64_t repetition_gave_up = 0;    // loops that ended a request with kRepetition
 };
 
 // What the service and the CLI hold: the engine loop (scheduler/engine_loop.h) or a test fake.
