@@ -10,6 +10,7 @@
 #include "engine/sampling/stop_strings.h"
 #include "engine/text/incremental_decoder.h"
 #include "engine/text/prompt_builder.h"
+#include "engine/transcript/segment_repetition.h"
 #include "engine/transcript/transcript_assembler.h"
 #include "engine/transcript/utf8_text.h"
 
@@ -61,6 +62,17 @@ struct EngineLoop::Live {
   std::vector<std::vector<TokenLogprob>> chat_top;  // alternatives per entry (top_logprobs > 0)
   std::size_t logprobs_sent = 0;                    // entries already attached to a delta
   std::vector<TranscriptEvent> events;              // scratch
+
+  // Transcription: where each generated token's text ends in the fed stream, and what it was fed
+  // with, so that a repetition loop can be cut back at a segment boundary and the rest rebuilt.
+  Seconds duration = 0;
+  std::size_t fed = 0;
+  std::vector<std::size_t> tok_end;
+  std::vector<float> tok_logprob, tok_temp;
+  std::unique_ptr<SegmentRepetitionDetector> segment_repetition;
+  int recoveries = 0;
+  std::int64_t dropped = 0;  // generated tokens cut away by recoveries (still counted in usage)
+  bool got_first = false;
 
   bool admitted = false;
   bool terminal = false;
@@ -210,8 +222,9 @@ Result<RequestId> EngineLoop::submit(Request request, EventSink sink) {
   l->needs_logits = adjusts_logits(sp);
   if (l->transcription) {
     l->repetition = std::make_unique<RepetitionDetector>();
-    l->assembler = std::make_unique<TranscriptAssembler>(static_cast<double>(request.audio[0].samples) /
-                                                         std::max(1, spec.sample_rate));
+    l->segment_repetition = std::make_unique<SegmentRepetitionDetector>();
+    l->duration = static_cast<double>(request.audio[0].samples) / std::max(1, spec.sample_rate);
+    l->assembler = std::make_unique<TranscriptAssembler>(l->duration);
   } else {
     l->stops = std::make_unique<StopStringMatcher>(request.stop_strings);
   }
@@ -536,6 +549,81 @@ void EngineLoop::flush_transcript_events(Live& l) {
   l.events.clear();
 }
 
+std::optional<std::size_t> EngineLoop::find_loop(Live& l, TokenId next) {
+  // Rule (a): 4 identical segments in a row → cut after the first of them.
+  bool segment_done = false;
+  for (const TranscriptEvent& ev : l.events) {
+    if (ev.kind != TranscriptEvent::Kind::kSegment) continue;
+    segment_done = true;
+    const auto& segs = l.assembler->transcript().segments;
+    if (ev.segment_index >= segs.size()) continue;
+    if (auto first = l.segment_repetition->add(segs[ev.segment_index].text)) {
+      return l.assembler->segment_end_offset(*first).value_or(0);
+    }
+  }
+  // Rule (b): the last 256 tokens periodic (every 64 tokens and after a segment) → cut to the last
+  // segment completed before the window.
+  std::optional<RepetitionLoop> loop = l.repetition->append(next);
+  if (!loop && segment_done) loop = l.repetition->check();
+  if (!loop) return std::nullopt;
+  const auto w = static_cast<std::size_t>(loop->window_start);
+  const std::size_t begin = w == 0 ? 0 : l.tok_end[std::min(w, l.tok_end.size()) - 1];
+  const std::size_t n = l.assembler->segments_ending_by(begin);
+  return n == 0 ? 0 : l.assembler->segment_end_offset(n - 1).value_or(0);
+}
+
+void EngineLoop::cut_back(Live& l, std::size_t offset) {
+  std::size_t keep = 0;
+  while (keep < l.generated.size() && (keep == 0 ? 0 : l.tok_end[keep - 1]) < offset) ++keep;
+  l.dropped += static_cast<std::int64_t>(l.generated.size() - keep);
+  l.generated.resize(keep);
+  l.tok_logprob.resize(keep);
+  l.tok_temp.resize(keep);
+  l.tok_end.clear();
+  const SamplingParams& sp = l.req.sampling;
+  l.stop = std::make_unique<StopCondition>(sp);
+  l.repetition = std::make_unique<RepetitionDetector>();
+  l.text = std::make_unique<IncrementalDecoder>(tokenizer_);
+  l.assembler = std::make_unique<TranscriptAssembler>(l.duration);
+  l.segment_repetition->reset();
+  l.fed = 0;
+  std::vector<TranscriptEvent> scratch;  // already delivered (or never to be): not re-emitted
+  for (std::size_t k = 0; k < keep; ++k) {
+    const TokenId id = l.generated[k];
+    l.stop->append(id);
+    l.repetition->append(id);
+    if (!l.stop->is_stop_id(id)) {
+      const std::string piece = l.text->push(id);
+      l.assembler->feed_token({id, piece, l.tok_logprob[k], l.tok_temp[k]}, scratch);
+      l.fed += piece.size();
+      for (const TranscriptEvent& ev : scratch) {
+        const auto& segs = l.assembler->transcript().segments;
+        if (ev.kind == TranscriptEvent::Kind::kSegment && ev.segment_index < segs.size()) {
+          l.segment_repetition->add(segs[ev.segment_index].text);
+        }
+      }
+      scratch.clear();
+    }
+    l.tok_end.push_back(l.fed);
+  }
+  l.events.clear();
+  l.logprobs_sent = l.assembler->transcript().logprobs.size();
+}
+
+FinishReason EngineLoop::handle_loop(Live& l, std::size_t offset) {
+  cut_back(l, offset);
+  if (l.recoveries < l.req.repetition_retries) {
+    ++l.recoveries;
+    ++local_.repetition_recovered;
+    l.sampler->set_temperature(recovery_temperature(l.sampler->params().temperature));
+    l.needs_logits = true;  // sampled from now on
+    scheduler_.truncate(l.id, static_cast<std::int64_t>(l.prompt.size() + l.generated.size()));
+    return FinishReason::kNone;
+  }
+  ++local_.repetition_gave_up;
+  return FinishReason::kRepetition;
+}
+
 void EngineLoop::handle_output(Live& l, TokenId next, const std::vector<float>* logits) {
   const SamplingParams& sp = l.req.sampling;
   float logprob = 0.0f;
@@ -555,7 +643,8 @@ void EngineLoop::handle_output(Live& l, TokenId next, const std::vector<float>* 
     top = std::move(st.top_logprobs);
   }
   const auto now = Clock::now();
-  if (l.generated.empty()) {
+  if (!l.got_first) {
+    l.got_first = true;
     l.first_token = now;
     l.timings.time_to_first_token = seconds_between(l.req.arrival, now);
   }
@@ -568,7 +657,7 @@ void EngineLoop::handle_output(Live& l, TokenId next, const std::vector<float>* 
     const std::string piece = l.text->push(next);
     if (l.transcription) {
       l.assembler->feed_token({next, piece, logprob, l.sampler->params().temperature}, l.events);
-      flush_transcript_events(l);
+      l.fed += piece.size();
     } else {
       if (sp.logprobs) {
         const std::string_view bytes = tokenizer_.token_bytes(next);
@@ -608,8 +697,18 @@ void EngineLoop::handle_output(Live& l, TokenId next, const std::vector<float>* 
       }
     }
   }
-  if (reason == FinishReason::kNone && l.transcription && !sp.ignore_eos && l.repetition->append(next)) {
-    reason = FinishReason::kRepetition;
+  bool recovered = false;
+  if (l.transcription) {
+    l.tok_end.push_back(l.fed);
+    l.tok_logprob.push_back(logprob);
+    l.tok_temp.push_back(l.sampler->params().temperature);
+    if (reason == FinishReason::kNone && l.req.repetition_detection && !sp.ignore_eos) {
+      if (auto cut = find_loop(l, next)) {
+        reason = handle_loop(l, *cut);
+        recovered = reason == FinishReason::kNone;
+      }
+    }
+    flush_transcript_events(l);
   }
   if (reason == FinishReason::kNone && !l.req.forced_ids.empty() &&
       l.generated.size() >= l.req.forced_ids.size()) {
@@ -627,7 +726,7 @@ void EngineLoop::handle_output(Live& l, TokenId next, const std::vector<float>* 
         ErrorCause::kEngine);
     return;
   }
-  if (reason == FinishReason::kNone && next == runner_.spec().audio_token_id) {
+  if (reason == FinishReason::kNone && !recovered && next == runner_.spec().audio_token_id) {
     // Fed back, the placeholder would ask for a speech row the request does not have.
     fail_request(l, internal_error("the model generated the audio placeholder token " + std::to_string(next)),
                  ErrorCause::kEngine);
@@ -686,7 +785,7 @@ void EngineLoop::finish_request(Live& l, FinishReason reason) {
   }
   done.usage.audio_tokens = l.audio_tokens;
   done.usage.text_tokens = static_cast<std::int64_t>(l.prompt.size()) - l.audio_tokens;
-  done.usage.output_tokens = static_cast<std::int64_t>(l.generated.size());
+  done.usage.output_tokens = static_cast<std::int64_t>(l.generated.size()) + l.dropped;
   l.timings.inter_token_seconds = l.generated.size() > 1 ? seconds_between(l.first_token, l.last_token) /
                                                                static_cast<double>(l.generated.size() - 1)
                                                          : 0.0;

@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -95,6 +96,11 @@ class EngineLoop : public EngineClient {
   bool encode_one_segment();
   bool run_step();
   void handle_output(Live& l, TokenId next, const std::vector<float>* logits);
+  // Repetition loops (API.md §3.7): the stream offset to cut back to when one is detected; the cut
+  // itself (state rebuilt from the kept tokens); recovery at a raised temperature or kRepetition.
+  std::optional<std::size_t> find_loop(Live& l, TokenId next);
+  void cut_back(Live& l, std::size_t offset);
+  FinishReason handle_loop(Live& l, std::size_t offset);
   void finish_request(Live& l, FinishReason reason);
   void fail_request(Live& l, Status error, ErrorCause cause);
   void emit(Live& l, RequestEvent&& e);

@@ -54,6 +54,16 @@ void Scheduler::append_token(RequestId id, TokenId token) {
   if (it != seqs_.end()) it->second->tokens.push_back(token);
 }
 
+void Scheduler::truncate(RequestId id, std::int64_t tokens) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return;
+  Sequence& q = *it->second;
+  tokens = std::max(tokens, q.prompt_len);
+  if (tokens >= static_cast<std::int64_t>(q.tokens.size())) return;
+  q.tokens.resize(static_cast<std::size_t>(tokens));
+  q.computed = std::min(q.computed, tokens - 1);
+}
+
 void Scheduler::set_computable(RequestId id, std::int64_t positions) {
   auto it = seqs_.find(id);
   if (it != seqs_.end()) it->second->computable = positions;

@@ -87,6 +87,9 @@ class Scheduler {
   void append_token(RequestId id, TokenId token);
   // The sequence is done (stop, length, error): frees its blocks and forgets it.
   void finish(RequestId id);
+  // Drops the generated tokens past the first `tokens` (a repetition loop cut back): the next step
+  // recomputes the last kept token's row. Its KV blocks stay (they are rewritten as it grows).
+  void truncate(RequestId id, std::int64_t tokens);
   // More of the prompt may be computed now (the encoder produced its rows); -1 = all.
   void set_computable(RequestId id, std::int64_t positions);
 

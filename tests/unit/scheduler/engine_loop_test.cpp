@@ -520,3 +520,91 @@ TEST(EngineLoopChat, LogprobsTopAlternativesAndStopStrings) {
 
 }  // namespace
 }  // namespace vv::test
+
+namespace vv::test {
+namespace {
+
+std::string identical_segments(int n) {
+  std::string s = "[";
+  for (int i = 0; i < n; ++i) {
+    s += i ? "," : "";
+    s += R"({"Start":)" + std::to_string(i) + R"(.0,"End":)" + std::to_string(i + 1) +
+         R"(.0,"Speaker":0,"Content":"Twenty characters ok"})";
+  }
+  return s + "]";
+}
+
+// API.md §3.7 rule (a) on a scripted output (C51's unit test): 5 identical 20-character segments
+// are cut to one and finish `repetition` with no retries; with one retry the loop is cut back,
+// decoding resumes (the script repeats itself, so the loop comes back) and then gives up.
+TEST(EngineLoopRepetition, IdenticalSegmentsAreCutToOneAndFinishRepetition) {
+  auto engine = TinyEngine::make(tiny_runner_options());
+  ASSERT_NE(engine, nullptr);
+  auto l = EngineLoop::create(*engine->runner, *engine->tokenizer);
+  ASSERT_TRUE(l.is_ok());
+  auto& lp = *l;
+  for (int i = 0; i < 500 && !lp->load().ready; ++i) std::this_thread::sleep_for(2ms);
+  auto ids = engine->tokenizer->encode(identical_segments(5), false);
+  ASSERT_TRUE(ids.is_ok());
+  const auto audio = golden_audio(cases().front(), engine->runner->spec());
+  for (int retries : {0, 1}) {
+    Request r = transcription(audio, "", 2000);
+    r.sampling.ignore_eos = false;
+    r.forced_ids = *ids;
+    r.repetition_retries = retries;
+    r.stream = true;
+    Collector c;
+    auto id = lp->submit(std::move(r), c.sink());
+    ASSERT_TRUE(id.is_ok());
+    auto ev = c.wait(*id);
+    ASSERT_FALSE(ev.empty());
+    const RequestEvent& done = ev.back();
+    ASSERT_EQ(done.type, RequestEvent::Type::kDone) << done.error.to_string();
+    EXPECT_EQ(done.finish_reason, FinishReason::kRepetition) << "retries " << retries;
+    ASSERT_EQ(done.transcript.segments.size(), 1u) << "retries " << retries;
+    EXPECT_EQ(done.transcript.segments[0].text, "Twenty characters ok");
+    EXPECT_EQ(done.transcript.text, "Twenty characters ok");
+    EXPECT_GT(done.usage.output_tokens, static_cast<int64_t>(done.generated_ids.size()))
+        << "the cut tokens still count as generated";
+  }
+  const EngineStats st = settled(*lp);
+  EXPECT_EQ(st.repetition_recovered, 1);
+  EXPECT_EQ(st.repetition_gave_up, 2);
+}
+
+// Rule (b): a periodic token stream (256 tokens of one id) with no complete segment is cut back to
+// nothing; with repetition detection off the same request runs to its length limit.
+TEST(EngineLoopRepetition, PeriodicTokensWithoutSegmentsAreCutAndDetectionCanBeOff) {
+  auto engine = TinyEngine::make(tiny_runner_options());
+  ASSERT_NE(engine, nullptr);
+  auto l = EngineLoop::create(*engine->runner, *engine->tokenizer);
+  ASSERT_TRUE(l.is_ok());
+  auto& lp = *l;
+  for (int i = 0; i < 500 && !lp->load().ready; ++i) std::this_thread::sleep_for(2ms);
+  const auto audio = golden_audio(cases().front(), engine->runner->spec());
+  for (bool detect : {true, false}) {
+    Request r = transcription(audio, "", 300);
+    r.sampling.ignore_eos = false;
+    r.forced_ids.assign(300, 1000);
+    r.repetition_retries = 0;
+    r.repetition_detection = detect;
+    Collector c;
+    auto id = lp->submit(std::move(r), c.sink());
+    ASSERT_TRUE(id.is_ok());
+    auto ev = c.wait(*id);
+    ASSERT_FALSE(ev.empty());
+    const RequestEvent& done = ev.back();
+    ASSERT_EQ(done.type, RequestEvent::Type::kDone) << done.error.to_string();
+    if (detect) {
+      EXPECT_EQ(done.finish_reason, FinishReason::kRepetition);
+      EXPECT_TRUE(done.generated_ids.empty()) << "no complete segment before the window";
+      EXPECT_EQ(done.usage.output_tokens, 256) << "detected at the first check with a full window";
+    } else {
+      EXPECT_EQ(done.finish_reason, FinishReason::kLength);
+      EXPECT_EQ(done.generated_ids.size(), 300u);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace vv::test
