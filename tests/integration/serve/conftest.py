@@ -225,7 +225,14 @@ class Server:
     def req(self, method, path, body=None, headers=None, auth=True, key=None, timeout=60, **kw):
         h = dict(self.auth(key)) if auth else {}
         h.update(headers or {})
-        return vvhttp.request(self.port, method, path, body=body, headers=h, timeout=timeout, **kw)
+        r = vvhttp.request(self.port, method, path, body=body, headers=h, timeout=timeout, **kw)
+        # C2 and C9 hold for every response of the checklist, so every request made here checks them.
+        assert r.headers.get("x-request-id"), f"C2: no x-request-id on {method} {path}: {r}"
+        probe = path.split("?")[0].rstrip("/") in ("/health", "/healthz", "/livez", "/ready", "/readyz")
+        if r.status >= 400 and not probe:
+            assert r.headers.get("content-type") == "application/json", f"C9: {method} {path}: {r}"
+            vvhttp.check_envelope(r.json())
+        return r
 
     def transcribe(self, fields=None, file=None, path="/v1/audio/transcriptions", filename="audio.wav",
                    file_ctype="audio/wav", headers=None, timeout=120, **kw):
