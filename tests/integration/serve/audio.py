@@ -93,6 +93,9 @@ class AudioFactory:
     def _make_short005_wav(self, p):
         ffmpeg("-i", self._src(), "-t", "0.05", "-ac", "1", "-ar", "16000", "-c:a", "pcm_s16le", p)
 
+    def _make_half_wav(self, p):
+        ffmpeg("-i", self._src(), "-t", "0.5", "-ac", "1", "-ar", "16000", "-c:a", "pcm_s16le", p)
+
     def _make_two_s_wav(self, p):
         ffmpeg("-stream_loop", "-1", "-i", self._src(), "-t", "2", "-ac", "1", "-ar", "16000",
                "-c:a", "pcm_s16le", p)

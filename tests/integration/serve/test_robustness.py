@@ -52,8 +52,7 @@ def test_c116_multipart_fuzz(make_server, audio):
     s = make_server(script='[{"Start":0.0,"End":0.5,"Speaker":0,"Content":"ok"}]',
                     hooks={"VIBEVOICE_TEST_FAKE_ENGINE": 1}, config={"http.body_idle_timeout_s": 2})
     rng = random.Random(116)
-    # tiny.wav cut to 0.5 s of samples (its header still says 3 s: a truncated file, §2.6).
-    wav = audio.bytes("tiny.wav")[:44 + 16000]
+    wav = audio.bytes("half.wav")  # 0.5 s of speech
     mp = vvhttp.Multipart(boundary="fuzzBoundary123")
     mp.file("file", wav)
     mp.field("response_format", "json")
@@ -86,6 +85,8 @@ def test_c116_multipart_fuzz(make_server, audio):
     c.close()
     assert s.proc.poll() is None, "server died"
     growth = s.rss_bytes() - rss0
+    print(f"C116: {n} mutated bodies, statuses {statuses}, RSS growth {growth / 2**20:.1f} MiB")
+    assert sum(statuses.values()) == n
     assert growth < 50 * (1 << 20), f"RSS grew {growth / 2**20:.1f} MiB; statuses {statuses}"
 
 

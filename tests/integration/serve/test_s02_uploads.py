@@ -209,6 +209,14 @@ def test_c028_truncated_mp3(srv, audio):
     assert abs(db - da / 2) < 0.05 * da, (da, db)
 
 
+def test_truncated_wav_is_transcribed(srv, audio):
+    """§2.6 (no C-number): a file whose data simply ends early is transcribed up to the truncation."""
+    full = audio.bytes("tiny.wav")
+    r = srv.transcribe(file=full[:len(full) // 2], fields=[("response_format", "verbose_json")])
+    assert r.status == 200, r
+    assert abs(r.json()["duration"] - 1.5) < 0.01, r.json()["duration"]
+
+
 @pytest.fixture(scope="module")
 def srv_silent(server_factory):
     """The scripted decoder answers an empty array: what the model says for silence."""
