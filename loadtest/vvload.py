@@ -189,6 +189,25 @@ def _in_loop():
         return False
 
 
+def _le_key(le):
+    return float("inf") if le == "+Inf" else float(le)
+
+
+async def server_histogram(t):
+    """The server's own view: vibevoice_http_request_duration_seconds buckets (headers received → last
+    byte written) of the transcription route, cumulative counts by `le`."""
+    try:
+        _, body, _ = await t.get("/metrics")
+    except OSError:
+        return None
+    out = {}
+    for m in re.finditer(rb'^vibevoice_http_request_duration_seconds_bucket\{([^}]*)\} (\S+)$', body, re.M):
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1).decode()))
+        if labels.get("route") == "/v1/audio/transcriptions":
+            out[labels["le"]] = out.get(labels["le"], 0) + float(m.group(2))
+    return out or None
+
+
 def pct(xs, p):
     if not xs:
         return None
@@ -224,7 +243,10 @@ async def scenario_latency(t, args):
         pool.put_nowait(conn)
 
     # Warm-up: one second at the target rate, not recorded.
+    hist0 = None
     for phase, dur in (("warmup", 1.0), ("measure", args.duration)):
+        if phase == "measure":
+            hist0 = await server_histogram(t)
         lat.clear(), service.clear(), statuses.clear()
         late = 0
         n = int(dur * args.rate)
@@ -238,8 +260,14 @@ async def scenario_latency(t, args):
             tasks.append(asyncio.create_task(one(sched)))
         await asyncio.gather(*tasks)
         wall = time.perf_counter() - t0
+    hist1 = await server_histogram(t)
+    server_side = None
+    if hist0 and hist1:
+        n = hist1.get("+Inf", 0) - hist0.get("+Inf", 0)
+        server_side = {"requests": n, "share_within_s": {
+            le: round((hist1[le] - hist0.get(le, 0)) / n, 4) for le in sorted(hist1, key=_le_key) if n}}
     ms = lambda x: None if x is None else round(x * 1000, 3)  # noqa: E731
-    return {"scenario": "latency", "rate_target": args.rate, "requests": len(lat), "wall_s": round(wall, 3),
+    return {"scenario": "latency", "server_histogram": server_side, "rate_target": args.rate, "requests": len(lat), "wall_s": round(wall, 3),
             "rate_achieved": round(len(lat) / wall, 1), "statuses": statuses, "upload_bytes": len(req),
             "latency_ms": {"p50": ms(pct(lat, 50)), "p90": ms(pct(lat, 90)), "p99": ms(pct(lat, 99)),
                            "max": ms(max(lat)), "mean": ms(statistics.fmean(lat))},
