@@ -3,13 +3,20 @@
 // kernel with f32 activations; many rows → cuBLASLt on the tensor cores (kBF16 compute, activations
 // rounded to the weight's 16-bit type, f32 accumulation, bias and residual in cuBLASLt's epilogue)
 // or the f32 SIMT GEMM (kF32 compute, which must match the CPU reference to f32 rounding).
-// CUDA errors are sticky: the first one is kept (status()) and printed once; later ops still run.
+// Ops are recorded and launched at the next host sync (upload, download, synchronize, or a buffer
+// freed on the driving thread); a recorded sequence seen twice with identical operands (the decode
+// step) becomes a CUDA graph that is replayed from then on (flush). VV_CUDA_GRAPHS=0 turns this off.
+// CUDA errors are sticky: the first one is kept and printed once; later ops still run.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <functional>
 #include <map>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -19,22 +26,40 @@
 namespace vv {
 namespace {
 
-// Rows up to which a GEMM takes the skinny path. In f32 mode the SIMT GEMM re-reads weights per
-// 64-row tile anyway, so the skinny path (which re-reads them from cache per 8 rows) wins longer.
-constexpr int64_t kSkinnyRowsBf16 = 16;
+// Rows up to which a GEMM takes the skinny path. In bf16 mode cuBLASLt's tensor cores beat it from
+// 2 rows on (7B shapes on an H200); in f32 mode the SIMT GEMM re-reads weights per 64-row tile
+// anyway, so the skinny path (which re-reads them from cache per 8 rows) wins longer.
+constexpr int64_t kSkinnyRowsBf16 = 1;
 constexpr int64_t kSkinnyRowsF32 = 64;
 
-void release_device(void* p, size_t) { cudaFree(p); }
+void release_device(void* p, size_t);
+
+class CudaBackend;
+
+// VV_CUDA_PROFILE=1: every op is timed with events and the stream is drained after it, so the
+// per-op table (profile_report) shows where a step's time goes. Off: no events, no syncs.
+struct OpTimer {
+  CudaBackend* be;
+  const char* op;
+  OpTimer(CudaBackend* b, const char* name);
+  ~OpTimer();
+};
 
 class CudaBackend final : public Backend {
  public:
   ~CudaBackend() override {
     cudaSetDevice(device_);
+    // Ops recorded but never synchronised have no observable result; their buffers may already
+    // be gone (freed on another thread), so they are dropped rather than launched.
+    pending_.clear();
+    if (tl_pending == this) tl_pending = nullptr;
     if (stream_) cudaStreamSynchronize(stream_);
+    clear_graphs();
     for (auto& [key, plan] : plans_) destroy_plan(plan);
     if (lt_) cublasLtDestroy(lt_);
     if (lt_ws_) cudaFree(lt_ws_);
     if (pack_) cudaFree(pack_);
+    if (attn_ws_) cudaFree(attn_ws_);
     for (auto& [key, p] : inv_freq_) cudaFree(p);
     if (stream_) cudaStreamDestroy(stream_);
   }
@@ -53,6 +78,7 @@ class CudaBackend final : public Backend {
     cudaDeviceProp prop{};
     cudaGetDeviceProperties(&prop, o.device);
     b->device_name_ = prop.name;
+    b->sms_ = prop.multiProcessorCount;
     if (cudaStreamCreateWithFlags(&b->stream_, cudaStreamNonBlocking) != cudaSuccess) {
       return internal_error("CUDA backend: cannot create a stream on device " + std::to_string(o.device));
     }
@@ -80,83 +106,357 @@ class CudaBackend final : public Backend {
   // Pageable sources are staged by the driver before the call returns, so the host buffer may be
   // reused at once; the copy itself is ordered on the stream.
   void upload(void* dst, const void* src, size_t bytes) override {
+    flush();
     if (bytes) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "upload");
   }
   void download(void* dst, const void* src, size_t bytes) override {
+    flush();
     if (!bytes) return;
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "download");
     check(cudaStreamSynchronize(stream_), "download sync");
   }
-  void synchronize() override { check(cudaStreamSynchronize(stream_), "synchronize"); }
+  void synchronize() override {
+    flush();
+    check(cudaStreamSynchronize(stream_), "synchronize");
+  }
 
+  // ---- ops: recorded, then launched at the next host sync (see flush) ---------------------------
   void gemm(const Tensor& a, const Tensor& w, const Tensor* bias, Tensor& out, Epilogue ep) override {
+    const bool hb = bias && bias->data;
+    const Tensor b = hb ? *bias : Tensor{};
+    Sig s(1);
+    s << a << w << b << out << static_cast<int>(ep);
+    defer(s, [=, this] {
+      Tensor o = out;
+      run_gemm(a, w, hb ? &b : nullptr, o, ep);
+    });
+  }
+  void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) override {
+    Sig s(2);
+    s << x << weight << eps << out;
+    defer(s, [=, this] {
+      Tensor o = out;
+      run_rms_norm(x, weight, eps, o);
+    });
+  }
+  void depthwise_conv1d_causal(const Tensor& x, const Tensor& history, const Tensor& w, const Tensor& bias,
+                               Tensor& out) override {
+    Sig s(3);
+    s << x << history << w << bias << out;
+    defer(s, [=, this] {
+      Tensor o = out;
+      run_depthwise_conv1d_causal(x, history, w, bias, o);
+    });
+  }
+  void add_scaled(Tensor& x, const Tensor& scale, const Tensor& y) override {
+    Sig s(4);
+    s << x << scale << y;
+    defer(s, [=, this] {
+      Tensor xx = x;
+      run_add_scaled(xx, scale, y);
+    });
+  }
+  void add(const Tensor& a, const Tensor& b, Tensor& out) override {
+    Sig s(5);
+    s << a << b << out;
+    defer(s, [=, this] {
+      Tensor o = out;
+      run_add(a, b, o);
+    });
+  }
+  void silu_mul(const Tensor& gate_up, Tensor& out) override {
+    Sig s(6);
+    s << gate_up << out;
+    defer(s, [=, this] {
+      Tensor o = out;
+      run_silu_mul(gate_up, o);
+    });
+  }
+  void embedding(const Tensor& table, const Tensor& ids, Tensor& out) override {
+    Sig s(7);
+    s << table << ids << out;
+    defer(s, [=, this] {
+      Tensor o = out;
+      run_embedding(table, ids, o);
+    });
+  }
+  void copy(const Tensor& src, Tensor& dst) override {
+    Sig s(8);
+    s << src << dst;
+    defer(s, [=, this] {
+      Tensor d = dst;
+      run_copy(src, d);
+    });
+  }
+  void rope(Tensor& x, const Tensor& pos, int heads, int head_dim, float theta) override {
+    Sig s(9);
+    s << x << pos << heads << head_dim << theta;
+    defer(s, [=, this] {
+      Tensor xx = x;
+      run_rope(xx, pos, heads, head_dim, theta);
+    });
+  }
+  void kv_write(const Tensor& k, const Tensor& v, const AttentionRows& rows, KvLayer& cache,
+                const AttentionShape& shape) override {
+    Sig s(10);
+    s << k << v << rows << cache.k << cache.v << shape;
+    defer(s, [=, this] {
+      KvLayer c = cache;
+      run_kv_write(k, v, rows, c, shape);
+    });
+  }
+  void paged_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, const AttentionShape& shape,
+                       Tensor& out) override {
+    Sig s(11);
+    s << q << rows << cache.k << cache.v << shape << out;
+    defer(s, [=, this] {
+      Tensor o = out;
+      run_paged_attention(q, rows, cache, shape, o);
+    });
+  }
+  void argmax(const Tensor& logits, Tensor& out) override {
+    Sig s(12);
+    s << logits << out;
+    defer(s, [=, this] {
+      Tensor o = out;
+      run_argmax(logits, o);
+    });
+  }
+
+  // Launches what was recorded since the last host sync. A sequence of at least kGraphMinOps ops
+  // seen before with the identical signature (every pointer, shape, stride and scalar: the decode
+  // step) is captured once into a CUDA graph on its second sight and replayed from then on; the
+  // kernels read positions, block tables and ids from device memory, so a replay is the same work.
+  void flush() {
+    if (pending_.empty()) return;
+    std::vector<std::function<void()>> ops;
+    ops.swap(pending_);
+    std::string sig;
+    sig.swap(sig_);
+    if (tl_pending == this) tl_pending = nullptr;
+    auto run_all = [&] {
+      for (auto& f : ops) f();
+    };
+    if (ops.size() < kGraphMinOps) return run_all();
+    auto it = graphs_.find(sig);
+    if (it == graphs_.end()) {  // first sight: run, remember
+      run_all();
+      if (graphs_.size() >= kMaxGraphs) clear_graphs();
+      graphs_.emplace(std::move(sig), GraphEntry{});
+      return;
+    }
+    GraphEntry& e = it->second;
+    if (e.exec) {
+      check(cudaGraphLaunch(e.exec, stream_), "cudaGraphLaunch");
+      return;
+    }
+    if (e.failed) return run_all();
+    capture_broken_ = false;
+    cudaError_t st = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal);
+    cudaGraph_t g = nullptr;
+    if (st == cudaSuccess) {
+      capturing_ = true;
+      run_all();
+      capturing_ = false;
+      st = cudaStreamEndCapture(stream_, &g);
+    }
+    cudaGraphExec_t ex = nullptr;
+    if (st == cudaSuccess && g && !capture_broken_) st = cudaGraphInstantiate(&ex, g, 0);
+    if (g) cudaGraphDestroy(g);
+    if (st != cudaSuccess || !ex || capture_broken_) {  // nothing of the capture ran: run it now
+      cudaGetLastError();
+      if (ex) cudaGraphExecDestroy(ex);
+      capture_broken_ = false;
+      e.failed = st != cudaSuccess;
+      return run_all();
+    }
+    e.exec = ex;
+    check(cudaGraphLaunch(ex, stream_), "cudaGraphLaunch");
+  }
+
+  // A buffer is being freed on this thread: the ops recorded on it must run first.
+  static void flush_this_thread() {
+    if (tl_pending) tl_pending->flush();
+  }
+
+  void run_gemm(const Tensor& a, const Tensor& w, const Tensor* bias, Tensor& out, Epilogue ep) {
     const int64_t M = out.rows();
     if (M == 0 || out.cols() == 0) return;
     const float* bp = bias && bias->data ? bias->ptr<const float>() : nullptr;
     const bool half_w = w.dtype == DType::kBF16 || w.dtype == DType::kF16;
     if (M <= (compute_ == CudaCompute::kBF16 ? kSkinnyRowsBf16 : kSkinnyRowsF32)) {
+      OpTimer timer(this, "gemm.skinny");
       cuda::gemv(a, w, bp, out, ep, stream_);
     } else if (compute_ == CudaCompute::kBF16 && half_w) {
+      OpTimer timer(this, "gemm.cublaslt");
       gemm_lt(a, w, bp, out, ep);
     } else {
+      OpTimer timer(this, "gemm.simt_f32");
       cuda::gemm_f32(a, w, bp, out, ep, stream_);
     }
     launched("gemm");
   }
 
-  void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) override {
+  void run_rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) {
+    OpTimer timer(this, "rms_norm");
     cuda::rms_norm(x, weight, eps, out, stream_);
     launched("rms_norm");
   }
-  void depthwise_conv1d_causal(const Tensor& x, const Tensor& history, const Tensor& w, const Tensor& bias,
-                               Tensor& out) override {
+  void run_depthwise_conv1d_causal(const Tensor& x, const Tensor& history, const Tensor& w, const Tensor& bias,
+                               Tensor& out) {
+    OpTimer timer(this, "depthwise_conv1d_causal");
     cuda::depthwise_conv1d_causal(x, history, w, bias, out, stream_);
     launched("depthwise_conv1d_causal");
   }
-  void add_scaled(Tensor& x, const Tensor& scale, const Tensor& y) override {
+  void run_add_scaled(Tensor& x, const Tensor& scale, const Tensor& y) {
+    OpTimer timer(this, "add_scaled");
     cuda::add_scaled(x, scale, y, stream_);
     launched("add_scaled");
   }
-  void add(const Tensor& a, const Tensor& b, Tensor& out) override {
+  void run_add(const Tensor& a, const Tensor& b, Tensor& out) {
+    OpTimer timer(this, "add");
     cuda::add(a, b, out, stream_);
     launched("add");
   }
-  void silu_mul(const Tensor& gate_up, Tensor& out) override {
+  void run_silu_mul(const Tensor& gate_up, Tensor& out) {
+    OpTimer timer(this, "silu_mul");
     cuda::silu_mul(gate_up, out, stream_);
     launched("silu_mul");
   }
-  void embedding(const Tensor& table, const Tensor& ids, Tensor& out) override {
+  void run_embedding(const Tensor& table, const Tensor& ids, Tensor& out) {
+    OpTimer timer(this, "embedding");
     cuda::embedding(table, ids, out, stream_);
     launched("embedding");
   }
-  void copy(const Tensor& src, Tensor& dst) override {
+  void run_copy(const Tensor& src, Tensor& dst) {
     if (src.rows() == 0 || src.cols() == 0) return;
+    OpTimer timer(this, "copy");
     const size_t es = dtype_size(src.dtype);
+    if ((src.rows() == 1 || (src.row_stride() == src.cols() && dst.row_stride() == dst.cols()))) {
+      check(cudaMemcpyAsync(dst.data, src.data, static_cast<size_t>(src.rows() * src.cols()) * es,
+                            cudaMemcpyDeviceToDevice, stream_),
+            "copy");
+      return;
+    }
     check(cudaMemcpy2DAsync(dst.data, dst.row_stride() * es, src.data, src.row_stride() * es, src.cols() * es,
                             src.rows(), cudaMemcpyDeviceToDevice, stream_),
           "copy");
   }
-  void rope(Tensor& x, const Tensor& pos, int heads, int head_dim, float theta) override {
+  void run_rope(Tensor& x, const Tensor& pos, int heads, int head_dim, float theta) {
+    OpTimer timer(this, "rope");
     cuda::rope(x, pos, heads, head_dim, inv_freq(theta, head_dim), stream_);
     launched("rope");
   }
-  void kv_write(const Tensor& k, const Tensor& v, const AttentionRows& rows, KvLayer& cache,
-                const AttentionShape& shape) override {
+  void run_kv_write(const Tensor& k, const Tensor& v, const AttentionRows& rows, KvLayer& cache,
+                const AttentionShape& shape) {
+    OpTimer timer(this, "kv_write");
     cuda::kv_write(k, v, rows, cache, shape, stream_);
     launched("kv_write");
   }
-  void paged_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, const AttentionShape& shape,
-                       Tensor& out) override {
-    cuda::paged_attention(q, rows, cache, shape, out, stream_);
+  void run_paged_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, const AttentionShape& shape,
+                       Tensor& out) {
+    OpTimer timer(this, "paged_attention");
+    const cuda::AttentionPlan plan = cuda::plan_attention(q.rows(), rows, shape, sms_);
+    if (plan.ws_floats * sizeof(float) > attn_ws_bytes_) {  // grows with the context; then never again
+      if (capturing_) {
+        capture_broken_ = true;
+        return;
+      }
+      workspace_moved();
+      if (attn_ws_) cudaFree(attn_ws_);
+      attn_ws_ = nullptr;
+      attn_ws_bytes_ = 0;
+      if (!check(cudaMalloc(&attn_ws_, plan.ws_floats * sizeof(float) * 2), "cudaMalloc attention workspace")) return;
+      attn_ws_bytes_ = plan.ws_floats * sizeof(float) * 2;
+    }
+    cuda::paged_attention(q, rows, cache, shape, out, plan, static_cast<float*>(attn_ws_), stream_);
     launched("paged_attention");
   }
-  void argmax(const Tensor& logits, Tensor& out) override {
+  void run_argmax(const Tensor& logits, Tensor& out) {
+    OpTimer timer(this, "argmax");
     cuda::argmax(logits, out, stream_);
     launched("argmax");
   }
 
+ public:
+  // Per-op totals since the last call (VV_CUDA_PROFILE=1), slowest first; empty when off.
+  std::string take_profile_report() {
+    flush();
+    std::vector<std::pair<std::string, std::pair<double, int64_t>>> rows(prof_.begin(), prof_.end());
+    prof_.clear();
+    std::sort(rows.begin(), rows.end(), [](const auto& x, const auto& y) { return x.second.first > y.second.first; });
+    double total = 0;
+    for (const auto& r : rows) total += r.second.first;
+    std::string out;
+    char line[160];
+    for (const auto& r : rows) {
+      std::snprintf(line, sizeof line, "  %-26s %10.3f ms %5.1f%% %9lld calls %9.2f us/call\n", r.first.c_str(),
+                    r.second.first, 100 * r.second.first / std::max(total, 1e-9), static_cast<long long>(r.second.second),
+                    1e3 * r.second.first / std::max<int64_t>(r.second.second, 1));
+      out += line;
+    }
+    return out;
+  }
+
  private:
+  friend struct OpTimer;
   CudaBackend() = default;
+
+  // The bytes that identify an op and its operands: equal signatures launch identical work.
+  struct Sig {
+    std::string b;
+    explicit Sig(int op) { put(op); }
+    template <typename T>
+    void put(const T& v) {
+      b.append(reinterpret_cast<const char*>(&v), sizeof v);
+    }
+    Sig& operator<<(const Tensor& t) {
+      put(t.data);
+      put(t.dtype);
+      put(t.ndim);
+      for (int i = 0; i < t.ndim; ++i) {
+        put(t.shape[i]);
+        put(t.stride[i]);
+      }
+      return *this;
+    }
+    Sig& operator<<(const AttentionRows& r) { return *this << r.row_seq << r.row_pos << r.block_tables << r.block_size; }
+    Sig& operator<<(const AttentionShape& a) { return *this << a.heads << a.kv_heads << a.head_dim << a.scale; }
+    Sig& operator<<(int v) {
+      put(v);
+      return *this;
+    }
+    Sig& operator<<(float v) {
+      put(v);
+      return *this;
+    }
+  };
+  struct GraphEntry {
+    cudaGraphExec_t exec = nullptr;
+    bool failed = false;
+  };
+  static constexpr size_t kGraphMinOps = 32;
+  static constexpr size_t kMaxGraphs = 64;
+  static inline thread_local CudaBackend* tl_pending = nullptr;
+
+  template <typename Fn>
+  void defer(const Sig& s, Fn&& fn) {
+    if (!use_graphs_) return fn();
+    if (tl_pending && tl_pending != this) tl_pending->flush();  // one backend's ops pending per thread
+    sig_ += s.b;
+    pending_.emplace_back(std::forward<Fn>(fn));
+    tl_pending = this;
+    if (pending_.size() >= 8192) flush();
+  }
+  void clear_graphs() {
+    if (graphs_.empty()) return;
+    cudaStreamSynchronize(stream_);
+    for (auto& [k, e] : graphs_)
+      if (e.exec) cudaGraphExecDestroy(e.exec);
+    graphs_.clear();
+  }
+  // A workspace is about to be freed and reallocated: graphs hold its old address.
+  void workspace_moved() { clear_graphs(); }
 
   bool check(cudaError_t e, const char* what) {
     if (e == cudaSuccess) return true;
@@ -174,6 +474,10 @@ class CudaBackend final : public Backend {
     const auto key = std::make_pair(theta, head_dim);
     auto it = inv_freq_.find(key);
     if (it != inv_freq_.end()) return it->second;
+    if (capturing_) {  // first use inside a capture: allocation is not allowed there; run eagerly
+      capture_broken_ = true;
+      return nullptr;
+    }
     const int half = head_dim / 2;
     std::vector<float> h(half);
     for (int i = 0; i < half; ++i) h[i] = 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(head_dim));
@@ -239,6 +543,11 @@ class CudaBackend final : public Backend {
     const int64_t M = out.rows(), N = out.cols(), K = a.cols();
     const size_t need = static_cast<size_t>(M * K) * 2;
     if (need > pack_bytes_) {  // grows with the largest prefill chunk; never on the decode path
+      if (capturing_) {
+        capture_broken_ = true;
+        return;
+      }
+      workspace_moved();
       if (pack_) cudaFree(pack_);
       pack_ = nullptr;
       pack_bytes_ = 0;
@@ -271,10 +580,47 @@ class CudaBackend final : public Backend {
   size_t lt_ws_bytes_ = 0;
   void* pack_ = nullptr;
   size_t pack_bytes_ = 0;
+  void* attn_ws_ = nullptr;
+  size_t attn_ws_bytes_ = 0;
+  int sms_ = 132;
   std::map<PlanKey, Plan> plans_;
   std::map<std::pair<float, int>, float*> inv_freq_;
   std::string first_error_;
+  bool profiling_ = std::getenv("VV_CUDA_PROFILE") && std::string(std::getenv("VV_CUDA_PROFILE")) == "1";
+  cudaEvent_t ev0_ = nullptr, ev1_ = nullptr;
+  // VV_CUDA_GRAPHS=0 launches every op at once (no recording, no graphs); profiling implies it.
+  bool use_graphs_ = !profiling_ && !(std::getenv("VV_CUDA_GRAPHS") && std::string(std::getenv("VV_CUDA_GRAPHS")) == "0");
+  std::vector<std::function<void()>> pending_;
+  std::string sig_;
+  std::map<std::string, GraphEntry> graphs_;
+  bool capturing_ = false, capture_broken_ = false;
+  std::map<std::string, std::pair<double, int64_t>> prof_;  // op -> (ms, calls)
 };
+
+OpTimer::OpTimer(CudaBackend* b, const char* name) : be(b), op(name) {
+  if (!be->profiling_) return;
+  if (!be->ev0_) {
+    cudaEventCreate(&be->ev0_);
+    cudaEventCreate(&be->ev1_);
+  }
+  cudaEventRecord(be->ev0_, be->stream_);
+}
+
+OpTimer::~OpTimer() {
+  if (!be->profiling_) return;
+  cudaEventRecord(be->ev1_, be->stream_);
+  cudaEventSynchronize(be->ev1_);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, be->ev0_, be->ev1_);
+  auto& e = be->prof_[op];
+  e.first += ms;
+  e.second += 1;
+}
+
+void release_device(void* p, size_t) {
+  CudaBackend::flush_this_thread();  // recorded ops may still use this buffer
+  cudaFree(p);
+}
 
 struct Probe {
   int count = 0;
@@ -300,6 +646,11 @@ const Probe& probe() {
 }  // namespace
 
 int cuda_device_count() { return probe().count; }
+
+std::string cuda_profile_report(Backend& be) {
+  auto* c = dynamic_cast<CudaBackend*>(&be);
+  return c ? c->take_profile_report() : std::string();
+}
 std::string cuda_unavailable_reason() { return probe().reason; }
 
 Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& options) {

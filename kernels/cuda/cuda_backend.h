@@ -1,6 +1,9 @@
 // The CUDA Backend: every op of kernels/backend.h on one NVIDIA GPU, issued in order on one
 // non-blocking stream the backend owns (never the legacy default stream). Buffers are device memory;
 // upload/download move bytes between the host and that memory (download waits for the stream).
+// Ops are recorded and launched at the next upload/download/synchronize; a recorded sequence that
+// repeats with identical operands (the decode step) is replayed as a CUDA graph. Buffers should be
+// freed on the thread that drives the backend (that is what launches their pending ops first).
 // make_cuda_backend returns an object the caller owns; like every Backend it is driven by one
 // thread at a time. This header needs no CUDA headers, so any layer above may include it.
 #pragma once
@@ -31,5 +34,10 @@ int cuda_device_count();
 std::string cuda_unavailable_reason();
 
 Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& options = {});
+
+// With VV_CUDA_PROFILE=1 in the environment every op of a CUDA backend is timed (and the stream
+// drained after it): the per-op totals since the last call, slowest first. Empty otherwise or for
+// another backend.
+std::string cuda_profile_report(Backend& be);
 
 }  // namespace vv

@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/cuda/cuda_ops.cuh"
@@ -68,6 +69,19 @@ __device__ float block_max(float v, float* scratch) {
   return warp_max(v);
 }
 
+// Row and column of flat index i over rows of C: 32-bit division when it fits (the usual case), several
+// times cheaper than the 64-bit one.
+__device__ __forceinline__ void row_col(int64_t i, int64_t C, int64_t& r, int64_t& c) {
+  if (i <= 0x7fffffff && C <= 0x7fffffff) {
+    const uint32_t ii = static_cast<uint32_t>(i), cc = static_cast<uint32_t>(C), q = ii / cc;
+    r = q;
+    c = ii - q * cc;
+  } else {
+    r = i / C;
+    c = i - r * C;
+  }
+}
+
 #define VV_DISPATCH_FLOAT(dtype, T, ...)  \
   switch (dtype) {                        \
     case DType::kBF16: {                  \
@@ -118,76 +132,118 @@ __device__ __forceinline__ void load8(const float* p, float* f) {
   f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
 }
 
-// One warp per output column n; the warp walks the weight row once per MT activation rows.
-template <typename WT, int MT, bool kVec>
+// WPC warps per output column n (split over K, partial sums reduced through shared memory), 8 / WPC
+// columns per block of 8 warps: a narrow weight (k/v: 512 columns) still fills every SM. Each warp
+// walks its part of the weight row once per MT activation rows.
+template <typename WT, int MT, bool kVec, int WPC>
 __global__ void __launch_bounds__(256) gemv_kernel(const float* __restrict__ a, int64_t lda,
                                                    const WT* __restrict__ w, int64_t ldw, int64_t M, int64_t N,
                                                    int64_t K, const float* __restrict__ bias, float* out,
                                                    int64_t ldo, int ep) {
-  const int lane = threadIdx.x & 31;
-  const int64_t n = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
-  if (n >= N) return;
-  const WT* wr = w + n * ldw;
-  const float b = bias ? bias[n] : 0.f;
+  __shared__ float part[8][MT];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int sub = warp % WPC;  // this warp's share of K
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * (8 / WPC) + warp / WPC;
+  const bool live = n < N;
+  const WT* wr = w + (live ? n : 0) * ldw;
+  const float b = live && bias ? bias[n] : 0.f;
   for (int64_t m0 = 0; m0 < M; m0 += MT) {
     const int mc = static_cast<int>(M - m0 < MT ? M - m0 : MT);
     float acc[MT];
 #pragma unroll
     for (int i = 0; i < MT; ++i) acc[i] = 0.f;
-    if constexpr (kVec) {
+    if (live) {
+      if constexpr (kVec) {
 #pragma unroll 4
-      for (int64_t k = lane * 8; k < K; k += 256) {
-        float wf[8];
-        load8(wr + k, wf);
+        for (int64_t k = (static_cast<int64_t>(sub) * 32 + lane) * 8; k < K; k += 256 * WPC) {
+          float wf[8];
+          load8(wr + k, wf);
 #pragma unroll
-        for (int i = 0; i < MT; ++i) {
-          if (i < mc) {
-            const float4* ap = reinterpret_cast<const float4*>(a + (m0 + i) * lda + k);
-            const float4 x0 = __ldg(ap), x1 = __ldg(ap + 1);
-            float s = acc[i];
-            s = fmaf(x0.x, wf[0], s);
-            s = fmaf(x0.y, wf[1], s);
-            s = fmaf(x0.z, wf[2], s);
-            s = fmaf(x0.w, wf[3], s);
-            s = fmaf(x1.x, wf[4], s);
-            s = fmaf(x1.y, wf[5], s);
-            s = fmaf(x1.z, wf[6], s);
-            s = fmaf(x1.w, wf[7], s);
-            acc[i] = s;
+          for (int i = 0; i < MT; ++i) {
+            if (i < mc) {
+              const float4* ap = reinterpret_cast<const float4*>(a + (m0 + i) * lda + k);
+              const float4 x0 = __ldg(ap), x1 = __ldg(ap + 1);
+              float s = acc[i];
+              s = fmaf(x0.x, wf[0], s);
+              s = fmaf(x0.y, wf[1], s);
+              s = fmaf(x0.z, wf[2], s);
+              s = fmaf(x0.w, wf[3], s);
+              s = fmaf(x1.x, wf[4], s);
+              s = fmaf(x1.y, wf[5], s);
+              s = fmaf(x1.z, wf[6], s);
+              s = fmaf(x1.w, wf[7], s);
+              acc[i] = s;
+            }
           }
         }
-      }
-    } else {
-      for (int64_t k = lane; k < K; k += 32) {
-        const float wv = to_f32(wr[k]);
+      } else {
+        for (int64_t k = static_cast<int64_t>(sub) * 32 + lane; k < K; k += 32 * WPC) {
+          const float wv = to_f32(wr[k]);
 #pragma unroll
-        for (int i = 0; i < MT; ++i)
-          if (i < mc) acc[i] = fmaf(a[(m0 + i) * lda + k], wv, acc[i]);
+          for (int i = 0; i < MT; ++i)
+            if (i < mc) acc[i] = fmaf(a[(m0 + i) * lda + k], wv, acc[i]);
+        }
       }
     }
 #pragma unroll
-    for (int i = 0; i < MT; ++i) {
-      const float s = warp_sum(acc[i]);
-      if (lane == 0 && i < mc) store_ep(out + (m0 + i) * ldo + n, s + b, ep);
+    for (int i = 0; i < MT; ++i) acc[i] = warp_sum(acc[i]);
+    if constexpr (WPC > 1) {
+      __syncthreads();  // the previous row group's partials are read
+      if (lane == 0) {
+#pragma unroll
+        for (int i = 0; i < MT; ++i) part[warp][i] = acc[i];
+      }
+      __syncthreads();
+      if (sub == 0 && lane == 0) {
+#pragma unroll
+        for (int i = 0; i < MT; ++i) {
+          float t = part[warp][i];
+          for (int u = 1; u < WPC; ++u) t += part[warp + u][i];
+          acc[i] = t;
+        }
+      }
     }
+    if (live && sub == 0 && lane == 0) {
+#pragma unroll
+      for (int i = 0; i < MT; ++i)
+        if (i < mc) store_ep(out + (m0 + i) * ldo + n, acc[i] + b, ep);
+    }
+  }
+}
+
+template <typename WT, int MT, int WPC>
+void launch_gemv_wpc(const Tensor& a, const Tensor& w, const float* bias, Tensor& out, Epilogue ep, bool vec,
+                     cudaStream_t s) {
+  const int64_t M = out.rows(), N = out.cols(), K = a.cols();
+  const unsigned grid = blocks_for(N, 8 / WPC);
+  auto* ap = a.ptr<const float>();
+  auto* wp = static_cast<const WT*>(w.data);
+  if (vec) {
+    gemv_kernel<WT, MT, true, WPC><<<grid, 256, 0, s>>>(ap, a.row_stride(), wp, w.row_stride(), M, N, K, bias,
+                                                        out.ptr<float>(), out.row_stride(), static_cast<int>(ep));
+  } else {
+    gemv_kernel<WT, MT, false, WPC><<<grid, 256, 0, s>>>(ap, a.row_stride(), wp, w.row_stride(), M, N, K, bias,
+                                                         out.ptr<float>(), out.row_stride(), static_cast<int>(ep));
   }
 }
 
 template <typename WT, int MT>
 void launch_gemv(const Tensor& a, const Tensor& w, const float* bias, Tensor& out, Epilogue ep, cudaStream_t s) {
-  const int64_t M = out.rows(), N = out.cols(), K = a.cols();
+  const int64_t N = out.cols(), K = a.cols();
   const bool vec = K % 8 == 0 && w.row_stride() % 8 == 0 && a.row_stride() % 4 == 0 &&
                    reinterpret_cast<uintptr_t>(w.data) % 16 == 0 && reinterpret_cast<uintptr_t>(a.data) % 16 == 0;
-  const int threads = 256;
-  const unsigned grid = blocks_for(N, threads / 32);
-  auto* ap = a.ptr<const float>();
-  auto* wp = static_cast<const WT*>(w.data);
-  if (vec) {
-    gemv_kernel<WT, MT, true><<<grid, threads, 0, s>>>(ap, a.row_stride(), wp, w.row_stride(), M, N, K, bias,
-                                                       out.ptr<float>(), out.row_stride(), static_cast<int>(ep));
+  // Enough warps for ~48 per SM on a 132-SM part, and at least 512 weights of a row per warp.
+  const int64_t want = (6336 + N - 1) / N;
+  const int64_t cap = std::max<int64_t>(1, K / 512);
+  const int64_t wpc = std::min(want, cap);
+  if (wpc >= 8) {
+    launch_gemv_wpc<WT, MT, 8>(a, w, bias, out, ep, vec, s);
+  } else if (wpc >= 4) {
+    launch_gemv_wpc<WT, MT, 4>(a, w, bias, out, ep, vec, s);
+  } else if (wpc >= 2) {
+    launch_gemv_wpc<WT, MT, 2>(a, w, bias, out, ep, vec, s);
   } else {
-    gemv_kernel<WT, MT, false><<<grid, threads, 0, s>>>(ap, a.row_stride(), wp, w.row_stride(), M, N, K, bias,
-                                                        out.ptr<float>(), out.row_stride(), static_cast<int>(ep));
+    launch_gemv_wpc<WT, MT, 1>(a, w, bias, out, ep, vec, s);
   }
 }
 
@@ -245,14 +301,17 @@ template <typename T>
 __global__ void pack_rows_kernel(const float* __restrict__ a, int64_t lda, int64_t M, int64_t K, T* __restrict__ dst) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= M * K) return;
-  const int64_t m = i / K, k = i % K;
+  int64_t m, k;
+  row_col(i, K, m, k);
   dst[i] = from_f32<T>(a[m * lda + k]);
 }
 
 __global__ void gelu_kernel(float* x, int64_t ld, int64_t R, int64_t C) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= R * C) return;
-  float* p = x + (i / C) * ld + i % C;
+  int64_t r, c;
+  row_col(i, C, r, c);
+  float* p = x + r * ld + c;
   *p = gelu_erf(*p);
 }
 
@@ -274,13 +333,33 @@ __global__ void rms_norm_kernel(const float* x, int64_t ldx, const WT* __restric
   }
 }
 
+// Narrow rows (the encoders' 32..1024 channels over ~10^6 time steps): one warp per row.
+template <typename WT>
+__global__ void rms_norm_warp_kernel(const float* x, int64_t ldx, const WT* __restrict__ w, float eps, float* out,
+                                     int64_t ldo, int64_t R, int64_t C) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (r >= R) return;
+  const int lane = threadIdx.x & 31;
+  const float* xr = x + r * ldx;
+  float* orow = out + r * ldo;
+  float ss = 0.f;
+  for (int64_t c = lane; c < C; c += 32) ss = fmaf(xr[c], xr[c], ss);
+  ss = warp_sum(ss);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(C) + eps);
+  for (int64_t c = lane; c < C; c += 32) {
+    const float n = xr[c] * inv;
+    orow[c] = n * to_f32(w[c]);
+  }
+}
+
 template <typename WT>
 __global__ void dwconv_kernel(const float* __restrict__ x, int64_t ldx, const float* __restrict__ hist, int64_t ldh,
                               const WT* __restrict__ w, int64_t ldw, const float* __restrict__ bias, float* out,
                               int64_t ldo, int64_t T, int64_t C, int K) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= T * C) return;
-  const int64_t t = i / C, c = i % C;
+  int64_t t, c;
+  row_col(i, C, t, c);
   float acc = 0.f;
   for (int k = 0; k < K; ++k) {
     const int64_t src = t + k - (K - 1);
@@ -300,7 +379,8 @@ __global__ void add_scaled_kernel(float* x, int64_t ldx, const ST* __restrict__ 
                                   int64_t R, int64_t C) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= R * C) return;
-  const int64_t r = i / C, c = i % C;
+  int64_t r, c;
+  row_col(i, C, r, c);
   x[r * ldx + c] += to_f32(scale[c]) * y[r * ldy + c];
 }
 
@@ -308,7 +388,8 @@ __global__ void add_kernel(const float* a, int64_t lda, const float* b, int64_t 
                            int64_t R, int64_t C) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= R * C) return;
-  const int64_t r = i / C, c = i % C;
+  int64_t r, c;
+  row_col(i, C, r, c);
   out[r * ldo + c] = a[r * lda + c] + b[r * ldb + c];
 }
 
@@ -316,7 +397,8 @@ __global__ void silu_mul_kernel(const float* __restrict__ g, int64_t ldg, float*
                                 int64_t R, int64_t I) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= R * I) return;
-  const int64_t r = i / I, c = i % I;
+  int64_t r, c;
+  row_col(i, I, r, c);
   const float* gr = g + r * ldg;
   out[r * ldo + c] = silu(gr[c]) * gr[I + c];
 }
@@ -326,7 +408,8 @@ __global__ void embedding_kernel(const TT* __restrict__ table, int64_t ldt, int6
                                  float* __restrict__ out, int64_t ldo, int64_t R, int64_t H) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= R * H) return;
-  const int64_t r = i / H, c = i % H;
+  int64_t r, c;
+  row_col(i, H, r, c);
   const int32_t id = ids[r];
   out[r * ldo + c] = id < 0 || id >= V ? 0.f : to_f32(table[id * ldt + c]);
 }
@@ -358,7 +441,8 @@ __global__ void kv_write_kernel(const float* __restrict__ k, int64_t ldk, const 
                                 int64_t ldc, int64_t R, int64_t width) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= R * width) return;
-  const int64_t r = i / width, c = i % width;
+  int64_t r, c;
+  row_col(i, width, r, c);
   const int64_t slot = kv_slot(tables, ldt, bs, row_seq[r], row_pos[r]);
   kc[slot * ldc + c] = from_f32<CT>(k[r * ldk + c]);
   vc[slot * ldc + c] = from_f32<CT>(v[r * ldv + c]);
@@ -423,6 +507,200 @@ __global__ void __launch_bounds__(kAttnTile) paged_attention_kernel(
   }
   float* oh = out + r * ldo + static_cast<int64_t>(h) * D;
   for (int d = threadIdx.x; d < D; d += blockDim.x) oh[d] = acc[d] / l;
+}
+
+// Tiled paged attention: one block (8 warps) per (tile of QT rows, kv head, key split). The query
+// vectors of the tile's rows for every query head of the kv head's group (≤ 32) share each K/V tile
+// of 32 keys, loaded once into shared memory. Within a warp, lane = key for the scores (no
+// shuffles per pair), then lane = output dimension for p·V. Rows of a tile that belong to different
+// sequences are taken in passes, one sequence at a time. With several key splits, each block leaves
+// unnormalised partials (acc, max, sum) that attn_combine_kernel merges.
+// One kernel for the data flow of a whole tile; splitting it would hide how the tile is reused.
+constexpr int kKeyTile = 32;
+constexpr int kTileWarps = 8;
+constexpr int kQvPerWarp = 4;  // query vectors per warp: a tile has at most 32 = 8 warps × 4
+
+template <typename CT, int DPL>
+__global__ void __launch_bounds__(kTileWarps * 32) attn_tile_kernel(
+    const float* __restrict__ q, int64_t ldq, const int32_t* __restrict__ row_seq,
+    const int32_t* __restrict__ row_pos, const int32_t* __restrict__ tables, int64_t ldt, int bs,
+    const CT* __restrict__ kc, const CT* __restrict__ vc, int64_t ldc, int64_t n, int heads, int kv_heads, int D,
+    float scale, int QT, int chunk, float* __restrict__ out, int64_t ldo, float* __restrict__ ws_acc,
+    float* __restrict__ ws_ml) {
+  extern __shared__ float sm[];
+  const int G = heads / kv_heads;
+  const int nq = QT * G;
+  float* Qs = sm;                         // [nq][D]
+  float* Ks = Qs + 32 * D;                // [32][D+1]: lane j reads row j, padded against bank conflicts
+  float* Vs = Ks + kKeyTile * (D + 1);    // [32][D]
+  __shared__ int64_t slots[kKeyTile];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * QT;
+  const int kvh = blockIdx.y;
+  const int split = blockIdx.z, nsplit = gridDim.z;
+  const int kbeg = split * chunk;
+  const int rows_here = static_cast<int>(n - r0 < QT ? n - r0 : QT);
+  unsigned done = 0;
+  while (true) {
+    int first = -1;
+    for (int i = 0; i < rows_here; ++i) {
+      if (!((done >> i) & 1u)) {
+        first = i;
+        break;
+      }
+    }
+    if (first < 0) break;
+    const int32_t seq = row_seq[r0 + first];
+    unsigned active = 0;
+    int kend = 0;
+    for (int i = first; i < rows_here; ++i) {
+      if (!((done >> i) & 1u) && row_seq[r0 + i] == seq) {
+        active |= 1u << i;
+        kend = max(kend, row_pos[r0 + i] + 1);
+      }
+    }
+    done |= active;
+    kend = min(kend, kbeg + chunk);
+    __syncthreads();  // the previous pass is done with Qs
+    for (int idx = threadIdx.x; idx < nq * D; idx += blockDim.x) {
+      const int qv = idx / D, d = idx % D, i = qv / G, g = qv % G;
+      if ((active >> i) & 1u) Qs[idx] = q[(r0 + i) * ldq + static_cast<int64_t>(kvh * G + g) * D + d];
+    }
+    float acc[kQvPerWarp][DPL], m[kQvPerWarp], l[kQvPerWarp];
+#pragma unroll
+    for (int t = 0; t < kQvPerWarp; ++t) {
+      m[t] = -INFINITY;
+      l[t] = 0.f;
+#pragma unroll
+      for (int e = 0; e < DPL; ++e) acc[t][e] = 0.f;
+    }
+    for (int j0 = kbeg; j0 < kend; j0 += kKeyTile) {
+      __syncthreads();  // Qs written; the previous K/V tile consumed
+      if (threadIdx.x < kKeyTile) {
+        const int j = j0 + threadIdx.x;
+        slots[threadIdx.x] = j < kend ? static_cast<int64_t>(tables[seq * ldt + j / bs]) * bs + j % bs : -1;
+      }
+      __syncthreads();
+      for (int idx = threadIdx.x; idx < kKeyTile * D; idx += blockDim.x) {
+        const int jj = idx / D, d = idx % D;
+        const int64_t sl = slots[jj];
+        float kv = 0.f, vv = 0.f;
+        if (sl >= 0) {
+          kv = to_f32(kc[sl * ldc + static_cast<int64_t>(kvh) * D + d]);
+          vv = to_f32(vc[sl * ldc + static_cast<int64_t>(kvh) * D + d]);
+        }
+        Ks[jj * (D + 1) + d] = kv;
+        Vs[jj * D + d] = vv;
+      }
+      __syncthreads();
+      // The warp's query vectors go through the tile together: each K element and each V element
+      // read from shared memory serves all of them (register blocking over query vectors).
+      bool own[kQvPerWarp];
+      int qpos[kQvPerWarp];
+#pragma unroll
+      for (int t = 0; t < kQvPerWarp; ++t) {
+        const int qv = warp + kTileWarps * t;
+        const int i = qv / G;
+        own[t] = qv < nq && ((active >> i) & 1u) && j0 <= row_pos[r0 + i];  // uniform over the warp
+        qpos[t] = own[t] ? row_pos[r0 + i] : -1;
+      }
+      float sc[kQvPerWarp];
+#pragma unroll
+      for (int t = 0; t < kQvPerWarp; ++t) sc[t] = 0.f;
+      const float* kr = Ks + lane * (D + 1);
+#pragma unroll 4
+      for (int d = 0; d < D; ++d) {
+        const float kd = kr[d];
+#pragma unroll
+        for (int t = 0; t < kQvPerWarp; ++t)
+          if (own[t]) sc[t] = fmaf(Qs[(warp + kTileWarps * t) * D + d], kd, sc[t]);
+      }
+      const int j = j0 + lane;
+      float p[kQvPerWarp];
+#pragma unroll
+      for (int t = 0; t < kQvPerWarp; ++t) {
+        p[t] = 0.f;
+        if (!own[t]) continue;
+        const bool masked = j > qpos[t] || j >= kend;
+        const float sv = masked ? -INFINITY : sc[t] * scale;
+        const float mn = fmaxf(m[t], warp_max(sv));
+        p[t] = masked ? 0.f : expf(sv - mn);
+        const float corr = expf(m[t] - mn);  // 0 while m is −inf
+        l[t] = l[t] * corr + warp_sum(p[t]);
+        m[t] = mn;
+#pragma unroll
+        for (int e = 0; e < DPL; ++e) acc[t][e] *= corr;
+      }
+      for (int jj = 0; jj < kKeyTile; ++jj) {
+        float vv[DPL];
+#pragma unroll
+        for (int e = 0; e < DPL; ++e) {
+          const int dd = lane + 32 * e;
+          vv[e] = dd < D ? Vs[jj * D + dd] : 0.f;
+        }
+#pragma unroll
+        for (int t = 0; t < kQvPerWarp; ++t) {
+          if (!own[t]) continue;
+          const float pj = __shfl_sync(0xffffffffu, p[t], jj);
+#pragma unroll
+          for (int e = 0; e < DPL; ++e) acc[t][e] = fmaf(pj, vv[e], acc[t][e]);
+        }
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < kQvPerWarp; ++t) {
+      const int qv = warp + kTileWarps * t;
+      if (qv >= nq) break;
+      const int i = qv / G, h = kvh * G + qv % G;
+      if (!((active >> i) & 1u)) continue;
+      const int64_t row = r0 + i;
+      if (nsplit == 1) {
+#pragma unroll
+        for (int e = 0; e < DPL; ++e) {
+          const int dd = lane + 32 * e;
+          if (dd < D) out[row * ldo + static_cast<int64_t>(h) * D + dd] = acc[t][e] / l[t];
+        }
+      } else {
+        const int64_t base = (static_cast<int64_t>(split) * n + row) * heads + h;
+#pragma unroll
+        for (int e = 0; e < DPL; ++e) {
+          const int dd = lane + 32 * e;
+          if (dd < D) ws_acc[base * D + dd] = acc[t][e];
+        }
+        if (lane == 0) {
+          ws_ml[base * 2] = m[t];
+          ws_ml[base * 2 + 1] = l[t];
+        }
+      }
+    }
+  }
+}
+
+// Merges the key splits of attn_tile_kernel: out = Σ_s acc_s·e^(m_s−m) / Σ_s l_s·e^(m_s−m). Each
+// split's weight is computed once into shared memory, so the loop over splits issues independent loads.
+__global__ void attn_combine_kernel(const float* __restrict__ ws_acc, const float* __restrict__ ws_ml, int nsplit,
+                                    int64_t n, int heads, int D, float* __restrict__ out, int64_t ldo) {
+  extern __shared__ float wsplit[];  // [nsplit]
+  __shared__ float scratch[32];
+  const int64_t r = blockIdx.x;
+  const int h = blockIdx.y;
+  float mx = -INFINITY;
+  for (int sp = threadIdx.x; sp < nsplit; sp += blockDim.x) mx = fmaxf(mx, ws_ml[((sp * n + r) * heads + h) * 2]);
+  mx = block_max(mx, scratch);
+  float lsum = 0.f;
+  for (int sp = threadIdx.x; sp < nsplit; sp += blockDim.x) {
+    const float* ml = ws_ml + ((sp * n + r) * heads + h) * 2;
+    const float e = ml[1] > 0.f ? expf(ml[0] - mx) : 0.f;
+    wsplit[sp] = e;
+    lsum += ml[1] * e;
+  }
+  lsum = block_sum(lsum, scratch);  // its barriers also publish wsplit
+  const float inv = 1.0f / lsum;
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    float a = 0.f;
+    for (int sp = 0; sp < nsplit; ++sp) a = fmaf(ws_acc[((sp * n + r) * heads + h) * D + d], wsplit[sp], a);
+    out[r * ldo + static_cast<int64_t>(h) * D + d] = a * inv;
+  }
 }
 
 // Ties to the lowest index; a NaN beats every number and the first NaN wins (as the reference).
@@ -509,7 +787,14 @@ void gelu_inplace(Tensor& out, cudaStream_t s) {
 
 void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out, cudaStream_t s) {
   if (x.rows() == 0) return;
-  const int threads = x.cols() >= 1024 ? 512 : (x.cols() >= 256 ? 256 : 64);
+  if (x.cols() <= 1024) {
+    VV_DISPATCH_FLOAT(weight.dtype, WT,
+                      rms_norm_warp_kernel<WT><<<blocks_for(x.rows(), 8), 256, 0, s>>>(
+                          x.ptr<const float>(), x.row_stride(), static_cast<const WT*>(weight.data), eps,
+                          out.ptr<float>(), out.row_stride(), x.rows(), x.cols()));
+    return;
+  }
+  const int threads = 512;
   VV_DISPATCH_FLOAT(weight.dtype, WT,
                     rms_norm_kernel<WT><<<static_cast<unsigned>(x.rows()), threads, 0, s>>>(
                         x.ptr<const float>(), x.row_stride(), static_cast<const WT*>(weight.data), eps,
@@ -582,10 +867,76 @@ void kv_write(const Tensor& k, const Tensor& v, const AttentionRows& rows, KvLay
                         width));
 }
 
+AttentionPlan plan_attention(int64_t n, const AttentionRows& rows, const AttentionShape& shape, int sms) {
+  AttentionPlan p;
+  const int G = shape.heads / shape.kv_heads;
+  if (G > 32 || shape.head_dim > 256 || n == 0) return p;  // the per-(row, head) kernel
+  p.tiled = true;
+  p.rows_per_tile = 32 / G;
+  const int64_t tiles = (n + p.rows_per_tile - 1) / p.rows_per_tile;
+  const int64_t max_keys = std::max<int64_t>(rows.block_tables.cols() * rows.block_size, 1);
+  const int64_t base = tiles * shape.kv_heads;
+  int64_t splits = 1;
+  // Decode-like grids (few tiles): split the keys so the grid fills the GPU twice over, down to one
+  // 32-key tile per split; each block's time is mostly the latency of its first loads.
+  if (base < 2 * sms) splits = std::min<int64_t>((2 * sms + base - 1) / base, (max_keys + kKeyTile - 1) / kKeyTile);
+  splits = std::max<int64_t>(splits, 1);
+  p.splits = static_cast<int>(splits);
+  p.chunk = static_cast<int>(((max_keys + splits - 1) / splits + kKeyTile - 1) / kKeyTile * kKeyTile);
+  p.ws_floats = splits > 1 ? static_cast<size_t>(splits * n * shape.heads) * (shape.head_dim + 2) : 0;
+  return p;
+}
+
+namespace {
+
+template <typename CT, int DPL>
+void launch_tiled(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, const AttentionShape& shape,
+                  Tensor& out, const AttentionPlan& p, float* ws, cudaStream_t s) {
+  const int D = shape.head_dim;
+  const size_t smem = (static_cast<size_t>(32) * D + kKeyTile * (D + 1) + kKeyTile * D) * sizeof(float);
+  static bool raised = false;  // per instantiation: allow > 48 KB of dynamic shared memory
+  if (!raised) {
+    cudaFuncSetAttribute(attn_tile_kernel<CT, DPL>, cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024);
+    raised = true;
+  }
+  const int64_t n = q.rows();
+  const dim3 grid(static_cast<unsigned>((n + p.rows_per_tile - 1) / p.rows_per_tile),
+                  static_cast<unsigned>(shape.kv_heads), static_cast<unsigned>(p.splits));
+  float* ws_acc = ws;
+  float* ws_ml = ws ? ws + static_cast<size_t>(p.splits) * n * shape.heads * D : nullptr;
+  attn_tile_kernel<CT, DPL><<<grid, kTileWarps * 32, smem, s>>>(
+      q.ptr<const float>(), q.row_stride(), rows.row_seq.ptr<const int32_t>(), rows.row_pos.ptr<const int32_t>(),
+      rows.block_tables.ptr<const int32_t>(), rows.block_tables.row_stride(), rows.block_size,
+      static_cast<const CT*>(cache.k.data), static_cast<const CT*>(cache.v.data), cache.k.row_stride(), n,
+      shape.heads, shape.kv_heads, D, shape.scale, p.rows_per_tile, p.chunk, out.ptr<float>(), out.row_stride(),
+      ws_acc, ws_ml);
+  if (p.splits > 1) {
+    attn_combine_kernel<<<dim3(static_cast<unsigned>(n), static_cast<unsigned>(shape.heads)), 128,
+                          sizeof(float) * p.splits, s>>>(
+        ws_acc, ws_ml, p.splits, n, shape.heads, D, out.ptr<float>(), out.row_stride());
+  }
+}
+
+}  // namespace
+
 void paged_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, const AttentionShape& shape,
-                     Tensor& out, cudaStream_t s) {
+                     Tensor& out, const AttentionPlan& plan, float* ws, cudaStream_t s) {
   if (q.rows() == 0) return;
   const int D = shape.head_dim;
+  if (plan.tiled) {
+    VV_DISPATCH_FLOAT(cache.k.dtype, CT, {
+      if (D <= 32) {
+        launch_tiled<CT, 1>(q, rows, cache, shape, out, plan, ws, s);
+      } else if (D <= 64) {
+        launch_tiled<CT, 2>(q, rows, cache, shape, out, plan, ws, s);
+      } else if (D <= 128) {
+        launch_tiled<CT, 4>(q, rows, cache, shape, out, plan, ws, s);
+      } else {
+        launch_tiled<CT, 8>(q, rows, cache, shape, out, plan, ws, s);
+      }
+    });
+    return;
+  }
   const size_t smem = (2 * static_cast<size_t>(D) + kAttnTile) * sizeof(float) + kAttnTile * sizeof(int64_t) + 8;
   const dim3 grid(static_cast<unsigned>(q.rows()), static_cast<unsigned>(shape.heads));
   VV_DISPATCH_FLOAT(cache.k.dtype, CT,

@@ -32,8 +32,21 @@ void embedding(const Tensor& table, const Tensor& ids, Tensor& out, cudaStream_t
 void rope(Tensor& x, const Tensor& pos, int heads, int head_dim, const float* inv_freq, cudaStream_t s);
 void kv_write(const Tensor& k, const Tensor& v, const AttentionRows& rows, KvLayer& cache,
               const AttentionShape& shape, cudaStream_t s);
+// How paged_attention runs a call: the tiled kernel (K/V tiles shared by a tile's query vectors),
+// split over keys when the grid would otherwise not fill the GPU (decode), or the per-(row, head)
+// kernel for GQA groups over 32 or head_dim over 256. Splits need ws_floats of workspace.
+struct AttentionPlan {
+  bool tiled = false;
+  int rows_per_tile = 1;
+  int splits = 1;
+  int chunk = 0;  // keys per split (a multiple of 32)
+  size_t ws_floats = 0;
+};
+// max keys per row are bounded by the block table's width × block_size (the host never reads
+// positions, which live on the device).
+AttentionPlan plan_attention(int64_t n, const AttentionRows& rows, const AttentionShape& shape, int sms);
 void paged_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, const AttentionShape& shape,
-                     Tensor& out, cudaStream_t s);
+                     Tensor& out, const AttentionPlan& plan, float* ws, cudaStream_t s);
 void argmax(const Tensor& logits, Tensor& out, cudaStream_t s);
 
 }  // namespace vv::cuda

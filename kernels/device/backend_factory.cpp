@@ -1,5 +1,7 @@
 #include "kernels/device/backend_factory.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <string>
 
@@ -55,6 +57,33 @@ std::string gpu_unavailable_reason() {
   return cuda_unavailable_reason();
 #else
   return "this binary was built without the CUDA backend";
+#endif
+}
+
+double measure_copy_gbps(Backend& be, size_t bytes) {
+  Buffer a = be.allocate(bytes), b = be.allocate(bytes);
+  if (!a.data() || !b.data()) return 0;
+  const int64_t cols = 1 << 20;
+  Tensor src = Tensor::matrix(a.data(), DType::kU8, static_cast<int64_t>(bytes) / cols, cols);
+  Tensor dst = Tensor::matrix(b.data(), DType::kU8, static_cast<int64_t>(bytes) / cols, cols);
+  be.copy(src, dst);  // warm-up
+  be.synchronize();
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 4; ++i) be.copy(src, dst);
+    be.synchronize();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, 4.0 * 2.0 * static_cast<double>(src.rows() * cols) / s / 1e9);
+  }
+  return best;
+}
+
+std::string backend_profile_report([[maybe_unused]] Backend& be) {
+#if VV_HAVE_CUDA
+  return cuda_profile_report(be);
+#else
+  return {};
 #endif
 }
 

@@ -31,6 +31,13 @@ int usable_gpu_count();
 // Why no GPU is usable ("built without CUDA", "no CUDA driver ...", ...); empty when one is.
 std::string gpu_unavailable_reason();
 
+// Memory bandwidth of a backend's own memory as seen through its copy op: read + write bytes per
+// second of a large device-to-device copy, best of a few (the GPU's bound for `vibevoice bench`).
+double measure_copy_gbps(Backend& be, size_t bytes = size_t{512} << 20);
+
+// Per-op time table of a GPU backend run with VV_CUDA_PROFILE=1 (see kernels/cuda); "" otherwise.
+std::string backend_profile_report(Backend& be);
+
 Result<std::unique_ptr<Backend>> make_backend(const DeviceSpec& device, const BackendOptions& options = {});
 Result<std::unique_ptr<Backend>> make_backend(std::string_view device, const BackendOptions& options = {});
 

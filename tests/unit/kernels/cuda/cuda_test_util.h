@@ -85,9 +85,10 @@ inline std::vector<float> host_rows(const Tensor& t) {  // a host F32 view, pack
   return out;
 }
 
-// max|got − want| ≤ rel · max|want| (+ a floor for all-zero references), no NaN anywhere.
+// max|got − want| ≤ rel · max(max|want|, scale_floor), no NaN anywhere. scale_floor: the size of
+// the inputs where the output is an average of them (attention), so rounding is judged against it.
 inline void expect_close(const std::vector<float>& got, const std::vector<float>& want, double rel,
-                         const std::string& what) {
+                         const std::string& what, double scale_floor = 1e-6) {
   ASSERT_EQ(got.size(), want.size()) << what;
   double mx = 0, err = 0;
   size_t worst = 0, nan = 0;
@@ -101,7 +102,7 @@ inline void expect_close(const std::vector<float>& got, const std::vector<float>
     }
   }
   EXPECT_EQ(nan, 0u) << what << ": NaN (unwritten or wrong) elements";
-  EXPECT_LE(err, rel * std::max(mx, 1e-6)) << what << ": worst at " << worst << " got " << got[worst] << " want "
+  EXPECT_LE(err, rel * std::max(mx, scale_floor)) << what << ": worst at " << worst << " got " << got[worst] << " want "
                                            << want[worst] << " (max|ref| " << mx << ")";
 }
 
