@@ -15,6 +15,7 @@
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/runner/runner.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/device/backend_factory.h"
 #include "service/cli/commands.h"
 
 namespace vv::cli {
@@ -87,6 +88,8 @@ struct BenchArgs {
   std::string dtype = "bf16";
   uint64_t seed = 1;
   int threads = 0;
+  std::string device = "cpu";
+  bool gpu_bf16 = false;
   double audio_seconds = 10;
   int prefill_tokens = 512;
   int decode_tokens = 32;
@@ -132,15 +135,26 @@ int run_bench(const BenchArgs& a) {
   if (!a.random.empty() && a.random != "7b" && a.random != "tiny") {
     return fail(invalid_argument("--random: expected 7b or tiny, got '" + a.random + "'"));
   }
-  CpuBackendOptions bo;
-  bo.threads = a.threads;
-  auto counting = std::make_unique<CountingBackend>(make_cpu_backend(bo));
+  auto dev = parse_device(a.device);
+  if (!dev.is_ok()) return fail(dev.status());
+  const bool gpu = dev->kind == DeviceSpec::Kind::kCuda;
+  BackendOptions bo;
+  bo.cpu_threads = a.threads;
+  bo.gpu_bf16_gemm = a.gpu_bf16;
+  auto inner = make_backend(*dev, bo);
+  if (!inner.is_ok()) return fail(inner.status());
+  auto counting = std::make_unique<CountingBackend>(std::move(inner).value());
   CountingBackend* counter = counting.get();
+  counter->set_host_visible(!gpu);  // row positions live in device memory on a GPU
   const std::string backend_name = counter->name();
   const int threads = a.threads > 0 ? a.threads : physical_core_count();
 
   Figures f;
-  if (!a.skip_probes) {
+  if (!a.skip_probes && gpu) {
+    // The GPU's bound: its own memory through a large device copy (no FMA probe: no ratio).
+    std::fprintf(stderr, "measuring %s: device copy bandwidth...\n", backend_name.c_str());
+    f.triad_gbps = measure_copy_gbps(*counter);
+  } else if (!a.skip_probes) {
     std::fprintf(stderr, "measuring this machine (%d threads): triad and FMA peak...\n", threads);
     f.triad_gbps = measure_triad_gbps(threads);
     f.fma_gflops = measure_fma_gflops(threads);
@@ -188,6 +202,10 @@ int run_bench(const BenchArgs& a) {
     std::normal_distribution<float> noise(0.f, 0.05f);
     for (float& x : audio) x = noise(rng);
     std::fprintf(stderr, "encoder: %.1f s of audio...\n", samples / static_cast<double>(spec.sample_rate));
+    if (gpu) {  // first use builds cuBLASLt plans and workspaces: keep it out of the figure
+      auto warm = runner->encode(audio.data(), samples);
+      if (!warm.is_ok()) return fail(warm.status());
+    }
     counter->counts = {};
     const auto t0 = Clock::now();
     auto rows = runner->encode(audio.data(), samples);
@@ -203,6 +221,18 @@ int run_bench(const BenchArgs& a) {
   std::uniform_int_distribution<TokenId> tok(0, std::min(d.vocab_size, 151643) - 1);
   std::vector<std::vector<BlockId>> tables(static_cast<size_t>(a.batch));
   std::vector<TokenId> last(static_cast<size_t>(a.batch));
+  if (gpu) {  // an untimed prefill of the same size: plans and workspaces are built on first use
+    StepPlan plan;
+    SequenceRows rows;
+    for (int i = 0; i < a.prefill_tokens; ++i) rows.ids.push_back(tok(rng));
+    std::vector<BlockId> warm;
+    if (Status s = runner->kv().reserve(warm, a.prefill_tokens + 1); !s.is_ok()) return fail(s);
+    rows.blocks = warm;
+    plan.seqs.push_back(std::move(rows));
+    auto out = runner->execute(plan);
+    runner->kv().release(warm);
+    if (!out.is_ok()) return fail(out.status());
+  }
   double prefill_s = 0;
   counter->counts = {};
   for (int b = 0; b < a.batch; ++b) {
@@ -296,6 +326,9 @@ void register_bench(CLI::App& app, CommandContext& ctx) {
   sub->add_option("--dtype", args->dtype, "Weight dtype of --random: bf16, f16 or f32")->capture_default_str();
   sub->add_option("--seed", args->seed, "Seed of --random weights and inputs")->capture_default_str();
   sub->add_option("--threads", args->threads, "Worker threads (default: $VIBEVOICE_THREADS, else physical cores)");
+  sub->add_option("--device", args->device, "cpu, cuda, cuda:N, or auto (a GPU when one is usable)")
+      ->capture_default_str();
+  sub->add_flag("--gpu-bf16", args->gpu_bf16, "On a GPU: large GEMMs on bf16 tensor cores (default f32)");
   sub->add_option("--audio-seconds", args->audio_seconds, "Audio fed to the encoders")->capture_default_str();
   sub->add_option("--prefill-tokens", args->prefill_tokens, "Prompt rows in the prefill step")->capture_default_str();
   sub->add_option("--decode-tokens", args->decode_tokens, "Decode steps timed")->capture_default_str();

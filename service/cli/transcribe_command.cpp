@@ -20,6 +20,7 @@
 #include "engine/checkpoint/safetensors_writer.h"
 #include "engine/model/tensor_capture.h"
 #include "engine/runner/cpu_runner.h"
+#include "engine/runner/device_runner.h"
 #include "engine/text/prompt_builder.h"
 #include "engine/text/tokenizer.h"
 #include "engine/transcript/response_format.h"
@@ -51,6 +52,8 @@ struct TranscribeArgs {
   std::string acoustic_sampling = "mean";
   double segment_seconds = 0;
   int threads = 0;
+  std::string device = "cpu";
+  bool gpu_bf16 = false;
   int64_t kv_positions = 0;
   double max_seconds = 0;
   bool progress = false;
@@ -191,7 +194,10 @@ int run_transcribe(const TranscribeArgs& a) {
   ropt.kv_positions = a.kv_positions > 0 ? a.kv_positions : need;
   if (requests.size() > 0 && requests[0].encode.segment > 0)
     ropt.encoder_segment = requests[0].encode.segment;
-  auto runner = make_cpu_runner(**ckpt, ropt, a.threads);
+  BackendOptions bopt;
+  bopt.cpu_threads = a.threads;
+  bopt.gpu_bf16_gemm = a.gpu_bf16;
+  auto runner = make_runner(**ckpt, ropt, a.device, bopt);
   if (!runner.is_ok()) return fail(runner.status());
 
   std::unique_ptr<TensorCapture> capture;
@@ -316,6 +322,11 @@ void register_transcribe(CLI::App& app, CommandContext& ctx) {
   sub->add_option(
       "--segment-seconds", args->segment_seconds,
       "Encoder segment length (rounded down to 3200 samples; default 60 s). Bounds encoder memory");
+  sub->add_option("--device", args->device,
+                  "cpu, cuda, cuda:N, or auto (the first GPU when one is usable, else the CPU)")
+      ->capture_default_str();
+  sub->add_flag("--gpu-bf16", args->gpu_bf16,
+                "On a GPU: large GEMMs on bf16 tensor cores (activations rounded to bf16; default f32, exact)");
   sub->add_option("--threads", args->threads,
                   "Worker threads (default: $VIBEVOICE_THREADS, else physical cores)");
   sub->add_option("--kv-positions", args->kv_positions,
