@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -47,11 +48,18 @@ struct OpTimer {
 
 class CudaBackend final : public Backend {
  public:
+  // A recorded GEMM's operands, so that flush can fuse one-row GEMMs over the same input.
+  struct GemmRec {
+    Tensor a, w, b, out;
+    bool hb = false;
+    Epilogue ep = Epilogue::kNone;
+  };
   ~CudaBackend() override {
     cudaSetDevice(device_);
     // Ops recorded but never synchronised have no observable result; their buffers may already
     // be gone (freed on another thread), so they are dropped rather than launched.
     pending_.clear();
+    pending_gemm_.clear();
     if (tl_pending == this) tl_pending = nullptr;
     if (stream_) cudaStreamSynchronize(stream_);
     clear_graphs();
@@ -126,10 +134,14 @@ class CudaBackend final : public Backend {
     const Tensor b = hb ? *bias : Tensor{};
     Sig s(1);
     s << a << w << b << out << static_cast<int>(ep);
-    defer(s, [=, this] {
-      Tensor o = out;
-      run_gemm(a, w, hb ? &b : nullptr, o, ep);
-    });
+    const GemmRec rec{a, w, b, out, hb, ep};
+    defer(
+        s,
+        [=, this] {
+          Tensor o = out;
+          run_gemm(a, w, hb ? &b : nullptr, o, ep);
+        },
+        &rec);
   }
   void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) override {
     Sig s(2);
@@ -223,6 +235,55 @@ class CudaBackend final : public Backend {
     });
   }
 
+  // Runs of consecutive one-row GEMMs on the skinny path that read the same activation row (q, k
+  // and v of a decode step) become one gemv_multi launch. The run's ops are independent: each
+  // writes its own output, none of which is the shared input.
+  void fuse_gemvs(std::vector<std::function<void()>>& ops, const std::vector<std::optional<GemmRec>>& gemms) {
+    auto fusable = [&](size_t i) {
+      if (i >= gemms.size() || !gemms[i]) return false;
+      const GemmRec& g = *gemms[i];
+      return g.out.rows() == 1 && g.a.rows() == 1 && g.a.dtype == DType::kF32 && g.out.data != g.a.data &&
+             g.ep != Epilogue::kGelu;
+    };
+    std::vector<std::function<void()>> out;
+    out.reserve(ops.size());
+    for (size_t i = 0; i < ops.size();) {
+      size_t j = i;
+      if (fusable(i)) {
+        const GemmRec& g0 = *gemms[i];
+        while (j + 1 < ops.size() && j + 1 - i < static_cast<size_t>(cuda::kMaxGemvJobs) && fusable(j + 1) &&
+               gemms[j + 1]->a.data == g0.a.data && gemms[j + 1]->a.cols() == g0.a.cols() &&
+               gemms[j + 1]->w.dtype == g0.w.dtype)
+          ++j;
+      }
+      if (j == i) {
+        out.push_back(std::move(ops[i]));
+        ++i;
+        continue;
+      }
+      cuda::GemvJobs jobs;
+      for (size_t t = i; t <= j; ++t) {
+        const GemmRec& g = *gemms[t];
+        cuda::GemvJob& J = jobs.j[jobs.count++];
+        J.w = g.w.data;
+        J.bias = g.hb ? g.b.ptr<const float>() : nullptr;
+        J.out = g.out.ptr<float>();
+        J.ldw = g.w.row_stride();
+        J.N = g.out.cols();
+        J.ep = static_cast<int>(g.ep);
+      }
+      const Tensor a = gemms[i]->a;
+      const DType wt = gemms[i]->w.dtype;
+      out.push_back([=, this] {
+        OpTimer timer(this, "gemm.skinny_fused");
+        cuda::gemv_multi(a, wt, jobs, stream_);
+        launched("gemm");
+      });
+      i = j + 1;
+    }
+    ops.swap(out);
+  }
+
   // Launches what was recorded since the last host sync. A sequence of at least kGraphMinOps ops
   // seen before with the identical signature (every pointer, shape, stride and scalar: the decode
   // step) is captured once into a CUDA graph on its second sight and replayed from then on; the
@@ -231,13 +292,16 @@ class CudaBackend final : public Backend {
     if (pending_.empty()) return;
     std::vector<std::function<void()>> ops;
     ops.swap(pending_);
+    std::vector<std::optional<GemmRec>> gemms;
+    gemms.swap(pending_gemm_);
+    fuse_gemvs(ops, gemms);
     std::string sig;
     sig.swap(sig_);
     if (tl_pending == this) tl_pending = nullptr;
     auto run_all = [&] {
       for (auto& f : ops) f();
     };
-    if (ops.size() < kGraphMinOps) return run_all();
+    if (ops.size() < kGraphMinOps || ops.size() > kGraphMaxOps) return run_all();
     auto it = graphs_.find(sig);
     if (it == graphs_.end()) {  // first sight: run, remember
       run_all();
@@ -435,16 +499,20 @@ class CudaBackend final : public Backend {
     cudaGraphExec_t exec = nullptr;
     bool failed = false;
   };
+  // Graphs pay for steps of many small launches (a decode step: ~370); an encoder pass (thousands
+  // of large ops, run once per clip) would only pay the capture.
   static constexpr size_t kGraphMinOps = 32;
+  static constexpr size_t kGraphMaxOps = 1024;
   static constexpr size_t kMaxGraphs = 64;
   static inline thread_local CudaBackend* tl_pending = nullptr;
 
   template <typename Fn>
-  void defer(const Sig& s, Fn&& fn) {
+  void defer(const Sig& s, Fn&& fn, const GemmRec* gemm = nullptr) {
     if (!use_graphs_) return fn();
     if (tl_pending && tl_pending != this) tl_pending->flush();  // one backend's ops pending per thread
     sig_ += s.b;
     pending_.emplace_back(std::forward<Fn>(fn));
+    pending_gemm_.push_back(gemm ? std::optional<GemmRec>(*gemm) : std::nullopt);
     tl_pending = this;
     if (pending_.size() >= 8192) flush();
   }
@@ -591,6 +659,7 @@ class CudaBackend final : public Backend {
   // VV_CUDA_GRAPHS=0 launches every op at once (no recording, no graphs); profiling implies it.
   bool use_graphs_ = !profiling_ && !(std::getenv("VV_CUDA_GRAPHS") && std::string(std::getenv("VV_CUDA_GRAPHS")) == "0");
   std::vector<std::function<void()>> pending_;
+  std::vector<std::optional<GemmRec>> pending_gemm_;
   std::string sig_;
   std::map<std::string, GraphEntry> graphs_;
   bool capturing_ = false, capture_broken_ = false;

@@ -247,6 +247,43 @@ void launch_gemv(const Tensor& a, const Tensor& w, const float* bias, Tensor& ou
   }
 }
 
+// Several one-row GEMMs over the same activation row in one launch (q, k and v of a decode step):
+// block b belongs to the job whose block range holds it; 8 output columns per block, one per warp.
+template <typename WT, bool kVec>
+__global__ void __launch_bounds__(256) gemv_multi_kernel(const float* __restrict__ a, int64_t K, GemvJobs jobs) {
+  int jx = 0;
+#pragma unroll
+  for (int t = 1; t < kMaxGemvJobs; ++t)
+    if (t < jobs.count && blockIdx.x >= jobs.j[t].block_begin) jx = t;
+  const GemvJob& J = jobs.j[jx];
+  const int lane = threadIdx.x & 31;
+  const int64_t n = static_cast<int64_t>(blockIdx.x - J.block_begin) * 8 + (threadIdx.x >> 5);
+  if (n >= J.N) return;
+  const WT* wr = static_cast<const WT*>(J.w) + n * J.ldw;
+  float acc = 0.f;
+  if constexpr (kVec) {
+#pragma unroll 4
+    for (int64_t k = lane * 8; k < K; k += 256) {
+      float wf[8];
+      load8(wr + k, wf);
+      const float4* ap = reinterpret_cast<const float4*>(a + k);
+      const float4 x0 = __ldg(ap), x1 = __ldg(ap + 1);
+      acc = fmaf(x0.x, wf[0], acc);
+      acc = fmaf(x0.y, wf[1], acc);
+      acc = fmaf(x0.z, wf[2], acc);
+      acc = fmaf(x0.w, wf[3], acc);
+      acc = fmaf(x1.x, wf[4], acc);
+      acc = fmaf(x1.y, wf[5], acc);
+      acc = fmaf(x1.z, wf[6], acc);
+      acc = fmaf(x1.w, wf[7], acc);
+    }
+  } else {
+    for (int64_t k = lane; k < K; k += 32) acc = fmaf(a[k], to_f32(wr[k]), acc);
+  }
+  acc = warp_sum(acc);
+  if (lane == 0) store_ep(J.out + n, acc + (J.bias ? J.bias[n] : 0.f), J.ep);
+}
+
 // ---- tiled f32 GEMM ---------------------------------------------------------------------------
 
 constexpr int kBM = 64, kBN = 64, kBK = 16;
@@ -755,6 +792,24 @@ void gemv(const Tensor& a, const Tensor& w, const float* bias, Tensor& out, Epil
       launch_gemv<WT, 4>(a, w, bias, out, ep, s);
     } else {
       launch_gemv<WT, 8>(a, w, bias, out, ep, s);
+    }
+  });
+}
+
+void gemv_multi(const Tensor& a, DType wt, GemvJobs jobs, cudaStream_t s) {
+  const int64_t K = a.cols();
+  bool vec = K % 8 == 0 && reinterpret_cast<uintptr_t>(a.data) % 16 == 0;
+  unsigned blocks = 0;
+  for (int t = 0; t < jobs.count; ++t) {
+    vec = vec && jobs.j[t].ldw % 8 == 0 && reinterpret_cast<uintptr_t>(jobs.j[t].w) % 16 == 0;
+    jobs.j[t].block_begin = blocks;
+    blocks += blocks_for(jobs.j[t].N, 8);
+  }
+  VV_DISPATCH_FLOAT(wt, WT, {
+    if (vec) {
+      gemv_multi_kernel<WT, true><<<blocks, 256, 0, s>>>(a.ptr<const float>(), K, jobs);
+    } else {
+      gemv_multi_kernel<WT, false><<<blocks, 256, 0, s>>>(a.ptr<const float>(), K, jobs);
     }
   });
 }

@@ -14,6 +14,21 @@ namespace vv::cuda {
 // Skinny GEMM (few rows): one warp per output column, weights streamed once per 8 rows with
 // 16-byte loads, f32 activations and accumulation. Any M; meant for M ≤ 64.
 void gemv(const Tensor& a, const Tensor& w, const float* bias, Tensor& out, Epilogue ep, cudaStream_t s);
+// One-row GEMMs sharing their activation row (q, k, v), fused into one launch.
+constexpr int kMaxGemvJobs = 4;
+struct GemvJob {
+  const void* w = nullptr;  // [N, K], row stride ldw, the dtype passed to gemv_multi
+  const float* bias = nullptr;
+  float* out = nullptr;     // [1, N]
+  int64_t ldw = 0, N = 0;
+  int ep = 0;               // Epilogue
+  unsigned block_begin = 0;  // filled by gemv_multi
+};
+struct GemvJobs {
+  GemvJob j[kMaxGemvJobs];
+  int count = 0;
+};
+void gemv_multi(const Tensor& a, DType wt, GemvJobs jobs, cudaStream_t s);
 // Tiled f32 SIMT GEMM for any M (weights converted to f32 in shared memory; rows of a may overlap).
 void gemm_f32(const Tensor& a, const Tensor& w, const float* bias, Tensor& out, Epilogue ep, cudaStream_t s);
 // a [M,K] F32 (any row stride, rows may overlap) → dst contiguous [M,K] in `to` (BF16 or F16).

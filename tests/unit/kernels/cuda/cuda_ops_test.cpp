@@ -114,6 +114,44 @@ TEST_P(CudaGemm, ProductionShapes) {
 INSTANTIATE_TEST_SUITE_P(Compute, CudaGemm, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "Bf16" : "F32"; });
 
+// Back-to-back one-row GEMMs over the same input (q, k, v of a decode step) are launched as one
+// fused kernel when the ops are recorded (the default): each output equals the reference's.
+TEST(CudaOps, OneRowGemmsSharingTheirInputFuseCorrectly) {
+  VV_CUDA_BACKEND_OR_SKIP(gpu, false);
+  for (int64_t K : {3584, 136, 29})
+    for (DType wt : {DType::kBF16, DType::kF32}) {
+      HostMatrix a = random_matrix(1, K, DType::kF32, 90);
+      DeviceMatrix da = to_device(*gpu, a);
+      const std::vector<int64_t> ns = {3584, 512, 37, 77};
+      std::vector<HostMatrix> ws, bs, outs;
+      std::vector<DeviceMatrix> dws, dbs, douts;
+      std::vector<Tensor> dbv;
+      for (size_t i = 0; i < ns.size(); ++i) {
+        ws.push_back(random_matrix(ns[i], K, wt, 91 + i, 1.0f / std::sqrt(static_cast<float>(K))));
+        bs.push_back(random_matrix(1, ns[i], DType::kF32, 95 + i, 0.1f));
+        outs.push_back(random_matrix(1, ns[i], DType::kF32, 99 + i));
+      }
+      for (size_t i = 0; i < ns.size(); ++i) {
+        dws.push_back(to_device(*gpu, ws[i]));
+        dbs.push_back(to_device(*gpu, bs[i]));
+        douts.push_back(i == 2 ? to_device(*gpu, outs[i]) : poisoned(*gpu, 1, ns[i]));
+        dbv.push_back(Tensor::vector(dbs[i].buf.data(), DType::kF32, ns[i]));
+      }
+      for (size_t i = 0; i < ns.size(); ++i) {  // no sync in between: recorded together
+        const Epilogue ep = i == 2 ? Epilogue::kAddResidual : Epilogue::kNone;
+        gpu->gemm(da.t, dws[i].t, i == 1 ? nullptr : &dbv[i], douts[i].t, ep);
+      }
+      for (size_t i = 0; i < ns.size(); ++i) {
+        HostMatrix want = outs[i];
+        Tensor wv = want.view();
+        Tensor bv = Tensor::vector(bs[i].bytes.data(), DType::kF32, ns[i]);
+        ref::gemm(a.view(), ws[i].view(), i == 1 ? nullptr : &bv, wv, i == 2 ? Epilogue::kAddResidual : Epilogue::kNone);
+        expect_close(download_f32(*gpu, douts[i].t), host_rows(wv), 2e-5 * std::sqrt(static_cast<double>(K)),
+                     "fused one-row gemm " + std::to_string(i) + " K=" + std::to_string(K) + " " + dtype_name(wt));
+      }
+    }
+}
+
 TEST(CudaOps, RmsNormOddAndProductionWidthsAndInPlace) {
   VV_CUDA_BACKEND_OR_SKIP(gpu, false);
   for (auto [R, C] : std::vector<std::pair<int64_t, int64_t>>{{1, 48}, {7, 37}, {13, 3584}, {3, 1031}, {64, 128}})
