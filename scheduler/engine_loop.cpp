@@ -349,8 +349,18 @@ bool EngineLoop::encode_one_segment() {
   const auto t0 = Clock::now();
   const audio::PreparedAudio& clip = l.req.audio[l.clip];
   if (!l.job) {
+    EncodeOptions eo = l.req.encode;
+    if (eo.segment == 0 && opt_.encode_segment > 0) {
+      // Shorter launches than the model's 60 s chunk keep the loop responsive (a cancel or a
+      // deadline waits for at most one segment); segmented encoding is exact for any multiple of
+      // the hop (MODEL.md §5.7).
+      const std::int64_t hop = runner_.speech().hop();
+      const std::int64_t seg =
+          std::min(opt_.encode_segment, runner_.speech().acoustic().max_segment()) / hop * hop;
+      if (seg > 0) eo.segment = seg;
+    }
     auto job = runner_.speech().start(clip.input_values.data(),
-                                      static_cast<std::int64_t>(clip.input_values.size()), l.req.encode);
+                                      static_cast<std::int64_t>(clip.input_values.size()), eo);
     if (!job.is_ok()) {
       fail_request(l, Status(job.status().code(), "encoder: " + job.status().message()),
                    ErrorCause::kInvalid);

@@ -50,6 +50,9 @@ struct EngineLoopOptions {
   int max_running = 64;        // engine.max_running_requests (also capped by the runner's max_seqs)
   int max_waiting = 256;       // engine.max_waiting_requests: submit() refuses beyond this
   bool prefix_sharing = true;  // share the KV blocks of identical prompt prefixes
+  // Samples per encoder launch for requests that leave EncodeOptions::segment at 0 (0 = the
+  // model's chunk, 60 s). 10 s bounds how long a cancel or deadline waits behind the encoder.
+  std::int64_t encode_segment = 240000;
   RequestProgressFn progress;  // optional
   StepObserverFn on_step;      // optional; called on the engine thread after every step, must be quick
 
