@@ -86,7 +86,8 @@ def test_c018_oversized_body_written_whole_still_reads_413(make_server, audio):
     mp.file("file", b"\0" * (4 * limit))
     body = mp.body()
     with vvhttp.Conn(s.port, timeout=20) as c:
-        c.send(vvhttp.build_request("POST", T, {**s.auth(), "Content-Type": mp.content_type}))
+        c.send(vvhttp.build_request("POST", T, {**s.auth(), "Content-Type": mp.content_type,
+                                                "Content-Length": str(len(body))}))
         # Write everything like a naive client, ignoring errors from a server that stopped reading.
         try:
             c.send(body)
