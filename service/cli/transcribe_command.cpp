@@ -19,7 +19,6 @@
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/checkpoint/safetensors_writer.h"
 #include "engine/model/tensor_capture.h"
-#include "engine/runner/cpu_runner.h"
 #include "engine/runner/device_runner.h"
 #include "engine/text/prompt_builder.h"
 #include "engine/text/tokenizer.h"
