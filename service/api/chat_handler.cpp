@@ -402,6 +402,7 @@ class ChatCall : public GenerationCall {
         logprobs_(r.logprobs),
         prompt_tokens_(prompt_tokens),
         audio_tokens_(audio_tokens) {
+    engine_stream_ = r.logprobs;  // per-token logprobs come with the engine's deltas
     id_ = "chatcmpl-" + random_hex(32);
     created_ = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
     const std::string& sha = state_.git_sha;

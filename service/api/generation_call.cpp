@@ -36,7 +36,7 @@ http::HttpResponse GenerationCall::stream_head() {
 
 void GenerationCall::start(Request request) {
   if (exchange_->disconnected()) return;
-  request.stream = stream_;
+  request.stream = stream_ || engine_stream_;
   request.request_id = info_->request_id;
   request.arrival = std::chrono::steady_clock::now();
   request.deadline = info_->deadline;
@@ -176,8 +176,10 @@ void GenerationCall::on_event(const RequestEvent& ev) {
                   prometheus::Histogram::BucketBoundaries{0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2})
             .Observe(since(admitted_) / audio_seconds_);
       }
-      record_finish(finish_reason_name(ev.finish_reason));
-      on_done(ev);
+      RequestEvent done = ev;
+      adjust_done(done);
+      record_finish(finish_reason_name(done.finish_reason));
+      on_done(done);
       return;
     }
     case RequestEvent::Type::kError: {

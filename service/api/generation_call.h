@@ -30,6 +30,8 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
   virtual void on_delta(const RequestEvent& ev) = 0;
   virtual void on_segment(const RequestEvent& ev) = 0;
   virtual void on_done(const RequestEvent& ev) = 0;
+  // Last changes to a finished request before it is counted and answered (e.g. a loop cut).
+  virtual void adjust_done(RequestEvent&) {}
   // The SSE frame of an in-stream error.
   virtual std::string error_frame(const ApiError& e) = 0;
 
@@ -44,6 +46,7 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
   std::shared_ptr<RequestInfo> info_;
   std::shared_ptr<Exchange> exchange_;
   const bool stream_;
+  bool engine_stream_ = false;  // ask the engine for deltas even when answering in one piece
   RequestId engine_id_ = 0;
   bool submitted_ = false;
   bool started_ = false;

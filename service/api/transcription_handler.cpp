@@ -383,6 +383,15 @@ class TranscriptionCall : public GenerationCall {
     if (!stream_ || !streams_segment_events(v_.format) || !ev.segment) return;
     write_frame(write_segment_event(*ev.segment, ev.segment_index));
   }
+  void adjust_done(RequestEvent& ev) override {
+    if (ev.finish_reason != FinishReason::kNone) ev.transcript.finish_reason = ev.finish_reason;
+    if (stream_ || !state_.settings.b("asr.repetition_detection")) return;
+    cut_segment_loop(ev.transcript);
+    if (ev.transcript.finish_reason == FinishReason::kRepetition && ev.finish_reason != FinishReason::kRepetition) {
+      ev.finish_reason = FinishReason::kRepetition;
+      state_.metrics.repetition_recoveries->Add({{"outcome", "gave_up"}}).Increment();
+    }
+  }
   void on_done(const RequestEvent& ev) override {
     Transcript t = ev.transcript;
     t.language = v_.language;
@@ -393,7 +402,6 @@ class TranscriptionCall : public GenerationCall {
       finish_stream_ok();
       return;
     }
-    if (state_.settings.b("asr.repetition_detection")) cut_segment_loop(t);
     WriterOptions wo;
     wo.speaker_labels = v_.speaker_labels;
     wo.include_logprobs = v_.logprobs;

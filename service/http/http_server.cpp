@@ -271,6 +271,7 @@ class Session : public std::enable_shared_from_this<Session> {
     close_after_ = !head_.keep_alive;
 
     ++gen_;
+    status_ = 0;
     responded_ = false;
     disconnected_ = false;
     streaming_ = false;
