@@ -1,6 +1,7 @@
 """API.md §15 "§3 Transcriptions": C34–C51."""
 import json
 import math
+import pathlib
 import re
 
 import pytest
@@ -178,7 +179,26 @@ def test_c044_language(srv, audio):
     assert fmt(srv, audio, response_format="verbose_json").json()["language"] == "unknown"
 
 
-def test_c045_logprobs(srv, audio):
+def token_bytes(tokenizer_json):
+    """id -> raw bytes of a byte-level BPE tokenizer.json (GPT-2 byte-to-unicode mapping reversed)."""
+    import json as _json
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    dec = {chr(c): b for b, c in zip(bs, cs)}
+    t = _json.loads(pathlib.Path(tokenizer_json).read_text())
+    out = {i: bytes(dec[ch] for ch in tok) for tok, i in t["model"]["vocab"].items()}
+    for a in t.get("added_tokens", []):
+        out[a["id"]] = a["content"].encode()
+    return out
+
+
+def test_c045_logprobs(srv, audio, model_paths):
     r = srv.transcribe(file=audio.bytes("tiny.wav"), fields=[("include[]", "logprobs")])
     assert r.status == 200, r
     body = r.json()
@@ -198,6 +218,13 @@ def test_c045_logprobs(srv, audio):
     # The tokens that carry transcript text cover every segment's text.
     for t in SCRIPT_SEGMENT_TEXTS:
         assert t.encode() in joined.replace(b"\\'", b"'"), (t, joined)
+    # `bytes` are the tokens' raw bytes: the same tokens' ids (verbose_json segments[].tokens, the
+    # same scripted answer) decoded with the tokenizer's byte-level vocabulary give the same bytes.
+    v = srv.transcribe(file=audio.bytes("tiny.wav"), fields=[("response_format", "verbose_json")]).json()
+    ids = [i for seg in v["segments"] for i in seg["tokens"]]
+    raw = token_bytes(model_paths["tokenizer"])
+    assert b"".join(raw[i] for i in ids) == joined
+    assert [bytes(e["bytes"]) for e in lps] == [raw[i] for i in ids]
 
 
 def test_c046_known_speaker_names(srv, audio):
