@@ -21,6 +21,7 @@
 #include <tuple>
 #include <vector>
 
+#include "kernels/cuda/cublaslt_loader.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_ops.cuh"
 
@@ -64,7 +65,7 @@ class CudaBackend final : public Backend {
     if (stream_) cudaStreamSynchronize(stream_);
     clear_graphs();
     for (auto& [key, plan] : plans_) destroy_plan(plan);
-    if (lt_) cublasLtDestroy(lt_);
+    if (lt_) lt_api_->destroy(lt_);
     if (lt_ws_) cudaFree(lt_ws_);
     if (pack_) cudaFree(pack_);
     if (attn_ws_) cudaFree(attn_ws_);
@@ -90,10 +91,20 @@ class CudaBackend final : public Backend {
     if (cudaStreamCreateWithFlags(&b->stream_, cudaStreamNonBlocking) != cudaSuccess) {
       return internal_error("CUDA backend: cannot create a stream on device " + std::to_string(o.device));
     }
-    if (cublasLtCreate(&b->lt_) != CUBLAS_STATUS_SUCCESS) return internal_error("CUDA backend: cublasLtCreate failed");
-    b->lt_ws_bytes_ = 32u << 20;
-    if (cudaMalloc(&b->lt_ws_, b->lt_ws_bytes_) != cudaSuccess) {
-      return internal_error("CUDA backend: cannot allocate the cuBLASLt workspace");
+    if (b->compute_ == CudaCompute::kBF16) {  // only bf16 GEMMs use cuBLASLt: load it then
+      b->lt_api_ = cuda::cublaslt();
+      if (!b->lt_api_) {
+        std::fprintf(stderr, "vibevoice: bf16 GEMMs unavailable (%s); using f32 GEMMs\n", cuda::cublaslt_error().c_str());
+        b->compute_ = CudaCompute::kF32;
+      } else {
+        if (b->lt_api_->create(&b->lt_) != CUBLAS_STATUS_SUCCESS) {
+          return internal_error("CUDA backend: cublasLtCreate failed");
+        }
+        b->lt_ws_bytes_ = 32u << 20;
+        if (cudaMalloc(&b->lt_ws_, b->lt_ws_bytes_) != cudaSuccess) {
+          return internal_error("CUDA backend: cannot allocate the cuBLASLt workspace");
+        }
+      }
     }
     return std::unique_ptr<Backend>(std::move(b));
   }
@@ -565,11 +576,11 @@ class CudaBackend final : public Backend {
   };
   using PlanKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int, bool, int>;
 
-  static void destroy_plan(Plan& p) {
-    if (p.desc) cublasLtMatmulDescDestroy(p.desc);
-    if (p.wl) cublasLtMatrixLayoutDestroy(p.wl);
-    if (p.al) cublasLtMatrixLayoutDestroy(p.al);
-    if (p.dl) cublasLtMatrixLayoutDestroy(p.dl);
+  void destroy_plan(Plan& p) {
+    if (p.desc) lt_api_->desc_destroy(p.desc);
+    if (p.wl) lt_api_->layout_destroy(p.wl);
+    if (p.al) lt_api_->layout_destroy(p.al);
+    if (p.dl) lt_api_->layout_destroy(p.dl);
   }
 
   // Column-major view: Dᵀ[N,M] = W[N,K] · Aᵀ: W is a K×N column-major matrix (ld K) taken
@@ -580,28 +591,28 @@ class CudaBackend final : public Backend {
     if (it != plans_.end()) return it->second.ok ? &it->second : nullptr;
     Plan& p = plans_[key];
     const cudaDataType_t in = wt == DType::kF16 ? CUDA_R_16F : CUDA_R_16BF;
-    bool ok = cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS;
+    bool ok = lt_api_->desc_create(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS;
     const cublasOperation_t t = CUBLAS_OP_T, n = CUBLAS_OP_N;
-    ok = ok && cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof(t)) == 0;
-    ok = ok && cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &n, sizeof(n)) == 0;
+    ok = ok && lt_api_->desc_set_attribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof(t)) == 0;
+    ok = ok && lt_api_->desc_set_attribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &n, sizeof(n)) == 0;
     if (bias) {
       const cublasLtEpilogue_t e = CUBLASLT_EPILOGUE_BIAS;
-      ok = ok && cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof(e)) == 0;
+      ok = ok && lt_api_->desc_set_attribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof(e)) == 0;
       const cudaDataType_t bt = CUDA_R_32F;
-      ok = ok && cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)) == 0;
+      ok = ok && lt_api_->desc_set_attribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)) == 0;
     }
-    ok = ok && cublasLtMatrixLayoutCreate(&p.wl, in, K, N, K) == 0;
-    ok = ok && cublasLtMatrixLayoutCreate(&p.al, in, K, M, K) == 0;
-    ok = ok && cublasLtMatrixLayoutCreate(&p.dl, CUDA_R_32F, N, M, ldd) == 0;
+    ok = ok && lt_api_->layout_create(&p.wl, in, K, N, K) == 0;
+    ok = ok && lt_api_->layout_create(&p.al, in, K, M, K) == 0;
+    ok = ok && lt_api_->layout_create(&p.dl, CUDA_R_32F, N, M, ldd) == 0;
     cublasLtMatmulPreference_t pref = nullptr;
-    ok = ok && cublasLtMatmulPreferenceCreate(&pref) == 0;
-    ok = ok && cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &lt_ws_bytes_,
+    ok = ok && lt_api_->pref_create(&pref) == 0;
+    ok = ok && lt_api_->pref_set_attribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &lt_ws_bytes_,
                                                     sizeof(lt_ws_bytes_)) == 0;
     cublasLtMatmulHeuristicResult_t res{};
     int found = 0;
-    ok = ok && cublasLtMatmulAlgoGetHeuristic(lt_, p.desc, p.wl, p.al, p.dl, p.dl, pref, 1, &res, &found) == 0 &&
+    ok = ok && lt_api_->algo_get_heuristic(lt_, p.desc, p.wl, p.al, p.dl, p.dl, pref, 1, &res, &found) == 0 &&
          found > 0;
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (pref) lt_api_->pref_destroy(pref);
     if (ok) p.algo = res.algo;
     p.ok = ok;
     return ok ? &p : nullptr;
@@ -628,9 +639,9 @@ class CudaBackend final : public Backend {
       cuda::gemm_f32(a, w, bias, out, ep, stream_);
       return;
     }
-    if (bias) cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
+    if (bias) lt_api_->desc_set_attribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
     const float alpha = 1.0f, beta = ep == Epilogue::kAddResidual ? 1.0f : 0.0f;
-    const cublasStatus_t st = cublasLtMatmul(lt_, p->desc, &alpha, w.data, p->wl, pack_, p->al, &beta, out.data, p->dl,
+    const cublasStatus_t st = lt_api_->matmul(lt_, p->desc, &alpha, w.data, p->wl, pack_, p->al, &beta, out.data, p->dl,
                                              out.data, p->dl, &p->algo, lt_ws_, lt_ws_bytes_, stream_);
     if (st != CUBLAS_STATUS_SUCCESS && first_error_.empty()) {
       first_error_ = "cublasLtMatmul failed with status " + std::to_string(static_cast<int>(st));
@@ -643,6 +654,7 @@ class CudaBackend final : public Backend {
   CudaCompute compute_ = CudaCompute::kF32;
   std::string device_name_;
   cudaStream_t stream_ = nullptr;
+  const cuda::CublasLtApi* lt_api_ = nullptr;  // loaded in bf16 mode only
   cublasLtHandle_t lt_ = nullptr;
   void* lt_ws_ = nullptr;
   size_t lt_ws_bytes_ = 0;
@@ -715,6 +727,15 @@ const Probe& probe() {
 }  // namespace
 
 int cuda_device_count() { return probe().count; }
+
+int cublaslt_version(std::string* why) {
+  const cuda::CublasLtApi* api = cuda::cublaslt();
+  if (!api) {
+    if (why) *why = cuda::cublaslt_error();
+    return 0;
+  }
+  return static_cast<int>(api->get_version());
+}
 
 std::string cuda_profile_report(Backend& be) {
   auto* c = dynamic_cast<CudaBackend*>(&be);

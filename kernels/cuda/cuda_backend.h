@@ -35,6 +35,10 @@ std::string cuda_unavailable_reason();
 
 Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& options = {});
 
+// cuBLASLt (needed for bf16 GEMMs) loaded with dlopen, needing no GPU: its version (e.g. 130100), or
+// 0 with the reason in *why.
+int cublaslt_version(std::string* why = nullptr);
+
 // With VV_CUDA_PROFILE=1 in the environment every op of a CUDA backend is timed (and the stream
 // drained after it): the per-op totals since the last call, slowest first. Empty otherwise or for
 // another backend.

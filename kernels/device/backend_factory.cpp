@@ -52,6 +52,15 @@ int usable_gpu_count() {
 #endif
 }
 
+int gpu_blas_version([[maybe_unused]] std::string* why) {
+#if VV_HAVE_CUDA
+  return cublaslt_version(why);
+#else
+  if (why) *why = "this binary was built without the CUDA backend";
+  return 0;
+#endif
+}
+
 std::string gpu_unavailable_reason() {
 #if VV_HAVE_CUDA
   return cuda_unavailable_reason();

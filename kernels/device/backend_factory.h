@@ -28,6 +28,9 @@ Result<DeviceSpec> parse_device(std::string_view text);
 bool cuda_backend_built();
 // GPUs usable now (0 without the CUDA backend, a driver or a device).
 int usable_gpu_count();
+// The GPU BLAS library's version (cuBLASLt, loaded at run time, no GPU needed), or 0 with the reason
+// in *why (also when built without CUDA).
+int gpu_blas_version(std::string* why = nullptr);
 // Why no GPU is usable ("built without CUDA", "no CUDA driver ...", ...); empty when one is.
 std::string gpu_unavailable_reason();
 

@@ -116,6 +116,18 @@ INSTANTIATE_TEST_SUITE_P(Compute, CudaGemm, ::testing::Values(false, true),
 
 // Back-to-back one-row GEMMs over the same input (q, k, v of a decode step) are launched as one
 // fused kernel when the ops are recorded (the default): each output equals the reference's.
+// Not a GPU test: a CUDA build finds cuBLASLt at run time (dlopen) on a machine with the toolkit,
+// GPU or not, so bf16 GEMMs are available wherever the build is.
+TEST(CudaLibraries, CublasLtLoadsAtRunTimeInACudaBuild) {
+  std::string why;
+  const int v = gpu_blas_version(&why);
+  if (!cuda_backend_built()) {
+    EXPECT_EQ(v, 0);
+    GTEST_SKIP() << why;
+  }
+  EXPECT_GE(v, 120000) << why;
+}
+
 TEST(CudaOps, OneRowGemmsSharingTheirInputFuseCorrectly) {
   VV_CUDA_BACKEND_OR_SKIP(gpu, false);
   for (int64_t K : {3584, 136, 29})

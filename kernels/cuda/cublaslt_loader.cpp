@@ -1,0 +1,62 @@
+#include "kernels/cuda/cublaslt_loader.h"
+
+#include <dlfcn.h>
+
+namespace vv::cuda {
+namespace {
+
+struct Loaded {
+  CublasLtApi api;
+  bool ok = false;
+  std::string error;
+};
+
+template <typename F>
+bool bind(void* lib, const char* name, F& fn, std::string& error) {
+  fn = reinterpret_cast<F>(dlsym(lib, name));
+  if (!fn && error.empty()) error = std::string("symbol ") + name + " missing from cuBLASLt";
+  return fn != nullptr;
+}
+
+const Loaded& loaded() {
+  static const Loaded l = [] {
+    Loaded r;
+    const std::string major = std::to_string(CUBLAS_VER_MAJOR);
+    const std::string names[] = {"libcublasLt.so." + major, std::string(VV_CUDA_LIBRARY_DIR) + "/libcublasLt.so." + major,
+                                 "libcublasLt.so"};
+    void* lib = nullptr;
+    for (const std::string& n : names) {
+      lib = dlopen(n.c_str(), RTLD_NOW | RTLD_LOCAL);
+      if (lib) break;
+    }
+    if (!lib) {
+      const char* e = dlerror();
+      r.error = "cannot load libcublasLt.so." + major + (e ? std::string(": ") + e : std::string());
+      return r;
+    }
+    CublasLtApi& a = r.api;
+    bool ok = bind(lib, "cublasLtCreate", a.create, r.error);
+    ok &= bind(lib, "cublasLtDestroy", a.destroy, r.error);
+    ok &= bind(lib, "cublasLtGetVersion", a.get_version, r.error);
+    ok &= bind(lib, "cublasLtMatmul", a.matmul, r.error);
+    ok &= bind(lib, "cublasLtMatmulAlgoGetHeuristic", a.algo_get_heuristic, r.error);
+    ok &= bind(lib, "cublasLtMatmulDescCreate", a.desc_create, r.error);
+    ok &= bind(lib, "cublasLtMatmulDescDestroy", a.desc_destroy, r.error);
+    ok &= bind(lib, "cublasLtMatmulDescSetAttribute", a.desc_set_attribute, r.error);
+    ok &= bind(lib, "cublasLtMatmulPreferenceCreate", a.pref_create, r.error);
+    ok &= bind(lib, "cublasLtMatmulPreferenceDestroy", a.pref_destroy, r.error);
+    ok &= bind(lib, "cublasLtMatmulPreferenceSetAttribute", a.pref_set_attribute, r.error);
+    ok &= bind(lib, "cublasLtMatrixLayoutCreate", a.layout_create, r.error);
+    ok &= bind(lib, "cublasLtMatrixLayoutDestroy", a.layout_destroy, r.error);
+    r.ok = ok;
+    return r;  // the library stays loaded for the life of the process
+  }();
+  return l;
+}
+
+}  // namespace
+
+const CublasLtApi* cublaslt() { return loaded().ok ? &loaded().api : nullptr; }
+std::string cublaslt_error() { return loaded().error; }
+
+}  // namespace vv::cuda
