@@ -261,16 +261,14 @@ int run_serve(const std::vector<std::string>& args) {
   while (steady_clock::now() < flush_end && server.active_requests() > 0) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  // A request is accounted when its last bytes are queued; give the I/O threads a moment to write them.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
   api::service_log::log("info", "stopped", {{"#forced", forced ? "true" : "false"}});
   spdlog::default_logger()->flush();
   std::fflush(stderr);
-  if (!loader.done.load()) std::_Exit(0);  // still loading: nothing to flush
-  loader.thread.join();
-  server.stop();
-  decode_pool.join();
-  state.engine.reset();
-  handle.reset();
-  return 0;
+  // Every response is flushed; the process ends here without tearing down the io_context under
+  // connections that are still open (their handlers own the sessions) or the engine threads.
+  std::_Exit(0);
 }
 
 }  // namespace

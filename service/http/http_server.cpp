@@ -59,6 +59,7 @@ class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(HttpServer& server, tcp::socket socket)
       : server_(server),
+        registry_(server.registry()),
         limits_(server.limits()),
         strand_(asio::make_strand(server.io())),
         socket_(std::move(socket)),
@@ -672,10 +673,11 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
  public:
-  ~Session() { server_.session_closed(this); }
+  ~Session() { registry_->closed(); }
 
  private:
   HttpServer& server_;
+  std::shared_ptr<HttpServer::Registry> registry_;
   const ServerLimits& limits_;
   Strand strand_;
   tcp::socket socket_;
@@ -740,7 +742,9 @@ std::shared_ptr<api::Exchange> Session::make_exchange() {
   return std::make_shared<SessionExchange>(shared_from_this(), gen_);
 }
 
-HttpServer::HttpServer(api::Api& api, ServerLimits limits) : api_(api), limits_(std::move(limits)), acceptor_(io_) {}
+HttpServer::HttpServer(api::Api& api, ServerLimits limits) : api_(api), limits_(std::move(limits)), acceptor_(io_) {
+  registry_->gauge = api_.state().metrics.http_connections;
+}
 
 HttpServer::~HttpServer() { stop(); }
 
@@ -772,9 +776,9 @@ void HttpServer::accept() {
     beast::error_code ignored;
     socket.set_option(tcp::no_delay(true), ignored);
     auto s = std::make_shared<Session>(*this, std::move(socket));
-    const std::size_t n = connections_.fetch_add(1) + 1;
-    api_.state().metrics.http_connections->Set(static_cast<double>(n));
-    session_opened(s);
+    const std::size_t n = registry_->connections.fetch_add(1) + 1;
+    registry_->gauge->Set(static_cast<double>(n));
+    registry_->opened(s);
     if (n > limits_.max_connections) {
       s->refuse_over_capacity();
     } else {
@@ -784,25 +788,28 @@ void HttpServer::accept() {
   });
 }
 
-void HttpServer::session_opened(const std::shared_ptr<Session>& s) {
-  std::lock_guard<std::mutex> lock(mu_);
-  sessions_.insert(s);
+void HttpServer::Registry::opened(const std::shared_ptr<Session>& s) {
+  std::lock_guard<std::mutex> lock(mu);
+  sessions.insert(s);
 }
 
-void HttpServer::session_closed(Session*) {
-  const std::size_t n = connections_.fetch_sub(1) - 1;
-  api_.state().metrics.http_connections->Set(static_cast<double>(n));
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto it = sessions_.begin(); it != sessions_.end();) {
-    it = it->expired() ? sessions_.erase(it) : std::next(it);
+void HttpServer::Registry::closed() {
+  const std::size_t n = connections.fetch_sub(1) - 1;
+  gauge->Set(static_cast<double>(n));
+  std::lock_guard<std::mutex> lock(mu);
+  // Amortised: sweep expired entries only when the set has grown past twice the live count.
+  if (sessions.size() > 2 * n + 64) {
+    for (auto it = sessions.begin(); it != sessions.end();) {
+      it = it->expired() ? sessions.erase(it) : std::next(it);
+    }
   }
 }
 
 void HttpServer::close_idle_connections() {
   std::vector<std::shared_ptr<Session>> live;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& w : sessions_) {
+    std::lock_guard<std::mutex> lock(registry_->mu);
+    for (const auto& w : registry_->sessions) {
       if (auto s = w.lock()) live.push_back(s);
     }
   }

@@ -17,6 +17,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <prometheus/gauge.h>
 
 #include "config/status.h"
 #include "service/api/api.h"
@@ -62,9 +63,17 @@ class HttpServer {
   // Requests between head and last byte.
   std::int64_t active_requests() const { return active_requests_.load(); }
 
-  // Session bookkeeping (sessions call these).
-  void session_opened(const std::shared_ptr<Session>& s);
-  void session_closed(Session* s);
+  // Session bookkeeping, shared with the sessions: a session may be destroyed after the server
+  // (its pending handlers die with the io_context), so it only touches this.
+  struct Registry {
+    std::mutex mu;
+    std::set<std::weak_ptr<Session>, std::owner_less<std::weak_ptr<Session>>> sessions;
+    std::atomic<std::size_t> connections{0};
+    prometheus::Gauge* gauge = nullptr;
+    void opened(const std::shared_ptr<Session>& s);
+    void closed();
+  };
+  std::shared_ptr<Registry> registry() { return registry_; }
   std::atomic<std::int64_t> active_requests_{0};
 
  private:
@@ -75,9 +84,7 @@ class HttpServer {
   boost::asio::io_context io_;
   boost::asio::ip::tcp::acceptor acceptor_;
   std::vector<std::thread> threads_;
-  std::mutex mu_;
-  std::set<std::weak_ptr<Session>, std::owner_less<std::weak_ptr<Session>>> sessions_;
-  std::atomic<std::size_t> connections_{0};
+  std::shared_ptr<Registry> registry_ = std::make_shared<Registry>();
   bool stopped_ = false;
 };
 
