@@ -1,6 +1,8 @@
 #include "service/api/audio_intake.h"
 
+#include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "engine/text/utf8.h"
 #include "service/api/handlers.h"
@@ -30,6 +32,47 @@ std::string sniff_container(std::string_view b) {
   return "";
 }
 
+namespace {
+
+std::uint32_t le32(const std::string& b, std::size_t at) {
+  return static_cast<std::uint32_t>(static_cast<unsigned char>(b[at])) |
+         static_cast<std::uint32_t>(static_cast<unsigned char>(b[at + 1])) << 8 |
+         static_cast<std::uint32_t>(static_cast<unsigned char>(b[at + 2])) << 16 |
+         static_cast<std::uint32_t>(static_cast<unsigned char>(b[at + 3])) << 24;
+}
+
+void put32(std::string& b, std::size_t at, std::uint32_t v) {
+  for (int i = 0; i < 4; ++i) b[at + i] = static_cast<char>((v >> (8 * i)) & 0xFF);
+}
+
+// §2.6: a RIFF/WAVE file whose data simply ends early is transcribed up to the truncation. The
+// header's sizes are rewritten to what arrived (whole sample frames), or nullopt if no data chunk.
+std::optional<std::string> repair_truncated_wav(std::string_view bytes) {
+  if (bytes.size() < 12 || bytes.substr(0, 4) != "RIFF" || bytes.substr(8, 4) != "WAVE") return std::nullopt;
+  std::string b(bytes);
+  std::size_t at = 12;
+  std::uint32_t block_align = 1;
+  while (at + 8 <= b.size()) {
+    const std::uint32_t size = le32(b, at + 4);
+    if (b.compare(at, 4, "fmt ") == 0 && at + 8 + 14 <= b.size()) {
+      block_align = std::max<std::uint32_t>(1, static_cast<unsigned char>(b[at + 20]) | static_cast<unsigned char>(b[at + 21]) << 8);
+    }
+    if (b.compare(at, 4, "data") == 0) {
+      const std::size_t have = b.size() - (at + 8);
+      if (size <= have) return std::nullopt;  // not truncated
+      const auto whole = static_cast<std::uint32_t>(have / block_align * block_align);
+      put32(b, at + 4, whole);
+      b.resize(at + 8 + whole);
+      put32(b, 4, static_cast<std::uint32_t>(b.size() - 8));
+      return b;
+    }
+    at += 8 + static_cast<std::size_t>(size) + (size & 1);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::variant<audio::PreparedAudio, ApiError> intake_audio(std::string_view bytes, const audio::PrepareOptions& base,
                                                           const AudioLimits& limits, const std::string& param) {
   if (bytes.empty()) return bad_request("empty_file", "The audio file is empty.", param);
@@ -48,6 +91,13 @@ std::variant<audio::PreparedAudio, ApiError> intake_audio(std::string_view bytes
   opt.max_seconds = limits.max_seconds + 1.0;
   auto prepared = audio::prepare_audio(
       std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()), opt);
+  if (!prepared.is_ok() && prepared.status().code() != StatusCode::kOutOfRange && container == "wav") {
+    if (auto repaired = repair_truncated_wav(bytes)) {
+      prepared = audio::prepare_audio(
+          std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(repaired->data()), repaired->size()),
+          opt);
+    }
+  }
   if (!prepared.is_ok()) {
     if (prepared.status().code() == StatusCode::kOutOfRange) {
       return bad_request("audio_too_long",

@@ -304,6 +304,11 @@ TEST_F(ApiTest, AudioChecks) {
   auto path = transcribe({file("./a.mp3")});
   EXPECT_NE(path->response->body.find("file=@"), std::string::npos);
   EXPECT_EQ(code_of(*transcribe({file(tone_wav(0.05))})->response), "audio_too_short");
+  // A WAV cut in the middle of its data is transcribed up to the cut (§2.6).
+  const std::string whole = tone_wav(1.0);
+  auto cut = transcribe({file(whole.substr(0, 44 + 16000))});
+  EXPECT_EQ(cut->response->status, 200) << cut->response->body;
+  EXPECT_EQ(*cut->response->header("x-vibevoice-audio-duration"), "0.500");
 }
 
 TEST_F(ApiTest, StreamDeltasConcatenateToDoneText) {
