@@ -209,7 +209,7 @@ Result<RequestId> EngineLoop::submit(Request request, EventSink sink) {
                             " audio tokens (" + std::to_string(spec.audio_token_id) +
                             ") but the audio clips have " + std::to_string(frames) + " frames");
   }
-  const std::int64_t limit = spec.decoder.max_position_embeddings;
+  const std::int64_t limit = context_limit();
   if (limit > 0 && static_cast<std::int64_t>(l->prompt.size()) >= limit) {
     return out_of_range("the prompt has " + std::to_string(l->prompt.size()) +
                         " tokens; the decoder's context is " + std::to_string(limit));
@@ -244,6 +244,12 @@ Result<RequestId> EngineLoop::submit(Request request, EventSink sink) {
   inbox_.push_back(std::move(l));
   cv_.notify_all();
   return id;
+}
+
+std::int64_t EngineLoop::context_limit() const {
+  const std::int64_t model = runner_.spec().decoder.max_position_embeddings;
+  if (opt_.max_model_len <= 0) return model;
+  return model > 0 ? std::min(model, opt_.max_model_len) : opt_.max_model_len;
 }
 
 void EngineLoop::emit(Live& l, RequestEvent&& e) {
@@ -724,9 +730,11 @@ void EngineLoop::handle_output(Live& l, TokenId next, const std::vector<float>* 
       l.generated.size() >= l.req.forced_ids.size()) {
     reason = FinishReason::kStop;
   }
-  const std::int64_t limit = runner_.spec().decoder.max_position_embeddings;
+  // The context holds `limit` tokens (prompt and generated, as HF's max_length counts them); the
+  // last one is never fed back, so a pool of `limit` positions is enough.
+  const std::int64_t limit = context_limit();
   if (reason == FinishReason::kNone && limit > 0 &&
-      static_cast<std::int64_t>(l.prompt.size() + l.generated.size()) > limit) {
+      static_cast<std::int64_t>(l.prompt.size() + l.generated.size()) >= limit) {
     reason = FinishReason::kLength;
   }
   if (opt_.fault_after_tokens > 0 && static_cast<int>(l.generated.size()) == opt_.fault_after_tokens) {

@@ -50,6 +50,9 @@ struct EngineLoopOptions {
   int max_running = 64;        // engine.max_running_requests (also capped by the runner's max_seqs)
   int max_waiting = 256;       // engine.max_waiting_requests: submit() refuses beyond this
   bool prefix_sharing = true;  // share the KV blocks of identical prompt prefixes
+  // Context limit in positions (model.max_model_len; 0 = the model's max_position_embeddings): a
+  // longer prompt is refused at submit, a request reaching it ends with kLength.
+  std::int64_t max_model_len = 0;
   // Samples per encoder launch for requests that leave EncodeOptions::segment at 0 (0 = the
   // model's chunk, 60 s). 10 s bounds how long a cancel or deadline waits behind the encoder.
   std::int64_t encode_segment = 240000;
@@ -107,6 +110,7 @@ class EngineLoop : public EngineClient {
   void finish_request(Live& l, FinishReason reason);
   void fail_request(Live& l, Status error, ErrorCause cause);
   void emit(Live& l, RequestEvent&& e);
+  std::int64_t context_limit() const;
   void flush_transcript_events(Live& l);
   void publish_stats();
 

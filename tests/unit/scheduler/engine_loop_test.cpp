@@ -608,3 +608,44 @@ TEST(EngineLoopRepetition, PeriodicTokensWithoutSegmentsAreCutAndDetectionCanBeO
 
 }  // namespace
 }  // namespace vv::test
+
+namespace vv::test {
+namespace {
+
+// max_model_len: a request whose prompt and output reach it ends with `length` (the pool may be just
+// that large); a longer prompt is refused at submit.
+TEST(EngineLoopContext, MaxModelLenEndsWithLengthAndRefusesLongerPrompts) {
+  auto engine = TinyEngine::make(tiny_runner_options());
+  ASSERT_NE(engine, nullptr);
+  const std::string name = cases().front();
+  GoldenIds g = golden_ids(name);
+  EngineLoopOptions opt;
+  opt.max_model_len = static_cast<std::int64_t>(g.prompt.size()) + 10;
+  auto l = EngineLoop::create(*engine->runner, *engine->tokenizer, opt);
+  ASSERT_TRUE(l.is_ok());
+  auto& lp = *l;
+  for (int i = 0; i < 500 && !lp->load().ready; ++i) std::this_thread::sleep_for(2ms);
+  const auto audio = golden_audio(name, engine->runner->spec());
+  Collector c;
+  auto id = lp->submit(transcription(audio, g.context, 1000), c.sink());
+  ASSERT_TRUE(id.is_ok()) << id.status().to_string();
+  auto ev = c.wait(*id);
+  ASSERT_FALSE(ev.empty());
+  ASSERT_EQ(ev.back().type, RequestEvent::Type::kDone) << ev.back().error.to_string();
+  EXPECT_EQ(ev.back().finish_reason, FinishReason::kLength);
+  EXPECT_EQ(ev.back().generated_ids.size(), 10u);
+  EXPECT_EQ(ev.back().generated_ids, std::vector<TokenId>(g.generated.begin(), g.generated.begin() + 10));
+
+  lp->shutdown();  // one loop at a time drives a Runner
+  EngineLoopOptions tight;
+  tight.max_model_len = static_cast<std::int64_t>(g.prompt.size());
+  auto t = EngineLoop::create(*engine->runner, *engine->tokenizer, tight);
+  ASSERT_TRUE(t.is_ok());
+  for (int i = 0; i < 500 && !(*t)->load().ready; ++i) std::this_thread::sleep_for(2ms);
+  auto refused = (*t)->submit(transcription(audio, g.context, 10), c.sink());
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kOutOfRange);
+}
+
+}  // namespace
+}  // namespace vv::test
