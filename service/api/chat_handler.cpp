@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "engine/transcript/json_text.h"
@@ -290,10 +291,12 @@ std::variant<ChatRequest, ApiError> validate(const AppState& state, const std::s
   if (auto e = num_field("presence_penalty", -2, 2, false, pres)) return *e;
   if (auto e = num_field("frequency_penalty", -2, 2, false, freq)) return *e;
   r.sampling.temperature = static_cast<float>(temperature);
-  r.sampling.top_p = static_cast<float>(top_p);
+  // Positive values below float's range stay positive (the spec's ranges are open at 0).
+  auto positive = [](double x) { return std::max(static_cast<float>(x), std::numeric_limits<float>::min()); };
+  r.sampling.top_p = positive(top_p);
   r.sampling.top_k = static_cast<std::int32_t>(top_k);
   r.sampling.min_p = static_cast<float>(min_p);
-  r.sampling.repetition_penalty = static_cast<float>(rep);
+  r.sampling.repetition_penalty = positive(rep);
   r.sampling.presence_penalty = static_cast<float>(pres);
   r.sampling.frequency_penalty = static_cast<float>(freq);
   if (!obj["logit_bias"].get(v) && !v.is_null()) {

@@ -55,6 +55,16 @@ void GenerationCall::start(Request request) {
     });
   };
   auto id = state_.engine->submit(std::move(request), std::move(sink));
+  if (!id.is_ok() && id.status().code() != StatusCode::kResourceExhausted) {
+    // The engine refused the request itself (not capacity): the request is at fault.
+    ended_ = true;
+    ApiError e;
+    e.status = 400;
+    e.code = "invalid_value";
+    e.message = "The request was refused: " + id.status().message().substr(0, 200);
+    exchange_->respond(api_.fail(info_.get(), e));
+    return;
+  }
   if (!id.is_ok()) {
     ended_ = true;
     state_.metrics.rejected->Add({{"reason", "queue_full"}}).Increment();
