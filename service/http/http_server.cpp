@@ -780,7 +780,16 @@ void HttpServer::accept() {
     registry_->gauge->Set(static_cast<double>(n));
     registry_->opened(s);
     if (n > limits_.max_connections) {
-      s->refuse_over_capacity();
+      // A connection whose client has just closed may not be reaped yet: look again shortly
+      // before refusing, so the cap counts connections that are really open.
+      auto t = std::make_shared<asio::steady_timer>(io_, std::chrono::milliseconds(50));
+      t->async_wait([this, s, t](beast::error_code) {
+        if (registry_->connections.load() > limits_.max_connections) {
+          s->refuse_over_capacity();
+        } else {
+          s->start();
+        }
+      });
     } else {
       s->start();
     }
