@@ -197,6 +197,10 @@ def ws_close_code(c, timeout=5):
     return None
 
 
+# The WebSocket live streams (API.md §10–12) are their own issue and not built yet: this item fails
+# today for that reason alone. strict=True turns it into a failure the day the endpoint lands, so
+# the marker has to go then; it is reported as xfail, never as a pass.
+@pytest.mark.xfail(strict=True, reason="no WebSocket endpoint yet (API.md §10–12, a separate issue)")
 def test_c118_websocket_frame_fuzz(srv):
     from conftest import KEY
     cases = {
