@@ -6,7 +6,11 @@
 #include <vector>
 
 // Keep the multiply and the add separate (no FMA contraction), as in the reference.
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#else
 #pragma GCC optimize("fp-contract=off")
+#endif
 
 #include "kernels/cpu/avx2_ops.h"
 #include "kernels/cpu/reference_ops.h"
