@@ -8,21 +8,13 @@
 
 #include "engine/transcript/json_text.h"
 #include "service/api/handlers.h"
+#include "service/http/ascii_text.h"
 
 namespace vv::api {
 namespace {
 
-std::string lower(std::string_view s) {
-  std::string r(s);
-  for (char& c : r) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return r;
-}
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
+using http::lower;
+using http::trim;
 
 int hexval(char c) {
   if (c >= '0' && c <= '9') return c - '0';

@@ -16,15 +16,12 @@
 #include "service/api/audio_intake.h"
 #include "service/api/generation_call.h"
 #include "service/api/handlers.h"
+#include "service/http/ascii_text.h"
 
 namespace vv::api {
 namespace {
 
-std::string lower(std::string_view s) {
-  std::string r(s);
-  for (char& c : r) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return r;
-}
+using http::lower;
 
 std::string trim(std::string_view s) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);

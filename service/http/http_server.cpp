@@ -21,6 +21,7 @@
 #include "engine/transcript/json_text.h"
 #include "service/api/service_log.h"
 #include "service/http/multipart_parser.h"
+#include "service/http/ascii_text.h"
 
 namespace vv::http {
 
@@ -35,12 +36,6 @@ namespace {
 
 std::chrono::steady_clock::duration secs(double s) {
   return std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(s));
-}
-
-std::string lower(std::string_view s) {
-  std::string r(s);
-  for (char& c : r) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return r;
 }
 
 api::ApiError plain_error(int status, std::string code, std::string message, bool close) {

@@ -1,22 +1,11 @@
 #include "service/http/multipart_parser.h"
 
+#include "service/http/ascii_text.h"
 #include <algorithm>
 #include <cctype>
 
 namespace vv::http {
 namespace {
-
-std::string lower(std::string_view s) {
-  std::string r(s);
-  for (char& c : r) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return r;
-}
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
 
 // Splits "a; b=c; d=\"e;f\"" into parameters, honouring quotes. The first item is the value.
 std::vector<std::pair<std::string, std::string>> header_params(std::string_view v) {

@@ -41,7 +41,7 @@ class AudioFactory:
 
     def _src(self):
         """A speech WAV from the golden set (jfk: 11 s of 16 kHz speech)."""
-        for p in (self.golden / "cases" / "jfk" / "audio.wav", pathlib.Path("/work/shared/golden/data/jfk.wav")):
+        for p in (self.golden / "cases" / "jfk" / "audio.wav",):
             if p.exists():
                 return p
         cands = sorted(self.golden.glob("cases/*/audio.wav"))
