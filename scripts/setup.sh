@@ -36,7 +36,7 @@ if [ "$with_python" = 1 ]; then
   if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
   fi
-  if ! "$venv/bin/python" -c 'import openai, pytest, numpy, safetensors, schemathesis, prometheus_client, aiohttp, litellm' 2>/dev/null; then
+  if ! "$venv/bin/python" -c 'import openai, pytest, numpy, safetensors, schemathesis, prometheus_client, aiohttp, litellm, websockets' 2>/dev/null; then
     echo "setup: installing Python test tools into .venv"
     "$venv/bin/pip" install -q --disable-pip-version-check -r "$here/scripts/requirements-test.txt"
   else
