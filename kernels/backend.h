@@ -175,6 +175,33 @@ class Backend {
   virtual void download(void* host_dst, const void* src, size_t bytes) = 0;
   virtual void synchronize() = 0;
 
+  // --- memory accounting and streaming (memory caps, layer streaming: engine/runner) -------------
+  // Bytes held now by Buffers from allocate(), and the most held at once since creation or the
+  // last reset_peak(). 0 from a backend that does not count.
+  virtual size_t allocated_bytes() const { return 0; }
+  virtual size_t peak_allocated_bytes() const { return 0; }
+  virtual void reset_peak() {}
+  // The device's free and total memory as its driver reports them (every allocation of every
+  // process, the context included); false where there is no such figure (the CPU).
+  virtual bool device_memory(size_t* free_bytes, size_t* total_bytes) {
+    (void)free_bytes;
+    (void)total_bytes;
+    return false;
+  }
+  // Host memory the device can copy from asynchronously (CUDA: pinned), zero-filled. The default
+  // is ordinary host memory, which every backend's upload() accepts.
+  virtual Buffer allocate_host(size_t bytes);
+  // Starts copying `bytes` from host memory (allocate_host) to device memory `dst` once every op
+  // issued before has finished (so `dst` may still be read by them), and returns at once with a
+  // ticket; ops issued after wait_copy(ticket) see the copied bytes, ops issued in between may run
+  // while it copies. `host_src` must stay unchanged until then. The default copies in order on the
+  // op stream (upload); the CUDA backend copies on a second stream.
+  virtual uint64_t copy_async(void* dst, const void* host_src, size_t bytes) {
+    upload(dst, host_src, bytes);
+    return 0;
+  }
+  virtual void wait_copy(uint64_t ticket) { (void)ticket; }
+
   // --- dense ops (activations are F32 unless stated) ------------------------------------------
   // out[M,N] (=|+=) a[M,K]·w[N,K]ᵀ + bias[N]. a: F32 rows (row stride may differ from K, even be
   // smaller than K: overlapping rows express a convolution); w: F32, BF16 or F16 contiguous;
@@ -196,6 +223,38 @@ class Backend {
   virtual void add_scaled(Tensor& x, const Tensor& scale, const Tensor& y) = 0;
   // out = a + b (elementwise, same shape). out may alias a or b.
   virtual void add(const Tensor& a, const Tensor& b, Tensor& out) = 0;
+
+  // A ConvNeXt mixer branch in place: u = rms_norm(x), x += gamma ⊙ depthwise_conv1d_causal(u, history).
+  // u F32 [T, C] is an output (the caller carries its last rows as the next segment's history); v
+  // F32 [T, C] is scratch. The default is exactly that sequence of the ops above; a backend may fuse
+  // the conv with the scaled residual (then v is unspecified).
+  virtual void conv_mixer(Tensor& x, const Tensor& norm_w, float eps, const Tensor& history, const Tensor& w,
+                          const Tensor& bias, const Tensor& gamma, Tensor& u, Tensor& v) {
+    rms_norm(x, norm_w, eps, u);
+    depthwise_conv1d_causal(u, history, w, bias, v);
+    add_scaled(x, gamma, v);
+  }
+
+  // A ConvNeXt FFN branch in place, pointwise over the rows of x [T, C]:
+  //   x += gamma ⊙ (gelu_erf(rms_norm(x)·w1ᵀ + b1)·w2ᵀ + b2)
+  // w1 [E, C], w2 [C, E] (F32/BF16/F16), b1 F32 [E], b2 F32 [C], norm_w and gamma [C]. Scratch:
+  // u and v F32 [T, C], h F32 [tile, E]. The default is exactly this sequence of the ops above, the
+  // hidden rows `tile` = h.rows() at a time (so a backend without a fused kernel gives the same
+  // bytes as the unfused ops); a backend may fuse it, leaving u, v and h unspecified.
+  virtual void conv_ffn(Tensor& x, const Tensor& norm_w, float eps, const Tensor& w1, const Tensor& b1,
+                        const Tensor& w2, const Tensor& b2, const Tensor& gamma, Tensor& u, Tensor& v, Tensor& h) {
+    rms_norm(x, norm_w, eps, u);
+    const int64_t t = x.rows(), tile = h.rows() > 0 ? h.rows() : 1;
+    for (int64_t r0 = 0; r0 < t; r0 += tile) {
+      const int64_t n = t - r0 < tile ? t - r0 : tile;
+      Tensor ht = h.row_slice(0, n);
+      gemm(u.row_slice(r0, n), w1, &b1, ht, Epilogue::kGelu);
+      Tensor vt = v.row_slice(r0, n);
+      gemm(ht, w2, &b2, vt, Epilogue::kNone);
+      Tensor xt = x.row_slice(r0, n);
+      add_scaled(xt, gamma, vt);
+    }
+  }
   // out[r,c] = silu(gate_up[r,c]) * gate_up[r, I + c], gate_up [n, 2I] → out [n, I]
   virtual void silu_mul(const Tensor& gate_up, Tensor& out) = 0;
   // out[r,:] = table[ids[r],:]; table F32/BF16 [V,H]; ids I32 [n].

@@ -4,6 +4,7 @@
 #include "kernels/cpu/cpu_backend.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -49,11 +50,37 @@ Tensor vec_slice(const Tensor& t, int64_t begin, int64_t count) {
 // Rows per task for a row-wise op so that each task touches at least ~16k elements.
 int64_t row_grain(int64_t cols) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, cols)); }
 
-void release_host(void* p, size_t) { std::free(p); }
+// What a CPU backend's Buffers hold (allocated_bytes): each Buffer keeps a reference to its
+// backend's counter in a 64-byte header before its data, so one freed after the backend is gone
+// still finds it.
+struct AllocCounter {
+  std::atomic<size_t> live{0}, peak{0};
+  std::atomic<int> refs{1};
+  void add(size_t n) {
+    const size_t now = live.fetch_add(n) + n;
+    size_t p = peak.load();
+    while (now > p && !peak.compare_exchange_weak(p, now)) {
+    }
+  }
+  void unref() {
+    if (refs.fetch_sub(1) == 1) delete this;
+  }
+};
+constexpr size_t kHeader = 64;
+
+void release_host(void* p, size_t bytes) {
+  char* base = static_cast<char*>(p) - kHeader;
+  AllocCounter* c = nullptr;
+  std::memcpy(&c, base, sizeof c);
+  c->live.fetch_sub(bytes);
+  c->unref();
+  std::free(base);
+}
 
 class CpuBackend final : public Backend {
  public:
   CpuBackend(int threads, bool pin, Isa isa) : pool_(threads, pin), isa_(isa) {}
+  ~CpuBackend() override { counter_->unref(); }
 
   std::string name() const override {
     const char* isa = isa_ == Isa::kAvx2 ? "cpu-avx2" : "cpu-scalar";
@@ -61,12 +88,18 @@ class CpuBackend final : public Backend {
   }
 
   Buffer allocate(size_t bytes) override {
-    const size_t n = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, n);
-    if (!p) return Buffer();
-    std::memset(p, 0, n);
-    return Buffer(p, bytes, &release_host);
+    const size_t n = (std::max<size_t>(bytes, 1) + 63) / 64 * 64 + kHeader;
+    char* base = static_cast<char*>(std::aligned_alloc(64, n));
+    if (!base) return Buffer();
+    std::memset(base, 0, n);
+    counter_->refs.fetch_add(1);
+    counter_->add(bytes);
+    std::memcpy(base, &counter_, sizeof counter_);
+    return Buffer(base + kHeader, bytes, &release_host);
   }
+  size_t allocated_bytes() const override { return counter_->live.load(); }
+  size_t peak_allocated_bytes() const override { return counter_->peak.load(); }
+  void reset_peak() override { counter_->peak.store(counter_->live.load()); }
   void upload(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void download(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void synchronize() override {}
@@ -225,6 +258,7 @@ class CpuBackend final : public Backend {
  private:
   cpu::ThreadPool pool_;
   Isa isa_;
+  AllocCounter* counter_ = new AllocCounter();  // shared with the live Buffers (refs)
 };
 
 }  // namespace
