@@ -11,9 +11,12 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <optional>
@@ -35,6 +38,23 @@ constexpr int64_t kSkinnyRowsBf16 = 1;
 constexpr int64_t kSkinnyRowsF32 = 64;
 
 void release_device(void* p, size_t);
+void release_pinned(void* p, size_t);
+
+// Bytes held by allocate()'s Buffers per device (every backend on it together): the figure that a
+// memory cap is checked against besides cudaMemGetInfo. release_device finds the device from the
+// pointer.
+constexpr int kMaxDevices = 64;
+std::atomic<size_t> g_live[kMaxDevices];
+std::atomic<size_t> g_peak[kMaxDevices];
+
+void count_alloc(int device, size_t bytes) {
+  if (device < 0 || device >= kMaxDevices) return;
+  const size_t now = g_live[device].fetch_add(bytes) + bytes;
+  size_t p = g_peak[device].load();
+  while (now > p && !g_peak[device].compare_exchange_weak(p, now)) {
+  }
+}
+
 
 class CudaBackend;
 
@@ -70,6 +90,11 @@ class CudaBackend final : public Backend {
     if (pack_) cudaFree(pack_);
     if (attn_ws_) cudaFree(attn_ws_);
     for (auto& [key, p] : inv_freq_) cudaFree(p);
+    if (copy_stream_) cudaStreamSynchronize(copy_stream_);
+    for (cudaEvent_t e : copy_done_)
+      if (e) cudaEventDestroy(e);
+    if (copy_ready_) cudaEventDestroy(copy_ready_);
+    if (copy_stream_) cudaStreamDestroy(copy_stream_);
     if (stream_) cudaStreamDestroy(stream_);
   }
 
@@ -120,7 +145,48 @@ class CudaBackend final : public Backend {
     const size_t n = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
     if (!check(cudaMalloc(&p, n), "cudaMalloc")) return Buffer();
     check(cudaMemsetAsync(p, 0, n, stream_), "cudaMemsetAsync");
+    count_alloc(device_, bytes);
     return Buffer(p, bytes, &release_device);
+  }
+  size_t allocated_bytes() const override { return device_ < kMaxDevices ? g_live[device_].load() : 0; }
+  size_t peak_allocated_bytes() const override { return device_ < kMaxDevices ? g_peak[device_].load() : 0; }
+  void reset_peak() override {
+    if (device_ < kMaxDevices) g_peak[device_].store(g_live[device_].load());
+  }
+  bool device_memory(size_t* free_bytes, size_t* total_bytes) override {
+    cudaSetDevice(device_);
+    return cudaMemGetInfo(free_bytes, total_bytes) == cudaSuccess;
+  }
+  // Page-locked, so that copy_async runs at the link's speed and truly asynchronously.
+  Buffer allocate_host(size_t bytes) override {
+    cudaSetDevice(device_);
+    void* p = nullptr;
+    const size_t n = std::max<size_t>(bytes, 1);
+    if (!check(cudaHostAlloc(&p, n, cudaHostAllocPortable), "cudaHostAlloc")) return Buffer();
+    std::memset(p, 0, n);
+    return Buffer(p, bytes, &release_pinned);
+  }
+  // On a second stream, after an event recorded behind every op issued so far; the ticket names
+  // one of a ring of completion events (a ticket is waited on long before its event is reused).
+  uint64_t copy_async(void* dst, const void* src, size_t bytes) override {
+    flush();
+    if (!copy_stream_) {
+      check(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking), "copy stream");
+      check(cudaEventCreateWithFlags(&copy_ready_, cudaEventDisableTiming), "copy event");
+      for (cudaEvent_t& e : copy_done_) check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "copy event");
+    }
+    const uint64_t ticket = next_copy_++;
+    cudaEvent_t done = copy_done_[ticket % copy_done_.size()];
+    check(cudaEventRecord(copy_ready_, stream_), "copy_async record");
+    check(cudaStreamWaitEvent(copy_stream_, copy_ready_, 0), "copy_async wait");
+    if (bytes) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, copy_stream_), "copy_async");
+    check(cudaEventRecord(done, copy_stream_), "copy_async done");
+    return ticket;
+  }
+  void wait_copy(uint64_t ticket) override {
+    if (!copy_stream_ || ticket >= next_copy_) return;
+    flush();
+    check(cudaStreamWaitEvent(stream_, copy_done_[ticket % copy_done_.size()], 0), "wait_copy");
   }
   // Pageable sources are staged by the driver before the call returns, so the host buffer may be
   // reused at once; the copy itself is ordered on the stream.
@@ -665,6 +731,10 @@ class CudaBackend final : public Backend {
   int sms_ = 132;
   std::map<PlanKey, Plan> plans_;
   std::map<std::pair<float, int>, float*> inv_freq_;
+  cudaStream_t copy_stream_ = nullptr;  // copy_async (made on first use)
+  cudaEvent_t copy_ready_ = nullptr;
+  std::array<cudaEvent_t, 16> copy_done_{};
+  uint64_t next_copy_ = 0;
   std::string first_error_;
   bool profiling_ = std::getenv("VV_CUDA_PROFILE") && std::string(std::getenv("VV_CUDA_PROFILE")) == "1";
   cudaEvent_t ev0_ = nullptr, ev1_ = nullptr;
@@ -698,9 +768,18 @@ OpTimer::~OpTimer() {
   e.second += 1;
 }
 
-void release_device(void* p, size_t) {
+void release_device(void* p, size_t bytes) {
   CudaBackend::flush_this_thread();  // recorded ops may still use this buffer
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, p) == cudaSuccess && attr.device >= 0 && attr.device < kMaxDevices) {
+    g_live[attr.device].fetch_sub(bytes);
+  }
   cudaFree(p);
+}
+
+void release_pinned(void* p, size_t) {
+  CudaBackend::flush_this_thread();  // a copy_async may still read it: cudaFreeHost waits for it
+  cudaFreeHost(p);
 }
 
 struct Probe {
