@@ -36,28 +36,42 @@ Status Qwen2Decoder::load(const DecoderWeights& w) {
                             std::to_string(s.num_layers));
   }
   if (opt_.max_rows < 1 || opt_.max_seqs < 1) return invalid_argument("decoder: max_rows and max_seqs must be positive");
+  if (opt_.layer_end == 0) opt_.layer_end = s.num_layers;
+  if (opt_.layer_begin < 0 || opt_.layer_begin >= opt_.layer_end || opt_.layer_end > s.num_layers) {
+    return invalid_argument("decoder: layer range [" + std::to_string(opt_.layer_begin) + ", " +
+                            std::to_string(opt_.layer_end) + ") is not inside the " + std::to_string(s.num_layers) +
+                            " layers");
+  }
+  const bool first = opt_.layer_begin == 0, last = opt_.layer_end == s.num_layers;
   const int64_t H = s.hidden_size, V = s.vocab_size, I = s.intermediate_size;
   const int64_t qd = static_cast<int64_t>(s.num_heads) * s.head_dim, kvd = static_cast<int64_t>(s.num_kv_heads) * s.head_dim;
 
   VV_RETURN_IF_ERROR(expect_shape(w.embed, {V, H}));
-  if (w.embed.dtype == DType::kF16) {  // the embedding op reads F32 or BF16 tables
-    VV_ASSIGN_OR_RETURN(embed_, upload_f32(be_, w.embed));
-  } else {
-    VV_ASSIGN_OR_RETURN(embed_, upload_matrix(be_, w.embed));
+  const bool tied = w.lm_head.data == nullptr || w.lm_head.data == w.embed.data;
+  if (first || (last && tied)) {
+    if (w.embed.dtype == DType::kF16) {  // the embedding op reads F32 or BF16 tables
+      VV_ASSIGN_OR_RETURN(embed_, upload_f32(be_, w.embed));
+    } else {
+      VV_ASSIGN_OR_RETURN(embed_, upload_matrix(be_, w.embed));
+    }
   }
   VV_RETURN_IF_ERROR(expect_shape(w.final_norm, {H}));
-  VV_ASSIGN_OR_RETURN(final_norm_, upload_f32(be_, w.final_norm));
-  if (w.lm_head.data == nullptr || w.lm_head.data == w.embed.data) {
+  if (last) {
+    VV_ASSIGN_OR_RETURN(final_norm_, upload_f32(be_, w.final_norm));
+  }
+  if (last && tied) {  // (a shard that does not end the model has no head)
     if (w.lm_head.data == nullptr && !s.tie_word_embeddings) {
       return not_found("lm_head.weight is missing and tie_word_embeddings is false");
     }
     lm_head_ = &embed_.t;
-  } else {
+  } else if (last) {
     VV_RETURN_IF_ERROR(expect_shape(w.lm_head, {V, H}));
     VV_ASSIGN_OR_RETURN(lm_head_own_, upload_matrix(be_, w.lm_head));
     lm_head_ = &lm_head_own_.t;
   }
-  for (const DecoderLayerWeights& lw : w.layers) {
+  layers_.resize(static_cast<size_t>(s.num_layers));
+  for (int li = 0; li < s.num_layers; ++li) {
+    const DecoderLayerWeights& lw = w.layers[static_cast<size_t>(li)];
     VV_RETURN_IF_ERROR(expect_shape(lw.input_norm, {H}));
     VV_RETURN_IF_ERROR(expect_shape(lw.q_w, {qd, H}));
     VV_RETURN_IF_ERROR(expect_shape(lw.q_b, {qd}));
@@ -70,7 +84,8 @@ Status Qwen2Decoder::load(const DecoderWeights& w) {
     VV_RETURN_IF_ERROR(expect_shape(lw.gate_w, {I, H}));
     VV_RETURN_IF_ERROR(expect_shape(lw.up_w, {I, H}));
     VV_RETURN_IF_ERROR(expect_shape(lw.down_w, {H, I}));
-    Layer l;
+    if (li < opt_.layer_begin || li >= opt_.layer_end) continue;  // another shard's layer
+    Layer& l = layers_[static_cast<size_t>(li)];
     VV_ASSIGN_OR_RETURN(l.input_norm, upload_f32(be_, lw.input_norm));
     VV_ASSIGN_OR_RETURN(l.q_w, upload_matrix(be_, lw.q_w));
     VV_ASSIGN_OR_RETURN(l.q_b, upload_f32(be_, lw.q_b));
@@ -82,7 +97,7 @@ Status Qwen2Decoder::load(const DecoderWeights& w) {
     VV_ASSIGN_OR_RETURN(l.post_norm, upload_f32(be_, lw.post_norm));
     VV_ASSIGN_OR_RETURN(l.gate_up_w, upload_stacked_rows(be_, lw.gate_w, lw.up_w));  // [2I, H]: silu_mul halves
     VV_ASSIGN_OR_RETURN(l.down_w, upload_matrix(be_, lw.down_w));
-    layers_.push_back(std::move(l));
+    if (opt_.layer_loaded) VV_RETURN_IF_ERROR(opt_.layer_loaded(li, layer_tensors(li)));
   }
 
   if (opt_.max_blocks_per_seq <= 0) {
@@ -102,10 +117,18 @@ Status Qwen2Decoder::load(const DecoderWeights& w) {
   pos_ = alloc_i32(be_, R);
   seq_ = alloc_i32(be_, R);
   tables_ = alloc_i32(be_, S * opt_.max_blocks_per_seq);
-  last_ = alloc_f32(be_, S, H);
-  logits_ = alloc_f32(be_, S, V);
-  next_ = alloc_i32(be_, S);
+  if (last) {  // the head's rows
+    last_ = alloc_f32(be_, S, H);
+    logits_ = alloc_f32(be_, S, V);
+    next_ = alloc_i32(be_, S);
+  }
   return Status::ok();
+}
+
+std::vector<DeviceTensor*> Qwen2Decoder::layer_tensors(int l) {
+  if (l < opt_.layer_begin || l >= opt_.layer_end) return {};
+  Layer& w = layers_[static_cast<size_t>(l)];
+  return {&w.input_norm, &w.q_w, &w.q_b, &w.k_w, &w.k_b, &w.v_w, &w.v_b, &w.o_w, &w.post_norm, &w.gate_up_w, &w.down_w};
 }
 
 Status Qwen2Decoder::stage_rows(const StepPlan& plan, KvView& kv, int64_t* rows, AttentionRows* attn) {
@@ -246,10 +269,18 @@ Result<StepOutput> Qwen2Decoder::forward_from(const StepPlan& plan, KvView& kv, 
   if (first_layer < 0 || first_layer > spec_.num_layers) {
     return out_of_range("first layer " + std::to_string(first_layer) + " outside 0.." + std::to_string(spec_.num_layers));
   }
+  if (first_layer < opt_.layer_begin || first_layer > opt_.layer_end) {
+    return out_of_range("first layer " + std::to_string(first_layer) + " outside this decoder's layers " +
+                        std::to_string(opt_.layer_begin) + ".." + std::to_string(opt_.layer_end - 1));
+  }
   return run(plan, kv, &hidden, first_layer);
 }
 
 Result<StepOutput> Qwen2Decoder::run(const StepPlan& plan, KvView& kv, const Tensor* hidden, int first_layer) {
+  if (!hidden && opt_.layer_begin > 0) {
+    return invalid_argument("this decoder shard starts at layer " + std::to_string(opt_.layer_begin) +
+                            ": it runs from the previous shard's hidden rows (forward_from)");
+  }
   int64_t n = 0;
   AttentionRows rows;
   VV_RETURN_IF_ERROR(stage_rows(plan, kv, &n, &rows));
@@ -267,9 +298,17 @@ Result<StepOutput> Qwen2Decoder::run(const StepPlan& plan, KvView& kv, const Ten
     capture_("inputs_embeds", x);
     capture_("hidden.0", x);
   }
-  for (int l = first_layer; l < spec_.num_layers; ++l) {
+  if (layer_hook_) layer_hook_(-1);
+  for (int l = first_layer; l < opt_.layer_end; ++l) {
+    if (layer_hook_) layer_hook_(l);
     run_layer(l, x, rows, kv.layers[l]);
     if (capture_) capture_("hidden." + std::to_string(l + 1), x);
+  }
+  if (!ends_model()) {  // a shard before the last: the rows stay in x_ for the next shard
+    StepOutput out;
+    out.next.assign(plan.seqs.size(), -1);
+    out.logits.resize(plan.seqs.size());
+    return out;
   }
   if (capture_) {
     Tensor a = a_.t.row_slice(0, n);

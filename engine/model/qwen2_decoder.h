@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -24,6 +25,15 @@ struct DecoderOptions {
   int max_rows = 512;            // rows per step (all sequences together)
   int max_seqs = 64;             // sequences per step
   int max_blocks_per_seq = 0;    // block-table width; 0 = max_position_embeddings / 16 (rounded up)
+  // Layer shards (engine/runner): this decoder binds layers [layer_begin, layer_end) only
+  // (layer_end 0 = through the last). The embedding is bound where layer_begin is 0, the final
+  // norm and LM head where the range ends the model; a decoder that does not end the model stops
+  // after its layers (forward returns no tokens, hidden_rows() holds the residual stream).
+  int layer_begin = 0;
+  int layer_end = 0;
+  // Called during create() right after layer l's weights are on the device, with its tensors
+  // (layer streaming moves them to host memory at once, so loading never holds two streamed layers).
+  std::function<Status(int, const std::vector<DeviceTensor*>&)> layer_loaded;
 };
 
 class Qwen2Decoder {
@@ -41,6 +51,18 @@ class Qwen2Decoder {
   // Captures `inputs_embeds`, `hidden.0` .. `hidden.L`, `hidden.norm`, `logits.last` (the output
   // rows' logits) of every step while set.
   void set_capture(CaptureFn fn) { capture_ = std::move(fn); }
+
+  // Layer streaming (engine/runner): the device tensors of layer l, which a streamer may re-point
+  // at a reused device slot; and a hook called before the ops of layer l are issued in each step,
+  // and with -1 before the first layer of each step.
+  std::vector<DeviceTensor*> layer_tensors(int l);
+  void set_layer_hook(std::function<void(int)> fn) { layer_hook_ = std::move(fn); }
+  // Layer shards: the residual-stream rows [n, H] after this decoder's last layer in the latest
+  // step, on its backend; and the bound layer range.
+  Tensor hidden_rows(int64_t n) const { return x_.t.row_slice(0, n); }
+  int layer_begin() const { return opt_.layer_begin; }
+  int layer_end() const { return opt_.layer_end; }
+  bool ends_model() const { return opt_.layer_end == spec_.num_layers; }
 
   const DecoderSpec& spec() const { return spec_; }
   AttentionShape attention_shape() const;
@@ -69,6 +91,7 @@ class Qwen2Decoder {
   DeviceTensor x_, a_, q_, k_, v_, attn_, gu_, m_, ids_, pos_, seq_, tables_, last_, logits_, next_;
   std::vector<int32_t> h_ids_, h_pos_, h_seq_, h_tables_;
   CaptureFn capture_;
+  std::function<void(int)> layer_hook_;
 };
 
 }  // namespace vv
