@@ -1,6 +1,6 @@
 // KvCache: the paged KV memory of one device — one pool of blocks of `block_size` positions for
-// every decoder layer (K and V; F32, or BF16/F16 to halve it), sized once at start — and a free list of block ids that
-// hands out and takes back blocks for sequences. Owned by a Runner; the engine thread only.
+// every decoder layer (K and V; F32, or BF16/F16 to halve it), sized once at start — and a free list of block
+// ids that hands out and takes back blocks for sequences. Owned by a Runner; the engine thread only.
 #pragma once
 
 #include <cstdint>
@@ -19,8 +19,13 @@ class KvCache {
  public:
   // dtype: kF32 (exact; the default), or kBF16/kF16, which round every cached key and value
   // (an opt-in that changes the logits at the 1e-3 level and halves the pool).
+  // Layer shards: only layers [layer_begin, layer_end) get memory (layer_end 0 = through the last);
+  // the view still lists every layer, the others empty.
   static Result<std::unique_ptr<KvCache>> create(Backend& be, const DecoderSpec& spec, int64_t num_blocks,
-                                                 int block_size = 16, DType dtype = DType::kF32);
+                                                 int block_size = 16, DType dtype = DType::kF32,
+                                                 int layer_begin = 0, int layer_end = 0);
+  // Bytes one position takes in a pool of `layers` layers (K and V).
+  static size_t bytes_per_position(const DecoderSpec& spec, DType dtype, int layers);
 
   KvView& view() { return view_; }
   int block_size() const { return view_.block_size; }

@@ -22,40 +22,160 @@ void drop_host_pages(const void* data, size_t bytes) {
 
 Result<std::unique_ptr<Runner>> Runner::create(std::unique_ptr<Backend> backend, const Checkpoint& ckpt,
                                                const RunnerOptions& opt) {
-  if (!backend) return invalid_argument("runner: no backend");
+  std::vector<std::unique_ptr<Backend>> one;
+  one.push_back(std::move(backend));
+  return create_sharded(std::move(one), ckpt, opt);
+}
+
+Result<std::unique_ptr<Runner>> Runner::create_sharded(std::vector<std::unique_ptr<Backend>> backends,
+                                                       const Checkpoint& ckpt, const RunnerOptions& opt,
+                                                       std::vector<int> layers_per_shard) {
+  if (backends.empty()) return invalid_argument("runner: no backend");
+  for (const auto& b : backends) {
+    if (!b) return invalid_argument("runner: no backend");
+  }
   if (opt.block_size < 1 || opt.kv_positions < 1 || opt.prefill_chunk < 1) {
     return invalid_argument("runner: block_size, kv_positions and prefill_chunk must be positive");
   }
+  const int L = ckpt.spec().decoder.num_layers;
+  const int n = static_cast<int>(backends.size());
+  if (layers_per_shard.empty()) {
+    for (int i = 0; i < n; ++i) layers_per_shard.push_back(L / n + (i < L % n ? 1 : 0));
+  }
+  if (static_cast<int>(layers_per_shard.size()) != n) {
+    return invalid_argument("runner: " + std::to_string(layers_per_shard.size()) + " layer counts for " +
+                            std::to_string(n) + " devices");
+  }
+  int sum = 0;
+  for (int c : layers_per_shard) {
+    if (c < 1) return invalid_argument("runner: every layer shard needs at least one decoder layer");
+    sum += c;
+  }
+  if (sum != L) {
+    return invalid_argument("runner: the layer shards hold " + std::to_string(sum) +
+                            " layers, the model has " + std::to_string(L));
+  }
   std::unique_ptr<Runner> r(new Runner());
-  r->backend_ = std::move(backend);
   r->spec_ = ckpt.spec();
   r->opt_ = opt;
-  Backend& be = *r->backend_;
+  for (auto& b : backends) {
+    Shard s;
+    s.backend = std::move(b);
+    r->shards_.push_back(std::move(s));
+  }
   // Restores the previous upload hook however this function returns.
   struct HookGuard {
     UploadedFn old;
     ~HookGuard() { set_upload_hook(std::move(old)); }
   } guard{set_upload_hook(opt.consume_weights ? UploadedFn(drop_host_pages) : UploadedFn())};
-  VV_ASSIGN_OR_RETURN(r->speech_, SpeechEmbedder::create(be, r->spec_, ckpt.weights(), opt.encoder_segment));
-  const int64_t blocks = (opt.kv_positions + opt.block_size - 1) / opt.block_size;
-  DecoderOptions dopt;
-  dopt.max_rows = opt.max_rows;
-  dopt.max_seqs = opt.max_seqs;
-  dopt.max_blocks_per_seq = static_cast<int>(blocks);
-  VV_ASSIGN_OR_RETURN(r->decoder_, Qwen2Decoder::create(be, r->spec_, ckpt.weights().decoder, dopt));
-  VV_ASSIGN_OR_RETURN(r->kv_, KvCache::create(be, r->spec_.decoder, blocks, opt.block_size, opt.kv_dtype));
+  int begin = 0;
+  for (int i = 0; i < n; ++i) {
+    VV_RETURN_IF_ERROR(r->bind_shard(static_cast<size_t>(i), ckpt, begin, begin + layers_per_shard[i]));
+    begin += layers_per_shard[i];
+  }
+  // One set of block ids for every shard: the smallest pool any shard's budget allows.
+  int64_t positions = opt.kv_positions;
+  for (const Shard& s : r->shards_) positions = std::min(positions, s.plan.kv_positions);
+  const int64_t blocks = (positions + opt.block_size - 1) / opt.block_size;
+  begin = 0;
+  for (int i = 0; i < n; ++i) {
+    Shard& s = r->shards_[static_cast<size_t>(i)];
+    VV_ASSIGN_OR_RETURN(s.kv, KvCache::create(*s.backend, r->spec_.decoder, blocks, opt.block_size,
+                                              opt.kv_dtype, begin, begin + layers_per_shard[i]));
+    begin += layers_per_shard[i];
+    s.plan.kv_positions = blocks * opt.block_size;
+  }
+  if (n > 1)
+    r->staging_.resize(static_cast<size_t>(opt.max_rows) * static_cast<size_t>(r->spec_.decoder.hidden_size));
   return r;
+}
+
+Status Runner::bind_shard(size_t i, const Checkpoint& ckpt, int layer_begin, int layer_end) {
+  Shard& s = shards_[i];
+  Backend& be = *s.backend;
+  const DecoderSpec& ds = spec_.decoder;
+  size_t free_bytes = 0, total_bytes = 0;
+  const bool reports = be.device_memory(&free_bytes, &total_bytes);
+  MemoryPlanInput in;
+  in.cap = i < opt_.shard_memory_caps.size() ? opt_.shard_memory_caps[i] : opt_.memory_cap;
+  in.in_use = reports ? total_bytes - free_bytes : 0;
+  const size_t allocated_before = be.allocated_bytes();
+  if (i == 0) {
+    VV_ASSIGN_OR_RETURN(speech_, SpeechEmbedder::create(be, spec_, ckpt.weights(), opt_.encoder_segment));
+    in.encoders = be.allocated_bytes() - allocated_before;
+  }
+  const int64_t blocks = (opt_.kv_positions + opt_.block_size - 1) / opt_.block_size;
+  DecoderOptions dopt;
+  dopt.max_rows = opt_.max_rows;
+  dopt.max_seqs = opt_.max_seqs;
+  dopt.max_blocks_per_seq = static_cast<int>(blocks);
+  dopt.layer_begin = layer_begin;
+  dopt.layer_end = layer_end;
+  in.decoder = decoder_bytes(ds, ckpt.weights().decoder, dopt.max_rows, dopt.max_seqs,
+                             dopt.max_blocks_per_seq, layer_begin, layer_end);
+  if (i > 0)
+    in.decoder.workspace += static_cast<size_t>(opt_.max_rows) * ds.hidden_size * sizeof(float);  // hidden_in
+  in.scratch = opt_.scratch_reserve >= 0 ? static_cast<size_t>(opt_.scratch_reserve)
+               : reports                 ? (size_t{256} << 20) +
+                               static_cast<size_t>(opt_.max_rows) *
+                                   static_cast<size_t>(std::max(ds.intermediate_size, ds.hidden_size)) * 2
+                         : 0;
+  in.kv_per_position = KvCache::bytes_per_position(ds, opt_.kv_dtype, layer_end - layer_begin);
+  in.kv_positions = opt_.kv_positions;
+  in.min_kv_positions =
+      opt_.min_kv_positions > 0 ? opt_.min_kv_positions : std::min<int64_t>(opt_.kv_positions, 2048);
+  in.block_size = opt_.block_size;
+  in.gpu_layers = opt_.gpu_layers;
+  auto plan = plan_memory(in);
+  if (!plan.is_ok()) {
+    const std::string where = shards_.size() > 1 ? "layer shard " + std::to_string(i) + " on " : "";
+    return Status(plan.status().code(), where + be.name() + ": " + plan.status().message());
+  }
+  s.plan = *plan;
+  const int resident = s.plan.resident_layers;
+  if (layer_begin + resident < layer_end) {
+    s.stream = std::make_unique<LayerStream>(be, layer_begin + resident, layer_end);
+    LayerStream* stream = s.stream.get();
+    dopt.layer_loaded = [stream](int l, const std::vector<DeviceTensor*>& tensors) {
+      return stream->take(l, tensors);
+    };
+  }
+  VV_ASSIGN_OR_RETURN(s.decoder, Qwen2Decoder::create(be, spec_, ckpt.weights().decoder, dopt));
+  if (s.stream) {
+    VV_RETURN_IF_ERROR(s.stream->finish());
+    LayerStream* stream = s.stream.get();
+    s.decoder->set_layer_hook([stream](int l) { stream->before_layer(l); });
+  }
+  if (i > 0) s.hidden_in = alloc_f32(be, opt_.max_rows, ds.hidden_size);
+  return Status::ok();
 }
 
 Result<SpeechRows> Runner::encode(const float* samples, int64_t n, const EncodeOptions& opt) {
   return speech_->embed(samples, n, opt);
 }
 
-Result<StepOutput> Runner::execute(const StepPlan& plan) { return decoder_->forward(plan, kv_->view()); }
+Result<StepOutput> Runner::execute(const StepPlan& plan) {
+  VV_ASSIGN_OR_RETURN(StepOutput out, shards_[0].decoder->forward(plan, shards_[0].kv->view()));
+  if (shards_.size() == 1) return out;
+  int64_t n = 0;
+  for (const SequenceRows& s : plan.seqs) n += static_cast<int64_t>(s.ids.size());
+  const size_t bytes =
+      static_cast<size_t>(n) * static_cast<size_t>(spec_.decoder.hidden_size) * sizeof(float);
+  for (size_t i = 1; i < shards_.size(); ++i) {
+    // Only the residual stream crosses, through host memory (download waits for the shard).
+    Shard& prev = shards_[i - 1];
+    Shard& s = shards_[i];
+    prev.backend->download(staging_.data(), prev.decoder->hidden_rows(n).data, bytes);
+    s.backend->upload(s.hidden_in.buf.data(), staging_.data(), bytes);
+    const Tensor h = s.hidden_in.t.row_slice(0, n);
+    VV_ASSIGN_OR_RETURN(out, s.decoder->forward_from(plan, s.kv->view(), h, s.decoder->layer_begin()));
+  }
+  return out;
+}
 
 void Runner::set_capture(CaptureFn fn) {
   speech_->set_capture(fn);
-  decoder_->set_capture(std::move(fn));
+  for (Shard& s : shards_) s.decoder->set_capture(fn);
 }
 
 namespace {
@@ -63,15 +183,16 @@ namespace {
 struct Active {
   const GreedyRequest* req = nullptr;
   std::vector<BlockId> blocks;
-  int64_t pos = 0;           // rows already in the KV cache
-  int64_t speech_used = 0;   // audio-token rows already placed
+  int64_t pos = 0;          // rows already in the KV cache
+  int64_t speech_used = 0;  // audio-token rows already placed
   std::vector<TokenId> out;
   bool done = false;
 };
 
 }  // namespace
 
-Result<std::vector<std::vector<TokenId>>> Runner::generate_greedy(const std::vector<GreedyRequest>& requests) {
+Result<std::vector<std::vector<TokenId>>> Runner::generate_greedy(
+    const std::vector<GreedyRequest>& requests) {
   std::vector<Active> seqs(requests.size());
   Status status = Status::ok();
   for (size_t i = 0; i < requests.size() && status.is_ok(); ++i) {
@@ -109,7 +230,7 @@ Result<std::vector<std::vector<TokenId>>> Runner::generate_greedy(const std::vec
         rows.want_output = true;
       }
       // Blocks are taken as the sequence grows, not for its whole budget up front.
-      status = kv_->reserve(s.blocks, s.pos + static_cast<int64_t>(rows.ids.size()));
+      status = kv().reserve(s.blocks, s.pos + static_cast<int64_t>(rows.ids.size()));
       if (!status.is_ok()) break;
       rows.blocks = s.blocks;
       budget -= static_cast<int64_t>(rows.ids.size());
@@ -139,7 +260,7 @@ Result<std::vector<std::vector<TokenId>>> Runner::generate_greedy(const std::vec
   }
   std::vector<std::vector<TokenId>> out;
   for (Active& s : seqs) {
-    kv_->release(s.blocks);
+    kv().release(s.blocks);
     out.push_back(std::move(s.out));
   }
   if (!status.is_ok()) return status;

@@ -1,7 +1,12 @@
-// Runner: one model on one device. Binds a Checkpoint's weights to a Backend once (speech embedder
-// and decoder), owns the KV pool and the workspaces sized at start, and executes StepPlans. Also a
+// Runner: one model on one device, or on several as layer shards. Binds a Checkpoint's weights to
+// its Backend(s) once (speech embedder and decoder), owns the KV pool and the workspaces sized at
+// start, and executes StepPlans. Memory is planned from a budget (RunnerOptions::memory_cap: the KV
+// pool takes what remains, layers beyond gpu_layers stream from host memory every step). Layer
+// shards: the first backend holds the encoders, the embedding and the first layers, each next one
+// the following layers, the last the final norm and LM head; only the hidden rows cross between
+// them, and each holds the KV memory of its own layers (one set of block ids for all). Also a
 // single-request convenience path (prefill a prompt in chunks, then greedy-decode) and its batched
-// form, which the golden tests use. The Runner owns its Backend; weights are copied to the device
+// form, which the golden tests use. The Runner owns its Backends; weights are copied to the devices
 // at create(), so the Checkpoint may be closed afterwards. One thread (the engine loop) drives it.
 #pragma once
 
@@ -16,6 +21,8 @@
 #include "engine/model/step_plan.h"
 #include "engine/model/tensor_capture.h"
 #include "engine/runner/kv_cache.h"
+#include "engine/runner/layer_stream.h"
+#include "engine/runner/memory_plan.h"
 #include "kernels/backend.h"
 
 namespace vv {
@@ -33,6 +40,19 @@ struct RunnerOptions {
   // mmapped tensors are re-read from disk if touched, and random weights read as zeros: only for a
   // Checkpoint that nothing else reads again.
   bool consume_weights = false;
+  // Device memory cap per device, in bytes (0 = none): the memory already in use on the device (the
+  // CUDA context), encoders, resident weights, streaming slots, workspaces, a scratch reserve and
+  // the KV pool must fit under it (MemoryPlan). The KV pool shrinks to what remains, down to
+  // min_kv_positions (0 = min(kv_positions, 2048)); below that create() fails naming the cap.
+  size_t memory_cap = 0;
+  std::vector<size_t> shard_memory_caps;  // layer shards: one cap per shard (overrides memory_cap)
+  int64_t min_kv_positions = 0;
+  // Decoder layers resident on the device (per shard); the others stay in host memory and stream
+  // into a double buffer before use every step. -1 = as many as memory_cap allows (all without one).
+  int gpu_layers = -1;
+  // Counted under a cap for the backend's own workspaces; -1 = 256 MiB plus the bf16 GEMM operand
+  // buffer on a device that reports its memory (a GPU), 0 on the CPU.
+  int64_t scratch_reserve = -1;
 };
 
 // One greedy request for generate_greedy().
@@ -40,20 +60,34 @@ struct GreedyRequest {
   std::vector<TokenId> prompt;     // ids; audio-token rows take `speech` rows in order
   const Tensor* speech = nullptr;  // F32 [F, H] on the runner's backend (SpeechRows::rows.t)
   int max_new_tokens = 32;
-  std::vector<TokenId> stop;       // generation ends after emitting one of these
+  std::vector<TokenId> stop;  // generation ends after emitting one of these
 };
 
 class Runner {
  public:
   static Result<std::unique_ptr<Runner>> create(std::unique_ptr<Backend> backend, const Checkpoint& ckpt,
                                                 const RunnerOptions& opt = {});
+  // Layer shards over `backends` (at least one); layers_per_shard: decoder layers of each, in order,
+  // summing to the model's (empty = as even as possible, the remainder on the first shards).
+  static Result<std::unique_ptr<Runner>> create_sharded(std::vector<std::unique_ptr<Backend>> backends,
+                                                        const Checkpoint& ckpt, const RunnerOptions& opt = {},
+                                                        std::vector<int> layers_per_shard = {});
 
-  Backend& backend() { return *backend_; }
+  // The first shard's: the encoders, the embedding and the speech rows live there.
+  Backend& backend() { return *shards_[0].backend; }
   const ModelSpec& spec() const { return spec_; }
   SpeechEmbedder& speech() { return *speech_; }
-  Qwen2Decoder& decoder() { return *decoder_; }
-  KvCache& kv() { return *kv_; }
+  Qwen2Decoder& decoder() { return *shards_[0].decoder; }
+  // The first shard's pool; its block ids hold for every shard's pool (same number of blocks).
+  KvCache& kv() { return *shards_[0].kv; }
   const RunnerOptions& options() const { return opt_; }
+
+  size_t shard_count() const { return shards_.size(); }
+  Backend& shard_backend(size_t i) { return *shards_[i].backend; }
+  Qwen2Decoder& shard_decoder(size_t i) { return *shards_[i].decoder; }
+  const MemoryPlan& memory_plan(size_t shard = 0) const { return shards_[shard].plan; }
+  // The shard's streamed layers (nullptr when all are resident).
+  const LayerStream* layer_stream(size_t shard = 0) const { return shards_[shard].stream.get(); }
 
   // Normalised 24 kHz mono samples → speech rows on this device.
   Result<SpeechRows> encode(const float* samples, int64_t n, const EncodeOptions& opt = {});
@@ -70,13 +104,23 @@ class Runner {
   void set_capture(CaptureFn fn);
 
  private:
+  struct Shard {
+    std::unique_ptr<Backend> backend;
+    // Declared after the backend, so destroyed before it.
+    std::unique_ptr<LayerStream> stream;
+    std::unique_ptr<Qwen2Decoder> decoder;
+    std::unique_ptr<KvCache> kv;
+    DeviceTensor hidden_in;  // shards after the first: the previous shard's rows, [max_rows, H]
+    MemoryPlan plan;
+  };
   Runner() = default;
-  std::unique_ptr<Backend> backend_;
+  Status bind_shard(size_t i, const Checkpoint& ckpt, int layer_begin, int layer_end);
+
   ModelSpec spec_;
   RunnerOptions opt_;
-  std::unique_ptr<SpeechEmbedder> speech_;
-  std::unique_ptr<Qwen2Decoder> decoder_;
-  std::unique_ptr<KvCache> kv_;
+  std::vector<Shard> shards_;
+  std::unique_ptr<SpeechEmbedder> speech_;  // on the first shard's backend
+  std::vector<float> staging_;              // host rows between shards
 };
 
 }  // namespace vv
