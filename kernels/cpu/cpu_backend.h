@@ -20,9 +20,16 @@ std::unique_ptr<Backend> make_cpu_backend(const CpuBackendOptions& options = {})
 // Physical cores available to this process (SMT siblings counted once).
 int physical_core_count();
 
+// The worker count a CpuBackend made with `threads` gets: threads if > 0, else $VIBEVOICE_THREADS,
+// else the physical cores.
+int resolve_cpu_threads(int threads);
+
 // Roofline probes used by `vibevoice bench`: measured on this machine with `threads` threads.
 // Timed in CPU time (per thread), so a machine shared with other work still gives its hardware figures.
-double measure_triad_gbps(int threads);  // STREAM triad a[i]=b[i]+s*c[i] over arrays >> LLC, best of several
+// Bandwidths are GB/s (1e9 bytes), best of several passes over buffers far larger than the LLC, each
+// thread on its own equal slice.
+double measure_triad_gbps(int threads);  // STREAM triad a[i]=b[i]+s*c[i]: 3 × 4 bytes per element
+double measure_read_gbps(int threads);   // read-only sum, 1 and 8 streams per thread: what decode does
 double measure_fma_gflops(int threads);  // peak FMA throughput of the chosen ISA (f32)
 
 }  // namespace vv

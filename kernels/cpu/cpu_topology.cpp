@@ -1,3 +1,5 @@
+#include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <set>
 #include <string>
@@ -29,6 +31,15 @@ int physical_core_count() {
     cores.insert({pkg, core});
   }
   return cores.empty() ? 1 : static_cast<int>(cores.size());
+}
+
+int resolve_cpu_threads(int threads) {
+  if (threads > 0) return threads;
+  if (const char* env = std::getenv("VIBEVOICE_THREADS")) {
+    const int v = std::atoi(env);
+    if (v > 0) return v;
+  }
+  return std::max(1, physical_core_count());
 }
 
 }  // namespace vv
