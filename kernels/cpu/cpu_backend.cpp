@@ -10,6 +10,7 @@
 #include <string>
 
 #include "kernels/cpu/avx2_ops.h"
+#include "kernels/cpu/host_memory.h"
 #include "kernels/cpu/reference_ops.h"
 #include "kernels/cpu/thread_pool.h"
 
@@ -29,15 +30,6 @@ Isa detect_isa(Isa wanted) {
   if (wanted == Isa::kScalar) return Isa::kScalar;
   // No AVX-512 kernels yet: an AVX-512 request runs the AVX2 kernels.
   return avx2 ? Isa::kAvx2 : Isa::kScalar;
-}
-
-int resolve_threads(int wanted) {
-  if (wanted > 0) return wanted;
-  if (const char* env = std::getenv("VIBEVOICE_THREADS")) {
-    const int v = std::atoi(env);
-    if (v > 0) return v;
-  }
-  return std::max(1, physical_core_count());
 }
 
 Tensor vec_slice(const Tensor& t, int64_t begin, int64_t count) {
@@ -89,7 +81,7 @@ class CpuBackend final : public Backend {
 
   Buffer allocate(size_t bytes) override {
     const size_t n = (std::max<size_t>(bytes, 1) + 63) / 64 * 64 + kHeader;
-    char* base = static_cast<char*>(std::aligned_alloc(64, n));
+    char* base = static_cast<char*>(cpu::aligned_host_alloc(n));
     if (!base) return Buffer();
     std::memset(base, 0, n);
     counter_->refs.fetch_add(1);
@@ -264,7 +256,7 @@ class CpuBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> make_cpu_backend(const CpuBackendOptions& options) {
-  return std::make_unique<CpuBackend>(resolve_threads(options.threads), options.pin, detect_isa(options.isa));
+  return std::make_unique<CpuBackend>(resolve_cpu_threads(options.threads), options.pin, detect_isa(options.isa));
 }
 
 }  // namespace vv
