@@ -19,7 +19,9 @@ constexpr std::uint8_t kGuidTail[14] = {0x00, 0x00, 0x00, 0x00, 0x10, 0x00, 0x80
 // Streaming writers leave the data size at this value when they cannot seek back.
 constexpr std::uint32_t kUnknownSize = 0xFFFFFFFFu;
 
-std::uint16_t u16(const std::uint8_t* p) { return static_cast<std::uint16_t>(p[0] | (p[1] << 8)); }
+std::uint16_t u16(const std::uint8_t* p) {
+  return static_cast<std::uint16_t>(p[0] | (p[1] << 8));
+}
 std::uint32_t u32(const std::uint8_t* p) {
   return static_cast<std::uint32_t>(p[0]) | (static_cast<std::uint32_t>(p[1]) << 8) |
          (static_cast<std::uint32_t>(p[2]) << 16) | (static_cast<std::uint32_t>(p[3]) << 24);
@@ -63,20 +65,22 @@ Status parse_fmt(const std::uint8_t* p, std::uint32_t size, std::size_t offset, 
       return invalid_argument(where + ": WAVE_FORMAT_EXTENSIBLE needs 40 bytes, has " + std::to_string(size));
     }
     if (std::memcmp(p + 26, kGuidTail, sizeof kGuidTail) != 0) {
-      return unsupported(where + ": WAVE_FORMAT_EXTENSIBLE sub-format GUID (byte " + std::to_string(offset + 24) +
-                         ") is not a KSDATAFORMAT_SUBTYPE_* GUID");
+      return unsupported(where + ": WAVE_FORMAT_EXTENSIBLE sub-format GUID (byte " +
+                         std::to_string(offset + 24) + ") is not a KSDATAFORMAT_SUBTYPE_* GUID");
     }
     tag = u16(p + 24);
   }
   if (tag == kFormatPcm) {
     fmt->kind = SampleKind::kPcm;
     if (bits != 8 && bits != 16 && bits != 24 && bits != 32) {
-      return unsupported(where + ": PCM with " + std::to_string(bits) + " bits per sample (8/16/24/32 supported)");
+      return unsupported(where + ": PCM with " + std::to_string(bits) +
+                         " bits per sample (8/16/24/32 supported)");
     }
   } else if (tag == kFormatFloat) {
     fmt->kind = SampleKind::kFloat;
     if (bits != 32 && bits != 64) {
-      return unsupported(where + ": IEEE float with " + std::to_string(bits) + " bits per sample (32/64 supported)");
+      return unsupported(where + ": IEEE float with " + std::to_string(bits) +
+                         " bits per sample (32/64 supported)");
     }
   } else {
     char buf[8];
@@ -116,7 +120,8 @@ float sample_to_float(const std::uint8_t* p, const WavFormat& fmt) {
     case 16:
       return static_cast<float>(static_cast<std::int16_t>(u16(p))) * (1.0f / 32768.0f);
     case 24: {
-      const std::uint32_t raw = static_cast<std::uint32_t>(p[0]) << 8 | static_cast<std::uint32_t>(p[1]) << 16 |
+      const std::uint32_t raw = static_cast<std::uint32_t>(p[0]) << 8 |
+                                static_cast<std::uint32_t>(p[1]) << 16 |
                                 static_cast<std::uint32_t>(p[2]) << 24;
       return static_cast<float>(static_cast<std::int32_t>(raw)) * (1.0f / 2147483648.0f);
     }
@@ -125,19 +130,37 @@ float sample_to_float(const std::uint8_t* p, const WavFormat& fmt) {
   }
 }
 
-void decode_frames(const std::uint8_t* data, std::size_t frames, const WavFormat& fmt, std::vector<float>* out) {
-  out->resize(frames);
-  const int bytes = fmt.bits / 8;
+// Frames to mono float32 (channels averaged in channel order). The per-format choice is made once,
+// outside the loop, so the common case (PCM16) is a tight loop; each sample's value is exactly
+// sample_to_float's.
+template <typename ToFloat>
+void decode_frames_as(const std::uint8_t* data, std::size_t frames, const WavFormat& fmt, float* out,
+                      ToFloat to_float) {
+  const std::size_t stride = static_cast<std::size_t>(fmt.block_align);
+  const std::size_t bytes = static_cast<std::size_t>(fmt.bits / 8);
+  if (fmt.channels == 1) {
+    for (std::size_t i = 0; i < frames; ++i) out[i] = to_float(data + i * stride);
+    return;
+  }
   const float divisor = static_cast<float>(fmt.channels);
   for (std::size_t i = 0; i < frames; ++i) {
-    const std::uint8_t* frame = data + i * static_cast<std::size_t>(fmt.block_align);
-    if (fmt.channels == 1) {
-      (*out)[i] = sample_to_float(frame, fmt);
-      continue;
-    }
-    float sum = sample_to_float(frame, fmt);
-    for (int c = 1; c < fmt.channels; ++c) sum += sample_to_float(frame + c * bytes, fmt);
-    (*out)[i] = sum / divisor;
+    const std::uint8_t* frame = data + i * stride;
+    float sum = to_float(frame);
+    for (int c = 1; c < fmt.channels; ++c) sum += to_float(frame + static_cast<std::size_t>(c) * bytes);
+    out[i] = sum / divisor;
+  }
+}
+
+void decode_frames(const std::uint8_t* data, std::size_t frames, const WavFormat& fmt,
+                   std::vector<float>* out) {
+  out->resize(frames);
+  float* o = out->data();
+  if (fmt.kind == SampleKind::kPcm && fmt.bits == 16) {
+    decode_frames_as(data, frames, fmt, o, [](const std::uint8_t* p) {
+      return static_cast<float>(static_cast<std::int16_t>(u16(p))) * (1.0f / 32768.0f);
+    });
+  } else {
+    decode_frames_as(data, frames, fmt, o, [&fmt](const std::uint8_t* p) { return sample_to_float(p, fmt); });
   }
 }
 
@@ -150,7 +173,8 @@ bool looks_like_wav(std::span<const std::uint8_t> bytes) {
 
 Result<DecodedAudio> read_wav(std::span<const std::uint8_t> bytes, double max_seconds) {
   if (bytes.size() < 12) {
-    return invalid_argument("WAV: file is " + std::to_string(bytes.size()) + " bytes, shorter than the 12-byte RIFF header");
+    return invalid_argument("WAV: file is " + std::to_string(bytes.size()) +
+                            " bytes, shorter than the 12-byte RIFF header");
   }
   if (!looks_like_wav(bytes)) return invalid_argument("WAV: bytes 0-11 are not a RIFF/WAVE header");
   const std::uint8_t* base = bytes.data();
@@ -188,9 +212,9 @@ Result<DecodedAudio> read_wav(std::span<const std::uint8_t> bytes, double max_se
       data_offset = offset;
     } else {
       if (size > available) {
-        return invalid_argument("WAV: " + chunk_name(id) + " chunk at byte " + std::to_string(offset) + " declares " +
-                                std::to_string(size) + " bytes but only " + std::to_string(available) +
-                                " remain (truncated file)");
+        return invalid_argument("WAV: " + chunk_name(id) + " chunk at byte " + std::to_string(offset) +
+                                " declares " + std::to_string(size) + " bytes but only " +
+                                std::to_string(available) + " remain (truncated file)");
       }
       if (std::memcmp(id, "fmt ", 4) == 0) {
         if (have_fmt) return invalid_argument("WAV: second 'fmt ' chunk at byte " + std::to_string(offset));
@@ -204,15 +228,19 @@ Result<DecodedAudio> read_wav(std::span<const std::uint8_t> bytes, double max_se
     if (advance > end - offset) break;
     offset += advance;
   }
-  if (!have_fmt) return invalid_argument("WAV: no 'fmt ' chunk before the end of the file (byte " + std::to_string(end) + ")");
-  if (data == nullptr) return invalid_argument("WAV: no 'data' chunk before the end of the file (byte " + std::to_string(end) + ")");
+  if (!have_fmt)
+    return invalid_argument("WAV: no 'fmt ' chunk before the end of the file (byte " + std::to_string(end) +
+                            ")");
+  if (data == nullptr)
+    return invalid_argument("WAV: no 'data' chunk before the end of the file (byte " + std::to_string(end) +
+                            ")");
 
   // A trailing partial frame is dropped, as libsndfile does.
   const std::size_t frames = data_size / static_cast<std::size_t>(fmt.block_align);
   if (max_seconds > 0.0 && static_cast<double>(frames) > max_seconds * fmt.sample_rate) {
     return out_of_range("WAV: 'data' chunk at byte " + std::to_string(data_offset) + " holds " +
-                        std::to_string(static_cast<double>(frames) / fmt.sample_rate) + " s of audio, over the " +
-                        std::to_string(max_seconds) + " s limit");
+                        std::to_string(static_cast<double>(frames) / fmt.sample_rate) +
+                        " s of audio, over the " + std::to_string(max_seconds) + " s limit");
   }
   DecodedAudio out;
   out.sample_rate = fmt.sample_rate;
