@@ -7,7 +7,7 @@
 //
 // Three paths share that order:
 //  * gemv (M = 1, decode of one sequence): tiles of 8 w rows, each read once front to back over the
-//    whole K with its own FMA chain in a register; memory bound, see gemv_tile.
+//    whole K with its own FMA chain in a register; memory bound, see gemv_rows.
 //  * direct (2 ≤ M ≤ 8, batched decode): reads w rows in place (prefetched), converts bf16/f16 in
 //    registers, K in chunks of 512 with the partial sums parked between chunks so a stays in L1.
 //  * blocked (larger M, prefill): per (M block, N block) task, w is converted to f32 one K chunk at a
@@ -99,59 +99,59 @@ inline const void* w_row(const GemmArgs& g, int64_t n) {
 // ---- gemv path (M = 1) -------------------------------------------------------------------------
 
 constexpr int kGemvRows = 8;            // w rows per tile: 8 independent FMA chains cover the FMA latency
-constexpr int64_t kGemvPrefetch = 512;  // bytes ahead of each row's read position
+constexpr int64_t kGemvPrefetch = 256;  // bytes ahead of each row's read position
 constexpr int64_t kGemvChunksPerThread = 4;       // equal chunks per thread: balance when a core is shared
 constexpr int64_t kGemvMinChunkBytes = 64 << 10;  // below this a chunk is not worth a thread hand-off
 
-// R rows n..n+R of w against the single row of a, over the whole K: one cache line of every row per
-// step (bf16: 32 elements), one software prefetch per line kGemvPrefetch bytes ahead. Near the end
-// of the rows the prefetches move on to the same offsets of the next tile's rows (when `next_tile`),
-// so that tile starts with its first lines already on the way instead of 8 cold streams.
+// R rows n + r·lane (r < R) of w against the single row of a, over the whole K: one cache line of
+// every row per step (bf16: 32 elements), one software prefetch per line kGemvPrefetch bytes ahead.
+// Past a row's end the prefetch runs on into the next row in memory, which is the same lane's row of
+// the next tile, so each lane streams without a restart.
 template <DType WT, int R>
-void gemv_tile(const GemmArgs& g, int64_t n, bool next_tile) {
+void gemv_tile(const GemmArgs& g, int64_t n, int64_t lane) {
   constexpr int64_t es = static_cast<int64_t>(dtype_size(WT));
   constexpr int64_t kLine = 64 / es;  // elements per cache line
-  const int64_t row_bytes = g.w_stride * es;
   const char* wr[R];
   __m256 acc[R];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
-    wr[r] = static_cast<const char*>(w_row<WT>(g, n + r));
+    wr[r] = static_cast<const char*>(w_row<WT>(g, n + r * lane));
     acc[r] = _mm256_setzero_ps();
   }
   const int64_t kl = g.k8 / kLine * kLine;
-  // From k_next on, the prefetch target kGemvPrefetch bytes ahead lies beyond the row's last element.
-  const int64_t k_next =
-      next_tile ? std::clamp<int64_t>((g.K * es - kGemvPrefetch) / es / kLine * kLine, 0, kl) : kl;
-  auto step = [&](int64_t k, int64_t pf) {
+  int64_t k = 0;
+  for (; k < kl; k += kLine) {
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) _mm_prefetch(wr[r] + k * es + pf, _MM_HINT_T0);
+    for (int r = 0; r < R; ++r) _mm_prefetch(wr[r] + k * es + kGemvPrefetch, _MM_HINT_T0);
 #pragma GCC unroll 4
     for (int64_t j = 0; j < kLine; j += 8) {
       const __m256 av = _mm256_loadu_ps(g.a + k + j);
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(av, load_w8<WT>(wr[r], k + j), acc[r]);
     }
-  };
-  int64_t k = 0;
-  for (; k < k_next; k += kLine) step(k, kGemvPrefetch);
-  // Same offsets in the row R further on, minus the row just finished.
-  const int64_t pf_next = kGemvPrefetch + R * row_bytes - g.K * es;
-  for (; k < kl; k += kLine) step(k, pf_next);
+  }
   for (; k < g.k8; k += 8) {
     const __m256 av = _mm256_loadu_ps(g.a + k);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(av, load_w8<WT>(wr[r], k), acc[r]);
   }
 #pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) finish<WT>(acc[r], g.a, wr[r], g.k8, g.K, g.bias, n + r, g.ep, g.out + n + r);
+  for (int r = 0; r < R; ++r) {
+    const int64_t nr = n + r * lane;
+    finish<WT>(acc[r], g.a, wr[r], g.k8, g.K, g.bias, nr, g.ep, g.out + nr);
+  }
 }
 
+// Rows n0..n1 as kGemvRows lanes of consecutive rows; tile t takes row t of every lane. Each lane
+// is then one long sequential stream through memory (8 per thread, as the read probe's best case)
+// instead of 8 short rows that start cold at every tile: +10–15 % at K = 3584 (NOTES.md). The rows
+// left over (fewer than kGemvRows) go one at a time. Which tile computes a row does not change its
+// arithmetic.
 template <DType WT>
 void gemv_rows(const GemmArgs& g, int64_t n0, int64_t n1) {
-  int64_t n = n0;
-  for (; n + kGemvRows <= n1; n += kGemvRows) gemv_tile<WT, kGemvRows>(g, n, n + 2 * kGemvRows <= n1);
-  for (; n < n1; ++n) gemv_tile<WT, 1>(g, n, false);
+  const int64_t lane = (n1 - n0) / kGemvRows;
+  for (int64_t t = 0; t < lane; ++t) gemv_tile<WT, kGemvRows>(g, n0 + t, lane);
+  for (int64_t n = n0 + kGemvRows * lane; n < n1; ++n) gemv_tile<WT, 1>(g, n, 0);
   if (g.ep == Epilogue::kGelu) gelu_inplace(g.out + n0, n1 - n0);
 }
 
@@ -160,18 +160,14 @@ void gemv_rows(const GemmArgs& g, int64_t n0, int64_t n1) {
 // a thread that loses its core for a while leaves its later chunks to the others.
 template <DType WT>
 void gemv_typed(cpu::ThreadPool& pool, const GemmArgs& g) {
-  const int64_t tiles = (g.N + kGemvRows - 1) / kGemvRows;
-  const int64_t tile_bytes = kGemvRows * g.K * static_cast<int64_t>(dtype_size(WT));
-  const int64_t max_chunks = std::max<int64_t>(1, tiles * tile_bytes / kGemvMinChunkBytes);
+  const int64_t row_bytes = g.K * static_cast<int64_t>(dtype_size(WT));
+  const int64_t max_chunks = std::max<int64_t>(1, g.N * row_bytes / kGemvMinChunkBytes);
   const int64_t threads = pool.size();
   int64_t chunks = threads * kGemvChunksPerThread;
   while (chunks > threads && chunks > max_chunks) chunks -= threads;
-  chunks = std::min({chunks, max_chunks, tiles});
+  chunks = std::min({chunks, max_chunks, g.N});
   pool.parallel_for(chunks, 1, [&](int64_t b, int64_t e) {
-    for (int64_t c = b; c < e; ++c) {
-      gemv_rows<WT>(g, std::min(g.N, tiles * c / chunks * kGemvRows),
-                    std::min(g.N, tiles * (c + 1) / chunks * kGemvRows));
-    }
+    for (int64_t c = b; c < e; ++c) gemv_rows<WT>(g, g.N * c / chunks, g.N * (c + 1) / chunks);
   });
 }
 
