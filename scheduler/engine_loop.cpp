@@ -47,6 +47,7 @@ struct EngineLoop::Live {
   SpeechRows joined;
   const Tensor* speech = nullptr;
   bool encoded = false;
+  int encode_skips = 0;  // encode_one_segment() turns this request waited in a row
 
   // Decoding.
   std::unique_ptr<Sampler> sampler;
@@ -335,23 +336,40 @@ bool EngineLoop::paused_now() {
 }
 
 bool EngineLoop::encode_one_segment() {
-  // Round-robin over the admitted requests still encoding, so that a short clip arriving during a
-  // long one's encoding waits at most one segment per turn, not the whole long clip.
+  // Shortest remaining audio first, so that a short clip arriving during a long one's encoding
+  // waits for at most the segment in flight, not the long clip; a request passed over kMaxSkips
+  // times in a row goes next, so a stream of short clips cannot starve a long one.
+  constexpr int kMaxSkips = 3;
+  const std::int64_t hop = runner_.speech().hop();
+  auto remaining = [hop](const Live& l) {
+    std::int64_t n = 0;
+    for (std::size_t c = l.clip; c < l.req.audio.size(); ++c) {
+      n += static_cast<std::int64_t>(l.req.audio[c].input_values.size());
+    }
+    if (l.job) n -= l.job->frames_done() * hop;
+    return n;
+  };
   Live* target = nullptr;
-  Live* first = nullptr;
+  std::int64_t best = 0;
+  bool starving = false;
+  std::vector<Live*> encoding;
   for (RequestId id : scheduler_.running()) {
     auto it = live_.find(id);
     if (it == live_.end() || it->second->terminal || it->second->encoded) continue;
-    if (!first) first = it->second.get();
-    if (id > last_encoded_) {
-      target = it->second.get();
-      break;
+    Live* l = it->second.get();
+    encoding.push_back(l);
+    const std::int64_t left = remaining(*l);
+    if (l->encode_skips >= kMaxSkips) {
+      if (!starving || l->encode_skips > target->encode_skips) target = l;
+      starving = true;
+    } else if (!starving && (!target || left < best)) {
+      target = l;
+      best = left;
     }
   }
-  if (!target) target = first;
   if (target == nullptr) return false;
+  for (Live* l : encoding) l->encode_skips = l == target ? 0 : l->encode_skips + 1;
   Live& l = *target;
-  last_encoded_ = l.id;
   const auto t0 = Clock::now();
   const audio::PreparedAudio& clip = l.req.audio[l.clip];
   if (!l.job) {
@@ -360,7 +378,6 @@ bool EngineLoop::encode_one_segment() {
       // Shorter launches than the model's 60 s chunk keep the loop responsive (a cancel or a
       // deadline waits for at most one segment); segmented encoding is exact for any multiple of
       // the hop (MODEL.md §5.7).
-      const std::int64_t hop = runner_.speech().hop();
       const std::int64_t seg =
           std::min(opt_.encode_segment, runner_.speech().acoustic().max_segment()) / hop * hop;
       if (seg > 0) eo.segment = seg;
@@ -853,8 +870,11 @@ void EngineLoop::run() {
     if (stop) break;
     check_deadlines();
     if (!paused_now()) {
-      encode_one_segment();
+      // The step first: its scheduling admits what just arrived, so that the encoder's choice
+      // below (shortest remaining audio first) already sees a short request that came in during
+      // a long one's segment, instead of running one more long segment before admitting it.
       run_step();
+      encode_one_segment();
     }
     for (auto it = live_.begin(); it != live_.end();) {
       it = it->second->terminal ? live_.erase(it) : std::next(it);

@@ -124,9 +124,7 @@ class EngineLoop : public EngineClient {
   Clock::time_point pause_checked_{};
   bool pause_file_present_ = false;
   EngineStats local_;
-  double decode_time_ = 0;
-  RequestId last_encoded_ = 0;  // round-robin cursor of encode_one_segment()  // seconds of steps that had
-                                // decode rows (progress tok/s)
+  double decode_time_ = 0;  // seconds of steps that had decode rows (progress tok/s)
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

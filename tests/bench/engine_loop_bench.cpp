@@ -7,8 +7,13 @@
 // time-slicing one request at a time would give.
 // Prints a table and, last, one JSON line.
 //   engine_loop_bench [--preset tiny|7b] [--device cpu|cuda] [--concurrency 1,2,4,8] [--tokens 256]
-//                     [--audio 30] [--bf16] [--threads N]
+//                     [--audio 30] [--bf16] [--threads N] [--ttft-probe LONG_SECONDS]
+// --ttft-probe: instead of the curve, issue 13's time-to-first-token check: a short request (--audio
+// seconds, 16 tokens) alone, then arriving while one long request (LONG_SECONDS of audio, --tokens
+// tokens) is (a) being encoded/prefilled, just after it, and (b) decoding; prints each TTFT and its
+// ratio to the solo one (the target: within 2x).
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -42,6 +47,7 @@ struct Args {
   double audio_s = 30;
   bool bf16 = false;
   int threads = 0;
+  double ttft_probe_long_s = 0;
 };
 
 struct Point {
@@ -130,6 +136,109 @@ Point run_point(vv::Runner& runner, const vv::Tokenizer& tok, int n, const Args&
   return p;
 }
 
+vv::Request make_request(double seconds, int tokens, std::uint64_t seed, int hop) {
+  vv::Request r;
+  r.audio.push_back(noise(seconds, seed, hop));
+  r.sampling.max_new_tokens = tokens;
+  r.forced_ids.assign(static_cast<std::size_t>(tokens), 1000 + static_cast<int>(seed % 1000));
+  return r;
+}
+
+// Submits `r` and returns a future-like handle: wait() gives its time to first token (s).
+struct Pending {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  double ttft = 0;
+  vv::RequestTimings timings;
+  void wait() {
+    std::unique_lock<std::mutex> lk(mu);
+    cv.wait(lk, [&] { return done; });
+  }
+};
+
+void submit(vv::EngineLoop& loop, vv::Request r, Pending& p) {
+  r.arrival = Clock::now();
+  auto id = loop.submit(std::move(r), [&p](vv::RequestEvent&& e) {
+    if (!e.terminal()) return;
+    if (e.type == vv::RequestEvent::Type::kError) {
+      std::fprintf(stderr, "request failed: %s\n", e.error.to_string().c_str());
+      std::exit(1);
+    }
+    std::lock_guard<std::mutex> lk(p.mu);
+    p.ttft = e.timings.time_to_first_token;
+    p.timings = e.timings;
+    p.done = true;
+    p.cv.notify_all();
+  });
+  if (!id.is_ok()) {
+    std::fprintf(stderr, "submit: %s\n", id.status().to_string().c_str());
+    std::exit(1);
+  }
+}
+
+int run_ttft_probe(vv::Runner& runner, const vv::Tokenizer& tok, const Args& args) {
+  std::atomic<long> decode_steps{0};
+  vv::EngineLoopOptions opt;
+  opt.max_running = 4;
+  opt.max_waiting = 4;
+  opt.on_step = [&](const vv::StepReport& r) {
+    if (r.prefill_rows == 0 && r.decode_rows > 0) ++decode_steps;
+  };
+  auto loop = vv::EngineLoop::create(runner, tok, opt);
+  if (!loop.is_ok()) {
+    std::fprintf(stderr, "engine loop: %s\n", loop.status().to_string().c_str());
+    return 1;
+  }
+  while (!(*loop)->load().ready) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const int hop = runner.spec().acoustic.hop();
+  const int short_tokens = 16;
+  // Solo: the median of three (the first also warms up).
+  std::vector<double> solo;
+  for (int i = 0; i < 4; ++i) {
+    Pending p;
+    submit(**loop, make_request(args.audio_s, short_tokens, 100 + i, hop), p);
+    p.wait();
+    if (i > 0) solo.push_back(p.ttft);
+  }
+  std::sort(solo.begin(), solo.end());
+  const double solo_ttft = solo[solo.size() / 2];
+  std::printf("ttft probe: short = %g s audio, %d tokens; long = %g s audio, %d tokens\n", args.audio_s,
+              short_tokens, args.ttft_probe_long_s, args.tokens);
+  std::printf("  short alone:                       TTFT %.4f s (median of 3)\n", solo_ttft);
+  double worst = 0;
+  for (const char* when : {"during the long one's encode/prefill", "during the long one's decode"}) {
+    const bool wait_decode = std::string(when).find("decode") != std::string::npos;
+    // Start from an idle engine (the last scenario's steps all reported), so that every pure decode
+    // step counted from here on is the long request's.
+    while ((*loop)->load().running + (*loop)->load().waiting > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const long base = decode_steps.load();
+    Pending lp, sp;
+    submit(**loop, make_request(args.ttft_probe_long_s, args.tokens, 7, hop), lp);
+    if (wait_decode) {
+      while (decode_steps.load() < base + 2) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    submit(**loop, make_request(args.audio_s, short_tokens, 200, hop), sp);
+    sp.wait();
+    lp.wait();
+    worst = std::max(worst, sp.ttft / solo_ttft);
+    std::printf(
+        "  short arriving %-36s TTFT %.4f s = %.2fx alone (queued %.4f, encode %.4f, prefill %.4f s; long: "
+        "TTFT %.3f s)\n",
+        when, sp.ttft, sp.ttft / solo_ttft, sp.timings.queue_seconds, sp.timings.encode_seconds,
+        sp.timings.prefill_seconds, lp.ttft);
+  }
+  std::printf("{\"bench\":\"ttft_probe\",\"device\":\"%s\",\"solo_ttft_s\":%.4f,\"worst_ratio\":%.3f}\n",
+              args.device.c_str(), solo_ttft, worst);
+  (*loop)->shutdown();
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -149,6 +258,8 @@ int main(int argc, char** argv) {
       args.bf16 = true;
     else if (a == "--threads")
       args.threads = std::stoi(next());
+    else if (a == "--ttft-probe")
+      args.ttft_probe_long_s = std::stod(next());
     else if (a == "--concurrency") {
       args.concurrency.clear();
       std::stringstream ss(next());
@@ -173,6 +284,11 @@ int main(int argc, char** argv) {
   vv::RunnerOptions ro;
   const std::int64_t frames = static_cast<std::int64_t>(args.audio_s * 24000 / spec.acoustic.hop()) + 1;
   ro.kv_positions = static_cast<std::int64_t>(max_n) * (frames + 128 + args.tokens);
+  if (args.ttft_probe_long_s > 0) {
+    const auto long_frames =
+        static_cast<std::int64_t>(args.ttft_probe_long_s * 24000 / spec.acoustic.hop()) + 1;
+    ro.kv_positions = long_frames + 128 + args.tokens + 2 * (frames + 128 + 16);
+  }
   ro.max_seqs = std::max(64, max_n);
   ro.max_rows = std::max(512, max_n);
   if (args.bf16) ro.kv_dtype = vv::DType::kBF16;
@@ -184,6 +300,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "runner: %s\n", runner.status().to_string().c_str());
     return 1;
   }
+  if (args.ttft_probe_long_s > 0) return run_ttft_probe(**runner, **tok, args);
   std::printf("engine_loop_bench: preset %s on %s, %g s of audio and %d forced tokens per request\n",
               args.preset.c_str(), (*runner)->backend().name().c_str(), args.audio_s, args.tokens);
   std::printf("%6s %14s %12s %10s %10s %9s %10s\n", "N", "decode tok/s", "e2e tok/s", "rows/step", "TTFT s",
