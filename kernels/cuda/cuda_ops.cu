@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "kernels/cuda/cuda_ops.cuh"
+#include "kernels/cuda/decode_ops.cuh"
 
 namespace vv::cuda {
 namespace {
@@ -462,9 +463,7 @@ __global__ void rope_kernel(float* x, int64_t ldx, const int32_t* __restrict__ p
   const float phi = static_cast<float>(pos[r]) * inv_freq[f];
   const float c = cosf(phi), s = sinf(phi);
   float* v = x + r * ldx + static_cast<int64_t>(h) * head_dim;
-  const float x1 = v[f], x2 = v[f + half];
-  v[f] = x1 * c - x2 * s;
-  v[f + half] = x2 * c + x1 * s;
+  rope_rotate(v[f], v[f + half], c, s, v[f], v[f + half]);  // shared with the fused decode kernel
 }
 
 __device__ __forceinline__ int64_t kv_slot(const int32_t* tables, int64_t ld, int bs, int32_t seq, int32_t pos) {

@@ -1,0 +1,829 @@
+// Decode-step kernels (see decode_ops.cuh). The GEMV: 8 warps per block, a warp per weight row (two
+// rows for the SwiGLU pairing), lanes over 8-weight chunks (16-byte loads, U chunks per lane in
+// flight before the first use), f32 activations and accumulation, then a warp shuffle reduction.
+// The grid holds as many blocks as fit on the device at once; warps stride over the rows. Each
+// row's sum has one fixed order (lane-strided chunks, ascending, then the xor tree), whatever the
+// fusion, so fused and unfused launches agree bitwise.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "kernels/cuda/decode_ops.cuh"
+
+namespace vv::cuda {
+namespace {
+
+// Programmatic dependent launch: wait until the previous kernel in the stream has finished and its
+// writes are visible; let the next kernel start its own prologue. No-ops before sm_90 and when the
+// kernel was launched without the attribute.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
+// A 16-byte weight load that skips L1 (weights are read once; L1 keeps the activation row). volatile
+// keeps the loads issued before the dependency wait that follows them.
+__device__ __forceinline__ uint4 ld_stream(const void* p) {
+  uint4 r;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p));
+  return r;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float silu(float x) {
+  return x / (1.0f + expf(-x));
+}
+
+// Eight weights of a chunk as f32 (V = 1 uint4 for 16-bit types, 2 for f32).
+__device__ __forceinline__ void unpack8(const uint4* u, __nv_bfloat16*, float* f) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(u);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 t = __bfloat1622float2(h[i]);
+    f[2 * i] = t.x;
+    f[2 * i + 1] = t.y;
+  }
+}
+__device__ __forceinline__ void unpack8(const uint4* u, __half*, float* f) {
+  const __half2* h = reinterpret_cast<const __half2*>(u);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 t = __half22float2(h[i]);
+    f[2 * i] = t.x;
+    f[2 * i + 1] = t.y;
+  }
+}
+__device__ __forceinline__ void unpack8(const uint4* u, float*, float* f) {
+  f[0] = __uint_as_float(u[0].x), f[1] = __uint_as_float(u[0].y), f[2] = __uint_as_float(u[0].z);
+  f[3] = __uint_as_float(u[0].w), f[4] = __uint_as_float(u[1].x), f[5] = __uint_as_float(u[1].y);
+  f[6] = __uint_as_float(u[1].z), f[7] = __uint_as_float(u[1].w);
+}
+
+// 1/sqrt(mean(x²) + eps) with the sums of cuda::rms_norm: its one-warp kernel (C ≤ 1024: lanes over
+// c ≡ lane mod 32) or its 512-thread kernel (thread t over c ≡ t mod 512, warp sums, then the 16
+// warp sums in a second warp tree). 256 threads play the 512: thread t also takes t + 256.
+__device__ float rms_inv(const float* __restrict__ x, int64_t C, float eps, float* red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  float ss = 0.f;
+  if (C <= 1024) {
+    for (int64_t c = lane; c < C; c += 32) ss = fmaf(x[c], x[c], ss);
+    ss = warp_sum(ss);
+  } else {
+    float s0 = 0.f, s1 = 0.f;
+    for (int64_t c = threadIdx.x; c < C; c += 512) s0 = fmaf(x[c], x[c], s0);
+    for (int64_t c = threadIdx.x + 256; c < C; c += 512) s1 = fmaf(x[c], x[c], s1);
+    s0 = warp_sum(s0);
+    s1 = warp_sum(s1);
+    if (lane == 0) {
+      red[warp] = s0;
+      red[warp + 8] = s1;
+    }
+    __syncthreads();
+    ss = warp_sum(lane < 16 ? red[lane] : 0.f);
+  }
+  return 1.0f / sqrtf(ss / static_cast<float>(C) + eps);
+}
+
+constexpr int kGemvThreads = 256;
+constexpr bool kGemvRollDefault = true;
+
+template <typename WT, int R, bool kNorm, int U, bool kRoll>
+__global__ void __launch_bounds__(kGemvThreads, R == 1 && !kNorm ? 4 : 3)
+    decode_gemv_kernel(const DecodeGemv g, int64_t tasks) {
+  constexpr int V = sizeof(WT) == 4 ? 2 : 1;
+  __shared__ float red[16];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t nchunk = g.K >> 3;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * (kGemvThreads / 32);
+  int64_t t = static_cast<int64_t>(blockIdx.x) * (kGemvThreads / 32) + warp;
+  uint4 wv[R][U][V];  // slot u: the lane's chunk u of the current batch
+  // Row pointers of a task: job jx, row n (and I + n with the SwiGLU pairing).
+  auto locate = [&](int64_t task, int& jx_, int64_t& n_, const WT*(&rp)[R]) {
+    jx_ = 0;
+#pragma unroll
+    for (int q = 1; q < kMaxDecodeJobs; ++q)
+      if (q < g.count && task >= g.j[q].task_begin) jx_ = q;
+    n_ = task - g.j[jx_].task_begin;
+    const WT* base = static_cast<const WT*>(g.j[jx_].w);
+#pragma unroll
+    for (int r = 0; r < R; ++r) rp[r] = base + (n_ + r * (g.j[jx_].N / 2)) * g.j[jx_].ldw;
+  };
+  auto load_slot = [&](int u, const WT* const(&rp)[R], int64_t c) {
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int v = 0; v < V; ++v) wv[r][u][v] = ld_stream(reinterpret_cast<const uint4*>(rp[r] + c * 8) + v);
+  };
+  int jx = 0;
+  int64_t n = 0;
+  const WT* rowp[R];
+  // The first weights do not depend on the previous kernel: in flight before the wait.
+  bool preloaded = t < tasks;
+  if (preloaded) {
+    locate(t, jx, n, rowp);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t c = static_cast<int64_t>(u) * 32 + lane;
+      if (c < nchunk) load_slot(u, rowp, c);
+    }
+  }
+  pdl_wait();
+  pdl_trigger();
+  float inv = 0.f;
+  if constexpr (kNorm) {
+    inv = rms_inv(g.x, g.K, g.eps, red);
+    if (blockIdx.x == 0) {
+      for (int64_t c = threadIdx.x; c < g.K; c += kGemvThreads) g.norm_out[c] = (g.x[c] * inv) * g.norm_w[c];
+    }
+  }
+  const int64_t nb = (nchunk + 32 * U - 1) / (32 * U);
+  for (; t < tasks; t += stride) {
+    // kRoll: each slot is refilled as soon as it is consumed (the next batch's chunk, or the next
+    // task's first), so a warp keeps U loads in flight; otherwise a batch's U loads are issued
+    // together before its first use.
+    const int64_t t2 = t + stride;
+    const bool has2 = t2 < tasks;
+    int jx2 = jx;
+    int64_t n2 = n;
+    const WT* rowp2[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) rowp2[r] = rowp[r];
+    if (has2) locate(t2, jx2, n2, rowp2);
+    float acc[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[r] = 0.f;
+    for (int64_t b = 0; b < nb; ++b) {
+      if constexpr (!kRoll) {
+        if (!preloaded) {
+#pragma unroll
+          for (int u = 0; u < U; ++u) {
+            const int64_t c = (b * U + u) * 32 + lane;
+            if (c < nchunk) load_slot(u, rowp, c);
+          }
+        }
+        preloaded = false;
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t c = (b * U + u) * 32 + lane;
+        if (c < nchunk) {
+          const float4* xp = reinterpret_cast<const float4*>(g.x + c * 8);
+          const float4 x0 = __ldg(xp), x1 = __ldg(xp + 1);
+          float a[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+          if constexpr (kNorm) {
+            const float4* gp = reinterpret_cast<const float4*>(g.norm_w + c * 8);
+            const float4 g0 = __ldg(gp), g1 = __ldg(gp + 1);
+            const float gw[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+#pragma unroll
+            for (int e = 0; e < 8; ++e) a[e] = __fmul_rn(__fmul_rn(a[e], inv), gw[e]);
+          }
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            float wf[8];
+            unpack8(wv[r][u], static_cast<WT*>(nullptr), wf);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) acc[r] = fmaf(a[e], wf[e], acc[r]);
+          }
+        }
+        if constexpr (kRoll) {
+          if (b + 1 < nb) {
+            if (c + 32 * U < nchunk) load_slot(u, rowp, c + 32 * U);
+          } else if (has2) {
+            const int64_t c0 = static_cast<int64_t>(u) * 32 + lane;
+            if (c0 < nchunk) load_slot(u, rowp2, c0);
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[r] = warp_sum(acc[r]);
+    if (lane == 0) {
+      const DecodeGemvJob& J = g.j[jx];
+      if constexpr (R == 2) {
+        const int64_t I = J.N / 2;
+        const float gv = acc[0] + (J.bias ? J.bias[n] : 0.f);
+        const float uv = acc[1] + (J.bias ? J.bias[n + I] : 0.f);
+        J.out[n] = gv;
+        J.out[n + I] = uv;
+        g.silu_out[n] = silu(gv) * uv;
+      } else {
+        const float v = acc[0] + (J.bias ? J.bias[n] : 0.f);
+        if (J.ep == static_cast<int>(Epilogue::kAddResidual)) {
+          J.out[n] += v;
+        } else {
+          J.out[n] = v;
+        }
+      }
+    }
+    jx = jx2;
+    n = n2;
+#pragma unroll
+    for (int r = 0; r < R; ++r) rowp[r] = rowp2[r];
+  }
+}
+
+bool pdl_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("VV_CUDA_PDL");
+    if (e && std::string(e) == "0") return false;
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
+    return major >= 9;
+  }();
+  return on;
+}
+
+// Launch with the programmatic-serialization attribute (when enabled): the kernel may start while
+// the previous one finishes, and waits for it (pdl_wait) before touching what it wrote.
+template <typename... KArgs, typename... Args>
+void launch_pdl(void (*kern)(KArgs...), unsigned grid, unsigned block, cudaStream_t s, Args... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(block);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  cudaLaunchKernelEx(&cfg, kern, args...);
+}
+
+// VV_CUDA_GEMV_ROLL=0|1 picks the GEMV's load schedule (see decode_gemv_kernel); default below.
+bool gemv_roll() {
+  static const bool on = [] {
+    const char* e = std::getenv("VV_CUDA_GEMV_ROLL");
+    return e ? std::string(e) != "0" : kGemvRollDefault;
+  }();
+  return on;
+}
+
+template <typename WT, int R, bool kNorm, bool kRoll>
+void launch_gemv_sched(const DecodeGemv& g, int64_t tasks, cudaStream_t s) {
+  constexpr int U = (R == 1 && sizeof(WT) == 2) ? 8 : 4;
+  auto* kern = decode_gemv_kernel<WT, R, kNorm, U, kRoll>;
+  static int per_sm = 0;  // blocks resident per SM, per instantiation
+  if (per_sm == 0) {
+    int b = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kern, kGemvThreads, 0) != cudaSuccess) {
+      cudaGetLastError();
+      b = 1;
+    }
+    per_sm = std::max(b, 1);
+  }
+  const int64_t want = (tasks + kGemvThreads / 32 - 1) / (kGemvThreads / 32);
+  const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(want, static_cast<int64_t>(per_sm) * g.sms));
+  launch_pdl(kern, static_cast<unsigned>(grid), kGemvThreads, s, g, tasks);
+}
+
+template <typename WT, int R, bool kNorm>
+void launch_gemv(const DecodeGemv& g, int64_t tasks, cudaStream_t s) {
+  if (gemv_roll()) {
+    launch_gemv_sched<WT, R, kNorm, true>(g, tasks, s);
+  } else {
+    launch_gemv_sched<WT, R, kNorm, false>(g, tasks, s);
+  }
+}
+
+template <typename WT>
+void dispatch_gemv(const DecodeGemv& g, int64_t tasks, cudaStream_t s) {
+  const bool norm = g.norm_w != nullptr;
+  if (g.silu_out) {
+    if (norm) {
+      launch_gemv<WT, 2, true>(g, tasks, s);
+    } else {
+      launch_gemv<WT, 2, false>(g, tasks, s);
+    }
+  } else if (norm) {
+    launch_gemv<WT, 1, true>(g, tasks, s);
+  } else {
+    launch_gemv<WT, 1, false>(g, tasks, s);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ T from_f32(float v);
+template <>
+__device__ __forceinline__ float from_f32<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+template <>
+__device__ __forceinline__ __half from_f32<__half>(float v) {
+  return __float2half_rn(v);
+}
+__device__ __forceinline__ float to_f32(float v) {
+  return v;
+}
+__device__ __forceinline__ float to_f32(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+__device__ __forceinline__ float to_f32(__half v) {
+  return __half2float(v);
+}
+
+// One thread per (row, head, frequency) over the q heads then the k heads; a k thread also writes
+// its two rotated k values and the two v values at the same columns into the paged cache.
+template <typename CT>
+__global__ void rope_kv_kernel(float* q, int64_t ldq, float* k, int64_t ldk, const float* __restrict__ v,
+                               int64_t ldv, const int32_t* __restrict__ pos,
+                               const float* __restrict__ inv_freq, int64_t R, int qh, int kh, int D,
+                               const int32_t* __restrict__ row_seq, const int32_t* __restrict__ tables,
+                               int64_t ldt, int bs, CT* kc, CT* vc, int64_t ldc) {
+  pdl_wait();
+  pdl_trigger();
+  const int half = D / 2;
+  const int64_t per_row = static_cast<int64_t>(qh + kh) * half;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= R * per_row) return;
+  const int64_t r = i / per_row;
+  const int rem = static_cast<int>(i - r * per_row);
+  const int h = rem / half, f = rem % half;
+  const float phi = static_cast<float>(pos[r]) * inv_freq[f];
+  const float c = cosf(phi), s = sinf(phi);
+  if (h < qh) {
+    float* x = q + r * ldq + static_cast<int64_t>(h) * D;
+    float y1, y2;
+    rope_rotate(x[f], x[f + half], c, s, y1, y2);
+    x[f] = y1;
+    x[f + half] = y2;
+    return;
+  }
+  const int hk = h - qh;
+  float* x = k + r * ldk + static_cast<int64_t>(hk) * D;
+  float y1, y2;
+  rope_rotate(x[f], x[f + half], c, s, y1, y2);
+  x[f] = y1;
+  x[f + half] = y2;
+  const int32_t p = pos[r];
+  const int64_t slot = static_cast<int64_t>(tables[row_seq[r] * ldt + p / bs]) * bs + p % bs;
+  const int64_t col = static_cast<int64_t>(hk) * D + f;
+  kc[slot * ldc + col] = from_f32<CT>(y1);
+  kc[slot * ldc + col + half] = from_f32<CT>(y2);
+  const float* vr = v + r * ldv + col;
+  vc[slot * ldc + col] = from_f32<CT>(vr[0]);
+  vc[slot * ldc + col + half] = from_f32<CT>(vr[half]);
+}
+
+// Ties to the lowest index; a NaN beats every number and the first NaN wins (as the reference).
+__device__ __forceinline__ bool better(float v1, int64_t i1, float v2, int64_t i2) {
+  const bool n1 = isnan(v1), n2 = isnan(v2);
+  if (n1 || n2) return n1 && n2 ? i1 < i2 : n1;
+  if (v1 != v2) return v1 > v2;
+  return i1 < i2;
+}
+
+constexpr int kArgParts = 64;
+constexpr int kArgThreads = 256;
+
+// Block (part p, row r): the best of slice p of row r into ws. The order of comparison does not
+// matter: `better` is a strict total order on (value, index).
+template <typename LT>
+__global__ void __launch_bounds__(kArgThreads)
+    argmax_part_kernel(const LT* __restrict__ logits, int64_t ld, int64_t V, float* wsv, int32_t* wsi) {
+  pdl_wait();
+  pdl_trigger();
+  __shared__ float sv[kArgThreads];
+  __shared__ int32_t si[kArgThreads];
+  const int64_t r = blockIdx.y;
+  const int64_t len = (V + kArgParts - 1) / kArgParts;
+  const int64_t begin = blockIdx.x * len, end = begin + len < V ? begin + len : V;
+  const LT* row = logits + r * ld;
+  float bv = NAN;
+  int64_t bi = -1;
+#pragma unroll 4
+  for (int64_t i = begin + threadIdx.x; i < end; i += kArgThreads) {
+    const float v = to_f32(row[i]);
+    if (bi < 0 || better(v, i, bv, bi)) {
+      bv = v;
+      bi = i;
+    }
+  }
+  sv[threadIdx.x] = bv;
+  si[threadIdx.x] = static_cast<int32_t>(bi);
+  __syncthreads();
+  for (int h = kArgThreads / 2; h > 0; h >>= 1) {
+    if (threadIdx.x < h) {
+      const float ov = sv[threadIdx.x + h];
+      const int32_t oi = si[threadIdx.x + h];
+      if (oi >= 0 && (si[threadIdx.x] < 0 || better(ov, oi, sv[threadIdx.x], si[threadIdx.x]))) {
+        sv[threadIdx.x] = ov;
+        si[threadIdx.x] = oi;
+      }
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    wsv[r * kArgParts + blockIdx.x] = sv[0];
+    wsi[r * kArgParts + blockIdx.x] = si[0];
+  }
+}
+
+__global__ void argmax_final_kernel(const float* __restrict__ wsv, const int32_t* __restrict__ wsi,
+                                    int64_t rows, int32_t* out) {
+  pdl_wait();
+  pdl_trigger();
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (r >= rows) return;
+  float bv = NAN;
+  int32_t bi = -1;
+  for (int p = 0; p < kArgParts; ++p) {
+    const float v = wsv[r * kArgParts + p];
+    const int32_t i = wsi[r * kArgParts + p];
+    if (i >= 0 && (bi < 0 || better(v, i, bv, bi))) {
+      bv = v;
+      bi = i;
+    }
+  }
+  out[r] = bi < 0 ? 0 : bi;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Four consecutive cache values as f32 (d0 + 4 <= D, D % 4 == 0: one 8- or 16-byte load).
+__device__ __forceinline__ void load4(const __nv_bfloat16* p, float* f) {
+  const uint2 u = *reinterpret_cast<const uint2*>(p);
+  const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x));
+  const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
+  f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y;
+}
+__device__ __forceinline__ void load4(const __half* p, float* f) {
+  const uint2 u = *reinterpret_cast<const uint2*>(p);
+  const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&u.x));
+  const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
+  f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y;
+}
+__device__ __forceinline__ void load4(const float* p, float* f) {
+  const float4 a = *reinterpret_cast<const float4*>(p);
+  f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w;
+}
+
+constexpr int kAttnThreads = 256;
+constexpr int kAttnWarps = kAttnThreads / 32;
+constexpr int kAttnMaxG = 8;
+constexpr int kAttnKeysPerWarp = 8;  // a warp's keys per round: their loads are in flight together
+constexpr int kAttnRound = kAttnWarps * kAttnKeysPerWarp;
+
+// Decode attention: block (key split s, kv head, row r) takes the split's keys in rounds of 64: warp w
+// loads the K slices of its 8 keys (lanes over 4-dim slices) and scores them for the G query heads
+// of the kv head (warp sums); after the split's softmax, the same warp accumulates p·V of its keys
+// and the warps' sums are added in warp order. With one split it writes the output; otherwise it
+// leaves (acc, max, sum) in ws and the last block of (r, kv head) to finish (a counter per pair,
+// reset by that block) merges the splits in split order, so the result does not depend on which
+// block finishes last.
+template <typename CT>
+__global__ void __launch_bounds__(kAttnThreads)
+    decode_attn_kernel(const float* __restrict__ q, int64_t ldq, const int32_t* __restrict__ row_seq,
+                       const int32_t* __restrict__ row_pos, const int32_t* __restrict__ tables, int64_t ldt,
+                       int bs, const CT* __restrict__ kc, const CT* __restrict__ vc, int64_t ldc, int64_t n,
+                       int heads, int kv_heads, int D, float scale, int chunk, int pstride,
+                       float* __restrict__ out, int64_t ldo, float* ws, unsigned* counters) {
+  pdl_wait();
+  pdl_trigger();
+  extern __shared__ float sm[];
+  __shared__ float mls[2][kAttnMaxG];
+  __shared__ int last;
+  const int G = heads / kv_heads;
+  const int split = blockIdx.x, nsplit = gridDim.x, kvh = blockIdx.y;
+  const int64_t r = blockIdx.z;
+  float* Qs = sm;                                                 // [G][D]
+  float* red = Qs + G * D;                                        // [warps][G][D]
+  float* Ps = red + kAttnWarps * G * D;                           // [G][pstride]
+  int64_t* slots = reinterpret_cast<int64_t*>(Ps + G * pstride);  // [chunk]; the offset is even
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int32_t seq = row_seq[r];
+  const int L = row_pos[r] + 1;
+  const int k0 = split * chunk;
+  const int nk = max(min(L, k0 + chunk) - k0, 0);
+  const float* qr = q + r * ldq + static_cast<int64_t>(kvh) * G * D;
+  for (int i = tid; i < G * D; i += kAttnThreads) Qs[i] = qr[i];
+  for (int j = tid; j < nk; j += kAttnThreads) {
+    const int p = k0 + j;
+    slots[j] = static_cast<int64_t>(tables[seq * ldt + p / bs]) * bs + p % bs;
+  }
+  __syncthreads();
+  const int d0 = lane * 4;
+  const bool dl = d0 < D;
+  const int64_t hoff = static_cast<int64_t>(kvh) * D + d0;
+  float qv[kAttnMaxG][4];
+#pragma unroll
+  for (int g = 0; g < kAttnMaxG; ++g)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) qv[g][e] = g < G && dl ? Qs[g * D + d0 + e] : 0.f;
+  for (int j0 = warp * kAttnKeysPerWarp; j0 < nk; j0 += kAttnRound) {
+    float kf[kAttnKeysPerWarp][4];
+#pragma unroll
+    for (int u = 0; u < kAttnKeysPerWarp; ++u) {
+      kf[u][0] = kf[u][1] = kf[u][2] = kf[u][3] = 0.f;
+      if (dl && j0 + u < nk) load4(kc + slots[j0 + u] * ldc + hoff, kf[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kAttnKeysPerWarp; ++u) {
+#pragma unroll
+      for (int g = 0; g < kAttnMaxG; ++g) {
+        if (g < G) {
+          float sc = qv[g][0] * kf[u][0];
+          sc = fmaf(qv[g][1], kf[u][1], sc);
+          sc = fmaf(qv[g][2], kf[u][2], sc);
+          sc = fmaf(qv[g][3], kf[u][3], sc);
+          sc = warp_sum(sc);
+          if (lane == 0 && j0 + u < nk) Ps[g * pstride + j0 + u] = sc * scale;
+        }
+      }
+    }
+  }
+  __syncthreads();
+  for (int g = warp; g < G; g += kAttnWarps) {
+    float mx = -INFINITY;
+    for (int j = lane; j < nk; j += 32) mx = fmaxf(mx, Ps[g * pstride + j]);
+    mx = warp_max(mx);
+    float l = 0.f;
+    for (int j = lane; j < nk; j += 32) {
+      const float e = expf(Ps[g * pstride + j] - mx);
+      Ps[g * pstride + j] = e;
+      l += e;
+    }
+    l = warp_sum(l);
+    if (lane == 0) {
+      mls[0][g] = mx;
+      mls[1][g] = l;
+    }
+  }
+  __syncthreads();
+  float acc[kAttnMaxG][4];
+#pragma unroll
+  for (int g = 0; g < kAttnMaxG; ++g) acc[g][0] = acc[g][1] = acc[g][2] = acc[g][3] = 0.f;
+  for (int j0 = warp * kAttnKeysPerWarp; j0 < nk; j0 += kAttnRound) {
+    float vf[kAttnKeysPerWarp][4];
+#pragma unroll
+    for (int u = 0; u < kAttnKeysPerWarp; ++u) {
+      vf[u][0] = vf[u][1] = vf[u][2] = vf[u][3] = 0.f;
+      if (dl && j0 + u < nk) load4(vc + slots[j0 + u] * ldc + hoff, vf[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kAttnKeysPerWarp; ++u) {
+      if (j0 + u >= nk) break;
+#pragma unroll
+      for (int g = 0; g < kAttnMaxG; ++g) {
+        if (g < G) {
+          const float p = Ps[g * pstride + j0 + u];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[g][e] = fmaf(p, vf[u][e], acc[g][e]);
+        }
+      }
+    }
+  }
+  if (dl) {
+#pragma unroll
+    for (int g = 0; g < kAttnMaxG; ++g)
+      if (g < G)
+        *reinterpret_cast<float4*>(red + (warp * G + g) * D + d0) =
+            make_float4(acc[g][0], acc[g][1], acc[g][2], acc[g][3]);
+  }
+  __syncthreads();
+  float* orow = out + r * ldo + static_cast<int64_t>(kvh) * G * D;
+  const int64_t pair = r * kv_heads + kvh;
+  float* wacc = ws + (pair * nsplit + split) * G * D;
+  for (int i = tid; i < G * D; i += kAttnThreads) {
+    float a = 0.f;
+    for (int w = 0; w < kAttnWarps; ++w) a += red[w * G * D + i];
+    if (nsplit == 1) {
+      orow[i] = a / mls[1][i / D];
+    } else {
+      wacc[i] = a;
+    }
+  }
+  if (nsplit == 1) return;
+  float* wml = ws + n * kv_heads * nsplit * G * D + (pair * nsplit + split) * G * 2;
+  if (tid < G) {
+    wml[tid * 2] = mls[0][tid];
+    wml[tid * 2 + 1] = mls[1][tid];
+  }
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) last = atomicAdd(&counters[pair], 1u) == static_cast<unsigned>(nsplit - 1);
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  if (tid == 0) counters[pair] = 0;  // ready for the next launch
+  const float* pacc = ws + pair * nsplit * G * D;
+  const float* pml = ws + n * kv_heads * nsplit * G * D + pair * nsplit * G * 2;
+  // Split weights e^(m_s − M) into Ps (nsplit ≤ pstride), the merged sums into mls.
+  for (int g = warp; g < G; g += kAttnWarps) {
+    float mx = -INFINITY;
+    for (int sp = lane; sp < nsplit; sp += 32) mx = fmaxf(mx, __ldcg(pml + (sp * G + g) * 2));
+    mx = warp_max(mx);
+    float l = 0.f;
+    for (int sp = lane; sp < nsplit; sp += 32) {
+      const float ls = __ldcg(pml + (sp * G + g) * 2 + 1);
+      const float e = ls > 0.f ? expf(__ldcg(pml + (sp * G + g) * 2) - mx) : 0.f;
+      Ps[g * pstride + sp] = e;
+      l += ls * e;
+    }
+    l = warp_sum(l);
+    if (lane == 0) mls[1][g] = l;
+  }
+  __syncthreads();
+  for (int i = tid; i < G * D; i += kAttnThreads) {
+    const int g = i / D;
+    float a = 0.f;
+#pragma unroll 4
+    for (int sp = 0; sp < nsplit; ++sp)
+      a = fmaf(__ldcg(pacc + static_cast<int64_t>(sp) * G * D + i), Ps[g * pstride + sp], a);
+    orow[i] = a / mls[1][g];
+  }
+}
+
+}  // namespace
+
+bool decode_gemv_fits(const Tensor& a, const Tensor& w) {
+  if (a.dtype != DType::kF32 || a.rows() != 1 || a.cols() % 8 != 0 || a.cols() == 0) return false;
+  if (w.dtype != DType::kF32 && w.dtype != DType::kBF16 && w.dtype != DType::kF16) return false;
+  if (w.cols() != a.cols() || w.row_stride() % 8 != 0) return false;
+  return reinterpret_cast<uintptr_t>(a.data) % 16 == 0 && reinterpret_cast<uintptr_t>(w.data) % 16 == 0;
+}
+
+void decode_gemv(DecodeGemv g, cudaStream_t s) {
+  int64_t tasks = 0;
+  for (int i = 0; i < g.count; ++i) {
+    g.j[i].task_begin = tasks;
+    tasks += g.silu_out ? g.j[i].N / 2 : g.j[i].N;
+  }
+  if (tasks == 0) return;
+  switch (g.wt) {
+    case DType::kBF16:
+      dispatch_gemv<__nv_bfloat16>(g, tasks, s);
+      break;
+    case DType::kF16:
+      dispatch_gemv<__half>(g, tasks, s);
+      break;
+    default:
+      dispatch_gemv<float>(g, tasks, s);
+      break;
+  }
+}
+
+void rope_kv_write(Tensor& q, Tensor& k, const Tensor& v, const Tensor& pos, int q_heads,
+                   const float* inv_freq, const AttentionRows& rows, KvLayer& cache,
+                   const AttentionShape& shape, cudaStream_t s) {
+  const int64_t R = q.rows();
+  const int D = shape.head_dim;
+  const int64_t n = R * (q_heads + shape.kv_heads) * (D / 2);
+  if (n == 0) return;
+  const unsigned grid = static_cast<unsigned>((n + 255) / 256);
+  auto go = [&](auto* kc, auto* vc) {
+    using CT = std::remove_pointer_t<decltype(kc)>;
+    launch_pdl(rope_kv_kernel<CT>, grid, 256, s, q.ptr<float>(), q.row_stride(), k.ptr<float>(),
+               k.row_stride(), v.ptr<const float>(), v.row_stride(), pos.ptr<const int32_t>(), inv_freq, R,
+               q_heads, shape.kv_heads, D, rows.row_seq.ptr<const int32_t>(),
+               rows.block_tables.ptr<const int32_t>(), rows.block_tables.row_stride(), rows.block_size, kc,
+               vc, cache.k.row_stride());
+  };
+  switch (cache.k.dtype) {
+    case DType::kBF16:
+      go(static_cast<__nv_bfloat16*>(cache.k.data), static_cast<__nv_bfloat16*>(cache.v.data));
+      break;
+    case DType::kF16:
+      go(static_cast<__half*>(cache.k.data), static_cast<__half*>(cache.v.data));
+      break;
+    default:
+      go(static_cast<float*>(cache.k.data), static_cast<float*>(cache.v.data));
+      break;
+  }
+}
+
+size_t decode_argmax_ws_bytes(int64_t rows) {
+  return static_cast<size_t>(std::max<int64_t>(rows, 1)) * kArgParts * (sizeof(float) + sizeof(int32_t));
+}
+
+void decode_argmax(const Tensor& logits, Tensor& out, void* ws, cudaStream_t s) {
+  const int64_t R = logits.rows();
+  if (R == 0) return;
+  float* wsv = static_cast<float*>(ws);
+  int32_t* wsi = reinterpret_cast<int32_t*>(wsv + R * kArgParts);
+  const dim3 grid(kArgParts, static_cast<unsigned>(R));
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(kArgThreads);
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  switch (logits.dtype) {
+    case DType::kBF16:
+      cudaLaunchKernelEx(&cfg, argmax_part_kernel<__nv_bfloat16>,
+                         static_cast<const __nv_bfloat16*>(logits.data), logits.row_stride(), logits.cols(),
+                         wsv, wsi);
+      break;
+    case DType::kF16:
+      cudaLaunchKernelEx(&cfg, argmax_part_kernel<__half>, static_cast<const __half*>(logits.data),
+                         logits.row_stride(), logits.cols(), wsv, wsi);
+      break;
+    default:
+      cudaLaunchKernelEx(&cfg, argmax_part_kernel<float>, logits.ptr<const float>(), logits.row_stride(),
+                         logits.cols(), wsv, wsi);
+      break;
+  }
+  launch_pdl(argmax_final_kernel, static_cast<unsigned>((R + 127) / 128), 128, s,
+             static_cast<const float*>(wsv), static_cast<const int32_t*>(wsi), R, out.ptr<int32_t>());
+}
+
+DecodeAttentionPlan plan_decode_attention(int64_t n, const AttentionRows& rows, const AttentionShape& shape,
+                                          int sms) {
+  DecodeAttentionPlan p;
+  const int G = shape.kv_heads > 0 ? shape.heads / shape.kv_heads : 0;
+  if (n < 1 || n > kDecodeAttentionMaxRows || G < 1 || G > kAttnMaxG || shape.head_dim > kAttnThreads ||
+      shape.head_dim % 4 != 0 || shape.heads % shape.kv_heads != 0)
+    return p;
+  const int64_t max_keys = std::max<int64_t>(rows.block_tables.cols() * rows.block_size, 1);
+  // Splits of one round (64 keys), more keys per split when the context is long, so that at most
+  // 256 splits need merging.
+  int64_t chunk = kAttnRound;
+  if (max_keys > 256 * chunk) chunk = ((max_keys + 255) / 256 + kAttnRound - 1) / kAttnRound * kAttnRound;
+  const int64_t pairs = n * shape.kv_heads;
+  const int64_t D = shape.head_dim;
+  p.use = true;
+  p.chunk = static_cast<int>(chunk);
+  p.splits = static_cast<int>((max_keys + chunk - 1) / chunk);
+  p.pstride = static_cast<int>((std::max<int64_t>(chunk, p.splits) + 31) / 32 * 32);
+  p.ws_floats = p.splits > 1 ? static_cast<size_t>(pairs * p.splits * G * (D + 2)) : 0;
+  p.counters = p.splits > 1 ? static_cast<size_t>(pairs) : 0;
+  p.smem = static_cast<size_t>(G * D * (1 + kAttnWarps) + G * p.pstride) * sizeof(float) +
+           static_cast<size_t>(chunk) * sizeof(int64_t);
+  return p;
+}
+
+void decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
+                      const AttentionShape& shape, Tensor& out, const DecodeAttentionPlan& p, float* ws,
+                      unsigned* counters, cudaStream_t s) {
+  const int64_t n = q.rows();
+  if (n == 0) return;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim =
+      dim3(static_cast<unsigned>(p.splits), static_cast<unsigned>(shape.kv_heads), static_cast<unsigned>(n));
+  cfg.blockDim = dim3(kAttnThreads);
+  cfg.dynamicSmemBytes = p.smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  auto go = [&](auto* kc, auto* vc) {
+    using CT = std::remove_const_t<std::remove_pointer_t<decltype(kc)>>;
+    static bool raised = false;  // per cache type: allow more than 48 KB of shared memory
+    if (!raised) {
+      cudaFuncSetAttribute(decode_attn_kernel<CT>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
+      raised = true;
+    }
+    cudaLaunchKernelEx(&cfg, decode_attn_kernel<CT>, q.ptr<const float>(), q.row_stride(),
+                       rows.row_seq.ptr<const int32_t>(), rows.row_pos.ptr<const int32_t>(),
+                       rows.block_tables.ptr<const int32_t>(), rows.block_tables.row_stride(),
+                       rows.block_size, kc, vc, cache.k.row_stride(), n, shape.heads, shape.kv_heads,
+                       static_cast<int>(shape.head_dim), shape.scale, p.chunk, p.pstride, out.ptr<float>(),
+                       out.row_stride(), ws, counters);
+  };
+  switch (cache.k.dtype) {
+    case DType::kBF16:
+      go(static_cast<const __nv_bfloat16*>(cache.k.data), static_cast<const __nv_bfloat16*>(cache.v.data));
+      break;
+    case DType::kF16:
+      go(static_cast<const __half*>(cache.k.data), static_cast<const __half*>(cache.v.data));
+      break;
+    default:
+      go(static_cast<const float*>(cache.k.data), static_cast<const float*>(cache.v.data));
+      break;
+  }
+}
+
+}  // namespace vv::cuda

@@ -1,0 +1,89 @@
+// Decode-step kernels of the CUDA backend (one token per sequence): a bandwidth-bound one-row GEMV
+// that streams each weight row once with 16-byte loads, with the fusions a decoder layer allows
+// (RMSNorm prologue, several weights sharing the input row, SwiGLU epilogue, residual add), RoPE of
+// q and k fused with the KV-cache write, and a multi-block argmax. Every fused form computes each
+// value with the same operations in the same order as the unfused ops of the backend, so a step
+// whose ops the recorder fused (graph replay) is bitwise equal to the same ops launched one by one.
+// Kernels are launched with programmatic dependent launch where the device allows it (VV_CUDA_PDL=0
+// turns it off): a GEMV issues the loads of its first weights before waiting for the previous
+// kernel, so the weight stream does not stop at kernel boundaries.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/backend.h"
+
+namespace vv::cuda {
+
+// The decode GEMV applies: one activation row of F32 with K % 8 == 0 and 16-byte aligned rows, a
+// contiguous-column weight (F32, BF16 or F16) with ldw % 8 == 0 and a 16-byte aligned base.
+bool decode_gemv_fits(const Tensor& a, const Tensor& w);
+
+constexpr int kMaxDecodeJobs = 4;
+struct DecodeGemvJob {
+  const void* w = nullptr;  // [N, K], row stride ldw
+  int64_t ldw = 0, N = 0;
+  const float* bias = nullptr;  // F32 [N] or nullptr
+  float* out = nullptr;         // [1, N]
+  int ep = 0;                   // Epilogue::kNone or kAddResidual
+  int64_t task_begin = 0;       // filled by decode_gemv
+};
+
+// out_j[n] (=|+=) act · w_j[n,:] + bias_j[n] for every job j, one launch.
+struct DecodeGemv {
+  const float* x = nullptr;  // the input row [K]; with norm_w, the RMSNorm's input
+  int64_t K = 0;
+  DType wt = DType::kBF16;  // every job's weight dtype
+  // RMSNorm prologue (norm_w set): act = (x · inv) · norm_w with inv = 1/sqrt(mean(x²) + eps) summed
+  // in the order of the backend's rms_norm; act is also written to norm_out (the op's output).
+  const float* norm_w = nullptr;  // F32 [K]
+  float eps = 0;
+  float* norm_out = nullptr;
+  // SwiGLU epilogue (silu_out set; one job of N = 2I rows, no residual): the warp that computes row
+  // n < I also computes row I + n, stores both, and writes silu(out[n]) · out[I + n] to silu_out[n].
+  float* silu_out = nullptr;
+  DecodeGemvJob j[kMaxDecodeJobs];
+  int count = 0;
+  int sms = 132;
+};
+void decode_gemv(DecodeGemv g, cudaStream_t s);
+
+// rope(q, pos, q_heads), rope(k, pos, kv_heads), then kv_write(k, v) in one kernel (the unfused
+// ops' arithmetic). pos doubles as rows.row_pos (the model passes the same tensor).
+void rope_kv_write(Tensor& q, Tensor& k, const Tensor& v, const Tensor& pos, int q_heads,
+                   const float* inv_freq, const AttentionRows& rows, KvLayer& cache,
+                   const AttentionShape& shape, cudaStream_t s);
+
+// argmax over each row (ties to the lowest index, the first NaN wins) in two launches: a slice per
+// block, then the slices in order. ws: decode_argmax_ws_bytes(rows) bytes of device memory.
+size_t decode_argmax_ws_bytes(int64_t rows);
+void decode_argmax(const Tensor& logits, Tensor& out, void* ws, cudaStream_t s);
+
+// Decode attention (rows that each attend their own sequence's cache; decode steps, batched or not):
+// splits of the keys per (row, kv head), merged by the last block of each pair. Used for up to
+// kDecodeAttentionMaxRows rows, GQA groups up to 8 and head_dim up to 128 (a multiple of 4); `use`
+// is false otherwise. ws: ws_floats floats; counters: `counters` zeroed unsigned ints (left zeroed).
+constexpr int64_t kDecodeAttentionMaxRows = 256;
+struct DecodeAttentionPlan {
+  bool use = false;
+  int splits = 1, chunk = 64, pstride = 64;
+  size_t ws_floats = 0, counters = 0, smem = 0;
+};
+DecodeAttentionPlan plan_decode_attention(int64_t n, const AttentionRows& rows, const AttentionShape& shape,
+                                          int sms);
+void decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
+                      const AttentionShape& shape, Tensor& out, const DecodeAttentionPlan& p, float* ws,
+                      unsigned* counters, cudaStream_t s);
+
+// The shared rotation of rope: x1' = x1·c − x2·s, x2' = x2·c + x1·s, rounded per operation (no FMA
+// contraction), so every kernel that applies rope gets the same bits.
+#ifdef __CUDACC__
+__device__ __forceinline__ void rope_rotate(float x1, float x2, float c, float s, float& y1, float& y2) {
+  y1 = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
+  y2 = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
+}
+#endif
+
+}  // namespace vv::cuda
