@@ -27,6 +27,7 @@
 #include "kernels/cuda/cublaslt_loader.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_ops.cuh"
+#include "kernels/cuda/decode_ops.cuh"
 
 namespace vv {
 namespace {
@@ -69,18 +70,27 @@ struct OpTimer {
 
 class CudaBackend final : public Backend {
  public:
-  // A recorded GEMM's operands, so that flush can fuse one-row GEMMs over the same input.
-  struct GemmRec {
+  // A recorded op's operands, for the ops that flush may fuse (decode_ops.cuh): gemm (a, w, b =
+  // bias, out), rms_norm (a = x, w = weight, out, f = eps), rope (out = x, a = pos, heads, head_dim,
+  // f = theta), kv_write (a = k, w = v, rows, cache, shape), silu_mul (a = gate_up, out).
+  struct OpRec {
+    enum Kind : uint8_t { kOther, kGemm, kRmsNorm, kRope, kKvWrite, kSiluMul };
+    Kind kind = kOther;
     Tensor a, w, b, out;
     bool hb = false;
     Epilogue ep = Epilogue::kNone;
+    float f = 0;
+    int heads = 0, head_dim = 0;
+    AttentionRows rows;
+    KvLayer cache;
+    AttentionShape shape;
   };
   ~CudaBackend() override {
     cudaSetDevice(device_);
     // Ops recorded but never synchronised have no observable result; their buffers may already
     // be gone (freed on another thread), so they are dropped rather than launched.
     pending_.clear();
-    pending_gemm_.clear();
+    pending_rec_.clear();
     if (tl_pending == this) tl_pending = nullptr;
     if (stream_) cudaStreamSynchronize(stream_);
     clear_graphs();
@@ -89,6 +99,8 @@ class CudaBackend final : public Backend {
     if (lt_ws_) cudaFree(lt_ws_);
     if (pack_) cudaFree(pack_);
     if (attn_ws_) cudaFree(attn_ws_);
+    if (argmax_ws_) cudaFree(argmax_ws_);
+    if (dec_attn_ws_) cudaFree(dec_attn_ws_);
     for (auto& [key, p] : inv_freq_) cudaFree(p);
     if (copy_stream_) cudaStreamSynchronize(copy_stream_);
     for (cudaEvent_t e : copy_done_)
@@ -211,7 +223,9 @@ class CudaBackend final : public Backend {
     const Tensor b = hb ? *bias : Tensor{};
     Sig s(1);
     s << a << w << b << out << static_cast<int>(ep);
-    const GemmRec rec{a, w, b, out, hb, ep};
+    OpRec rec;
+    rec.kind = OpRec::kGemm;
+    rec.a = a, rec.w = w, rec.b = b, rec.out = out, rec.hb = hb, rec.ep = ep;
     defer(
         s,
         [=, this] {
@@ -223,10 +237,16 @@ class CudaBackend final : public Backend {
   void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) override {
     Sig s(2);
     s << x << weight << eps << out;
-    defer(s, [=, this] {
-      Tensor o = out;
-      run_rms_norm(x, weight, eps, o);
-    });
+    OpRec rec;
+    rec.kind = OpRec::kRmsNorm;
+    rec.a = x, rec.w = weight, rec.out = out, rec.f = eps;
+    defer(
+        s,
+        [=, this] {
+          Tensor o = out;
+          run_rms_norm(x, weight, eps, o);
+        },
+        &rec);
   }
   void depthwise_conv1d_causal(const Tensor& x, const Tensor& history, const Tensor& w, const Tensor& bias,
                                Tensor& out) override {
@@ -256,10 +276,16 @@ class CudaBackend final : public Backend {
   void silu_mul(const Tensor& gate_up, Tensor& out) override {
     Sig s(6);
     s << gate_up << out;
-    defer(s, [=, this] {
-      Tensor o = out;
-      run_silu_mul(gate_up, o);
-    });
+    OpRec rec;
+    rec.kind = OpRec::kSiluMul;
+    rec.a = gate_up, rec.out = out;
+    defer(
+        s,
+        [=, this] {
+          Tensor o = out;
+          run_silu_mul(gate_up, o);
+        },
+        &rec);
   }
   void embedding(const Tensor& table, const Tensor& ids, Tensor& out) override {
     Sig s(7);
@@ -280,19 +306,31 @@ class CudaBackend final : public Backend {
   void rope(Tensor& x, const Tensor& pos, int heads, int head_dim, float theta) override {
     Sig s(9);
     s << x << pos << heads << head_dim << theta;
-    defer(s, [=, this] {
-      Tensor xx = x;
-      run_rope(xx, pos, heads, head_dim, theta);
-    });
+    OpRec rec;
+    rec.kind = OpRec::kRope;
+    rec.out = x, rec.a = pos, rec.heads = heads, rec.head_dim = head_dim, rec.f = theta;
+    defer(
+        s,
+        [=, this] {
+          Tensor xx = x;
+          run_rope(xx, pos, heads, head_dim, theta);
+        },
+        &rec);
   }
   void kv_write(const Tensor& k, const Tensor& v, const AttentionRows& rows, KvLayer& cache,
                 const AttentionShape& shape) override {
     Sig s(10);
     s << k << v << rows << cache.k << cache.v << shape;
-    defer(s, [=, this] {
-      KvLayer c = cache;
-      run_kv_write(k, v, rows, c, shape);
-    });
+    OpRec rec;
+    rec.kind = OpRec::kKvWrite;
+    rec.a = k, rec.w = v, rec.rows = rows, rec.cache = cache, rec.shape = shape;
+    defer(
+        s,
+        [=, this] {
+          KvLayer c = cache;
+          run_kv_write(k, v, rows, c, shape);
+        },
+        &rec);
   }
   void paged_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, const AttentionShape& shape,
                        Tensor& out) override {
@@ -312,53 +350,133 @@ class CudaBackend final : public Backend {
     });
   }
 
-  // Runs of consecutive one-row GEMMs on the skinny path that read the same activation row (q, k
-  // and v of a decode step) become one gemv_multi launch. The run's ops are independent: each
-  // writes its own output, none of which is the shared input.
-  void fuse_gemvs(std::vector<std::function<void()>>& ops, const std::vector<std::optional<GemmRec>>& gemms) {
-    auto fusable = [&](size_t i) {
-      if (i >= gemms.size() || !gemms[i]) return false;
-      const GemmRec& g = *gemms[i];
-      return g.out.rows() == 1 && g.a.rows() == 1 && g.a.dtype == DType::kF32 && g.out.data != g.a.data &&
-             g.ep != Epilogue::kGelu;
-    };
+  // Decode-step fusions (decode_ops.cuh) over runs of recorded ops, each result equal bit for bit to
+  // the unfused ops (eager launches, VV_CUDA_GRAPHS=0, run them one by one):
+  //  - rms_norm of one row followed by one-row GEMMs reading its output (q, k, v; gate_up): one
+  //    GEMV with the norm in its prologue (it still writes the norm's output);
+  //  - one-row GEMMs sharing their input row (up to kMaxDecodeJobs): one GEMV launch;
+  //  - a one-row gate_up GEMM followed by silu_mul of its output: the GEMV's SwiGLU epilogue;
+  //  - rope(q), rope(k), kv_write(k, v) at the same positions: one kernel.
+  void fuse_decode(std::vector<std::function<void()>>& ops, const std::vector<OpRec>& recs) {
     std::vector<std::function<void()>> out;
     out.reserve(ops.size());
     for (size_t i = 0; i < ops.size();) {
-      size_t j = i;
-      if (fusable(i)) {
-        const GemmRec& g0 = *gemms[i];
-        while (j + 1 < ops.size() && j + 1 - i < static_cast<size_t>(cuda::kMaxGemvJobs) && fusable(j + 1) &&
-               gemms[j + 1]->a.data == g0.a.data && gemms[j + 1]->a.cols() == g0.a.cols() &&
-               gemms[j + 1]->w.dtype == g0.w.dtype)
-          ++j;
-      }
-      if (j == i) {
-        out.push_back(std::move(ops[i]));
-        ++i;
+      size_t used = fuse_gemv_at(recs, i, out);
+      if (!used) used = fuse_rope_kv_at(recs, i, out);
+      if (used) {
+        i += used;
         continue;
       }
-      cuda::GemvJobs jobs;
-      for (size_t t = i; t <= j; ++t) {
-        const GemmRec& g = *gemms[t];
-        cuda::GemvJob& J = jobs.j[jobs.count++];
-        J.w = g.w.data;
-        J.bias = g.hb ? g.b.ptr<const float>() : nullptr;
-        J.out = g.out.ptr<float>();
-        J.ldw = g.w.row_stride();
-        J.N = g.out.cols();
-        J.ep = static_cast<int>(g.ep);
-      }
-      const Tensor a = gemms[i]->a;
-      const DType wt = gemms[i]->w.dtype;
-      out.push_back([=, this] {
-        OpTimer timer(this, "gemm.skinny_fused");
-        cuda::gemv_multi(a, wt, jobs, stream_);
-        launched("gemm");
-      });
-      i = j + 1;
+      out.push_back(std::move(ops[i]));
+      ++i;
     }
     ops.swap(out);
+  }
+
+  static bool row_vector(const Tensor& t) {
+    return t.dtype == DType::kF32 && t.rows() == 1 && reinterpret_cast<uintptr_t>(t.data) % 16 == 0;
+  }
+  // Whether the F32 rows [p, p + n) and [q, q + m) share an element.
+  static bool overlap(const void* p, int64_t n, const void* q, int64_t m) {
+    const auto a = reinterpret_cast<uintptr_t>(p), b = reinterpret_cast<uintptr_t>(q);
+    return a < b + static_cast<uintptr_t>(m) * 4 && b < a + static_cast<uintptr_t>(n) * 4;
+  }
+
+  size_t fuse_gemv_at(const std::vector<OpRec>& recs, size_t i, std::vector<std::function<void()>>& out) {
+    size_t p = i;
+    const OpRec* norm = nullptr;
+    if (recs[p].kind == OpRec::kRmsNorm) {
+      const OpRec& r = recs[p];
+      if (!row_vector(r.a) || !row_vector(r.out) || r.w.dtype != DType::kF32 || r.out.data == r.a.data ||
+          r.a.cols() % 8 != 0 || reinterpret_cast<uintptr_t>(r.w.data) % 16 != 0)
+        return 0;
+      norm = &r;
+      ++p;
+    }
+    const void* x = norm ? norm->a.data : nullptr;
+    size_t q = p;  // the next record to look at
+    auto gemm_ok = [&](size_t at, const OpRec* first) {
+      if (at >= recs.size() || recs[at].kind != OpRec::kGemm) return false;
+      const OpRec& g = recs[at];
+      if (g.out.rows() != 1 || g.ep == Epilogue::kGelu || !cuda::decode_gemv_fits(g.a, g.w)) return false;
+      // Outputs may not overlap what the launch reads (x, a) or the other outputs it writes.
+      const int64_t K = g.a.cols(), N = g.out.cols();
+      if (overlap(g.out.data, N, g.a.data, K) || (norm && overlap(g.out.data, N, x, K)) ||
+          (norm && overlap(g.out.data, N, norm->out.data, K)))
+        return false;
+      for (size_t e = p; e < q; ++e)
+        if (overlap(g.out.data, N, recs[e].out.data, recs[e].out.cols())) return false;
+      if (first)
+        return g.a.data == first->a.data && g.a.cols() == first->a.cols() && g.w.dtype == first->w.dtype;
+      return !norm || (g.a.data == norm->out.data && g.a.cols() == norm->out.cols());
+    };
+    if (!gemm_ok(p, nullptr)) return 0;
+    const OpRec& g0 = recs[p];
+    cuda::DecodeGemv d;
+    d.x = norm ? norm->a.ptr<const float>() : g0.a.ptr<const float>();
+    d.K = g0.a.cols();
+    d.wt = g0.w.dtype;
+    d.sms = sms_;
+    if (norm) {
+      d.norm_w = norm->w.ptr<const float>();
+      d.eps = norm->f;
+      d.norm_out = norm->out.ptr<float>();
+    }
+    while (d.count < cuda::kMaxDecodeJobs && (q == p || gemm_ok(q, &g0))) {
+      const OpRec& g = recs[q];
+      cuda::DecodeGemvJob& J = d.j[d.count++];
+      J.w = g.w.data;
+      J.ldw = g.w.row_stride();
+      J.N = g.out.cols();
+      J.bias = g.hb ? g.b.ptr<const float>() : nullptr;
+      J.out = g.out.ptr<float>();
+      J.ep = static_cast<int>(g.ep);
+      ++q;
+    }
+    // gate_up then silu_mul over its output: the SwiGLU epilogue.
+    if (d.count == 1 && q < recs.size() && recs[q].kind == OpRec::kSiluMul) {
+      const OpRec& m = recs[q];
+      const int64_t I = m.out.cols(), K = g0.a.cols();
+      if (m.a.data == g0.out.data && m.a.rows() == 1 && m.a.cols() == g0.out.cols() && m.out.rows() == 1 &&
+          2 * I == m.a.cols() && g0.ep == Epilogue::kNone && m.out.dtype == DType::kF32 &&
+          !overlap(m.out.data, I, m.a.data, 2 * I) && !overlap(m.out.data, I, g0.a.data, K) &&
+          !(norm && (overlap(m.out.data, I, x, K) || overlap(m.out.data, I, norm->out.data, K)))) {
+        d.silu_out = m.out.ptr<float>();
+        ++q;
+      }
+    }
+    if (!norm && d.count == 1 && !d.silu_out) return 0;  // a lone GEMM: run_gemm takes the same kernel
+    out.push_back([=, this] {
+      OpTimer timer(this, "decode_gemv.fused");
+      cuda::decode_gemv(d, stream_);
+      launched("decode_gemv");
+    });
+    return q - i;
+  }
+
+  size_t fuse_rope_kv_at(const std::vector<OpRec>& recs, size_t i, std::vector<std::function<void()>>& out) {
+    if (i + 2 >= recs.size() || recs[i].kind != OpRec::kRope || recs[i + 1].kind != OpRec::kRope ||
+        recs[i + 2].kind != OpRec::kKvWrite)
+      return 0;
+    const OpRec &rq = recs[i], &rk = recs[i + 1], &kw = recs[i + 2];
+    const int D = rq.head_dim;
+    const int64_t n = rq.out.rows();
+    if (rk.head_dim != D || rk.f != rq.f || rk.a.data != rq.a.data || kw.shape.head_dim != D ||
+        kw.shape.kv_heads != rk.heads || kw.a.data != rk.out.data || kw.rows.row_pos.data != rq.a.data ||
+        rq.out.data == rk.out.data || rk.out.rows() != n || kw.w.rows() != n || rq.out.dtype != DType::kF32 ||
+        rk.out.dtype != DType::kF32 || kw.w.dtype != DType::kF32 ||
+        kw.a.row_stride() != rk.out.row_stride() || D % 2 != 0 || kw.w.data == rq.out.data ||
+        kw.w.data == rk.out.data)
+      return 0;
+    const OpRec r = rq, k = rk, w = kw;
+    out.push_back([=, this] {
+      OpTimer timer(this, "rope_kv_write");
+      Tensor qq = r.out, kk = k.out;
+      KvLayer c = w.cache;
+      cuda::rope_kv_write(qq, kk, w.w, r.a, r.heads, inv_freq(r.f, D), w.rows, c, w.shape, stream_);
+      launched("rope_kv_write");
+    });
+    return 3;
   }
 
   // Launches what was recorded since the last host sync. A sequence of at least kGraphMinOps ops
@@ -369,16 +487,16 @@ class CudaBackend final : public Backend {
     if (pending_.empty()) return;
     std::vector<std::function<void()>> ops;
     ops.swap(pending_);
-    std::vector<std::optional<GemmRec>> gemms;
-    gemms.swap(pending_gemm_);
-    fuse_gemvs(ops, gemms);
+    std::vector<OpRec> recs;
+    recs.swap(pending_rec_);
+    fuse_decode(ops, recs);
     std::string sig;
     sig.swap(sig_);
     if (tl_pending == this) tl_pending = nullptr;
     auto run_all = [&] {
       for (auto& f : ops) f();
     };
-    if (ops.size() < kGraphMinOps || ops.size() > kGraphMaxOps) return run_all();
+    if (!use_graphs_ || ops.size() < kGraphMinOps || ops.size() > kGraphMaxOps) return run_all();
     auto it = graphs_.find(sig);
     if (it == graphs_.end()) {  // first sight: run, remember
       run_all();
@@ -425,7 +543,22 @@ class CudaBackend final : public Backend {
     if (M == 0 || out.cols() == 0) return;
     const float* bp = bias && bias->data ? bias->ptr<const float>() : nullptr;
     const bool half_w = w.dtype == DType::kBF16 || w.dtype == DType::kF16;
-    if (M <= (compute_ == CudaCompute::kBF16 ? kSkinnyRowsBf16 : kSkinnyRowsF32)) {
+    if (M == 1 && ep != Epilogue::kGelu && out.data != a.data && cuda::decode_gemv_fits(a, w)) {
+      OpTimer timer(this, "decode_gemv");
+      cuda::DecodeGemv d;
+      d.x = a.ptr<const float>();
+      d.K = a.cols();
+      d.wt = w.dtype;
+      d.sms = sms_;
+      d.count = 1;
+      d.j[0].w = w.data;
+      d.j[0].ldw = w.row_stride();
+      d.j[0].N = out.cols();
+      d.j[0].bias = bp;
+      d.j[0].out = out.ptr<float>();
+      d.j[0].ep = static_cast<int>(ep);
+      cuda::decode_gemv(d, stream_);
+    } else if (M <= (compute_ == CudaCompute::kBF16 ? kSkinnyRowsBf16 : kSkinnyRowsF32)) {
       OpTimer timer(this, "gemm.skinny");
       cuda::gemv(a, w, bp, out, ep, stream_);
     } else if (compute_ == CudaCompute::kBF16 && half_w) {
@@ -496,6 +629,7 @@ class CudaBackend final : public Backend {
   }
   void run_paged_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, const AttentionShape& shape,
                        Tensor& out) {
+    if (run_decode_attention(q, rows, cache, shape, out)) return;
     OpTimer timer(this, "paged_attention");
     const cuda::AttentionPlan plan = cuda::plan_attention(q.rows(), rows, shape, sms_);
     if (plan.ws_floats * sizeof(float) > attn_ws_bytes_) {  // grows with the context; then never again
@@ -513,9 +647,55 @@ class CudaBackend final : public Backend {
     cuda::paged_attention(q, rows, cache, shape, out, plan, static_cast<float*>(attn_ws_), stream_);
     launched("paged_attention");
   }
+  // Decode steps (one row per sequence, decode_ops.cuh): key splits merged in the same launch.
+  bool run_decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
+                            const AttentionShape& shape, Tensor& out) {
+    if (q.rows() > rows.block_tables.rows() || cache.k.row_stride() % 4 != 0 ||
+        cache.v.row_stride() != cache.k.row_stride())
+      return false;
+    const cuda::DecodeAttentionPlan p = cuda::plan_decode_attention(q.rows(), rows, shape, sms_);
+    if (!p.use) return false;
+    OpTimer timer(this, "paged_attention.decode");
+    // [counters: kCounterSlots, zeroed at allocation, left zeroed by every launch][partials]
+    constexpr size_t kCounterSlots = 16384;
+    if (p.counters > kCounterSlots) return false;
+    const size_t need = kCounterSlots * sizeof(unsigned) + p.ws_floats * sizeof(float);
+    if (need > dec_attn_ws_bytes_) {  // grows with the context and the rows; then never again
+      if (capturing_) {
+        capture_broken_ = true;
+        return true;
+      }
+      workspace_moved();
+      if (dec_attn_ws_) cudaFree(dec_attn_ws_);
+      dec_attn_ws_ = nullptr;
+      dec_attn_ws_bytes_ = 0;
+      const size_t bytes = need * 2;
+      if (!check(cudaMalloc(&dec_attn_ws_, bytes), "cudaMalloc decode attention workspace")) return true;
+      check(cudaMemsetAsync(dec_attn_ws_, 0, bytes, stream_), "cudaMemsetAsync decode attention workspace");
+      dec_attn_ws_bytes_ = bytes;
+    }
+    auto* counters = static_cast<unsigned*>(dec_attn_ws_);
+    auto* partials = reinterpret_cast<float*>(counters + kCounterSlots);
+    cuda::decode_attention(q, rows, cache, shape, out, p, partials, counters, stream_);
+    launched("paged_attention");
+    return true;
+  }
   void run_argmax(const Tensor& logits, Tensor& out) {
     OpTimer timer(this, "argmax");
-    cuda::argmax(logits, out, stream_);
+    const size_t need = cuda::decode_argmax_ws_bytes(logits.rows());
+    if (need > argmax_ws_bytes_) {  // grows with the rows of a step; then never again
+      if (capturing_) {
+        capture_broken_ = true;
+        return;
+      }
+      workspace_moved();
+      if (argmax_ws_) cudaFree(argmax_ws_);
+      argmax_ws_ = nullptr;
+      argmax_ws_bytes_ = 0;
+      if (!check(cudaMalloc(&argmax_ws_, need), "cudaMalloc argmax workspace")) return;
+      argmax_ws_bytes_ = need;
+    }
+    cuda::decode_argmax(logits, out, argmax_ws_, stream_);
     launched("argmax");
   }
 
@@ -584,12 +764,12 @@ class CudaBackend final : public Backend {
   static inline thread_local CudaBackend* tl_pending = nullptr;
 
   template <typename Fn>
-  void defer(const Sig& s, Fn&& fn, const GemmRec* gemm = nullptr) {
-    if (!use_graphs_) return fn();
+  void defer(const Sig& s, Fn&& fn, const OpRec* rec = nullptr) {
+    if (!record_) return fn();
     if (tl_pending && tl_pending != this) tl_pending->flush();  // one backend's ops pending per thread
     sig_ += s.b;
     pending_.emplace_back(std::forward<Fn>(fn));
-    pending_gemm_.push_back(gemm ? std::optional<GemmRec>(*gemm) : std::nullopt);
+    pending_rec_.push_back(rec ? *rec : OpRec{});
     tl_pending = this;
     if (pending_.size() >= 8192) flush();
   }
@@ -738,10 +918,17 @@ class CudaBackend final : public Backend {
   std::string first_error_;
   bool profiling_ = std::getenv("VV_CUDA_PROFILE") && std::string(std::getenv("VV_CUDA_PROFILE")) == "1";
   cudaEvent_t ev0_ = nullptr, ev1_ = nullptr;
-  // VV_CUDA_GRAPHS=0 launches every op at once (no recording, no graphs); profiling implies it.
+  // VV_CUDA_GRAPHS=0 launches every op at once (no recording, no fusion, no graphs); profiling
+  // records and fuses but launches without graphs.
   bool use_graphs_ = !profiling_ && !(std::getenv("VV_CUDA_GRAPHS") && std::string(std::getenv("VV_CUDA_GRAPHS")) == "0");
+  // Profiling keeps recording (and fusing) without graphs, so its table shows the fused kernels.
+  bool record_ = !(std::getenv("VV_CUDA_GRAPHS") && std::string(std::getenv("VV_CUDA_GRAPHS")) == "0");
+  void* argmax_ws_ = nullptr;
+  void* dec_attn_ws_ = nullptr;
+  size_t dec_attn_ws_bytes_ = 0;
+  size_t argmax_ws_bytes_ = 0;
   std::vector<std::function<void()>> pending_;
-  std::vector<std::optional<GemmRec>> pending_gemm_;
+  std::vector<OpRec> pending_rec_;
   std::string sig_;
   std::map<std::string, GraphEntry> graphs_;
   bool capturing_ = false, capture_broken_ = false;

@@ -3,6 +3,7 @@
 // tok/s, the two encoders over N seconds of audio, and the standard job (120 s of audio, 1000
 // tokens generated). Prints a table and, last, one JSON line.
 //   cuda_decode_bench [--preset 7b|tiny] [--prompt 1024] [--tokens 256] [--bf16] [--job-tokens 1000] [--no-gemv]
+//                     [--gemv-m 1,2,4,16,64]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -30,6 +31,7 @@ struct Args {
   double job_audio_s = 120;
   double enc_audio_s = 60;
   bool gemv_table = true;
+  std::vector<int64_t> gemv_rows{1, 2, 4, 16, 64};
 };
 
 // Time of `fn` per call on the backend: warm-up, then the median of `reps` synchronized runs.
@@ -63,6 +65,15 @@ int main(int argc, char** argv) {
     else if (k == "--job-audio") a.job_audio_s = std::stod(next());
     else if (k == "--enc-audio") a.enc_audio_s = std::stod(next());
     else if (k == "--no-gemv") a.gemv_table = false;
+    else if (k == "--gemv-m") {  // comma-separated row counts of the GEMM table
+      a.gemv_rows.clear();
+      const std::string v = next();
+      for (size_t p = 0; p < v.size();) {
+        const size_t e = std::min(v.find(',', p), v.size());
+        a.gemv_rows.push_back(std::stoll(v.substr(p, e - p)));
+        p = e + 1;
+      }
+    }
   }
   const vv::ModelSpec spec = a.preset == "tiny" ? vv::tiny_spec() : vv::qwen7b_asr_spec();
   auto t0 = Clock::now();
@@ -117,8 +128,11 @@ int main(int argc, char** argv) {
     for (auto& v : w) v = vv::f32_to_bf16(u(rng));
     vv::Buffer wb = be.allocate(w.size() * 2), xb = be.allocate(64 * s.k * 4), ob = be.allocate(64 * s.n * 4);
     be.upload(wb.data(), w.data(), w.size() * 2);
+    std::vector<float> xs(static_cast<size_t>(64 * s.k));  // not zeros: time real data
+    for (auto& v : xs) v = u(rng);
+    be.upload(xb.data(), xs.data(), xs.size() * 4);
     vv::Tensor wt = vv::Tensor::matrix(wb.data(), vv::DType::kBF16, s.n, s.k);
-    for (int64_t m : {1, 2, 4, 16, 64}) {
+    for (int64_t m : a.gemv_rows) {
       vv::Tensor x = vv::Tensor::matrix(xb.data(), vv::DType::kF32, m, s.k);
       vv::Tensor o = vv::Tensor::matrix(ob.data(), vv::DType::kF32, m, s.n);
       const double t = time_op(be, 7, [&] { be.gemm(x, wt, nullptr, o, vv::Epilogue::kNone); });

@@ -1,0 +1,341 @@
+// The decode-step fusions of the CUDA backend (kernels/cuda/decode_ops.cuh): a decoder layer's one-row
+// op sequence (rms_norm → q/k/v GEMMs → rope q, rope k → kv_write; rms_norm → gate_up → silu_mul;
+// a GEMM with residual), issued without a sync in between so the recorder fuses it, must give the
+// same bits as the same ops launched one by one (VV_CUDA_GRAPHS=0), agree with the CPU's scalar
+// reference, and really be fused (the profiler's table names the fused kernels). Odd, prime and
+// production shapes; both norm-reduction orders (≤ 1024 and > 1024 columns); BF16/F32 weights and
+// caches. Labelled gpu: skipped with the reason where no GPU is usable.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <random>
+
+#include "kernels/cpu/reference_ops.h"
+#include "tests/unit/kernels/cuda/cuda_test_util.h"
+
+namespace vv::test {
+namespace {
+
+struct LayerCase {
+  int64_t H, I;
+  int heads, kv_heads, D;
+  DType wt, cache_t;
+  int32_t pos;
+};
+
+struct LayerData {
+  HostMatrix x, g1, g2, wq, bq, wk, bk, wv, bv, wgu, wo, resid, kc, vc;
+  std::vector<int32_t> table;
+  int64_t slots = 0;
+};
+
+struct LayerOut {
+  std::vector<float> a, q, k, v, a2, gu, m, resid;
+  std::vector<uint8_t> kc, vc;
+};
+
+LayerData make_data(const LayerCase& c, uint32_t seed) {
+  LayerData d;
+  const int64_t qd = int64_t{c.heads} * c.D, kvd = int64_t{c.kv_heads} * c.D;
+  const float ws = 1.0f / std::sqrt(static_cast<float>(c.H));
+  d.x = random_matrix(1, c.H, DType::kF32, seed, 3.0f);
+  d.g1 = random_matrix(1, c.H, DType::kF32, seed + 1, 2.0f);
+  d.g2 = random_matrix(1, c.H, DType::kF32, seed + 2, 2.0f);
+  d.wq = random_matrix(qd, c.H, c.wt, seed + 3, ws);
+  d.bq = random_matrix(1, qd, DType::kF32, seed + 4, 0.1f);
+  d.wk = random_matrix(kvd, c.H, c.wt, seed + 5, ws);
+  d.bk = random_matrix(1, kvd, DType::kF32, seed + 6, 0.1f);
+  d.wv = random_matrix(kvd, c.H, c.wt, seed + 7, ws);
+  d.bv = random_matrix(1, kvd, DType::kF32, seed + 8, 0.1f);
+  d.wgu = random_matrix(2 * c.I, c.H, c.wt, seed + 9, ws);
+  d.wo = random_matrix(c.H, c.I, c.wt, seed + 10, 1.0f / std::sqrt(static_cast<float>(c.I)));
+  d.resid = random_matrix(1, c.H, DType::kF32, seed + 11);
+  const int bs = 16;
+  const int nblocks = c.pos / bs + 1;
+  d.table.resize(static_cast<size_t>(nblocks));
+  std::iota(d.table.begin(), d.table.end(), 0);
+  std::shuffle(d.table.begin(), d.table.end(), std::mt19937(seed));
+  d.slots = int64_t{nblocks + 2} * bs;
+  d.kc = random_matrix(d.slots, kvd, c.cache_t, seed + 12);
+  d.vc = random_matrix(d.slots, kvd, c.cache_t, seed + 13);
+  return d;
+}
+
+// The layer's ops on `be`, issued back to back (one flush at the first download).
+LayerOut run_ops(Backend& be, const LayerCase& c, LayerData& d) {
+  const int64_t qd = int64_t{c.heads} * c.D, kvd = int64_t{c.kv_heads} * c.D;
+  DeviceMatrix x = to_device(be, d.x), g1 = to_device(be, d.g1), g2 = to_device(be, d.g2);
+  DeviceMatrix wq = to_device(be, d.wq), bq = to_device(be, d.bq), wk = to_device(be, d.wk),
+               bk = to_device(be, d.bk);
+  DeviceMatrix wv = to_device(be, d.wv), bv = to_device(be, d.bv), wgu = to_device(be, d.wgu),
+               wo = to_device(be, d.wo);
+  DeviceMatrix resid = to_device(be, d.resid), kc = to_device(be, d.kc), vc = to_device(be, d.vc);
+  DeviceMatrix pos = to_device_i32(be, {c.pos}), seq = to_device_i32(be, {0}),
+               tab = to_device_i32(be, d.table);
+  DeviceMatrix a = poisoned(be, 1, c.H), q = poisoned(be, 1, qd), k = poisoned(be, 1, kvd),
+               v = poisoned(be, 1, kvd);
+  DeviceMatrix a2 = poisoned(be, 1, c.H), gu = poisoned(be, 1, 2 * c.I), m = poisoned(be, 1, c.I);
+  Tensor g1v = Tensor::vector(g1.buf.data(), DType::kF32, c.H),
+         g2v = Tensor::vector(g2.buf.data(), DType::kF32, c.H);
+  Tensor bqv = Tensor::vector(bq.buf.data(), DType::kF32, qd),
+         bkv = Tensor::vector(bk.buf.data(), DType::kF32, kvd);
+  Tensor bvv = Tensor::vector(bv.buf.data(), DType::kF32, kvd);
+  AttentionRows rows;
+  rows.row_seq = seq.t;
+  rows.row_pos = pos.t;
+  rows.block_tables = Tensor::matrix(tab.buf.data(), DType::kI32, 1, static_cast<int64_t>(d.table.size()));
+  rows.block_size = 16;
+  KvLayer cache{Tensor::matrix(kc.buf.data(), c.cache_t, d.slots, kvd),
+                Tensor::matrix(vc.buf.data(), c.cache_t, d.slots, kvd)};
+  const AttentionShape shape{c.heads, c.kv_heads, c.D, 1.0f / std::sqrt(static_cast<float>(c.D))};
+  be.synchronize();
+  // Attention block, as Qwen2Decoder::run_layer issues it.
+  be.rms_norm(x.t, g1v, 1e-6f, a.t);
+  be.gemm(a.t, wq.t, &bqv, q.t, Epilogue::kNone);
+  be.gemm(a.t, wk.t, &bkv, k.t, Epilogue::kNone);
+  be.gemm(a.t, wv.t, &bvv, v.t, Epilogue::kNone);
+  be.rope(q.t, pos.t, c.heads, c.D, 1e6f);
+  be.rope(k.t, pos.t, c.kv_heads, c.D, 1e6f);
+  be.kv_write(k.t, v.t, rows, cache, shape);
+  // MLP block.
+  be.rms_norm(x.t, g2v, 1e-6f, a2.t);
+  be.gemm(a2.t, wgu.t, nullptr, gu.t, Epilogue::kNone);
+  be.silu_mul(gu.t, m.t);
+  be.gemm(m.t, wo.t, nullptr, resid.t, Epilogue::kAddResidual);
+  LayerOut o;
+  o.a = download_f32(be, a.t);
+  o.q = download_f32(be, q.t);
+  o.k = download_f32(be, k.t);
+  o.v = download_f32(be, v.t);
+  o.a2 = download_f32(be, a2.t);
+  o.gu = download_f32(be, gu.t);
+  o.m = download_f32(be, m.t);
+  o.resid = download_f32(be, resid.t);
+  o.kc.resize(d.kc.bytes.size());
+  o.vc.resize(d.vc.bytes.size());
+  be.download(o.kc.data(), kc.buf.data(), o.kc.size());
+  be.download(o.vc.data(), vc.buf.data(), o.vc.size());
+  return o;
+}
+
+// The CPU's scalar reference of the same sequence.
+LayerOut reference(const LayerCase& c, LayerData d) {
+  const int64_t qd = int64_t{c.heads} * c.D, kvd = int64_t{c.kv_heads} * c.D;
+  auto mat = [](int64_t r, int64_t cols) { return random_matrix(r, cols, DType::kF32, 1); };
+  HostMatrix a = mat(1, c.H), q = mat(1, qd), k = mat(1, kvd), v = mat(1, kvd), a2 = mat(1, c.H);
+  HostMatrix gu = mat(1, 2 * c.I), m = mat(1, c.I);
+  Tensor av = a.view(), qv = q.view(), kv = k.view(), vv = v.view(), a2v = a2.view(), guv = gu.view(),
+         mv = m.view();
+  Tensor rv = d.resid.view();
+  Tensor bq = Tensor::vector(d.bq.bytes.data(), DType::kF32, qd),
+         bk = Tensor::vector(d.bk.bytes.data(), DType::kF32, kvd);
+  Tensor bv = Tensor::vector(d.bv.bytes.data(), DType::kF32, kvd);
+  std::vector<int32_t> pos = {c.pos}, seq = {0};
+  Tensor posv = Tensor::vector(pos.data(), DType::kI32, 1);
+  AttentionRows rows;
+  rows.row_seq = Tensor::vector(seq.data(), DType::kI32, 1);
+  rows.row_pos = posv;
+  rows.block_tables = Tensor::matrix(d.table.data(), DType::kI32, 1, static_cast<int64_t>(d.table.size()));
+  rows.block_size = 16;
+  KvLayer cache{Tensor::matrix(d.kc.bytes.data(), c.cache_t, d.slots, kvd),
+                Tensor::matrix(d.vc.bytes.data(), c.cache_t, d.slots, kvd)};
+  const AttentionShape shape{c.heads, c.kv_heads, c.D, 1.0f / std::sqrt(static_cast<float>(c.D))};
+  ref::rms_norm(d.x.view(), Tensor::vector(d.g1.bytes.data(), DType::kF32, c.H), 1e-6f, av);
+  ref::gemm(av, d.wq.view(), &bq, qv, Epilogue::kNone);
+  ref::gemm(av, d.wk.view(), &bk, kv, Epilogue::kNone);
+  ref::gemm(av, d.wv.view(), &bv, vv, Epilogue::kNone);
+  ref::rope(qv, posv, c.heads, c.D, 1e6f);
+  ref::rope(kv, posv, c.kv_heads, c.D, 1e6f);
+  ref::kv_write(kv, vv, rows, cache, shape);
+  ref::rms_norm(d.x.view(), Tensor::vector(d.g2.bytes.data(), DType::kF32, c.H), 1e-6f, a2v);
+  ref::gemm(a2v, d.wgu.view(), nullptr, guv, Epilogue::kNone);
+  ref::silu_mul(guv, mv);
+  ref::gemm(mv, d.wo.view(), nullptr, rv, Epilogue::kAddResidual);
+  LayerOut o;
+  o.a = host_rows(av), o.q = host_rows(qv), o.k = host_rows(kv), o.v = host_rows(vv), o.a2 = host_rows(a2v);
+  o.gu = host_rows(guv), o.m = host_rows(mv), o.resid = host_rows(rv);
+  o.kc = d.kc.bytes;
+  o.vc = d.vc.bytes;
+  return o;
+}
+
+std::vector<float> cache_f32(const std::vector<uint8_t>& b, DType t, int64_t n) {
+  std::vector<float> f(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    if (t == DType::kF32) {
+      std::memcpy(&f[i], b.data() + 4 * i, 4);
+    } else {
+      uint16_t h;
+      std::memcpy(&h, b.data() + 2 * i, 2);
+      f[i] = t == DType::kBF16 ? bf16_to_f32(h) : f16_to_f32(h);
+    }
+  }
+  return f;
+}
+
+Result<std::unique_ptr<Backend>> backend_with(const char* var, const char* value) {
+  ::setenv(var, value, 1);
+  auto be = make_backend("cuda:0", BackendOptions{});
+  ::unsetenv(var);
+  return be;
+}
+
+TEST(CudaDecodeFusion, LayerOpSequenceFusedEqualsUnfusedBitwiseAndTheReference) {
+  VV_CUDA_BACKEND_OR_SKIP(fused, false);
+  auto eager = backend_with("VV_CUDA_GRAPHS", "0");
+  ASSERT_TRUE(eager.is_ok()) << eager.status().to_string();
+  auto prof = backend_with("VV_CUDA_PROFILE", "1");
+  ASSERT_TRUE(prof.is_ok()) << prof.status().to_string();
+  const std::vector<LayerCase> cases = {
+      {48, 128, 14, 2, 16, DType::kF32, DType::kF32, 5},             // the tiny model's decoder
+      {136, 40, 3, 1, 8, DType::kBF16, DType::kBF16, 37},            // odd widths
+      {1032, 264, 7, 7, 24, DType::kBF16, DType::kF32, 1000},        // > 1024: the block norm order
+      {1024, 8, 2, 1, 6, DType::kF16, DType::kF16, 0},               // the warp order's last width
+      {3584, 18944, 28, 4, 128, DType::kBF16, DType::kBF16, 4099}};  // Qwen2.5-7B
+  uint32_t seed = 300;
+  for (const LayerCase& c : cases) {
+    const std::string what = "H=" + std::to_string(c.H) + " I=" + std::to_string(c.I) + " " +
+                             std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) + "x" +
+                             std::to_string(c.D) + " " + dtype_name(c.wt) + " cache " + dtype_name(c.cache_t);
+    LayerData d = make_data(c, seed);
+    seed += 20;
+    const LayerOut got = run_ops(*fused, c, d);
+    const LayerOut unf = run_ops(**eager, c, d);
+    (void)backend_profile_report(**prof);
+    const LayerOut pr = run_ops(**prof, c, d);
+    const std::string table = backend_profile_report(**prof);
+    EXPECT_NE(table.find("decode_gemv.fused"), std::string::npos) << what << ": not fused\n" << table;
+    EXPECT_NE(table.find("rope_kv_write"), std::string::npos) << what << ": rope/kv_write not fused\n"
+                                                              << table;
+    EXPECT_EQ(table.find("silu_mul"), std::string::npos) << what << ": silu_mul not fused\n" << table;
+    EXPECT_EQ(table.find("rms_norm"), std::string::npos) << what << ": rms_norm not fused\n" << table;
+    auto same = [&](const auto& x, const auto& y, const char* name) {
+      ASSERT_EQ(x.size(), y.size()) << what << " " << name;
+      EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size() * sizeof(x[0])), 0)
+          << what << ": fused " << name << " differs from the unfused ops";
+    };
+    for (const LayerOut* o : {&got, &pr}) {
+      same(o->a, unf.a, "norm output");
+      same(o->q, unf.q, "q");
+      same(o->k, unf.k, "k");
+      same(o->v, unf.v, "v");
+      same(o->a2, unf.a2, "second norm output");
+      same(o->gu, unf.gu, "gate_up");
+      same(o->m, unf.m, "silu_mul");
+      same(o->resid, unf.resid, "residual");
+      same(o->kc, unf.kc, "K cache");
+      same(o->vc, unf.vc, "V cache");
+    }
+    const LayerOut want = reference(c, d);
+    const double gk = 2e-5 * std::sqrt(static_cast<double>(c.H));
+    expect_close(got.a, want.a, 2e-6, what + " norm");
+    expect_close(got.q, want.q, gk, what + " q");
+    expect_close(got.k, want.k, gk, what + " k");
+    expect_close(got.v, want.v, gk, what + " v");
+    expect_close(got.gu, want.gu, gk, what + " gate_up");
+    expect_close(got.m, want.m, 2 * gk, what + " silu_mul");
+    expect_close(got.resid, want.resid, 2e-5 * std::sqrt(static_cast<double>(c.I)) + 2 * gk,
+                 what + " residual");
+    const int64_t n = d.slots * c.kv_heads * c.D;
+    // 16-bit caches: a k/v within f32 rounding of the reference may round to the neighbouring value.
+    const double ct = c.cache_t == DType::kF32 ? gk : (c.cache_t == DType::kBF16 ? 8e-3 : 1e-3);
+    expect_close(cache_f32(got.kc, c.cache_t, n), cache_f32(want.kc, c.cache_t, n), ct, what + " K cache");
+    expect_close(cache_f32(got.vc, c.cache_t, n), cache_f32(want.vc, c.cache_t, n), ct, what + " V cache");
+  }
+}
+
+// A batched decode step's attention (one row per sequence, the decode kernel's key splits and their
+// merge): many sequences of unequal lengths over a shuffled paged cache, against the reference.
+TEST(CudaDecodeFusion, BatchedDecodeAttentionOverUnequalContexts) {
+  VV_CUDA_BACKEND_OR_SKIP(gpu, false);
+  struct Shape {
+    int heads, kv_heads, D;
+    DType cache_t;
+    int S, max_len;
+  };
+  for (const Shape& sh : std::vector<Shape>{{28, 4, 128, DType::kBF16, 64, 700},
+                                            {28, 4, 128, DType::kF32, 3, 3000},
+                                            {14, 2, 16, DType::kF32, 17, 90},
+                                            {8, 1, 32, DType::kF16, 5, 300},
+                                            {6, 6, 4, DType::kBF16, 2, 40}}) {
+    const int bs = 16;
+    std::mt19937 rng(static_cast<uint32_t>(sh.S * 31 + sh.D));
+    std::vector<int> lens(static_cast<size_t>(sh.S));
+    for (int& L : lens) L = 1 + static_cast<int>(rng() % static_cast<unsigned>(sh.max_len));
+    lens[0] = sh.max_len;  // the widest table
+    int max_blocks = 0, total = 0;
+    for (int L : lens) {
+      max_blocks = std::max(max_blocks, (L + bs) / bs);
+      total += (L + bs) / bs;
+    }
+    std::vector<int32_t> perm(static_cast<size_t>(total));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    std::vector<int32_t> tables(static_cast<size_t>(sh.S) * max_blocks, 0), row_seq, row_pos;
+    int used = 0;
+    for (int s = 0; s < sh.S; ++s) {
+      for (int b = 0; b < (lens[s] + bs) / bs; ++b) tables[s * max_blocks + b] = perm[used++];
+      row_seq.push_back(s);
+      row_pos.push_back(lens[s]);
+    }
+    const int64_t width = int64_t{sh.kv_heads} * sh.D, qw = int64_t{sh.heads} * sh.D,
+                  slots = int64_t{total} * bs;
+    HostMatrix kc = random_matrix(slots, width, sh.cache_t, 81),
+               vc = random_matrix(slots, width, sh.cache_t, 82);
+    HostMatrix q = random_matrix(sh.S, qw, DType::kF32, 83, 2.0f);
+    AttentionRows rows;
+    rows.row_seq = Tensor::vector(row_seq.data(), DType::kI32, sh.S);
+    rows.row_pos = Tensor::vector(row_pos.data(), DType::kI32, sh.S);
+    rows.block_tables = Tensor::matrix(tables.data(), DType::kI32, sh.S, max_blocks);
+    rows.block_size = bs;
+    const AttentionShape shape{sh.heads, sh.kv_heads, sh.D, 1.0f / std::sqrt(static_cast<float>(sh.D))};
+    KvLayer hc{Tensor::matrix(kc.bytes.data(), sh.cache_t, slots, width),
+               Tensor::matrix(vc.bytes.data(), sh.cache_t, slots, width)};
+    HostMatrix want = random_matrix(sh.S, qw, DType::kF32, 84);
+    Tensor want_t = want.view();
+    ref::paged_attention(q.view(), rows, hc, shape, want_t);
+    DeviceMatrix dkc = to_device(*gpu, kc), dvc = to_device(*gpu, vc), dq = to_device(*gpu, q);
+    DeviceMatrix dtab = to_device_i32(*gpu, tables), ds = to_device_i32(*gpu, row_seq),
+                 dp = to_device_i32(*gpu, row_pos);
+    AttentionRows drows = rows;
+    drows.row_seq = ds.t;
+    drows.row_pos = dp.t;
+    drows.block_tables = Tensor::matrix(dtab.buf.data(), DType::kI32, sh.S, max_blocks);
+    KvLayer dcache{Tensor::matrix(dkc.buf.data(), sh.cache_t, slots, width),
+                   Tensor::matrix(dvc.buf.data(), sh.cache_t, slots, width)};
+    const std::string what = "decode attention " + std::to_string(sh.S) + " rows " +
+                             std::to_string(sh.heads) + "/" + std::to_string(sh.kv_heads) + "x" +
+                             std::to_string(sh.D) + " " + dtype_name(sh.cache_t);
+    for (int rep = 0; rep < 3; ++rep) {  // the split counters must be left ready for the next launch
+      DeviceMatrix dout = poisoned(*gpu, sh.S, qw);
+      gpu->paged_attention(dq.t, drows, dcache, shape, dout.t);
+      expect_close(download_f32(*gpu, dout.t), host_rows(want_t), 2e-6,
+                   what + " launch " + std::to_string(rep), 1.0);
+    }
+  }
+}
+
+// The lone one-row GEMM (LM head, o) and the argmax after it, on random data: against the reference.
+TEST(CudaDecodeFusion, ArgmaxOverManyBlocksMatchesTheReferenceOnRandomRows) {
+  VV_CUDA_BACKEND_OR_SKIP(gpu, false);
+  for (int64_t V : {1, 7, 1000, 65537, 152064})
+    for (int64_t R : {1, 3, 64}) {
+      HostMatrix l = random_matrix(R, V, DType::kF32, static_cast<uint32_t>(V + R), 5.0f);
+      std::vector<int32_t> want(static_cast<size_t>(R));
+      Tensor wt = Tensor::vector(want.data(), DType::kI32, R);
+      ref::argmax(l.view(), wt);
+      DeviceMatrix dl = to_device(*gpu, l), dout = to_device_i32(*gpu, std::vector<int32_t>(R, -7));
+      gpu->argmax(dl.t, dout.t);
+      std::vector<int32_t> got(static_cast<size_t>(R));
+      gpu->synchronize();
+      gpu->download(got.data(), dout.buf.data(), R * 4);
+      EXPECT_EQ(got, want) << "argmax V=" << V << " rows=" << R;
+    }
+}
+
+}  // namespace
+}  // namespace vv::test
