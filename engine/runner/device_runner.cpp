@@ -58,7 +58,10 @@ Result<std::vector<size_t>> device_caps(const std::string& memory,
   for (size_t i = 0; i < be.size(); ++i) {
     size_t fr = 0, total = 0;
     be[i]->device_memory(&fr, &total);
-    auto c = parse_memory_size(items.size() == 1 ? items[0] : items[i], total);
+    const std::string& item = items.size() == 1 ? items[0] : items[i];
+    if (total == 0 && !item.empty() && item.back() == '%')
+      continue;  // a share of GPU memory: no cap on the CPU
+    auto c = parse_memory_size(item, total);
     if (!c.is_ok()) return invalid_argument("--gpu-memory: " + c.status().message());
     caps[i] = *c;
   }

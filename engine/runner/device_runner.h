@@ -27,7 +27,8 @@ Result<SplitMode> parse_split_mode(std::string_view text);  // "auto" | "replica
 
 struct PlacementOptions {
   // --gpu-memory: "" (no cap), one size for every device, or one per device in order ("8G,12G";
-  // a list of another length is refused). Sizes as parse_memory_size reads them ("80%" included).
+  // a list of another length is refused). Sizes as parse_memory_size reads them; a share ("80%")
+  // caps GPUs only (a device that reports no memory, the CPU, is left uncapped).
   std::string memory;
   int gpu_layers = -1;  // --gpu-layers: resident decoder layers per runner/shard; -1 = fit the cap
   SplitMode split = SplitMode::kAuto;  // auto: replicas while each device holds the whole model

@@ -50,7 +50,11 @@ DecoderBytes decoder_bytes(const DecoderSpec& s, const DecoderWeights& w, int ma
 
 std::string gib(size_t bytes) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+  if (bytes < (size_t{1} << 30)) {  // small models and the CPU tests: GiB would read 0.00
+    std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  } else {
+    std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+  }
   return buf;
 }
 

@@ -52,7 +52,7 @@ struct MemoryPlan {
 // (the fewest resident layers allowed, min_kv_positions) does not fit.
 Result<MemoryPlan> plan_memory(const MemoryPlanInput& in);
 
-// "7.50 GiB"
+// "7.50 GiB" (from 1 GiB on), "12.3 MiB" below
 std::string gib(size_t bytes);
 // Parses a --gpu-memory value: "18GiB", "18G", "18" (GiB), "18GB" (10^9), "512MiB", "80%" of
 // total_bytes (needs total_bytes > 0). Returns bytes.
