@@ -4,6 +4,11 @@
 // shape: both encoders over N seconds of audio, prefill of a P-token prompt, and batch-B decode.
 // Every GEMM the model issues is counted by a decorator Backend (FLOPs and weight bytes), so each
 // figure's ratio to its bound comes from the work the model actually did, not from a formula.
+// With --gpu-memory / --gpu-layers it also reports the memory plan, the peak device memory (the
+// backend's allocation counter and the driver's used memory, sampled after each phase) against the
+// cap, and the host-to-device bandwidth that layer streaming reached against a pinned copy measured
+// in the same run; the decoded ids' hash lets runs with different placements be compared.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -13,6 +18,7 @@
 #include <vector>
 
 #include "engine/checkpoint/checkpoint.h"
+#include "engine/runner/memory_plan.h"
 #include "engine/runner/runner.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/device/backend_factory.h"
@@ -40,6 +46,15 @@ class CountingBackend final : public Backend {
   void upload(void* dst, const void* src, size_t bytes) override { in_->upload(dst, src, bytes); }
   void download(void* dst, const void* src, size_t bytes) override { in_->download(dst, src, bytes); }
   void synchronize() override { in_->synchronize(); }
+  size_t allocated_bytes() const override { return in_->allocated_bytes(); }
+  size_t peak_allocated_bytes() const override { return in_->peak_allocated_bytes(); }
+  void reset_peak() override { in_->reset_peak(); }
+  bool device_memory(size_t* free_bytes, size_t* total_bytes) override {
+    return in_->device_memory(free_bytes, total_bytes);
+  }
+  Buffer allocate_host(size_t bytes) override { return in_->allocate_host(bytes); }
+  uint64_t copy_async(void* dst, const void* src, size_t bytes) override { return in_->copy_async(dst, src, bytes); }
+  void wait_copy(uint64_t ticket) override { in_->wait_copy(ticket); }
   void gemm(const Tensor& a, const Tensor& w, const Tensor* bias, Tensor& out, Epilogue ep) override {
     counts.gemm_flops += 2.0 * static_cast<double>(a.rows()) * static_cast<double>(w.rows()) * static_cast<double>(w.cols());
     counts.weight_bytes += static_cast<double>(w.rows()) * static_cast<double>(w.cols()) * dtype_size(w.dtype);
@@ -96,6 +111,8 @@ struct BenchArgs {
   int batch = 1;
   bool skip_encoder = false;
   bool skip_probes = false;
+  std::string gpu_memory;  // cap per device ("" = none)
+  int gpu_layers = -1;
   std::string json;
 };
 
@@ -105,11 +122,56 @@ int fail(const Status& s) {
 }
 
 struct Figures {
-  double triad_gbps = 0, fma_gflops = 0;
+  double triad_gbps = 0, fma_gflops = 0, pinned_h2d_gbps = 0;
   double encoder_ms_per_audio_s = 0, encoder_gflops = 0;
   double prefill_tok_s = 0, prefill_gflops = 0;
   double decode_tok_s = 0, decode_gbps = 0, decode_ms_per_step = 0;
 };
+
+// Host-to-device bandwidth from page-locked memory through the backend's async copy: best of a few
+// 256 MiB copies (the link's bound for layer streaming).
+double measure_pinned_h2d_gbps(Backend& be) {
+  const size_t bytes = size_t{256} << 20;
+  Buffer host = be.allocate_host(bytes);
+  Buffer dev = be.allocate(bytes);
+  if (!host.data() || !dev.data()) return 0;
+  double best = 0;
+  for (int i = 0; i < 4; ++i) {
+    be.synchronize();
+    const auto t0 = Clock::now();
+    be.wait_copy(be.copy_async(dev.data(), host.data(), bytes));
+    be.synchronize();
+    const double s = seconds_since(t0);
+    if (i > 0 && s > 0) best = std::max(best, static_cast<double>(bytes) / s / 1e9);  // the first warms up
+  }
+  return best;
+}
+
+// Device memory in use as the driver reports it (every allocation, the context included); the
+// most seen at the sample points.
+struct DeviceUse {
+  Backend* be = nullptr;
+  size_t max_used = 0, total = 0;
+  void sample() {
+    size_t f = 0, t = 0;
+    if (be && be->device_memory(&f, &t)) {
+      total = t;
+      max_used = std::max(max_used, t - f);
+    }
+  }
+};
+
+// FNV-1a over ids, to compare the tokens of runs with different placements.
+uint64_t fnv1a(const std::vector<TokenId>& ids) {
+  uint64_t h = 1469598103934665603ull;
+  for (TokenId id : ids) {
+    for (int b = 0; b < 4; ++b) {
+      h ^= (static_cast<uint32_t>(id) >> (8 * b)) & 0xffu;
+      h *= 1099511628211ull;
+    }
+  }
+  return h;
+}
 
 std::string ratio(double v, double bound) {
   if (bound <= 0) return "";
@@ -160,6 +222,22 @@ int run_bench(const BenchArgs& a) {
     f.fma_gflops = measure_fma_gflops(threads);
   }
 
+  const bool placement = !a.gpu_memory.empty() || a.gpu_layers >= 0;
+  if (placement && gpu) {
+    std::fprintf(stderr, "measuring %s: pinned host-to-device copy bandwidth...\n", backend_name.c_str());
+    f.pinned_h2d_gbps = measure_pinned_h2d_gbps(*counter);
+  }
+  size_t cap = 0;
+  if (!a.gpu_memory.empty()) {
+    size_t fr = 0, total = 0;
+    counter->device_memory(&fr, &total);
+    auto c = parse_memory_size(a.gpu_memory, total);
+    if (!c.is_ok()) return fail(invalid_argument("--gpu-memory: " + c.status().message()));
+    cap = *c;
+  }
+  counter->reset_peak();
+  DeviceUse use{counter};
+
   std::unique_ptr<Checkpoint> ckpt;
   const auto t_load = Clock::now();
   if (!a.random.empty()) {
@@ -188,12 +266,19 @@ int run_bench(const BenchArgs& a) {
   ropt.kv_positions = static_cast<int64_t>(a.batch) * (a.prefill_tokens + a.decode_tokens + 64);
   ropt.encoder_segment = std::min<int64_t>(samples, spec.chunk_size);
   ropt.consume_weights = true;  // one copy of the weights in memory, not two
+  ropt.memory_cap = cap;
+  ropt.gpu_layers = a.gpu_layers;
+  if (cap) ropt.min_kv_positions = ropt.kv_positions;  // the bench needs its whole pool
   auto runner_r = Runner::create(std::move(counting), *ckpt, ropt);
   if (!runner_r.is_ok()) return fail(runner_r.status());
   std::unique_ptr<Runner> runner = std::move(runner_r).value();
   ckpt.reset();
   const double load_s = seconds_since(t_load);
   std::fprintf(stderr, "loaded in %.1f s on %s\n", load_s, backend_name.c_str());
+  use.sample();
+  const MemoryPlan& mp = runner->memory_plan();
+  const LayerStream* stream = runner->layer_stream();
+  if (placement) std::fprintf(stderr, "memory plan: %s\n", mp.summary.c_str());
 
   // Encoders: seeded noise at speech level (the work does not depend on the values).
   if (!a.skip_encoder) {
@@ -214,6 +299,7 @@ int run_bench(const BenchArgs& a) {
     const double s = seconds_since(t0);
     f.encoder_ms_per_audio_s = 1000.0 * s / (samples / static_cast<double>(spec.sample_rate));
     f.encoder_gflops = counter->counts.gemm_flops / s / 1e9;
+    use.sample();
   }
 
   // Prefill: one step of `prefill_tokens` rows per sequence (random text ids), then decode steps.
@@ -251,12 +337,15 @@ int run_bench(const BenchArgs& a) {
     prefill_s += seconds_since(t0);
     last[b] = out->next[0];
   }
+  use.sample();
+  std::vector<TokenId> all_ids(last.begin(), last.end());
   f.prefill_tok_s = a.batch * a.prefill_tokens / prefill_s;
   f.prefill_gflops = (counter->counts.gemm_flops + counter->counts.attn_flops) / prefill_s / 1e9;
 
   std::fprintf(stderr, "decode: %d steps at batch %d...\n", a.decode_tokens, a.batch);
   counter->counts = {};
   double decode_s = 0;
+  const uint64_t streamed_before = stream ? stream->bytes_streamed() : 0;
   for (int step = 0; step < a.decode_tokens; ++step) {
     StepPlan plan;
     for (int b = 0; b < a.batch; ++b) {
@@ -272,7 +361,10 @@ int run_bench(const BenchArgs& a) {
     if (!out.is_ok()) return fail(out.status());
     decode_s += seconds_since(t0);
     for (int b = 0; b < a.batch; ++b) last[b] = out->next[b];
+    all_ids.insert(all_ids.end(), last.begin(), last.end());
   }
+  use.sample();
+  const double stream_gbps = stream ? static_cast<double>(stream->bytes_streamed() - streamed_before) / decode_s / 1e9 : 0;
   f.decode_ms_per_step = 1000.0 * decode_s / a.decode_tokens;
   f.decode_tok_s = a.batch * a.decode_tokens / decode_s;
   // Bytes a step must read: every weight once (per step, shared by the batch) plus each row's KV.
@@ -295,6 +387,23 @@ int run_bench(const BenchArgs& a) {
               f.prefill_gflops, ratio(f.prefill_gflops, f.fma_gflops).c_str());
   std::printf("  decode:  %.2f tok/s at batch %d, %.1f ms/step (%.1f GB/s of weights+KV%s)\n", f.decode_tok_s,
               a.batch, f.decode_ms_per_step, f.decode_gbps, ratio(f.decode_gbps, f.triad_gbps).c_str());
+  const uint64_t ids_hash = fnv1a(all_ids);
+  std::printf("  ids:     %zu tokens, fnv1a %016llx, first", all_ids.size(), static_cast<unsigned long long>(ids_hash));
+  for (size_t i = 0; i < std::min<size_t>(all_ids.size(), 8); ++i) std::printf(" %d", all_ids[i]);
+  std::printf("\n");
+  const size_t peak_alloc = runner->backend().peak_allocated_bytes();
+  if (placement) {
+    std::printf("  memory:  %d/%d layers resident, KV pool %lld positions; peak allocated %s, peak device use %s%s%s\n",
+                mp.resident_layers, d.num_layers, static_cast<long long>(runner->kv().num_blocks() * runner->kv().block_size()),
+                gib(peak_alloc).c_str(), gib(use.max_used).c_str(), cap ? (" under the cap of " + gib(cap)).c_str() : "",
+                cap && use.max_used > cap ? " (OVER THE CAP)" : "");
+    if (stream) {
+      std::printf("  stream:  %d layers from pinned host memory, %.2f GB per step, %.1f GB/s host-to-device in decode%s "
+                  "(pinned copy bound %.1f GB/s)\n",
+                  stream->count(), static_cast<double>(stream->host_bytes()) / 1e9, stream_gbps,
+                  ratio(stream_gbps, f.pinned_h2d_gbps).c_str(), f.pinned_h2d_gbps);
+    }
+  }
 
   if (!a.json.empty()) {
     FILE* out = std::fopen(a.json.c_str(), "w");
@@ -303,11 +412,14 @@ int run_bench(const BenchArgs& a) {
                  "{\"shape\":\"%s\",\"dtype\":\"%s\",\"backend\":\"%s\",\"threads\":%d,\"triad_gbps\":%.3f,"
                  "\"fma_gflops\":%.3f,\"encoder_ms_per_audio_s\":%.3f,\"encoder_gflops\":%.3f,"
                  "\"prefill_tokens\":%d,\"prefill_tok_s\":%.3f,\"prefill_gflops\":%.3f,\"prefill_ratio\":%.4f,"
-                 "\"batch\":%d,\"decode_tok_s\":%.4f,\"decode_gbps\":%.3f,\"decode_ratio\":%.4f}\n",
+                 "\"batch\":%d,\"decode_tok_s\":%.4f,\"decode_gbps\":%.3f,\"decode_ratio\":%.4f,"
+                 "\"ids_fnv1a\":\"%016llx\",\"memory_cap\":%zu,\"resident_layers\":%d,\"peak_allocated\":%zu,"
+                 "\"peak_device_used\":%zu,\"stream_h2d_gbps\":%.3f,\"pinned_h2d_gbps\":%.3f}\n",
                  shape.c_str(), a.dtype.c_str(), backend_name.c_str(), threads, f.triad_gbps, f.fma_gflops,
                  f.encoder_ms_per_audio_s, f.encoder_gflops, a.prefill_tokens, f.prefill_tok_s, f.prefill_gflops,
                  f.fma_gflops > 0 ? f.prefill_gflops / f.fma_gflops : 0.0, a.batch, f.decode_tok_s, f.decode_gbps,
-                 f.triad_gbps > 0 ? f.decode_gbps / f.triad_gbps : 0.0);
+                 f.triad_gbps > 0 ? f.decode_gbps / f.triad_gbps : 0.0, static_cast<unsigned long long>(ids_hash), cap,
+                 mp.resident_layers, peak_alloc, use.max_used, stream_gbps, f.pinned_h2d_gbps);
     std::fclose(out);
   }
   return 0;
@@ -335,6 +447,13 @@ void register_bench(CLI::App& app, CommandContext& ctx) {
   sub->add_option("--batch", args->batch, "Sequences decoded together")->capture_default_str();
   sub->add_flag("--skip-encoder", args->skip_encoder, "Do not time the encoders");
   sub->add_flag("--skip-probes", args->skip_probes, "Do not measure the triad and FMA peak (no ratios)");
+  sub->add_option("--gpu-memory", args->gpu_memory,
+                  "Device memory cap (18GiB, 8G, 20GB, 512MiB or 80%): weights, KV pool, workspaces and the "
+                  "CUDA context are planned under it; the KV pool shrinks to what remains");
+  sub->add_option("--gpu-layers", args->gpu_layers,
+                  "Decoder layers kept on the device; the others stream from pinned host memory every step "
+                  "(-1: as many as --gpu-memory allows, all without it)")
+      ->capture_default_str();
   sub->add_option("--json", args->json, "Also write the figures to this file as JSON");
   sub->callback([args, &ctx] { ctx.exit_code = run_bench(*args); });
 }
