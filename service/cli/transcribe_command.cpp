@@ -24,6 +24,7 @@
 #include "engine/text/tokenizer.h"
 #include "engine/transcript/response_format.h"
 #include "scheduler/engine_loop.h"
+#include "scheduler/placement.h"
 #include "service/cli/commands.h"
 #include "service/cli/progress_bar.h"
 
@@ -53,6 +54,9 @@ struct TranscribeArgs {
   int threads = 0;
   std::string device = "cpu";
   bool gpu_bf16 = false;
+  std::string gpu_memory;
+  int gpu_layers = -1;
+  std::string split_mode = "auto";
   int64_t kv_positions = 0;
   double max_seconds = 0;
   bool progress = false;
@@ -196,14 +200,22 @@ int run_transcribe(const TranscribeArgs& a) {
   BackendOptions bopt;
   bopt.cpu_threads = a.threads;
   bopt.gpu_bf16_gemm = a.gpu_bf16;
-  auto runner = make_runner(**ckpt, ropt, a.device, bopt);
-  if (!runner.is_ok()) return fail(runner.status());
+  PlacementOptions place;
+  place.memory = a.gpu_memory;
+  place.gpu_layers = a.gpu_layers;
+  auto split = parse_split_mode(a.split_mode);
+  if (!split.is_ok()) return fail(invalid_argument("--split-mode: " + split.status().message()));
+  place.split = *split;
+  auto runners = make_runners(**ckpt, ropt, a.device, bopt, place);
+  if (!runners.is_ok()) return fail(runners.status());
+  Runner& runner = *runners->front();
 
   std::unique_ptr<TensorCapture> capture;
   if (!a.dump.empty()) {
     if (requests.size() != 1) return fail(invalid_argument("--dump: give exactly one audio file"));
-    capture = std::make_unique<TensorCapture>((*runner)->backend());
-    (*runner)->set_capture(capture->fn());
+    if (runners->size() != 1) return fail(invalid_argument("--dump: give one device (or --split-mode layer)"));
+    capture = std::make_unique<TensorCapture>(runner.backend());
+    runner.set_capture(capture->fn());
   }
 
   const bool show_progress = !a.no_progress && (a.progress || isatty(STDERR_FILENO));
@@ -216,21 +228,43 @@ int run_transcribe(const TranscribeArgs& a) {
   EngineLoopOptions lopt;
   lopt.max_running = static_cast<int>(std::max<size_t>(1, requests.size()));
   lopt.max_waiting = static_cast<int>(requests.size());
-  lopt.progress = [&](const TranscriptionProgress& p) {
-    std::lock_guard<std::mutex> lk(mu);
-    auto it = index.find(static_cast<RequestId>(p.request));
-    if (it == index.end()) return;
-    TranscriptionProgress q = p;
-    q.request = it->second;
-    bar.update(q);
-  };
-  auto loop = EngineLoop::create(**runner, **tokenizer, lopt);
-  if (!loop.is_ok()) return fail(loop.status());
-  for (int i = 0; i < 10000 && !(*loop)->load().ready; ++i) usleep(1000);
+  // A replica's progress carries its own request ids: progress is shown with one runner only.
+  if (runners->size() == 1) {
+    lopt.progress = [&](const TranscriptionProgress& p) {
+      std::lock_guard<std::mutex> lk(mu);
+      auto it = index.find(static_cast<RequestId>(p.request));
+      if (it == index.end()) return;
+      TranscriptionProgress q = p;
+      q.request = it->second;
+      bar.update(q);
+    };
+  }
+  std::vector<std::unique_ptr<EngineLoop>> loops;
+  for (auto& r : *runners) {
+    auto loop = EngineLoop::create(*r, **tokenizer, lopt);
+    if (!loop.is_ok()) return fail(loop.status());
+    loops.push_back(std::move(loop).value());
+  }
+  std::vector<EngineLoop*> loop_ptrs;
+  for (auto& l : loops) loop_ptrs.push_back(l.get());
+  // Replicas: one loop per device behind one client that places each file on the least loaded.
+  std::unique_ptr<EngineLoop> single;
+  std::unique_ptr<ReplicatedEngine> replicated;
+  EngineClient* client = nullptr;
+  if (loops.size() == 1) {
+    single = std::move(loops.front());
+    client = single.get();
+  } else {
+    auto rep = ReplicatedEngine::create(std::move(loops));
+    if (!rep.is_ok()) return fail(rep.status());
+    replicated = std::move(rep).value();
+    client = replicated.get();
+  }
+  for (int i = 0; i < 10000 && !client->load().ready; ++i) usleep(1000);
   std::vector<std::string> prompt_error(requests.size());
   for (size_t i = 0; i < requests.size(); ++i) {
     std::unique_lock<std::mutex> lk(mu);
-    auto id = (*loop)->submit(requests[i], [&, i](RequestEvent&& e) {
+    auto id = client->submit(requests[i], [&, i](RequestEvent&& e) {
       if (!e.terminal()) return;
       std::lock_guard<std::mutex> g(mu);
       ends[i] = std::move(e);
@@ -245,7 +279,7 @@ int run_transcribe(const TranscribeArgs& a) {
       return std::all_of(ends.begin(), ends.end(), [](const auto& e) { return e.has_value(); });
     });
   }
-  (*loop)->shutdown();
+  for (EngineLoop* l : loop_ptrs) l->shutdown();
   bar.finish();
   for (size_t i = 0; i < ends.size(); ++i) {
     if (ends[i]->type == RequestEvent::Type::kError) {
@@ -322,12 +356,26 @@ void register_transcribe(CLI::App& app, CommandContext& ctx) {
       "--segment-seconds", args->segment_seconds,
       "Encoder segment length (rounded down to 3200 samples; default 60 s). Bounds encoder memory");
   sub->add_option("--device", args->device,
-                  "cpu, cuda, cuda:N, or auto (the first GPU when one is usable, else the CPU)")
+                  "cpu, cuda, cuda:N, or auto (the first GPU when one is usable, else the CPU); several "
+                  "comma-separated (cuda:0,cuda:1) or all (every GPU) for --split-mode")
       ->capture_default_str();
   sub->add_flag("--gpu-bf16", args->gpu_bf16,
                 "On a GPU: large GEMMs on bf16 tensor cores (activations rounded to bf16; default f32, exact)");
   sub->add_option("--threads", args->threads,
                   "Worker threads (default: $VIBEVOICE_THREADS, else physical cores)");
+  sub->add_option("--gpu-memory", args->gpu_memory,
+                  "Device memory cap (18GiB, 8G, 20GB, 512MiB or 80%), one for every device or one per "
+                  "device of --device in order: weights, KV pool, workspaces and the CUDA context are "
+                  "planned under it; the KV pool shrinks to what remains");
+  sub->add_option("--gpu-layers", args->gpu_layers,
+                  "Decoder layers kept on each device; the others stream from pinned host memory every "
+                  "step (-1: as many as --gpu-memory allows, all without it)")
+      ->capture_default_str();
+  sub->add_option("--split-mode", args->split_mode,
+                  "With several devices (--device cuda:0,cuda:1 or all): replica (a full model per device, "
+                  "files placed by load), layer (contiguous layer ranges per device, only hidden states "
+                  "cross), or auto (replicas while each device holds the whole model)")
+      ->capture_default_str();
   sub->add_option("--kv-positions", args->kv_positions,
                   "KV cache size in positions (default: what the inputs need)");
   sub->add_option("--max-seconds", args->max_seconds, "Refuse audio longer than this (0 = no limit)");
