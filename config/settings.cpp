@@ -55,10 +55,21 @@ const SettingDef kTable[] = {
     {"model.dtype", T::kEnum, "auto", 0, 0, "auto,float32,bfloat16,float16", "Weight/compute dtype"},
     {"model.max_model_len", T::kInt, "65536", 1024, 65536, "", "Context length in tokens"},
     {"model.warmup", T::kBool, "true", 0, 0, "", "Transcribe 1 s of silence before becoming ready"},
-    {"model.device", T::kString, "auto", 0, 0, "", "auto, cpu, cuda or cuda:N"},
+    {"model.device", T::kString, "auto", 0, 0, "",
+     "auto, cpu, cuda or cuda:N; several comma-separated (cuda:0,cuda:1) or all (every GPU): engine.split_mode"},
     {"engine.max_running_requests", T::kInt, "64", 1, 1024, "", "Sequences in the running batch"},
     {"engine.max_waiting_requests", T::kInt, "256", 0, 100000, "", "Waiting queue length (503 beyond)"},
-    {"engine.gpu_memory_fraction", T::kFloat, "0.90", 0.1, 0.99, "", "Share of GPU memory to use"},
+    {"engine.gpu_memory_fraction", T::kFloat, "0.90", 0.1, 0.99, "",
+     "Share of GPU memory to use when engine.gpu_memory is empty"},
+    {"engine.gpu_memory", T::kString, "", 0, 0, "",
+     "Device memory cap per device (18GiB, 8G, 20GB, 80%; or one per device: 8G,12G): weights, KV pool, "
+     "workspaces and the CUDA context are planned under it, the KV pool takes what remains"},
+    {"engine.gpu_layers", T::kInt, "-1", -1, 1024, "",
+     "Decoder layers kept on each device; the rest stream from pinned host memory every step (-1 = as many "
+     "as the memory cap allows)"},
+    {"engine.split_mode", T::kEnum, "auto", 0, 0, "auto,replica,layer",
+     "Several devices: replica (a full model per device), layer (layer shards), auto (replicas while each "
+     "device holds the whole model)"},
     {"engine.kv_page_tokens", T::kInt, "16", 8, 128, "8,16,32,64,128", "Tokens per KV page"},
     {"engine.max_step_tokens", T::kInt, "8192", 256, 65536, "", "Token budget of one engine step"},
     {"engine.stall_timeout_s", T::kFloat, "120", 5, 3600, "", "Pending work without a step for this long → /health 503"},
@@ -338,8 +349,8 @@ std::vector<std::string> Settings::validate() const {
   const auto& owned = s("model.owned_by");
   if (owned.empty() || owned.size() > 64) err("model.owned_by", "must be 1–64 characters");
   const std::string& dev = s("model.device");
-  if (!std::regex_match(dev, std::regex(R"(^(auto|cpu|cuda|cuda:[0-9]+)$)"))) {
-    err("model.device", "must be auto, cpu, cuda or cuda:N, got '" + shorten(dev) + "'");
+  if (!std::regex_match(dev, std::regex(R"(^(auto|all|(cpu|cuda|cuda:[0-9]+)(,(cpu|cuda|cuda:[0-9]+))*)$)"))) {
+    err("model.device", "must be auto, all, cpu, cuda, cuda:N or a comma-separated list, got '" + shorten(dev) + "'");
   }
   for (const auto& k : list("auth.api_keys")) {
     bool ok = !k.empty() && k.size() <= 256;

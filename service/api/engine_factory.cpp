@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -10,6 +11,7 @@
 #include "engine/runner/device_runner.h"
 #include "engine/runner/runner.h"
 #include "scheduler/engine_loop.h"
+#include "scheduler/placement.h"
 #include "service/api/fake_engine.h"
 
 namespace vv::api {
@@ -17,6 +19,7 @@ namespace vv::api {
 EngineHandle::~EngineHandle() {
   engine.reset();  // the loop borrows the runner and the tokenizer
   runner.reset();
+  runners.clear();
 }
 
 Result<std::vector<TokenId>> load_script(const Tokenizer& tokenizer, const std::string& path) {
@@ -61,8 +64,20 @@ Result<std::shared_ptr<EngineHandle>> make_engine(AppState& state, std::shared_p
   ro.kv_positions = s.i("model.max_model_len");
   ro.consume_weights = true;
   const std::string device = s.s("model.device");
-  VV_ASSIGN_OR_RETURN(std::unique_ptr<Runner> runner, make_runner(*h->checkpoint, ro, device));
-  h->runner = std::move(runner);
+  // Placement: a memory cap per device (engine.gpu_memory, else engine.gpu_memory_fraction of each
+  // GPU), streamed layers, and replicas or layer shards over a device list.
+  PlacementOptions place;
+  place.memory = s.s("engine.gpu_memory");
+  if (place.memory.empty()) {
+    char share[32];
+    std::snprintf(share, sizeof share, "%.4g%%", 100.0 * s.f("engine.gpu_memory_fraction"));
+    place.memory = share;
+  }
+  place.gpu_layers = static_cast<int>(s.i("engine.gpu_layers"));
+  VV_ASSIGN_OR_RETURN(place.split, parse_split_mode(s.s("engine.split_mode")));
+  VV_ASSIGN_OR_RETURN(auto runners, make_runners(*h->checkpoint, ro, device, {}, place));
+  for (auto& r : runners) h->runners.push_back(std::shared_ptr<Runner>(std::move(r)));
+  h->runner = h->runners.front();
   progress(0.9);
   EngineLoopOptions eo;
   eo.max_running = static_cast<int>(s.i("engine.max_running_requests"));
@@ -87,8 +102,21 @@ Result<std::shared_ptr<EngineHandle>> make_engine(AppState& state, std::shared_p
   eo.progress = [st](const TranscriptionProgress& p) {
     if (p.phase == TranscriptionProgress::Phase::kDecoding) st->progress_tokens(p.request, p.done);
   };
-  VV_ASSIGN_OR_RETURN(std::unique_ptr<EngineLoop> loop, EngineLoop::create(*h->runner, *h->tokenizer, std::move(eo)));
-  h->engine = std::shared_ptr<EngineLoop>(std::move(loop));
+  if (h->runners.size() == 1) {
+    VV_ASSIGN_OR_RETURN(std::unique_ptr<EngineLoop> loop, EngineLoop::create(*h->runner, *h->tokenizer, std::move(eo)));
+    h->engine = std::shared_ptr<EngineLoop>(std::move(loop));
+  } else {
+    // Replicas: one loop per device behind one client. A replica's progress carries its own
+    // request ids, not the client's: live token counts are left to the terminal events.
+    eo.progress = nullptr;
+    std::vector<std::unique_ptr<EngineLoop>> loops;
+    for (const auto& r : h->runners) {
+      VV_ASSIGN_OR_RETURN(std::unique_ptr<EngineLoop> loop, EngineLoop::create(*r, *h->tokenizer, eo));
+      loops.push_back(std::move(loop));
+    }
+    VV_ASSIGN_OR_RETURN(std::unique_ptr<ReplicatedEngine> rep, ReplicatedEngine::create(std::move(loops)));
+    h->engine = std::shared_ptr<ReplicatedEngine>(std::move(rep));
+  }
   // The loop reports ready once its thread runs; requests before that are refused.
   while (!h->engine->load().ready) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   progress(1.0);

@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "config/status.h"
 #include "engine/audio/audio_preparer.h"
@@ -23,7 +24,8 @@ namespace vv::api {
 struct EngineHandle {
   std::shared_ptr<const Tokenizer> tokenizer;
   std::unique_ptr<Checkpoint> checkpoint;
-  std::shared_ptr<Runner> runner;
+  std::shared_ptr<Runner> runner;                 // the first of `runners`
+  std::vector<std::shared_ptr<Runner>> runners;   // one per replica (model.device lists several)
   std::shared_ptr<EngineClient> engine;
   audio::PrepareOptions prepare;
   std::string dtype = "float32";
