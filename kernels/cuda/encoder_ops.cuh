@@ -1,0 +1,31 @@
+// The encoders' fused ConvNeXt branches (Backend::conv_ffn on the tensor cores, the mixer's conv with
+// its scaled residual); internal to kernels/cuda.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "kernels/backend.h"
+
+namespace vv::cuda {
+
+// Whether conv_ffn_fused takes these operands: C ∈ {32, 64, 128, 256}, E a multiple of 64, BF16 weights
+// (w1 [E, C], w2 [C, E], contiguous, 16-byte aligned), F32 norm_w/gamma/b1/b2, F32 x.
+bool conv_ffn_fits(const Tensor& x, const Tensor& norm_w, const Tensor& w1, const Tensor& b1,
+                   const Tensor& w2, const Tensor& b2, const Tensor& gamma);
+
+// x += gamma ⊙ (gelu_erf(rms_norm(x)·w1ᵀ + b1)·w2ᵀ + b2) in one kernel: per tile of 64 rows the
+// normalised rows (rounded to bf16, as the bf16 GEMM path rounds its operand) stay in shared memory,
+// the hidden rows are made 64 columns at a time in registers (bias, GELU in f32, rounded to bf16)
+// and multiplied straight into the f32 accumulators of the second GEMM.
+void conv_ffn_fused(Tensor& x, const Tensor& norm_w, float eps, const Tensor& w1, const Tensor& b1,
+                    const Tensor& w2, const Tensor& b2, const Tensor& gamma, cudaStream_t s);
+
+// x[t,c] += gamma[c] · (bias[c] + Σ_k w[c,k] · u[t + k − 6, c]) with u's rows before 0 from history
+// ([6, C], or zeros when history has no data): depthwise_conv1d_causal then add_scaled, in one pass
+// and with the same f32 arithmetic. Kernel size 7 only (dwconv_add_fits).
+bool dwconv_add_fits(const Tensor& x, const Tensor& u, const Tensor& w, const Tensor& bias,
+                     const Tensor& gamma);
+void dwconv_add(Tensor& x, const Tensor& u, const Tensor& history, const Tensor& w, const Tensor& bias,
+                const Tensor& gamma, cudaStream_t s);
+
+}  // namespace vv::cuda

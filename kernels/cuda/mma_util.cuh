@@ -1,0 +1,64 @@
+// Tensor-core building blocks shared by the hand-written bf16 kernels (prefill attention, the
+// encoders' fused FFN): ldmatrix loads from shared memory, the m16n8k16 bf16 mma with f32
+// accumulation, and bf16 packing. Fragment layouts (PTX ISA, mma.m16n8k16, g = lane/4, t = lane%4):
+//   A 16×16 row-major: a0 (g, 2t..2t+1), a1 (g+8, 2t..), a2 (g, 2t+8..), a3 (g+8, 2t+8..)
+//   B 16×8 (k × n):    b0 (k 2t..2t+1, n g), b1 (k 2t+8.., n g)
+//   C 16×8 f32:        c0,c1 (g, 2t..2t+1), c2,c3 (g+8, 2t..2t+1)
+// so the C fragments of two adjacent 8-column tiles are, packed to bf16, the A fragment of a
+// following mma over those 16 columns.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+namespace vv::cuda::mma {
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void ldsm_x4(const void* p, uint32_t& r0, uint32_t& r1, uint32_t& r2,
+                                        uint32_t& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldsm_x4_t(const void* p, uint32_t& r0, uint32_t& r1, uint32_t& r2,
+                                          uint32_t& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(smem_addr(p)));
+}
+// c += a·b for one 16×8 tile.
+__device__ __forceinline__ void mma_bf16(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// Two floats as bf16 (round to nearest even), `lo` in the low half (the lower column).
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// B fragments of two adjacent 8-wide n tiles from a matrix stored n-major in shared memory
+// (row = n, 16 consecutive k per row, row stride ld elements): base points at (n0, k0).
+// r0,r1: tile n0..n0+7; r2,r3: tile n0+8..n0+15. (Keys of K for Q·Kᵀ; rows of W for X·Wᵀ.)
+__device__ __forceinline__ void ldsm_b_nmajor(const __nv_bfloat16* base, int ld, int lane, uint32_t& r0,
+                                              uint32_t& r1, uint32_t& r2, uint32_t& r3) {
+  ldsm_x4(base + ((lane & 7) + ((lane >> 4) << 3)) * ld + ((lane >> 3) & 1) * 8, r0, r1, r2, r3);
+}
+// B fragments of two adjacent 8-wide n tiles from a matrix stored k-major (row = k, n contiguous):
+// base points at (k0, n0). r0,r1: n0..n0+7; r2,r3: n0+8..n0+15. (V for P·V.)
+__device__ __forceinline__ void ldsm_b_kmajor(const __nv_bfloat16* base, int ld, int lane, uint32_t& r0,
+                                              uint32_t& r1, uint32_t& r2, uint32_t& r3) {
+  ldsm_x4_t(base + ((lane & 7) + ((lane >> 3) & 1) * 8) * ld + (lane >> 4) * 8, r0, r1, r2, r3);
+}
+// A fragment of a 16×16 tile stored row-major: base points at (m0, k0).
+__device__ __forceinline__ void ldsm_a(const __nv_bfloat16* base, int ld, int lane, uint32_t* a) {
+  ldsm_x4(base + (lane & 15) * ld + (lane >> 4) * 8, a[0], a[1], a[2], a[3]);
+}
+
+}  // namespace vv::cuda::mma

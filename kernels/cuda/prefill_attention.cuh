@@ -1,0 +1,17 @@
+// Launcher of the tensor-core prefill attention (internal to kernels/cuda; see prefill_attention.h).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "kernels/backend.h"
+#include "kernels/cuda/prefill_attention.h"
+
+namespace vv::cuda {
+
+// paged_attention for many rows on the tensor cores (flash_prefill_applies said yes): q and the
+// cached K/V are rounded to bf16, scores and the online softmax stay f32, P is rounded to bf16 for
+// P·V, accumulation is f32. K/V rows must be 16-byte aligned (kv_heads·head_dim a multiple of 8).
+void flash_prefill_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
+                             const AttentionShape& shape, Tensor& out, cudaStream_t s);
+
+}  // namespace vv::cuda

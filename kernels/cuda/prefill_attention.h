@@ -1,0 +1,28 @@
+// Prefill attention on the tensor cores (kernels/cuda/prefill_attention.cu): which calls it takes.
+// No CUDA headers here, so the GPU tests can ask whether their shapes reach the kernel.
+#pragma once
+
+#include <cstdint>
+
+namespace vv::cuda {
+
+// Query vectors per block of the flash kernel: (row, query head of the GQA group) pairs, 16 per warp.
+constexpr int kFlashQueryVectors = 64;
+
+// Rows of q one block of the flash kernel covers: every query head of a kv head's group for each.
+inline int flash_rows_per_tile(int heads, int kv_heads) {
+  return kFlashQueryVectors / (heads / kv_heads);
+}
+
+// Whether paged_attention in bf16 mode takes the flash kernel for n rows on a GPU of `sms` SMs:
+// head_dim 64 or 128, a GQA group of at most 64 query heads, and enough (row tile, kv head) blocks to
+// fill the GPU (fewer rows, e.g. decode, keep the key-split SIMT kernel, which fills it by splitting keys).
+inline bool flash_prefill_applies(int64_t n, int heads, int kv_heads, int head_dim, int sms) {
+  if (kv_heads <= 0 || heads % kv_heads != 0 || (head_dim != 64 && head_dim != 128)) return false;
+  const int G = heads / kv_heads;
+  if (G > kFlashQueryVectors) return false;
+  const int64_t qt = flash_rows_per_tile(heads, kv_heads);
+  return (n + qt - 1) / qt * kv_heads >= sms;
+}
+
+}  // namespace vv::cuda

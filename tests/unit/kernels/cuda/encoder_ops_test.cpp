@@ -1,0 +1,147 @@
+// The encoders' fused ConvNeXt branches on the GPU (Backend::conv_ffn, Backend::conv_mixer) against
+// host references, over odd and prime row counts and the production widths (32, 64, 128 channels,
+// hidden 4×; 256 for the FFN), plus widths the fused FFN does not take (the op sequence runs instead).
+//
+// FFN tolerance (bf16 mode): the kernel rounds the normalised rows and the GELU outputs to bf16, as
+// the unfused bf16 path rounds its GEMM operands; the reference rounds at the same two points. What
+// is left is f32 summation order, plus the rare element whose f32 value lies so close to a bf16
+// rounding boundary that the two round it apart (2^-8 relative on one operand of one product).
+// The update x_out − x_in is compared within 5e-3 of its largest magnitude.
+// Mixer tolerance: f32 throughout on both sides (same taps, same order): 1e-5 of max|ref|.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "kernels/cpu/cpu_backend.h"
+#include "tests/unit/kernels/cuda/cuda_test_util.h"
+
+namespace vv::test {
+namespace {
+
+float round_bf16(float v) {
+  return bf16_to_f32(f32_to_bf16(v));
+}
+float gelu_ref(float x) {
+  return x * 0.5f * (1.0f + std::erf(x * 0.70710678118654752440f));
+}
+
+// x (host F32 [T, C]) += gamma ⊙ (gelu(bf16(rms_norm(x))·w1ᵀ + b1) rounded to bf16 ·w2ᵀ + b2).
+std::vector<float> ffn_reference(const HostMatrix& x, const HostMatrix& nw, float eps, const HostMatrix& w1,
+                                 const HostMatrix& b1, const HostMatrix& w2, const HostMatrix& b2,
+                                 const HostMatrix& gamma) {
+  const int64_t T = x.rows, C = x.cols, E = w1.rows;
+  std::vector<float> out(static_cast<size_t>(T * C));
+  std::vector<float> u(C), h(E);
+  for (int64_t t = 0; t < T; ++t) {
+    double ss = 0;
+    for (int64_t c = 0; c < C; ++c) ss += static_cast<double>(x.at(t, c)) * x.at(t, c);
+    const float inv = 1.0f / std::sqrt(static_cast<float>(ss / C) + eps);
+    for (int64_t c = 0; c < C; ++c) u[c] = round_bf16(x.at(t, c) * inv * nw.at(0, c));
+    for (int64_t j = 0; j < E; ++j) {
+      double a = 0;
+      for (int64_t c = 0; c < C; ++c) a += static_cast<double>(u[c]) * w1.at(j, c);
+      h[j] = round_bf16(gelu_ref(static_cast<float>(a) + b1.at(0, j)));
+    }
+    for (int64_t c = 0; c < C; ++c) {
+      double a = 0;
+      for (int64_t j = 0; j < E; ++j) a += static_cast<double>(h[j]) * w2.at(c, j);
+      out[t * C + c] = gamma.at(0, c) * (static_cast<float>(a) + b2.at(0, c));  // the update
+    }
+  }
+  return out;
+}
+
+void check_ffn(Backend& gpu, int64_t T, int64_t C, int64_t E, uint32_t seed) {
+  HostMatrix x = random_matrix(T, C, DType::kF32, seed);
+  HostMatrix nw = random_matrix(1, C, DType::kF32, seed + 1, 1.5f);
+  HostMatrix w1 = random_matrix(E, C, DType::kBF16, seed + 2, 1.0f / std::sqrt(static_cast<float>(C)));
+  HostMatrix b1 = random_matrix(1, E, DType::kF32, seed + 3, 0.2f);
+  HostMatrix w2 = random_matrix(C, E, DType::kBF16, seed + 4, 1.0f / std::sqrt(static_cast<float>(E)));
+  HostMatrix b2 = random_matrix(1, C, DType::kF32, seed + 5, 0.2f);
+  HostMatrix gamma = random_matrix(1, C, DType::kF32, seed + 6);
+  const float eps = 1e-5f;
+  const std::vector<float> want = ffn_reference(x, nw, eps, w1, b1, w2, b2, gamma);
+
+  DeviceMatrix dx = to_device(gpu, x), dnw = to_device(gpu, nw), dw1 = to_device(gpu, w1),
+               db1 = to_device(gpu, b1);
+  DeviceMatrix dw2 = to_device(gpu, w2), db2 = to_device(gpu, b2), dg = to_device(gpu, gamma);
+  DeviceMatrix du = poisoned(gpu, T, C), dv = poisoned(gpu, T, C);
+  const int64_t tile = std::min<int64_t>(T, 1000);  // the unfused path's hidden rows per step
+  DeviceMatrix dh = poisoned(gpu, tile, E);
+  Tensor nwv = Tensor::vector(dnw.buf.data(), DType::kF32, C),
+         b1v = Tensor::vector(db1.buf.data(), DType::kF32, E);
+  Tensor b2v = Tensor::vector(db2.buf.data(), DType::kF32, C),
+         gv = Tensor::vector(dg.buf.data(), DType::kF32, C);
+  gpu.conv_ffn(dx.t, nwv, eps, dw1.t, b1v, dw2.t, b2v, gv, du.t, dv.t, dh.t);
+  std::vector<float> got = download_f32(gpu, dx.t);
+  for (int64_t i = 0; i < T * C; ++i) got[i] -= x.f[i];
+  expect_close(got, want, 5e-3,
+               "conv_ffn T=" + std::to_string(T) + " C=" + std::to_string(C) + " E=" + std::to_string(E));
+}
+
+TEST(CudaEncoderOps, FusedFfnProductionWidthsOddAndPrimeRows) {
+  VV_CUDA_BACKEND_OR_SKIP(gpu, true);
+  check_ffn(*gpu, 1, 32, 128, 1);
+  check_ffn(*gpu, 20011, 32, 128, 2);
+  check_ffn(*gpu, 4099, 64, 256, 3);
+  check_ffn(*gpu, 997, 128, 512, 4);
+  check_ffn(*gpu, 65, 128, 512, 5);
+  check_ffn(*gpu, 1543, 256, 1024, 8);
+}
+
+TEST(CudaEncoderOps, FfnWidthsTheFusedKernelDoesNotTakeRunTheOpSequence) {
+  VV_CUDA_BACKEND_OR_SKIP(gpu, true);
+  check_ffn(*gpu, 1031, 48, 192, 6);   // C not in {32, 64, 128}
+  check_ffn(*gpu, 257, 512, 2048, 7);  // a later stage's width
+}
+
+// Mixer: the CUDA op against the CPU backend's op sequence (both f32).
+void check_mixer(Backend& gpu, int64_t T, int64_t C, bool with_history, DType wt, uint32_t seed) {
+  static std::unique_ptr<Backend> cpu = make_cpu_backend();
+  HostMatrix x = random_matrix(T, C, DType::kF32, seed);
+  HostMatrix nw = random_matrix(1, C, DType::kF32, seed + 1, 1.5f);
+  HostMatrix hist = random_matrix(6, C, DType::kF32, seed + 2);
+  HostMatrix w = random_matrix(C, 7, wt, seed + 3, 0.5f);
+  HostMatrix b = random_matrix(1, C, DType::kF32, seed + 4, 0.2f);
+  HostMatrix gamma = random_matrix(1, C, DType::kF32, seed + 5);
+  HostMatrix u = random_matrix(T, C, DType::kF32, seed + 6), v = random_matrix(T, C, DType::kF32, seed + 7);
+  const float eps = 1e-6f;
+  HostMatrix want_x = x;
+  Tensor wxv = want_x.view(), uv = u.view(), vv = v.view();
+  const Tensor hv = with_history ? hist.view() : Tensor::matrix(nullptr, DType::kF32, 6, C);
+  const Tensor nwv = Tensor::vector(nw.bytes.data(), DType::kF32, C),
+               bv = Tensor::vector(b.bytes.data(), DType::kF32, C);
+  const Tensor gv = Tensor::vector(gamma.bytes.data(), DType::kF32, C);
+  cpu->conv_mixer(wxv, nwv, eps, hv, w.view(), bv, gv, uv, vv);
+
+  DeviceMatrix dx = to_device(gpu, x), dnw = to_device(gpu, nw), dh = to_device(gpu, hist),
+               dw = to_device(gpu, w);
+  DeviceMatrix db = to_device(gpu, b), dg = to_device(gpu, gamma);
+  DeviceMatrix du = poisoned(gpu, T, C), dv = poisoned(gpu, T, C);
+  const Tensor dhv = with_history ? dh.t : Tensor::matrix(nullptr, DType::kF32, 6, C);
+  gpu.conv_mixer(dx.t, Tensor::vector(dnw.buf.data(), DType::kF32, C), eps, dhv, dw.t,
+                 Tensor::vector(db.buf.data(), DType::kF32, C), Tensor::vector(dg.buf.data(), DType::kF32, C),
+                 du.t, dv.t);
+  const std::string what = "conv_mixer T=" + std::to_string(T) + " C=" + std::to_string(C) + " " +
+                           dtype_name(wt) + (with_history ? " history" : " zeros");
+  expect_close(download_f32(gpu, dx.t), host_rows(wxv), 1e-5, what + ": x");
+  expect_close(download_f32(gpu, du.t), host_rows(uv), 1e-5, what + ": u");
+}
+
+TEST(CudaEncoderOps, FusedMixerOddPrimeAndProductionShapes) {
+  for (const bool bf16 : {false, true}) {
+    VV_CUDA_BACKEND_OR_SKIP(gpu, bf16);
+    check_mixer(*gpu, 1, 32, true, DType::kF32, 11);
+    check_mixer(*gpu, 5, 64, true, DType::kF32, 12);  // fewer rows than the conv's reach
+    check_mixer(*gpu, 100003, 32, true, DType::kF32, 13);
+    check_mixer(*gpu, 997, 128, false, DType::kBF16, 14);
+    check_mixer(*gpu, 450, 2048, true, DType::kF32, 15);
+    check_mixer(*gpu, 3001, 256, false, DType::kF32, 17);
+    check_mixer(*gpu, 90001, 64, true, DType::kF32, 18);
+    check_mixer(*gpu, 33, 6, true, DType::kF16, 16);
+  }
+}
+
+}  // namespace
+}  // namespace vv::test

@@ -1,0 +1,153 @@
+// The tensor-core prefill attention (bf16 mode, kernels/cuda/prefill_attention.cu) against the
+// CPU's scalar reference: varlen prefills over a shuffled paged cache (several sequences in one
+// call, a chunk that continues an earlier one), production (28/4 heads of 128, 1,024 rows), odd
+// and prime lengths, GQA groups of 1, 7 and 32, head_dim 64 and 128, every cache dtype.
+//
+// Tolerance: the kernel rounds q and the cached k/v to bf16 and the softmax weights P to bf16 for
+// P·V (f32 scores, softmax and accumulation). The reference gets the same bf16-rounded q and k/v,
+// so what remains is P's rounding: each weight is off by at most 2^-9 relative, so an output
+// (a convex combination of V rows, |v| ≤ 1) is off by at most ~2^-9 of max|v|, plus f32 order
+// effects. The test allows 4e-3 (about twice that) of max(|ref|, 1).
+#include "kernels/cuda/prefill_attention.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <sstream>
+
+#include "kernels/cpu/reference_ops.h"
+#include "tests/unit/kernels/cuda/cuda_test_util.h"
+
+namespace vv::test {
+namespace {
+
+float stored_value(const HostMatrix& m, int64_t i) {
+  switch (m.dtype) {
+    case DType::kBF16: {
+      uint16_t h;
+      std::memcpy(&h, m.bytes.data() + 2 * i, 2);
+      return bf16_to_f32(h);
+    }
+    case DType::kF16: {
+      uint16_t h;
+      std::memcpy(&h, m.bytes.data() + 2 * i, 2);
+      return f16_to_f32(h);
+    }
+    default: {
+      float f;
+      std::memcpy(&f, m.bytes.data() + 4 * i, 4);
+      return f;
+    }
+  }
+}
+
+// An F32 copy of m's stored values, each rounded to bf16 (what the kernel computes with).
+HostMatrix bf16_rounded_f32(const HostMatrix& m) {
+  HostMatrix r;
+  r.dtype = DType::kF32;
+  r.rows = m.rows;
+  r.cols = m.cols;
+  r.stride = m.stride;
+  const int64_t n = std::max<int64_t>(m.rows * m.stride, 1);
+  r.bytes.assign(static_cast<size_t>(n) * 4 + 64, 0);
+  r.f.assign(static_cast<size_t>(n), 0.f);
+  for (int64_t i = 0; i < m.rows * m.stride; ++i) {
+    const float v = bf16_to_f32(f32_to_bf16(stored_value(m, i)));
+    std::memcpy(r.bytes.data() + 4 * i, &v, 4);
+    r.f[i] = v;
+  }
+  return r;
+}
+
+struct Seq {
+  int start;  // positions before this are already cached (random k/v): a continued chunk
+  int len;    // rows of this call
+};
+
+constexpr int kH200Sms = 132;
+
+void check_flash(Backend& gpu, int heads, int kv_heads, int D, DType kv_dtype, const std::vector<Seq>& seqs,
+                 int bs) {
+  const int S = static_cast<int>(seqs.size());
+  int max_blocks = 0, total_blocks = 0;
+  for (const Seq& s : seqs) {
+    max_blocks = std::max(max_blocks, (s.start + s.len + bs - 1) / bs);
+    total_blocks += (s.start + s.len + bs - 1) / bs;
+  }
+  std::vector<int32_t> perm(total_blocks + 5);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), std::mt19937(11));
+  std::vector<int32_t> tables(static_cast<size_t>(S) * max_blocks, 0);
+  int used = 0;
+  for (int s = 0; s < S; ++s)
+    for (int b = 0; b < (seqs[s].start + seqs[s].len + bs - 1) / bs; ++b)
+      tables[s * max_blocks + b] = perm[used++];
+  std::vector<int32_t> row_seq, row_pos;
+  for (int s = 0; s < S; ++s)
+    for (int p = seqs[s].start; p < seqs[s].start + seqs[s].len; ++p)
+      row_seq.push_back(s), row_pos.push_back(p);
+  const int64_t n = static_cast<int64_t>(row_seq.size());
+  ASSERT_TRUE(cuda::flash_prefill_applies(n, heads, kv_heads, D, kH200Sms))
+      << n << " rows of " << heads << "/" << kv_heads << "x" << D << " would not reach the flash kernel";
+
+  const int64_t width = static_cast<int64_t>(kv_heads) * D, qw = static_cast<int64_t>(heads) * D;
+  const int64_t slots = static_cast<int64_t>(total_blocks + 5) * bs;
+  HostMatrix kc = random_matrix(slots, width, kv_dtype, 71), vc = random_matrix(slots, width, kv_dtype, 72);
+  DeviceMatrix dkc = to_device(gpu, kc), dvc = to_device(gpu, vc), dtab = to_device_i32(gpu, tables);
+  HostMatrix q = random_matrix(n, qw, DType::kF32, 73, 2.0f);
+  HostMatrix k = random_matrix(n, width, DType::kF32, 74), v = random_matrix(n, width, DType::kF32, 75);
+  AttentionRows rows;
+  rows.row_seq = Tensor::vector(row_seq.data(), DType::kI32, n);
+  rows.row_pos = Tensor::vector(row_pos.data(), DType::kI32, n);
+  rows.block_tables = Tensor::matrix(tables.data(), DType::kI32, S, max_blocks);
+  rows.block_size = bs;
+  const AttentionShape shape{heads, kv_heads, D, 1.0f / std::sqrt(static_cast<float>(D))};
+  KvLayer host_cache{kc.view(), vc.view()};
+  ref::kv_write(k.view(), v.view(), rows, host_cache, shape);
+  HostMatrix qr = bf16_rounded_f32(q), kr = bf16_rounded_f32(kc), vr = bf16_rounded_f32(vc);
+  const KvLayer rounded_cache{kr.view(), vr.view()};
+  HostMatrix want = random_matrix(n, qw, DType::kF32, 76);
+  Tensor want_t = want.view();
+  ref::paged_attention(qr.view(), rows, rounded_cache, shape, want_t);
+
+  DeviceMatrix dq = to_device(gpu, q), dk = to_device(gpu, k), dv = to_device(gpu, v);
+  DeviceMatrix ds = to_device_i32(gpu, row_seq), dp = to_device_i32(gpu, row_pos);
+  AttentionRows drows = rows;
+  drows.row_seq = ds.t;
+  drows.row_pos = dp.t;
+  drows.block_tables = Tensor::matrix(dtab.buf.data(), DType::kI32, S, max_blocks);
+  KvLayer dcache{Tensor::matrix(dkc.buf.data(), kv_dtype, slots, width),
+                 Tensor::matrix(dvc.buf.data(), kv_dtype, slots, width)};
+  gpu.kv_write(dk.t, dv.t, drows, dcache, shape);
+  DeviceMatrix dout = poisoned(gpu, n, qw);
+  gpu.paged_attention(dq.t, drows, dcache, shape, dout.t);
+  std::ostringstream what;
+  what << "flash attention " << heads << "/" << kv_heads << "x" << D << " " << dtype_name(kv_dtype)
+       << " rows";
+  for (const Seq& s : seqs) what << " " << s.start << "+" << s.len;
+  expect_close(download_f32(gpu, dout.t), host_rows(want_t), 4e-3, what.str(), 1.0);
+}
+
+TEST(CudaFlashPrefill, ProductionShapeOneKiloRowPrompt) {
+  VV_CUDA_BACKEND_OR_SKIP(gpu, true);
+  check_flash(*gpu, 28, 4, 128, DType::kF32, {{0, 1024}}, 16);
+}
+
+TEST(CudaFlashPrefill, VarlenOddAndPrimeLengthsAndAContinuedChunk) {
+  VV_CUDA_BACKEND_OR_SKIP(gpu, true);
+  check_flash(*gpu, 28, 4, 128, DType::kBF16, {{0, 37}, {0, 300}, {0, 1}, {0, 129}, {200, 311}, {0, 541}},
+              16);
+  check_flash(*gpu, 28, 4, 128, DType::kF32, {{1000, 257}, {0, 63}}, 32);
+}
+
+TEST(CudaFlashPrefill, OtherGroupsHeadDimsAndCacheDtypes) {
+  VV_CUDA_BACKEND_OR_SKIP(gpu, true);
+  check_flash(*gpu, 14, 2, 64, DType::kF16, {{0, 997}}, 16);             // G = 7, head_dim 64
+  check_flash(*gpu, 8, 8, 128, DType::kBF16, {{0, 1031}, {5, 70}}, 16);  // G = 1: 64 rows per tile
+  check_flash(*gpu, 32, 1, 128, DType::kF32, {{0, 263}, {17, 50}}, 4);   // G = 32: 2 rows per tile
+}
+
+}  // namespace
+}  // namespace vv::test
