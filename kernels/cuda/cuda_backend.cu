@@ -27,7 +27,9 @@
 #include "kernels/cuda/cublaslt_loader.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_ops.cuh"
+#include "kernels/cuda/encoder_ops.cuh"
 #include "kernels/cuda/decode_ops.cuh"
+#include "kernels/cuda/prefill_attention.cuh"
 
 namespace vv {
 namespace {
@@ -271,6 +273,40 @@ class CudaBackend final : public Backend {
     defer(s, [=, this] {
       Tensor o = out;
       run_add(a, b, o);
+    });
+  }
+  // The encoders' ConvNeXt branches. FFN: one tensor-core kernel in bf16 mode (the unfused path
+  // rounds the same operands to bf16); f32 mode and other shapes run the op sequence. Mixer: the
+  // conv and its scaled residual in one pass, same f32 arithmetic as the two kernels, both modes.
+  void conv_ffn(Tensor& x, const Tensor& norm_w, float eps, const Tensor& w1, const Tensor& b1,
+                const Tensor& w2, const Tensor& b2, const Tensor& gamma, Tensor& u, Tensor& v, Tensor& h) override {
+    if (compute_ != CudaCompute::kBF16 || !cuda::conv_ffn_fits(x, norm_w, w1, b1, w2, b2, gamma)) {
+      Backend::conv_ffn(x, norm_w, eps, w1, b1, w2, b2, gamma, u, v, h);
+      return;
+    }
+    Sig s(101);
+    s << x << norm_w << eps << w1 << b1 << w2 << b2 << gamma;
+    defer(s, [=, this] {
+      Tensor xx = x;
+      OpTimer timer(this, "conv_ffn.fused");
+      cuda::conv_ffn_fused(xx, norm_w, eps, w1, b1, w2, b2, gamma, stream_);
+      launched("conv_ffn");
+    });
+  }
+  void conv_mixer(Tensor& x, const Tensor& norm_w, float eps, const Tensor& history, const Tensor& w,
+                  const Tensor& bias, const Tensor& gamma, Tensor& u, Tensor& v) override {
+    if (!cuda::dwconv_add_fits(x, u, w, bias, gamma)) {
+      Backend::conv_mixer(x, norm_w, eps, history, w, bias, gamma, u, v);
+      return;
+    }
+    rms_norm(x, norm_w, eps, u);
+    Sig s(102);
+    s << x << u << history << w << bias << gamma;
+    defer(s, [=, this] {
+      Tensor xx = x;
+      OpTimer timer(this, "conv_mixer.dwconv_add");
+      cuda::dwconv_add(xx, u, history, w, bias, gamma, stream_);
+      launched("conv_mixer");
     });
   }
   void silu_mul(const Tensor& gate_up, Tensor& out) override {
@@ -629,6 +665,12 @@ class CudaBackend final : public Backend {
   }
   void run_paged_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, const AttentionShape& shape,
                        Tensor& out) {
+    if (flash_prefill_takes(q, cache, shape)) {  // prefill in bf16 mode: the tensor-core kernel
+      OpTimer timer(this, "paged_attention.flash");
+      cuda::flash_prefill_attention(q, rows, cache, shape, out, stream_);
+      launched("paged_attention");
+      return;
+    }
     if (run_decode_attention(q, rows, cache, shape, out)) return;
     OpTimer timer(this, "paged_attention");
     const cuda::AttentionPlan plan = cuda::plan_attention(q.rows(), rows, shape, sms_);
@@ -646,6 +688,14 @@ class CudaBackend final : public Backend {
     }
     cuda::paged_attention(q, rows, cache, shape, out, plan, static_cast<float*>(attn_ws_), stream_);
     launched("paged_attention");
+  }
+  // bf16 mode only (f32 mode must match the CPU to f32 rounding); 16-byte aligned K/V rows.
+  bool flash_prefill_takes(const Tensor& q, const KvLayer& cache, const AttentionShape& shape) const {
+    auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    return compute_ == CudaCompute::kBF16 &&
+           cuda::flash_prefill_applies(q.rows(), shape.heads, shape.kv_heads, shape.head_dim, sms_) &&
+           cache.k.row_stride() % 8 == 0 && cache.v.row_stride() == cache.k.row_stride() &&
+           aligned(cache.k.data) && aligned(cache.v.data);
   }
   // Decode steps (one row per sequence, decode_ops.cuh): key splits merged in the same launch.
   bool run_decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
