@@ -221,24 +221,15 @@ void ConvVaeEncoder::run_block(const Block& b, Tensor& history, Tensor& x) {
   const float eps = spec_.rms_norm_eps;
   Tensor u = Tensor::matrix(ws_->u.buf.data(), DType::kF32, t, c);
   Tensor v = Tensor::matrix(ws_->v.buf.data(), DType::kF32, t, c);
-  // Mixer branch: x += gamma ⊙ dwconv(RMSNorm(x)).
-  be_.rms_norm(x, b.norm.t, eps, u);
-  be_.depthwise_conv1d_causal(u, history, b.mixer_w.t, b.mixer_b.t, v);
+  // Mixer branch: x += gamma ⊙ dwconv(RMSNorm(x)); the normed rows u feed the next segment's history.
+  be_.conv_mixer(x, b.norm.t, eps, history, b.mixer_w.t, b.mixer_b.t, b.gamma.t, u, v);
   update_history(history, u);
-  be_.add_scaled(x, b.gamma.t, v);
-  // FFN branch: x += ffn_gamma ⊙ (W2·gelu(W1·RMSNorm(x) + b1) + b2), pointwise in time: tiled.
-  be_.rms_norm(x, b.ffn_norm.t, eps, u);
+  // FFN branch: x += ffn_gamma ⊙ (W2·gelu(W1·RMSNorm(x) + b1) + b2), pointwise in time: one op, which
+  // a backend may fuse (the hidden rows never leave the chip); unfused it runs in tiles of h's rows.
   const int64_t e = static_cast<int64_t>(spec_.ffn_expansion) * c;
-  const int64_t tile = std::max<int64_t>(1, ffn_tile_elems_ / e);
-  for (int64_t r0 = 0; r0 < t; r0 += tile) {
-    const int64_t n = std::min(tile, t - r0);
-    Tensor h = Tensor::matrix(ws_->ffn_h.buf.data(), DType::kF32, n, e);
-    be_.gemm(u.row_slice(r0, n), b.fc1_w.t, &b.fc1_b.t, h, Epilogue::kGelu);
-    Tensor vt = v.row_slice(r0, n);
-    be_.gemm(h, b.fc2_w.t, &b.fc2_b.t, vt, Epilogue::kNone);
-    Tensor xt = x.row_slice(r0, n);
-    be_.add_scaled(xt, b.ffn_gamma.t, vt);
-  }
+  const int64_t tile = std::min(t, std::max<int64_t>(1, ffn_tile_elems_ / e));
+  Tensor h = Tensor::matrix(ws_->ffn_h.buf.data(), DType::kF32, tile, e);
+  be_.conv_ffn(x, b.ffn_norm.t, eps, b.fc1_w.t, b.fc1_b.t, b.fc2_w.t, b.fc2_b.t, b.ffn_gamma.t, u, v, h);
 }
 
 void ConvVaeEncoder::add_noise(EncoderStream& s, Tensor& out) {
