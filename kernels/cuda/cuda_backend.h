@@ -20,7 +20,10 @@ namespace vv {
 // What the dense GEMMs compute in. kF32: float32 operands and accumulation (matches the CPU
 // reference to f32 rounding). kBF16: the activation operand of a large GEMM is rounded to the
 // weight's 16-bit type (bf16/f16) and the product runs on the tensor cores through cuBLASLt with
-// f32 accumulation; skinny GEMMs (decode) keep f32 activations either way. Every other op is f32.
+// f32 accumulation; skinny GEMMs (decode) keep f32 activations either way. Also in kBF16: prefill
+// attention runs on the tensor cores (q, k, v and the softmax weights rounded to bf16, f32 softmax and
+// accumulation) and the encoders' FFN branch is one tensor-core kernel (the same bf16 operands as
+// the unfused GEMMs). Every other op is f32.
 enum class CudaCompute : uint8_t { kF32, kBF16 };
 
 struct CudaBackendOptions {
