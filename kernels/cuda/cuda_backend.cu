@@ -58,7 +58,6 @@ void count_alloc(int device, size_t bytes) {
   }
 }
 
-
 class CudaBackend;
 
 // VV_CUDA_PROFILE=1: every op is timed with events and the stream is drained after it, so the
@@ -470,7 +469,7 @@ class CudaBackend final : public Backend {
       ++q;
     }
     // gate_up then silu_mul over its output: the SwiGLU epilogue.
-    if (d.count == 1 && q < recs.size() && recs[q].kind == OpRec::kSiluMul) {
+    if (swiglu_epilogue_ && d.count == 1 && q < recs.size() && recs[q].kind == OpRec::kSiluMul) {
       const OpRec& m = recs[q];
       const int64_t I = m.out.cols(), K = g0.a.cols();
       if (m.a.data == g0.out.data && m.a.rows() == 1 && m.a.cols() == g0.out.cols() && m.out.rows() == 1 &&
@@ -973,6 +972,10 @@ class CudaBackend final : public Backend {
   bool use_graphs_ = !profiling_ && !(std::getenv("VV_CUDA_GRAPHS") && std::string(std::getenv("VV_CUDA_GRAPHS")) == "0");
   // Profiling keeps recording (and fusing) without graphs, so its table shows the fused kernels.
   bool record_ = !(std::getenv("VV_CUDA_GRAPHS") && std::string(std::getenv("VV_CUDA_GRAPHS")) == "0");
+  // VV_CUDA_SWIGLU_EPILOGUE=0: gate_up and silu_mul stay two launches (the paired-row GEMV reads two
+  // weight streams per warp).
+  bool swiglu_epilogue_ =
+      !(std::getenv("VV_CUDA_SWIGLU_EPILOGUE") && std::string(std::getenv("VV_CUDA_SWIGLU_EPILOGUE")) == "0");
   void* argmax_ws_ = nullptr;
   void* dec_attn_ws_ = nullptr;
   size_t dec_attn_ws_bytes_ = 0;
