@@ -8,23 +8,30 @@
 namespace vv {
 namespace {
 
-size_t aligned(size_t n) {
-  return (n + 255) / 256 * 256;
-}
-size_t as_bound(const HostTensor& t) {
-  return aligned(t.bytes());
-}  // upload_matrix
-size_t as_f32(const HostTensor& t) {
-  return aligned(static_cast<size_t>(t.numel()) * sizeof(float));
-}  // upload_f32
-size_t f32s(int64_t n) {
-  return aligned(static_cast<size_t>(n) * sizeof(float));
-}
+// A device allocation's footprint: 256-byte aligned, and from 1 MiB on rounded up to whole
+// `granule`s where the device hands out large blocks in pages (CUDA: 2 MiB).
+struct Footprint {
+  size_t granule = 0;
+  size_t operator()(size_t n) const {
+    if (granule && n >= (size_t{1} << 20)) return (n + granule - 1) / granule * granule;
+    return (n + 255) / 256 * 256;
+  }
+  size_t bound(const HostTensor& t) const { return (*this)(t.bytes()); }  // upload_matrix
+  size_t f32(const HostTensor& t) const {                                 // upload_f32
+    return (*this)(static_cast<size_t>(t.numel()) * sizeof(float));
+  }
+  size_t f32s(int64_t n) const { return (*this)(static_cast<size_t>(n) * sizeof(float)); }
+};
 
 }  // namespace
 
 DecoderBytes decoder_bytes(const DecoderSpec& s, const DecoderWeights& w, int max_rows, int max_seqs,
-                           int max_blocks_per_seq, int layer_begin, int layer_end) {
+                           int max_blocks_per_seq, int layer_begin, int layer_end, size_t granule) {
+  const Footprint fp{granule};
+  auto as_bound = [&](const HostTensor& t) { return fp.bound(t); };
+  auto as_f32 = [&](const HostTensor& t) { return fp.f32(t); };
+  auto f32s = [&](int64_t n) { return fp.f32s(n); };
+  auto aligned = [&](size_t n) { return fp(n); };
   DecoderBytes b;
   const bool first = layer_begin == 0, last = layer_end == s.num_layers;
   const bool tied = w.lm_head.data == nullptr || w.lm_head.data == w.embed.data;

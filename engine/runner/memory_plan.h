@@ -17,7 +17,8 @@
 
 namespace vv {
 
-// Device bytes of a decoder's parts as Qwen2Decoder binds them (each tensor on a 256-byte boundary).
+// Device bytes of a decoder's parts as Qwen2Decoder binds them (each tensor on a 256-byte boundary;
+// with a granule, allocations of 1 MiB and more rounded up to it: CUDA hands those out in 2 MiB pages).
 struct DecoderBytes {
   size_t embed = 0;  // the embedding table (where the range starts at layer 0)
   size_t head = 0;   // final norm + LM head (where the range ends the model; the table again when tied)
@@ -25,7 +26,7 @@ struct DecoderBytes {
   size_t workspace = 0;        // activations and row metadata for max_rows rows, max_seqs sequences
 };
 DecoderBytes decoder_bytes(const DecoderSpec& spec, const DecoderWeights& w, int max_rows, int max_seqs,
-                           int max_blocks_per_seq, int layer_begin, int layer_end);
+                           int max_blocks_per_seq, int layer_begin, int layer_end, size_t granule = 0);
 
 struct MemoryPlanInput {
   size_t cap = 0;       // bytes; 0 = no cap

@@ -103,6 +103,11 @@ Status Runner::bind_shard(size_t i, const Checkpoint& ckpt, int layer_begin, int
   if (i == 0) {
     VV_ASSIGN_OR_RETURN(speech_, SpeechEmbedder::create(be, spec_, ckpt.weights(), opt_.encoder_segment));
     in.encoders = be.allocated_bytes() - allocated_before;
+    // On a device that reports its memory, what the encoders really took (allocation rounding,
+    // modules loaded on first use) rather than the bytes asked for.
+    if (reports && be.device_memory(&free_bytes, &total_bytes) && total_bytes - free_bytes > in.in_use) {
+      in.encoders = std::max(in.encoders, total_bytes - free_bytes - in.in_use);
+    }
   }
   const int64_t blocks = (opt_.kv_positions + opt_.block_size - 1) / opt_.block_size;
   DecoderOptions dopt;
@@ -112,7 +117,7 @@ Status Runner::bind_shard(size_t i, const Checkpoint& ckpt, int layer_begin, int
   dopt.layer_begin = layer_begin;
   dopt.layer_end = layer_end;
   in.decoder = decoder_bytes(ds, ckpt.weights().decoder, dopt.max_rows, dopt.max_seqs,
-                             dopt.max_blocks_per_seq, layer_begin, layer_end);
+                             dopt.max_blocks_per_seq, layer_begin, layer_end, reports ? size_t{2} << 20 : 0);
   if (i > 0)
     in.decoder.workspace += static_cast<size_t>(opt_.max_rows) * ds.hidden_size * sizeof(float);  // hidden_in
   in.scratch = opt_.scratch_reserve >= 0 ? static_cast<size_t>(opt_.scratch_reserve)
