@@ -417,7 +417,45 @@ class CudaBackend final : public Backend {
     return a < b + static_cast<uintptr_t>(m) * 4 && b < a + static_cast<uintptr_t>(n) * 4;
   }
 
+  // VV_CUDA_DECODE_GEMV=0: the skinny GEMV of cuda_ops for one-row GEMMs, q/k/v sharing their input
+  // row as one gemv_multi launch, no norm or SwiGLU fusion (the path before decode_ops, for A/B).
+  size_t fuse_skinny_at(const std::vector<OpRec>& recs, size_t i, std::vector<std::function<void()>>& out) {
+    auto fusable = [&](size_t k) {
+      if (k >= recs.size() || recs[k].kind != OpRec::kGemm) return false;
+      const OpRec& g = recs[k];
+      return g.out.rows() == 1 && g.a.rows() == 1 && g.a.dtype == DType::kF32 && g.out.data != g.a.data &&
+             g.ep != Epilogue::kGelu;
+    };
+    if (!fusable(i)) return 0;
+    size_t j = i;
+    while (j + 1 < recs.size() && j + 1 - i < static_cast<size_t>(cuda::kMaxGemvJobs) && fusable(j + 1) &&
+           recs[j + 1].a.data == recs[i].a.data && recs[j + 1].a.cols() == recs[i].a.cols() &&
+           recs[j + 1].w.dtype == recs[i].w.dtype)
+      ++j;
+    if (j == i) return 0;
+    cuda::GemvJobs jobs;
+    for (size_t t = i; t <= j; ++t) {
+      const OpRec& g = recs[t];
+      cuda::GemvJob& J = jobs.j[jobs.count++];
+      J.w = g.w.data;
+      J.bias = g.hb ? g.b.ptr<const float>() : nullptr;
+      J.out = g.out.ptr<float>();
+      J.ldw = g.w.row_stride();
+      J.N = g.out.cols();
+      J.ep = static_cast<int>(g.ep);
+    }
+    const Tensor a = recs[i].a;
+    const DType wt = recs[i].w.dtype;
+    out.push_back([=, this] {
+      OpTimer timer(this, "gemm.skinny_fused");
+      cuda::gemv_multi(a, wt, jobs, stream_);
+      launched("gemm");
+    });
+    return j - i + 1;
+  }
+
   size_t fuse_gemv_at(const std::vector<OpRec>& recs, size_t i, std::vector<std::function<void()>>& out) {
+    if (!decode_gemv_) return fuse_skinny_at(recs, i, out);
     size_t p = i;
     const OpRec* norm = nullptr;
     if (recs[p].kind == OpRec::kRmsNorm) {
@@ -578,7 +616,7 @@ class CudaBackend final : public Backend {
     if (M == 0 || out.cols() == 0) return;
     const float* bp = bias && bias->data ? bias->ptr<const float>() : nullptr;
     const bool half_w = w.dtype == DType::kBF16 || w.dtype == DType::kF16;
-    if (M == 1 && ep != Epilogue::kGelu && out.data != a.data && cuda::decode_gemv_fits(a, w)) {
+    if (decode_gemv_ && M == 1 && ep != Epilogue::kGelu && out.data != a.data && cuda::decode_gemv_fits(a, w)) {
       OpTimer timer(this, "decode_gemv");
       cuda::DecodeGemv d;
       d.x = a.ptr<const float>();
@@ -976,6 +1014,9 @@ class CudaBackend final : public Backend {
   // weight streams per warp).
   bool swiglu_epilogue_ =
       !(std::getenv("VV_CUDA_SWIGLU_EPILOGUE") && std::string(std::getenv("VV_CUDA_SWIGLU_EPILOGUE")) == "0");
+  // VV_CUDA_DECODE_GEMV=0: one-row GEMMs on cuda_ops' skinny GEMV (see fuse_skinny_at).
+  bool decode_gemv_ =
+      !(std::getenv("VV_CUDA_DECODE_GEMV") && std::string(std::getenv("VV_CUDA_DECODE_GEMV")) == "0");
   void* argmax_ws_ = nullptr;
   void* dec_attn_ws_ = nullptr;
   size_t dec_attn_ws_bytes_ = 0;
