@@ -8,6 +8,7 @@
 
 #include "engine/transcript/json_text.h"
 #include "service/api/handlers.h"
+#include "service/api/realtime_session.h"
 #include "service/http/ascii_text.h"
 
 namespace vv::api {
@@ -127,7 +128,8 @@ http::HttpResponse Api::fail(const RequestInfo* info, const ApiError& e) const {
   return error_response(e);
 }
 
-std::optional<ApiError> Api::authenticate(const http::HttpRequestHead& head, std::shared_ptr<void>* slot) const {
+std::optional<ApiError> Api::authenticate(const http::HttpRequestHead& head, std::shared_ptr<void>* slot,
+                                          const std::optional<std::string>& ws_key) const {
   if (!state_.auth_enabled()) return std::nullopt;
   std::optional<std::string> key;
   bool malformed = false;
@@ -144,6 +146,8 @@ std::optional<ApiError> Api::authenticate(const http::HttpRequestHead& head, std
     key = std::string(trim(*k));
   } else if (auto x = head.header("x-api-key")) {
     key = std::string(trim(*x));
+  } else if (ws_key) {
+    key = *ws_key;
   }
   if (malformed) {
     return make(401, "invalid_api_key", "Incorrect API key provided: the Authorization header must be 'Bearer <key>'.");
@@ -267,6 +271,10 @@ Precheck Api::precheck(const http::HttpRequestHead& head) const {
       break;
     default: break;
   }
+  if (info.route.id == RouteId::kRealtime) {
+    realtime_precheck(head, p);
+    return p;
+  }
   // Step 5–6: authentication, per-key concurrency.
   const bool inference = info.route.id == RouteId::kTranscriptions || info.route.id == RouteId::kTranslations ||
                          info.route.id == RouteId::kChat || info.route.id == RouteId::kRealtime;
@@ -280,10 +288,6 @@ Precheck Api::precheck(const http::HttpRequestHead& head) const {
     r.body = state_.metrics.serialize();
     r.set("Content-Type", "text/plain; version=0.0.4; charset=utf-8");
     p.response = std::move(r);
-    return p;
-  }
-  if (info.route.id == RouteId::kRealtime) {
-    p.response = fail(&info, make(426, "upgrade_required", "This endpoint needs a WebSocket upgrade."));
     return p;
   }
   // Step 7: translations in reject mode answer regardless of readiness; draining; readiness.
@@ -378,6 +382,163 @@ Precheck Api::precheck(const http::HttpRequestHead& head) const {
     }
   }
   return p;
+}
+
+namespace {
+
+// Comma-separated header values (all occurrences), trimmed.
+std::vector<std::string> header_tokens(const http::HttpRequestHead& head, std::string_view name) {
+  std::vector<std::string> out;
+  for (const auto& [k, v] : head.headers) {
+    if (k != name) continue;
+    std::string_view rest = v;
+    while (!rest.empty()) {
+      const auto comma = rest.find(',');
+      const std::string_view t = trim(rest.substr(0, comma));
+      if (!t.empty()) out.emplace_back(t);
+      if (comma == std::string_view::npos) break;
+      rest.remove_prefix(comma + 1);
+    }
+  }
+  return out;
+}
+
+// name → value of the query string (percent-decoded, '+' as space); the first occurrence wins.
+std::vector<std::pair<std::string, std::string>> query_params(std::string_view target) {
+  std::vector<std::pair<std::string, std::string>> out;
+  const auto q = target.find('?');
+  if (q == std::string_view::npos) return out;
+  std::string_view rest = target.substr(q + 1);
+  while (!rest.empty()) {
+    const auto amp = rest.find('&');
+    std::string_view kv = rest.substr(0, amp);
+    if (!kv.empty()) {
+      const auto eq = kv.find('=');
+      auto dec = [](std::string_view x) {
+        std::string t(x);
+        std::replace(t.begin(), t.end(), '+', ' ');
+        return percent_decode(t);
+      };
+      out.emplace_back(dec(kv.substr(0, eq)), eq == std::string_view::npos ? "" : dec(kv.substr(eq + 1)));
+    }
+    if (amp == std::string_view::npos) break;
+    rest.remove_prefix(amp + 1);
+  }
+  return out;
+}
+
+}  // namespace
+
+void Api::realtime_precheck(const http::HttpRequestHead& head, Precheck& p) const {
+  const auto& s = state_.settings;
+  RequestInfo& info = *p.info;
+  info.endpoint = "realtime";
+  // 1. An upgrade to websocket (realtime.enabled = false already routed to 404).
+  bool upgrade = false;
+  for (const auto& t : header_tokens(head, "upgrade")) upgrade = upgrade || lower(t) == "websocket";
+  if (!upgrade) {
+    ApiError e =
+        make(426, "upgrade_required", "This endpoint needs a WebSocket upgrade (Upgrade: websocket).");
+    http::HttpResponse r = fail(&info, e);
+    r.set("Upgrade", "websocket");
+    r.set("Connection", "Upgrade");
+    p.response = std::move(r);
+    return;
+  }
+  // 2. Authentication: headers, then the subprotocol openai-insecure-api-key.<key>, then ?api_key=.
+  const auto protocols = header_tokens(head, "sec-websocket-protocol");
+  const auto query = query_params(head.target);
+  auto query_value = [&query](std::string_view name) -> std::optional<std::string> {
+    for (const auto& [k, v] : query) {
+      if (k == name) return v;
+    }
+    return std::nullopt;
+  };
+  std::optional<std::string> ws_key;
+  for (const auto& pr : protocols) {
+    static constexpr std::string_view kPrefix = "openai-insecure-api-key.";
+    if (pr.rfind(kPrefix, 0) == 0) {
+      ws_key = pr.substr(kPrefix.size());
+      break;
+    }
+  }
+  if (!ws_key && s.b("auth.allow_query_api_key")) ws_key = query_value("api_key");
+  if (auto e = authenticate(head, &info.key_slot, ws_key)) {
+    if (e->status == 429) state_.metrics.rejected->Add({{"reason", "rate_limited"}}).Increment();
+    p.response = fail(&info, *e);
+    return;
+  }
+  // 3. Origin.
+  const auto& origins = s.list("cors.allowed_origins");
+  if (auto origin = head.header("origin"); origin && !origins.empty()) {
+    const bool ok = std::find(origins.begin(), origins.end(), "*") != origins.end() ||
+                    std::find(origins.begin(), origins.end(), std::string(*origin)) != origins.end();
+    if (!ok) {
+      p.response =
+          fail(&info, make(403, "origin_not_allowed",
+                           "The origin '" + echo(*origin) + "' is not allowed to open a WebSocket session."));
+      return;
+    }
+  }
+  // 4. Draining, readiness, session cap.
+  if (state_.refusing.load()) {
+    ApiError e = make(503, "shutting_down", "The server is shutting down; retry on another replica.");
+    e.retry_after_s = 5;
+    state_.metrics.rejected->Add({{"reason", "shutting_down"}}).Increment();
+    p.response = fail(&info, e);
+    return;
+  }
+  if (state_.readiness.load() != Readiness::kReady || !state_.engine) {
+    ApiError e = make(503, "model_not_ready", "The model is still loading; retry shortly.");
+    e.retry_after_s = 10;
+    state_.metrics.rejected->Add({{"reason", "not_ready"}}).Increment();
+    p.response = fail(&info, e);
+    return;
+  }
+  const std::int64_t cap = s.i("realtime.max_sessions");
+  if (state_.realtime_sessions.fetch_add(1) >= cap) {
+    state_.realtime_sessions.fetch_sub(1);
+    ApiError e = make(503, "server_overloaded", "Too many open realtime sessions; retry later.");
+    e.retry_after_s = retry_after_estimate();
+    state_.metrics.rejected->Add({{"reason", "queue_full"}}).Increment();
+    p.response = fail(&info, e);
+    return;
+  }
+  AppState* st = &state_;
+  std::shared_ptr<void> session_slot(
+      static_cast<void*>(st), [](void* v) { static_cast<AppState*>(v)->realtime_sessions.fetch_sub(1); });
+  // 5. Query.
+  if (auto intent = query_value("intent"); intent && *intent != "transcription") {
+    p.response =
+        fail(&info, make(400, "invalid_value",
+                         "Unsupported intent '" + echo(*intent) + "': only 'transcription' is supported.",
+                         "intent"));
+    return;
+  }
+  auto hs = std::make_shared<RealtimeHandshake>();
+  hs->model = s.list("model.served_names").front();
+  if (auto model = query_value("model"); model && !model->empty()) {
+    const auto& names = s.list("model.served_names");
+    const auto& aliases = s.list("model.aliases");
+    if (std::find(names.begin(), names.end(), *model) == names.end() &&
+        std::find(aliases.begin(), aliases.end(), *model) == aliases.end()) {
+      p.response = fail(
+          &info, make(404, "model_not_found", "The model '" + echo(*model) + "' does not exist.", "model"));
+      return;
+    }
+    hs->model = *model;
+  }
+  for (const auto& pr : protocols) {
+    if (pr == "realtime") hs->subprotocol = "realtime";
+    if (pr == "openai-beta.realtime-v1") hs->beta = true;
+  }
+  if (auto beta = head.header("openai-beta"); beta && lower(*beta).find("realtime=v1") != std::string::npos) {
+    hs->beta = true;
+  }
+  hs->request_id = info.request_id;
+  hs->session_slot = std::move(session_slot);
+  hs->key_slot = info.key_slot;
+  p.realtime = std::move(hs);
 }
 
 http::HttpResponse Api::health() const {

@@ -53,12 +53,16 @@ struct RequestInfo {
   std::string endpoint;            // metrics: transcriptions, translations, chat
 };
 
+struct RealtimeHandshake;  // service/api/realtime_session.h
+
 struct Precheck {
   std::optional<http::HttpResponse> response;  // answered now (refusal, GET endpoints, preflight)
   enum class Body { kNone, kMultipart, kJson } body = Body::kNone;
   std::uint64_t body_limit = 0;
   std::string boundary;
   std::shared_ptr<RequestInfo> info;
+  // GET /v1/realtime that passed the §10.2 checks: upgrade the connection to a WebSocket.
+  std::shared_ptr<RealtimeHandshake> realtime;
 };
 
 class Api {
@@ -79,7 +83,11 @@ class Api {
   AppState& state() const { return state_; }
 
  private:
-  std::optional<ApiError> authenticate(const http::HttpRequestHead& head, std::shared_ptr<void>* slot) const;
+  // ws_key: a key presented by WebSocket means (subprotocol, ?api_key=), used when no header has one.
+  std::optional<ApiError> authenticate(const http::HttpRequestHead& head, std::shared_ptr<void>* slot,
+                                       const std::optional<std::string>& ws_key = std::nullopt) const;
+  // §10.2 for GET /v1/realtime (route and method already checked).
+  void realtime_precheck(const http::HttpRequestHead& head, Precheck& p) const;
   http::HttpResponse health() const;
   http::HttpResponse ready() const;
   http::HttpResponse version() const;

@@ -64,6 +64,11 @@ class AppState {
   // Per-key concurrency (§13.2): a slot is held while the request is in flight.
   std::shared_ptr<void> acquire_key_slot(const Digest& key);  // null when the key is at its limit
 
+  // Open WebSocket sessions (realtime.max_sessions, §10.2).
+  std::atomic<std::int64_t> realtime_sessions{0};
+  // Committed realtime items not yet completed/failed: the drain (§13.4 step 4) waits for them.
+  std::atomic<std::int64_t> realtime_items_pending{0};
+
   // Engine stall watch (§8): the last time any engine event arrived, and requests in flight.
   std::atomic<std::int64_t> last_engine_event_ns{0};
   std::atomic<std::int64_t> engine_requests_in_flight{0};

@@ -253,12 +253,15 @@ int run_serve(const std::vector<std::string>& args) {
   server.close_idle_connections();
   const auto grace_end = steady_clock::now() + std::chrono::duration_cast<steady_clock::duration>(
                                                    std::chrono::duration<double>(s.f("shutdown.grace_s")));
-  while (!forced && steady_clock::now() < grace_end && server.active_requests() > 0) {
+  // Committed WebSocket items are in-flight work too (their sessions close 1001 once they are done).
+  while (!forced && steady_clock::now() < grace_end &&
+         (server.active_requests() > 0 || state.realtime_items_pending.load() > 0)) {
     if (wait_signal(0.05)) forced = true;
   }
   state.cancel_all_inflight();
   const auto flush_end = steady_clock::now() + std::chrono::seconds(2);
-  while (steady_clock::now() < flush_end && server.active_requests() > 0) {
+  while (steady_clock::now() < flush_end &&
+         (server.active_requests() > 0 || state.realtime_items_pending.load() > 0)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   // A request is accounted when its last bytes are queued; give the I/O threads a moment to write them.

@@ -22,6 +22,7 @@
 #include "service/api/service_log.h"
 #include "service/http/multipart_parser.h"
 #include "service/http/ascii_text.h"
+#include "service/http/websocket_connection.h"
 
 namespace vv::http {
 
@@ -70,6 +71,9 @@ class Session : public std::enable_shared_from_this<Session> {
   void close_if_idle() {
     asio::post(strand_, [self = shared_from_this()] {
       if (self->phase_ == Phase::kIdle) self->close();
+      if (self->phase_ == Phase::kUpgraded) {
+        if (auto ws = self->ws_.lock()) ws->drain();
+      }
     });
   }
 
@@ -133,7 +137,7 @@ class Session : public std::enable_shared_from_this<Session> {
   Strand& strand() { return strand_; }
 
  private:
-  enum class Phase { kIdle, kHeader, kBody, kDiscard, kProcessing, kClosing, kClosed };
+  enum class Phase { kIdle, kHeader, kBody, kDiscard, kProcessing, kClosing, kClosed, kUpgraded };
 
   void wait_request(bool first) {
     phase_ = Phase::kIdle;
@@ -285,6 +289,10 @@ class Session : public std::enable_shared_from_this<Session> {
     method_label_ = metrics::ServiceMetrics::method_label(head_.method);
     server_.api().state().metrics.http_in_flight->Add({{"route", route_label_}}).Increment();
     in_flight_counted_ = true;
+    if (pre.realtime) {
+      upgrade(std::move(pre.realtime));
+      return;
+    }
     const bool has_body = head_.chunked || (head_.content_length && *head_.content_length > 0);
     if (pre.response) {
       HttpResponse r = std::move(*pre.response);
@@ -328,6 +336,40 @@ class Session : public std::enable_shared_from_this<Session> {
     if (head_.expect_continue && has_body) send("HTTP/1.1 100 Continue\r\n\r\n");
     body_started_ = SteadyClock::now();
     read_body();
+  }
+
+  // GET /v1/realtime passed §10.2: the connection becomes a WebSocket (the 101 is Beast's, with
+  // our headers). The request is handed over as received, with any bytes read past its head.
+  void upgrade(std::shared_ptr<api::RealtimeHandshake> hs) {
+    auto& req = parser_->get();
+    std::string raw = std::string(req.method_string()) + " " + std::string(req.target()) + " HTTP/1.1\r\n";
+    for (const auto& f : req) {
+      raw.append(f.name_string().data(), f.name_string().size());
+      raw += ": ";
+      raw.append(f.value().data(), f.value().size());
+      raw += "\r\n";
+    }
+    raw += "\r\n";
+    raw.append(static_cast<const char*>(buffer_.data().data()), buffer_.size());
+    buffer_.consume(buffer_.size());
+    parser_.reset();
+    status_ = 101;
+    record();
+    phase_ = Phase::kUpgraded;
+    ++gen_;
+    timer_.cancel();
+    sse_timer_.cancel();
+    const auto& s = server_.api().state().settings;
+    WebSocketOptions o;
+    o.max_message_bytes = static_cast<std::size_t>(s.i("realtime.max_message_bytes"));
+    o.send_queue_bytes = static_cast<std::size_t>(s.i("realtime.send_queue_bytes"));
+    o.ping_interval_s = s.f("realtime.ping_interval_s");
+    o.handshake_timeout_s = limits_.header_timeout_s;
+    o.server_header = limits_.server_header;
+    auto ws = std::make_shared<WebSocketConnection>(server_.api(), std::move(socket_), o, std::move(hs),
+                                                    shared_from_this());
+    ws_ = ws;
+    ws->start(std::move(raw));
   }
 
   void discard_body() {
@@ -712,6 +754,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::function<void()> on_disconnect_;
   std::vector<std::shared_ptr<asio::steady_timer>> timers_;
   std::deque<std::string> out_;
+  std::weak_ptr<WebSocketConnection> ws_;
 };
 
 // The Exchange a handler holds: forwards to its session's strand; calls from an exchange whose
