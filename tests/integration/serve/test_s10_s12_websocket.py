@@ -389,3 +389,57 @@ def test_c095_openai_sdk_realtime(srv, audio):
     assert "input_audio_buffer.committed" in types and DELTA in types, types
     deltas = "".join(e.delta for e in seen if e.type == DELTA)
     assert seen[-1].transcript == deltas and deltas, seen[-1]
+
+
+def test_c100_websocket_drain_closes_1001(make_server, audio):
+    """The WebSocket half of C100 (§13.4): on SIGTERM with shutdown.grace_s=1 an item still being
+    transcribed fails with shutting_down and its session closes with 1001; an idle session closes
+    with 1001 as soon as the server stops taking new work; new upgrades get 503."""
+    from test_s13_admission import LONG_SCRIPT, SLOW
+    import signal
+    s = make_server(script=LONG_SCRIPT, hooks=SLOW, config={"shutdown.pre_stop_delay_s": 0.5, "shutdown.grace_s": 1,
+                                                           "model.warmup": "false"})
+    with ws_open(s.port) as idle, ws_open(s.port) as busy:
+        assert recv(idle)["type"] == "session.created"
+        manual_session(busy)
+        busy.send(pcm16(audio, 1.0))
+        busy.send(json.dumps({"type": "input_audio_buffer.commit"}))
+        recv_until(busy, DELTA)
+        s.signal(signal.SIGTERM)
+        t0 = time.time()
+        with pytest.raises(ConnectionClosed) as e:
+            idle.recv(timeout=10)
+        assert e.value.rcvd is not None and e.value.rcvd.code == 1001, e.value
+        events = recv_until(busy, FAILED, timeout=30)
+        assert events[-1]["error"]["code"] == "shutting_down", events[-1]
+        assert COMPLETED not in [ev["type"] for ev in events]
+        assert time.time() - t0 >= 1.0  # the item had its grace period
+        with pytest.raises(ConnectionClosed) as e:
+            busy.recv(timeout=10)
+        assert e.value.rcvd is not None and e.value.rcvd.code == 1001, e.value
+    s.proc.wait(timeout=30)
+    assert s.proc.returncode == 0
+
+
+def test_s12_3_slow_reader_closed_1008(make_server):
+    """§12.3 outbound backpressure: a client that sends but never reads is closed with 1008
+    ("client too slow") once its unsent events pass realtime.send_queue_bytes."""
+    import socket
+    s = make_server(config={"realtime.send_queue_bytes": 65536})
+    c = ws_connect(s.port, KEY)
+    c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    bad = ws_frame(0x1, b"{")  # each one answers with an ~200-byte error event
+    c.settimeout(30)
+    sent = 0
+    try:
+        for _ in range(200):
+            c.send(bad * 500)
+            sent += 500
+    except OSError:
+        pass  # the server gave up on us first
+    time.sleep(0.5)
+    assert ws_close_code(c, timeout=20) == 1008, sent
+    c.close()
+    # The server itself is fine.
+    with ws_open(s.port) as ws:
+        assert recv(ws)["type"] == "session.created"
