@@ -13,7 +13,7 @@ import pytest
 
 import vvhttp
 from conftest import KEY, SCRIPT_SEGMENT_TEXTS
-from test_robustness import ws_close_code, ws_connect, ws_frame
+from test_robustness import ws_close_code, ws_connect, ws_frame, ws_read_frame
 
 websockets = pytest.importorskip("websockets", reason="websockets is not installed (scripts/setup.sh installs it)")
 from websockets.exceptions import ConnectionClosed, InvalidStatus  # noqa: E402
@@ -209,7 +209,7 @@ def test_c088_base64_appends_same_transcript(srv_model, audio):
     for as_base64 in (False, True):
         with ws_open(srv_model.port) as ws:
             manual_session(ws)
-            events = transcribe_item(ws, data, as_base64=as_base64, chunk=6402)  # odd-sized PCM16 chunks
+            events = transcribe_item(ws, data, as_base64=as_base64, chunk=6401)  # odd byte counts: carried over
             assert events[-1]["type"] == COMPLETED, events[-1]
             committed = next(e for e in events if e["type"] == "input_audio_buffer.committed")
             assert committed["audio_end_ms"] == 2000, committed
@@ -443,3 +443,67 @@ def test_s12_3_slow_reader_closed_1008(make_server):
     # The server itself is fine.
     with ws_open(s.port) as ws:
         assert recv(ws)["type"] == "session.created"
+
+
+def test_s12_4_heartbeat_drops_silent_peer(make_server):
+    """§12.4: the server pings a quiet peer every realtime.ping_interval_s and, when nothing at all
+    comes back for twice that, drops the TCP connection without a close handshake (well before
+    realtime.idle_timeout_s)."""
+    s = make_server(config={"realtime.ping_interval_s": 1, "realtime.idle_timeout_s": 30})
+    c = ws_connect(s.port, KEY)
+    c.settimeout(10)
+    t0 = time.time()
+    pings = []
+    ended = None
+    try:
+        while time.time() - t0 < 10:
+            op, _ = ws_read_frame(c)
+            assert op != 0x8, "a close frame: the peer should just be dropped"
+            if op == 0x9:
+                pings.append(time.time() - t0)
+    except (vvhttp.Closed, ConnectionResetError):
+        ended = time.time() - t0
+    c.close()
+    assert pings and 0.5 <= pings[0] <= 2.0, pings
+    assert ended is not None and 1.5 <= ended <= 4.0, (ended, pings)
+
+
+def test_s12_3_session_expired(make_server):
+    s = make_server(config={"realtime.max_session_s": 10, "realtime.idle_timeout_s": 60})
+    with ws_open(s.port) as ws:
+        t0 = time.time()
+        assert recv(ws)["type"] == "session.created"
+        end = time.time() + 20
+        ev = None
+        while time.time() < end:
+            try:
+                ev = recv(ws, timeout=1)
+            except TimeoutError:
+                ws.send(json.dumps({"type": "input_audio_buffer.clear"}))  # busy, not idle
+                continue
+            if ev["type"] == "error":
+                break
+        assert ev["type"] == "error" and ev["error"]["code"] == "session_expired", ev
+        assert 9.5 <= time.time() - t0 <= 15
+        with pytest.raises(ConnectionClosed) as e:
+            while True:
+                ws.recv(timeout=10)
+    assert e.value.rcvd is not None and e.value.rcvd.code == 1008, e.value
+
+
+def test_s09_realtime_metrics(make_server, audio):
+    s = make_server(script='[{"Start":0.0,"End":0.9,"Speaker":0,"Content":"Hello there."}]')
+    with ws_open(s.port) as ws:
+        manual_session(ws)
+        assert s.metrics().get("vibevoice_realtime_sessions") == 1
+        transcribe_item(ws, pcm16(audio, 1.0))
+        ws.send(json.dumps({"type": "session.finish"}))
+        recv_until(ws, "session.finished")
+    end = time.time() + 5
+    while s.metrics().get("vibevoice_realtime_sessions") != 0 and time.time() < end:
+        time.sleep(0.05)
+    m = s.metrics()
+    assert m.get("vibevoice_realtime_sessions") == 0
+    assert m.get("vibevoice_realtime_sessions_total", close_code="1000") == 1
+    assert m.get("vibevoice_realtime_items_total", outcome="completed") == 1
+    assert m.get("vibevoice_realtime_buffered_audio_seconds") == 0
