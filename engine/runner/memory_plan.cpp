@@ -55,6 +55,34 @@ DecoderBytes decoder_bytes(const DecoderSpec& s, const DecoderWeights& w, int ma
   return b;
 }
 
+size_t speech_bytes(const ModelWeights& w) {
+  size_t total = 0;
+  auto add = [&](const HostTensor& t) {
+    if (t.data == nullptr) return;
+    total += t.shape.size() >= 2 ? t.bytes() : static_cast<size_t>(t.numel()) * sizeof(float);
+  };
+  for (const EncoderWeights* e : {&w.acoustic, &w.semantic}) {
+    add(e->stem_w);
+    add(e->stem_b);
+    for (const HostTensor& t : e->down_w) add(t);
+    for (const HostTensor& t : e->down_b) add(t);
+    for (const auto& stage : e->stages) {
+      for (const ConvNextBlockWeights& b : stage) {
+        for (const HostTensor* t : {&b.norm, &b.mixer_w, &b.mixer_b, &b.gamma, &b.ffn_norm, &b.fc1_w,
+                                    &b.fc1_b, &b.fc2_w, &b.fc2_b, &b.ffn_gamma}) {
+          add(*t);
+        }
+      }
+    }
+    add(e->head_w);
+    add(e->head_b);
+  }
+  for (const ConnectorWeights* c : {&w.acoustic_connector, &w.semantic_connector}) {
+    for (const HostTensor* t : {&c->fc1_w, &c->fc1_b, &c->norm, &c->fc2_w, &c->fc2_b}) add(*t);
+  }
+  return total;
+}
+
 std::string gib(size_t bytes) {
   char buf[32];
   if (bytes < (size_t{1} << 30)) {  // small models and the CPU tests: GiB would read 0.00

@@ -28,6 +28,10 @@ struct DecoderBytes {
 DecoderBytes decoder_bytes(const DecoderSpec& spec, const DecoderWeights& w, int max_rows, int max_seqs,
                            int max_blocks_per_seq, int layer_begin, int layer_end, size_t granule = 0);
 
+// Device bytes of the speech embedder's weights (both encoders and connectors), estimated from the
+// checkpoint before binding: matrices as stored, vectors as F32. For splitting layers by budget.
+size_t speech_bytes(const ModelWeights& w);
+
 struct MemoryPlanInput {
   size_t cap = 0;       // bytes; 0 = no cap
   size_t in_use = 0;    // device memory in use before the runner binds anything (context, others)

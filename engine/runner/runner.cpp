@@ -18,6 +18,62 @@ void drop_host_pages(const void* data, size_t bytes) {
   if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
+// Layers per shard: as even as possible without caps; with caps, in proportion to what each
+// device's cap leaves once the memory already in use, the scratch reserve, the workspace and the
+// smallest KV pool are counted, and the encoders with the embedding on the first device, the head
+// on the last. At least one layer each (a shard that then does not fit fails, naming its cap).
+std::vector<int> split_layers(const std::vector<std::unique_ptr<Backend>>& backends, const Checkpoint& ckpt,
+                              const RunnerOptions& opt) {
+  const int n = static_cast<int>(backends.size());
+  const DecoderSpec& ds = ckpt.spec().decoder;
+  const int L = ds.num_layers;
+  std::vector<int> out;
+  bool capped = opt.memory_cap > 0;
+  for (size_t c : opt.shard_memory_caps) capped = capped || c > 0;
+  if (!capped || n == 1 || n > L) {
+    for (int i = 0; i < n; ++i) out.push_back(L / n + (i < L % n ? 1 : 0));
+    return out;
+  }
+  const DecoderBytes all = decoder_bytes(ds, ckpt.weights().decoder, opt.max_rows, opt.max_seqs, 1, 0, L, 0);
+  size_t layer_bytes = 0;
+  for (size_t b : all.layers) layer_bytes += b;
+  const double per_layer = static_cast<double>(layer_bytes) / L;
+  const int64_t min_kv =
+      opt.min_kv_positions > 0 ? opt.min_kv_positions : std::min<int64_t>(opt.kv_positions, 2048);
+  std::vector<double> budget(static_cast<size_t>(n));
+  double sum = 0;
+  for (int i = 0; i < n; ++i) {
+    const size_t cap =
+        static_cast<size_t>(i) < opt.shard_memory_caps.size() ? opt.shard_memory_caps[i] : opt.memory_cap;
+    size_t fr = 0, total = 0;
+    const bool reports = backends[i]->device_memory(&fr, &total);
+    double b = static_cast<double>(cap) - (reports ? static_cast<double>(total - fr) + (256 << 20) : 0.0) -
+               static_cast<double>(all.workspace) -
+               static_cast<double>(KvCache::bytes_per_position(ds, opt.kv_dtype, L / n + 1) * min_kv);
+    if (i == 0) b -= static_cast<double>(speech_bytes(ckpt.weights()) + all.embed);
+    if (i == n - 1) b -= static_cast<double>(all.head);
+    budget[i] = std::max(b, per_layer);  // a cap that leaves nothing still gets one layer (and fails)
+    sum += budget[i];
+  }
+  int given = 0;
+  std::vector<std::pair<double, int>> rest;
+  for (int i = 0; i < n; ++i) {
+    const double share = L * budget[i] / sum;
+    out.push_back(std::max(1, static_cast<int>(share)));
+    given += out.back();
+    rest.push_back({share - static_cast<int>(share), i});
+  }
+  std::sort(rest.begin(), rest.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+  for (size_t k = 0; given < L; k = (k + 1) % rest.size(), ++given) ++out[rest[k].second];
+  for (int i = n - 1; given > L; i = (i + n - 1) % n) {
+    if (out[i] > 1) {
+      --out[i];
+      --given;
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Runner>> Runner::create(std::unique_ptr<Backend> backend, const Checkpoint& ckpt,
@@ -39,9 +95,7 @@ Result<std::unique_ptr<Runner>> Runner::create_sharded(std::vector<std::unique_p
   }
   const int L = ckpt.spec().decoder.num_layers;
   const int n = static_cast<int>(backends.size());
-  if (layers_per_shard.empty()) {
-    for (int i = 0; i < n; ++i) layers_per_shard.push_back(L / n + (i < L % n ? 1 : 0));
-  }
+  if (layers_per_shard.empty()) layers_per_shard = split_layers(backends, ckpt, opt);
   if (static_cast<int>(layers_per_shard.size()) != n) {
     return invalid_argument("runner: " + std::to_string(layers_per_shard.size()) + " layer counts for " +
                             std::to_string(n) + " devices");

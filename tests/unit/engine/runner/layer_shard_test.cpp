@@ -118,6 +118,38 @@ TEST(LayerShards, EachShardHoldsTheKvMemoryAndWeightsOfItsOwnLayers) {
   EXPECT_EQ(b1.layers.size(), static_cast<size_t>(L - 1));
 }
 
+TEST(LayerShards, WithCapsTheLayersFollowEachDevicesBudget) {
+  auto ckpt = Checkpoint::open(hf_model_dir());
+  ASSERT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
+  const DecoderSpec& ds = (*ckpt)->spec().decoder;
+  const int L = ds.num_layers;
+  ASSERT_EQ(L, 3) << "the caps below are worked out for the tiny model's three layers";
+  RunnerOptions o = shard_options();
+  // The last device: room for its head, workspace, the smallest pool and one layer and a half.
+  const DecoderBytes last =
+      decoder_bytes(ds, (*ckpt)->weights().decoder, o.max_rows, o.max_seqs, 256, L - 1, L);
+  const size_t small = last.head + last.workspace + static_cast<size_t>(o.max_rows) * ds.hidden_size * 4 +
+                       2048 * KvCache::bytes_per_position(ds, DType::kF32, 1) + last.layers[0] * 3 / 2;
+  o.shard_memory_caps = {size_t{1} << 30, small};
+  auto r = Runner::create_sharded(two_cpus(), **ckpt, o);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ((*r)->shard_decoder(0).layer_end(), L - 1)
+      << "the device with the larger budget takes more layers";
+  EXPECT_LE((*r)->shard_backend(1).peak_allocated_bytes(), small);
+  GoldenCase gc(golden_cases().front());
+  ASSERT_TRUE(gc.ok()) << gc.error();
+  const std::vector<float> x = input_values(gc);
+  auto speech = (*r)->encode(x.data(), static_cast<int64_t>(x.size()));
+  ASSERT_TRUE(speech.is_ok()) << speech.status().to_string();
+  GreedyRequest req;
+  req.prompt = gc.prompt_ids();
+  req.speech = &speech->rows.t;
+  req.max_new_tokens = static_cast<int>(gc.generated_ids().size());
+  auto ids = (*r)->generate_greedy(req);
+  ASSERT_TRUE(ids.is_ok()) << ids.status().to_string();
+  EXPECT_EQ(*ids, gc.generated_ids());
+}
+
 TEST(LayerShards, RefusesSplitsThatDoNotCoverTheModel) {
   auto ckpt = Checkpoint::open(hf_model_dir());
   ASSERT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
