@@ -7,7 +7,10 @@
 // time-slicing one request at a time would give.
 // Prints a table and, last, one JSON line.
 //   engine_loop_bench [--preset tiny|7b] [--device cpu|cuda] [--concurrency 1,2,4,8] [--tokens 256]
-//                     [--audio 30] [--bf16] [--threads N] [--ttft-probe LONG_SECONDS]
+//                     [--audio 30] [--bf16] [--threads N] [--ttft-probe LONG_SECONDS] [--invariance N]
+// --invariance N: N greedy requests (different audio, --tokens new tokens each, no forced ids, no
+// repetition handling) run all at once and then each alone on the same loop; prints how many give
+// byte-identical ids both ways (issue 13's equivalence, at whatever shape and device is chosen).
 // --ttft-probe: instead of the curve, issue 13's time-to-first-token check: a short request (--audio
 // seconds, 16 tokens) alone, then arriving while one long request (LONG_SECONDS of audio, --tokens
 // tokens) is (a) being encoded/prefilled, just after it, and (b) decoding; prints each TTFT and its
@@ -48,6 +51,7 @@ struct Args {
   bool bf16 = false;
   int threads = 0;
   double ttft_probe_long_s = 0;
+  int invariance = 0;
 };
 
 struct Point {
@@ -239,6 +243,83 @@ int run_ttft_probe(vv::Runner& runner, const vv::Tokenizer& tok, const Args& arg
   return 0;
 }
 
+int run_invariance(vv::Runner& runner, const vv::Tokenizer& tok, const Args& args) {
+  const int n = args.invariance;
+  vv::EngineLoopOptions opt;
+  opt.max_running = n;
+  opt.max_waiting = n;
+  auto loop = vv::EngineLoop::create(runner, tok, opt);
+  if (!loop.is_ok()) {
+    std::fprintf(stderr, "engine loop: %s\n", loop.status().to_string().c_str());
+    return 1;
+  }
+  while (!(*loop)->load().ready) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const int hop = runner.spec().acoustic.hop();
+  auto request = [&](int i) {
+    vv::Request r;
+    // Different lengths too, so that rows sit at different positions in every step.
+    r.audio.push_back(
+        noise(args.audio_s * (0.5 + 0.5 * (i % 4) / 3.0), static_cast<std::uint64_t>(i + 1), hop));
+    r.sampling.max_new_tokens = args.tokens;
+    r.sampling.ignore_eos = true;
+    r.repetition_detection = false;
+    return r;
+  };
+  struct Out {
+    std::mutex mu;
+    std::condition_variable cv;
+    int left = 0;
+    std::vector<std::vector<vv::TokenId>> ids;
+  } out;
+  auto run = [&](const std::vector<int>& which) {
+    {
+      std::lock_guard<std::mutex> lk(out.mu);
+      out.left = static_cast<int>(which.size());
+    }
+    for (int i : which) {
+      vv::Request r = request(i);
+      r.arrival = Clock::now();
+      auto id = (*loop)->submit(std::move(r), [&out, i](vv::RequestEvent&& e) {
+        if (!e.terminal()) return;
+        if (e.type == vv::RequestEvent::Type::kError) {
+          std::fprintf(stderr, "request failed: %s\n", e.error.to_string().c_str());
+          std::exit(1);
+        }
+        std::lock_guard<std::mutex> lk(out.mu);
+        out.ids[static_cast<std::size_t>(i)] = e.generated_ids;
+        --out.left;
+        out.cv.notify_all();
+      });
+      if (!id.is_ok()) {
+        std::fprintf(stderr, "submit: %s\n", id.status().to_string().c_str());
+        std::exit(1);
+      }
+    }
+    std::unique_lock<std::mutex> lk(out.mu);
+    out.cv.wait(lk, [&] { return out.left == 0; });
+  };
+  std::vector<int> all(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) all[static_cast<std::size_t>(i)] = i;
+  out.ids.assign(static_cast<std::size_t>(n), {});
+  run(all);
+  const auto together = out.ids;
+  int same = 0;
+  for (int i = 0; i < n; ++i) {
+    run({i});
+    const auto& a = together[static_cast<std::size_t>(i)];
+    const auto& b = out.ids[static_cast<std::size_t>(i)];
+    std::size_t agree = 0;
+    while (agree < a.size() && agree < b.size() && a[agree] == b[agree]) ++agree;
+    same += a == b ? 1 : 0;
+    std::printf("  request %2d: %zu ids together, %zu alone, %s (first difference at %zu)\n", i, a.size(),
+                b.size(), a == b ? "identical" : "DIFFERENT", agree);
+  }
+  std::printf("{\"bench\":\"invariance\",\"device\":\"%s\",\"requests\":%d,\"identical\":%d}\n",
+              args.device.c_str(), n, same);
+  (*loop)->shutdown();
+  return same == n ? 0 : 3;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -258,6 +339,8 @@ int main(int argc, char** argv) {
       args.bf16 = true;
     else if (a == "--threads")
       args.threads = std::stoi(next());
+    else if (a == "--invariance")
+      args.invariance = std::stoi(next());
     else if (a == "--ttft-probe")
       args.ttft_probe_long_s = std::stod(next());
     else if (a == "--concurrency") {
@@ -280,7 +363,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tokenizer: %s\n", tok.status().to_string().c_str());
     return 1;
   }
-  const int max_n = *std::max_element(args.concurrency.begin(), args.concurrency.end());
+  const int max_n =
+      std::max(args.invariance, *std::max_element(args.concurrency.begin(), args.concurrency.end()));
   vv::RunnerOptions ro;
   const std::int64_t frames = static_cast<std::int64_t>(args.audio_s * 24000 / spec.acoustic.hop()) + 1;
   ro.kv_positions = static_cast<std::int64_t>(max_n) * (frames + 128 + args.tokens);
@@ -301,6 +385,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (args.ttft_probe_long_s > 0) return run_ttft_probe(**runner, **tok, args);
+  if (args.invariance > 0) return run_invariance(**runner, **tok, args);
   std::printf("engine_loop_bench: preset %s on %s, %g s of audio and %d forced tokens per request\n",
               args.preset.c_str(), (*runner)->backend().name().c_str(), args.audio_s, args.tokens);
   std::printf("%6s %14s %12s %10s %10s %9s %10s\n", "N", "decode tok/s", "e2e tok/s", "rows/step", "TTFT s",
