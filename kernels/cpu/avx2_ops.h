@@ -23,8 +23,9 @@ void argmax(const Tensor& logits, Tensor& out);
 double fma_peak_one_thread(int64_t iterations);
 
 // Memory-bandwidth probe loops (p, a, b, c 32-byte aligned). read_stream_sum: the sum of p[0..n),
-// read as `streams` (1 or 8) equal parts side by side. stream_triad: a[i] = b[i] + scale·c[i].
-float read_stream_sum(const float* p, int64_t n, int streams);
+// read as `streams` (1 or 8) equal parts side by side, with 8 optionally a software prefetch per
+// line 256 bytes ahead (the GEMV's pattern). stream_triad: a[i] = b[i] + scale·c[i].
+float read_stream_sum(const float* p, int64_t n, int streams, bool prefetch);
 void stream_triad(float* a, const float* b, const float* c, float scale, int64_t n);
 
 }  // namespace vv::avx2

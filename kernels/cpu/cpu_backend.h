@@ -26,10 +26,10 @@ int resolve_cpu_threads(int threads);
 
 // Roofline probes used by `vibevoice bench`: measured on this machine with `threads` threads.
 // Timed in CPU time (per thread), so a machine shared with other work still gives its hardware figures.
-// Bandwidths are GB/s (1e9 bytes), best of several passes over buffers far larger than the LLC, each
-// thread on its own equal slice.
+// Bandwidths are GB/s (1e9 bytes), best of 7 (triad) or 9 (read) passes over buffers far larger than
+// the LLC, each thread on its own equal slice.
 double measure_triad_gbps(int threads);  // STREAM triad a[i]=b[i]+s*c[i]: 3 × 4 bytes per element
-double measure_read_gbps(int threads);   // read-only sum, 1 and 8 streams per thread: what decode does
+double measure_read_gbps(int threads);   // read-only sum, 1 / 8 / 8 prefetched streams per thread
 double measure_fma_gflops(int threads);  // peak FMA throughput of the chosen ISA (f32)
 
 }  // namespace vv

@@ -47,6 +47,7 @@ bool cpu_has_avx2() {
 }
 
 constexpr int kBandwidthPasses = 7;  // best of: the probe is noisy on a shared machine (33–53 GB/s seen)
+constexpr int kReadPasses = 9;       // 3 of each read pattern
 
 // One pass of `body(slice)` over `threads` equal slices, slice t on whichever pool thread takes it,
 // each slice timed in the CPU time of the thread that ran it. Returns the slowest slice's seconds:
@@ -124,14 +125,16 @@ double measure_read_gbps(int threads) {
   });
   std::atomic<uint32_t> sink{0};  // keeps the sums alive
   double best = 0;
-  for (int pass = 0; pass < kBandwidthPasses; ++pass) {
-    // One stream per thread and 8 side by side (as the GEMV reads 8 weight rows at once), in turn.
-    const int streams = pass % 2 ? 8 : 1;
+  for (int pass = 0; pass < kReadPasses; ++pass) {
+    // In turn: one stream per thread; 8 side by side (the GEMV reads 8 weight rows at once); 8 with a
+    // software prefetch per line as the GEMV issues. The bound is the best any of them reaches.
+    const int streams = pass % 3 == 0 ? 1 : 8;
+    const bool prefetch = pass % 3 == 2;
     const double sec = timed_slices(pool, threads, [&](int64_t t) {
       const float* q = p + t * per;
       float s = 0.0f;
       if (avx2) {
-        s = avx2::read_stream_sum(q, per, streams);
+        s = avx2::read_stream_sum(q, per, streams, prefetch);
       } else {
         float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         for (int64_t i = 0; i + 8 <= per; i += 8)

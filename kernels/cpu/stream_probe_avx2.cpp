@@ -1,6 +1,6 @@
 // AVX2 inner loops of the memory-bandwidth probes (roofline.cpp): a read-only sum over several
-// streams at once, and the STREAM triad. Aligned 32-byte loads, independent accumulators, no
-// software prefetch: they measure what the memory system gives a plain streaming loop.
+// streams at once (optionally with one software prefetch per line, 256 bytes ahead, as the GEMV
+// does), and the STREAM triad. Aligned 32-byte loads, independent accumulators.
 #include <immintrin.h>
 
 #include "kernels/cpu/avx2_ops.h"
@@ -8,7 +8,7 @@
 namespace vv::avx2 {
 namespace {
 
-template <int S>
+template <int S, bool kPrefetch>
 float read_sum(const float* p, int64_t n) {
   // S equal parts of p read together, one cache line of each per step (S hardware prefetch streams).
   const int64_t len = n / S / 16 * 16;
@@ -19,6 +19,7 @@ float read_sum(const float* p, int64_t n) {
 #pragma GCC unroll 8
     for (int s = 0; s < S; ++s) {
       const float* q = p + s * len + i;
+      if constexpr (kPrefetch) _mm_prefetch(reinterpret_cast<const char*>(q) + 256, _MM_HINT_T0);
       acc[s] = _mm256_add_ps(acc[s], _mm256_add_ps(_mm256_load_ps(q), _mm256_load_ps(q + 8)));
     }
   }
@@ -31,8 +32,9 @@ float read_sum(const float* p, int64_t n) {
 
 }  // namespace
 
-float read_stream_sum(const float* p, int64_t n, int streams) {
-  return streams >= 8 ? read_sum<8>(p, n) : read_sum<1>(p, n);
+float read_stream_sum(const float* p, int64_t n, int streams, bool prefetch) {
+  if (streams < 8) return read_sum<1, false>(p, n);
+  return prefetch ? read_sum<8, true>(p, n) : read_sum<8, false>(p, n);
 }
 
 void stream_triad(float* a, const float* b, const float* c, float scale, int64_t n) {

@@ -478,10 +478,11 @@ void register_bench(CLI::App& app, CommandContext& ctx) {
       "bench",
       "Measure encoder ms per audio second, prefill tok/s and decode tok/s, each against this machine's "
       "measured bound. Memory bandwidth: the higher of a STREAM triad (a = b + s*c, 12 bytes per "
-      "element) and a read-only sum (1 and 8 streams per thread; decode only reads weights), each the "
-      "best of 7 passes over buffers far larger than the LLC, with the decode's thread count, timed in "
-      "the threads' CPU time. Compute: an FMA loop. Decode is given per wall second and per CPU-second "
-      "(with the CPU share it got) against the memory bound; on a GPU the bound is a device copy");
+      "element; best of 7 passes) and a read-only sum (decode only reads weights; 1, 8, and 8 software-"
+      "prefetched streams per thread; best of 9 passes), over buffers far larger than the LLC, with the "
+      "decode's thread count, timed in the threads' CPU time. Compute: an FMA loop. Decode is given per "
+      "wall second and per CPU-second (with the CPU share it got) against the memory bound; on a GPU "
+      "the bound is a device copy");
   sub->add_option("--model", args->model, "Checkpoint directory");
   sub->add_option("--random", args->random, "Seeded random weights built in memory at a shape: 7b or tiny");
   sub->add_option("--dtype", args->dtype, "Weight dtype of --random: bf16, f16 or f32")->capture_default_str();
