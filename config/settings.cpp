@@ -537,7 +537,12 @@ constexpr Alias kAliases[] = {{"--host", "http.host"},
                               {"--model", "model.path"},
                               {"--served-model-name", "model.served_names"},
                               {"--api-key", "auth.api_keys"},
-                              {"--tokenizer", "model.tokenizer"}};
+                              {"--tokenizer", "model.tokenizer"},
+                              // The placement flags spelt as transcribe and bench spell them.
+                              {"--device", "model.device"},
+                              {"--gpu-memory", "engine.gpu_memory"},
+                              {"--gpu-layers", "engine.gpu_layers"},
+                              {"--split-mode", "engine.split_mode"}};
 
 const SettingDef* setting_for_flag(std::string_view flag) {
   for (const auto& a : kAliases) {
@@ -685,7 +690,8 @@ std::string settings_help() {
       "Usage: vibevoice serve [MODEL_PATH] [--config FILE] [--section-key VALUE ...]\n\n"
       "Serves the OpenAI-compatible API (API.md). Every setting is a TOML key ([section] key = value),\n"
       "a VIBEVOICE_SECTION_KEY variable and a --section-key flag; flags beat variables beat the file.\n"
-      "Short forms: --host, --port, --model, --served-model-name, --api-key, --tokenizer.\n"
+      "Short forms: --host, --port, --model, --served-model-name, --api-key, --tokenizer, --device,\n"
+      "--gpu-memory, --gpu-layers, --split-mode.\n"
       "Other flags: --config FILE, --print-config, --check-config, --version, --help.\n\nSettings:\n";
   static const char* kTypes[] = {"bool", "int", "float", "string", "list", "enum", "path"};
   for (const auto& d : kTable) {
