@@ -1,5 +1,6 @@
 #include "service/http/websocket_connection.h"
 
+#include <array>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
@@ -37,6 +38,59 @@ int failure_close_code(const beast::error_code& ec) {
 
 }  // namespace
 
+// The connection's socket, a distinct type so that the teardown below is the one Beast uses.
+class LingeringSocket : public tcp::socket {
+ public:
+  explicit LingeringSocket(tcp::socket&& s) : tcp::socket(std::move(s)) {}
+};
+
+// Beast's own TCP teardown (1.81) closes after at most one read: a client still sending (the rest
+// of an oversized message, frames after a protocol error) then gets a reset that can discard the
+// close frame (1009/1002/1007) before it is read. Here the server half-closes, then reads and drops
+// what the client still sends until it closes, for at most 2 s and 64 MiB, and only then closes.
+// Found by argument-dependent lookup from Beast's close and fail paths.
+template <class TeardownHandler>
+void async_teardown(beast::role_type role, LingeringSocket& socket, TeardownHandler&& handler) {
+  struct Op : std::enable_shared_from_this<Op> {
+    Op(LingeringSocket& s, TeardownHandler&& h)
+        : sock(s), done_handler(std::forward<TeardownHandler>(h)), timer(s.get_executor()) {}
+    LingeringSocket& sock;
+    std::decay_t<TeardownHandler> done_handler;
+    asio::steady_timer timer;
+    std::array<char, 16384> buf{};
+    std::size_t drained = 0;
+    bool done = false;
+
+    void read() {
+      sock.async_read_some(asio::buffer(buf),
+                           [self = this->shared_from_this()](beast::error_code ec, std::size_t n) {
+                             self->drained += n;
+                             if (ec || self->drained > (64u << 20)) {
+                               self->finish();
+                             } else {
+                               self->read();
+                             }
+                           });
+    }
+    void finish() {
+      if (done) return;
+      done = true;
+      timer.cancel();
+      beast::error_code ignored;
+      sock.close(ignored);
+      asio::post(sock.get_executor(), [h = std::move(done_handler)]() mutable { h(beast::error_code{}); });
+    }
+  };
+  auto op = std::make_shared<Op>(socket, std::forward<TeardownHandler>(handler));
+  beast::error_code ec;
+  if (role == beast::role_type::server) socket.shutdown(tcp::socket::shutdown_send, ec);
+  op->timer.expires_after(std::chrono::seconds(2));
+  op->timer.async_wait([op](beast::error_code e) {
+    if (!e) op->finish();
+  });
+  op->read();
+}
+
 struct WebSocketConnection::Impl {
   Impl(api::Api& a, tcp::socket socket, WebSocketOptions o, std::shared_ptr<api::RealtimeHandshake> h,
        std::shared_ptr<void> k)
@@ -50,7 +104,7 @@ struct WebSocketConnection::Impl {
 
   api::Api& api;
   tcp::socket::executor_type exec;
-  websocket::stream<tcp::socket> ws;
+  websocket::stream<LingeringSocket> ws;
   WebSocketOptions options;
   std::shared_ptr<api::RealtimeHandshake> hs;
   std::shared_ptr<void> keep;
