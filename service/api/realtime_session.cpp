@@ -774,19 +774,18 @@ void RealtimeSession::append_bytes(std::string_view bytes, const std::optional<s
         buffer_.erase(buffer_.begin(), buffer_.begin() + (speech_start_ - buffer_start_));
         buffer_start_ = speech_start_;
       }
-      if (total_samples_ - buffer_start_ >= max_item) {
-        const std::string keep = pending_item_id_;
-        commit("max_duration", total_samples_, std::nullopt);
-        // The turn goes on in a new item.
+      while (total_samples_ - buffer_start_ >= max_item) {
+        commit("max_duration", buffer_start_ + max_item, std::nullopt);
+        // The turn goes on in a new item (its speech_stopped names that one).
         pending_item_id_ = new_id("item_");
-        speech_start_ = total_samples_;
-        (void)keep;
+        speech_start_ = buffer_start_;
       }
     } else {
       trim_idle_buffer();
     }
-  } else if (total_samples_ - buffer_start_ >= max_item) {
-    commit("max_duration", total_samples_, std::nullopt);
+  } else {
+    while (total_samples_ - buffer_start_ >= max_item)
+      commit("max_duration", buffer_start_ + max_item, std::nullopt);
   }
   note_buffer();
 }

@@ -507,3 +507,34 @@ def test_s09_realtime_metrics(make_server, audio):
     assert m.get("vibevoice_realtime_sessions_total", close_code="1000") == 1
     assert m.get("vibevoice_realtime_items_total", outcome="completed") == 1
     assert m.get("vibevoice_realtime_buffered_audio_seconds") == 0
+
+
+def test_s12_1_max_item_and_buffer_full(make_server, audio):
+    """§12.1: an uncommitted buffer reaching realtime.max_item_s is committed (reason max_duration);
+    §12.3: with manual commits, an append past realtime.max_buffer_s is dropped with buffer_full."""
+    s = make_server(script='[{"Start":0.0,"End":0.5,"Speaker":0,"Content":"Hi."}]', config={"realtime.max_item_s": 1})
+    with ws_open(s.port) as ws:
+        manual_session(ws)
+        ws.send(pcm16(audio, 2.5))
+        events = []
+        while sum(e["type"] == COMPLETED for e in events) < 2:
+            events.append(recv(ws))
+        committed = [e for e in events if e["type"] == "input_audio_buffer.committed"]
+        assert [(c["audio_start_ms"], c["audio_end_ms"], c["reason"]) for c in committed] == [
+            (0, 1000, "max_duration"), (1000, 2000, "max_duration")], committed
+        # The remaining 500 ms are still uncommitted: a commit takes exactly them.
+        ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
+        ev = recv_until(ws, "input_audio_buffer.committed")[-1]
+        assert (ev["audio_start_ms"], ev["audio_end_ms"], ev["reason"]) == (2000, 2500, "client"), ev
+    s2 = make_server(script='[{"Start":0.0,"End":0.5,"Speaker":0,"Content":"Hi."}]', config={"realtime.max_buffer_s": 1})
+    with ws_open(s2.port) as ws:
+        manual_session(ws)
+        ws.send(pcm16(audio, 0.8))
+        ws.send(json.dumps({"type": "input_audio_buffer.append", "event_id": "big",
+                            "audio": base64.b64encode(pcm16(audio, 0.5)).decode()}))
+        ev = recv(ws)
+        assert ev["type"] == "error" and ev["error"]["code"] == "buffer_full", ev
+        assert ev["error"]["event_id"] == "big", ev
+        ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
+        ev = recv(ws)
+        assert ev["type"] == "input_audio_buffer.committed" and ev["audio_end_ms"] == 800, ev
