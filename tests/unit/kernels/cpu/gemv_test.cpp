@@ -2,8 +2,9 @@
 // bit for bit: a row computed alone equals the same row inside a batch (the direct path for M ≤ 8,
 // the blocked path above), and neither depends on the thread count. The shapes stress the GEMV's
 // edges: N not a multiple of its 8-row tile, K shorter than a cache line of w, K with a tail below
-// 8, rows shorter than the prefetch distance, a row stride wider than K, and sizes that change how
-// the rows are split over the threads.
+// 8, rows shorter than the prefetch distance, a row stride wider than K, sizes that change how the
+// rows are split over the threads, and chunks long enough for several rows per lane with rows left
+// over.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -54,8 +55,8 @@ TEST(Gemv, RowAloneEqualsTheSameRowInEveryBatchPath) {
   if (!has_avx2()) GTEST_SKIP() << "no AVX2/FMA on this CPU";
   auto be = avx2_backend(2);
   const std::vector<std::array<int64_t, 2>> shapes = {
-      {1, 1},    {7, 5},    {8, 8},    {9, 31},     {17, 32},   {15, 33},   {24, 255},
-      {23, 256}, {41, 257}, {61, 300}, {130, 1031}, {67, 3584}, {203, 4100}};
+      {1, 1},    {7, 5},    {8, 8},    {9, 31},     {17, 32},   {15, 33},    {24, 255},
+      {23, 256}, {41, 257}, {61, 300}, {130, 1031}, {67, 3584}, {203, 4100}, {1031, 700}};
   uint32_t seed = 500;
   for (DType dt : {DType::kBF16, DType::kF16, DType::kF32}) {
     for (auto [N, K] : shapes) {
