@@ -289,6 +289,10 @@ void EngineLoop::take_inbox(std::vector<std::unique_ptr<Live>>& added, std::vect
     });
   }
   added.swap(inbox_);
+  // Until this turn publishes its stats, the taken requests are in neither inbox_ nor the
+  // snapshot: count them as waiting now, or a submit() meanwhile would see room that is not there
+  // and let the queue grow past max_waiting.
+  stats_.load.waiting += static_cast<std::int64_t>(added.size());
   cancelled.swap(cancels_);
   stop = stop_;
 }
