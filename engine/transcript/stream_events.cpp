@@ -5,8 +5,6 @@
 #include "engine/transcript/json_text.h"
 
 namespace vv {
-namespace {
-
 void append_logprobs(std::string& out, const std::vector<TokenLogprob>& logprobs) {
   out += "[";
   for (std::size_t i = 0; i < logprobs.size(); ++i) {
@@ -25,9 +23,9 @@ void append_logprobs(std::string& out, const std::vector<TokenLogprob>& logprobs
   out += "]";
 }
 
-}  // namespace
-
-std::string segment_id(std::size_t index) { return "seg_" + std::to_string(index); }
+std::string segment_id(std::size_t index) {
+  return "seg_" + std::to_string(index);
+}
 
 std::string write_delta_event(std::string_view delta, std::optional<std::size_t> segment_index,
                               const std::vector<TokenLogprob>* logprobs) {

@@ -24,6 +24,9 @@ struct TokenUsage {
 // "seg_<n>".
 std::string segment_id(std::size_t index);
 
+// Appends the logprobs array of the transcription events: [{"token","logprob" (≤ 0),"bytes":[…]}, …].
+void append_logprobs(std::string& out, const std::vector<TokenLogprob>& logprobs);
+
 // {"type":"transcript.text.delta","delta":…[,"logprobs":[…]][,"segment_id":"seg_<n>"]}
 std::string write_delta_event(std::string_view delta, std::optional<std::size_t> segment_index,
                               const std::vector<TokenLogprob>* logprobs = nullptr);

@@ -9,6 +9,7 @@
 
 #include "engine/text/prompt_builder.h"
 #include "engine/transcript/json_text.h"
+#include "engine/transcript/stream_events.h"
 #include "engine/transcript/utf8_text.h"
 
 namespace vv::api {
@@ -312,24 +313,6 @@ void append_transcription(std::string& b, const RealtimeSettings& s) {
     json::append_string(b, s.keywords[i]);
   }
   b += "]}";
-}
-
-void append_logprobs(std::string& out, const std::vector<TokenLogprob>& logprobs) {
-  out += "[";
-  for (std::size_t i = 0; i < logprobs.size(); ++i) {
-    if (i) out.push_back(',');
-    out += "{\"token\":";
-    json::append_string(out, logprobs[i].token);
-    out += ",\"logprob\":";
-    json::append_double(out, std::min(logprobs[i].logprob, 0.0));
-    out += ",\"bytes\":[";
-    for (std::size_t b = 0; b < logprobs[i].bytes.size(); ++b) {
-      if (b) out.push_back(',');
-      out += std::to_string(static_cast<unsigned char>(logprobs[i].bytes[b]));
-    }
-    out += "]}";
-  }
-  out += "]";
 }
 
 std::string item_json(const std::string& id) {
