@@ -569,11 +569,17 @@ class CudaBackend final : public Backend {
     auto run_all = [&] {
       for (auto& f : ops) f();
     };
-    if (!use_graphs_ || ops.size() < kGraphMinOps || ops.size() > kGraphMaxOps) return run_all();
+    if (!use_graphs_ || ops.size() < kGraphMinOps || ops.size() > kGraphMaxOps) {
+      ++gstat_.ungraphed;
+      return run_all();
+    }
     auto it = graphs_.find(sig);
     if (it == graphs_.end()) {  // first sight: run, remember
       run_all();
-      if (graphs_.size() >= kMaxGraphs) clear_graphs();
+      if (graphs_.size() >= kMaxGraphs) {
+        ++gstat_.clears;
+        clear_graphs();
+      }
       graphs_.emplace(std::move(sig), GraphEntry{});
       return;
     }
@@ -589,6 +595,7 @@ class CudaBackend final : public Backend {
     if (st == cudaSuccess) {
       capturing_ = true;
       run_all();
+      ++gstat_.first;
       capturing_ = false;
       st = cudaStreamEndCapture(stream_, &g);
     }
@@ -596,9 +603,11 @@ class CudaBackend final : public Backend {
     if (st == cudaSuccess && g && !capture_broken_) st = cudaGraphInstantiate(&ex, g, 0);
     if (g) cudaGraphDestroy(g);
     if (st != cudaSuccess || !ex || capture_broken_) {  // nothing of the capture ran: run it now
+      ++gstat_.replayed;
       cudaGetLastError();
       if (ex) cudaGraphExecDestroy(ex);
       capture_broken_ = false;
+    ++gstat_.captured;
       e.failed = st != cudaSuccess;
       return run_all();
     }
@@ -796,7 +805,7 @@ class CudaBackend final : public Backend {
     double total = 0;
     for (const auto& r : rows) total += r.second.first;
     std::string out;
-    char line[160];
+    char line[256];
     for (const auto& r : rows) {
       std::snprintf(line, sizeof line, "  %-26s %10.3f ms %5.1f%% %9lld calls %9.2f us/call\n", r.first.c_str(),
                     r.second.first, 100 * r.second.first / std::max(total, 1e-9), static_cast<long long>(r.second.second),
@@ -820,6 +829,18 @@ class CudaBackend final : public Backend {
     }
     Sig& operator<<(const Tensor& t) {
       put(t.data);
+    // How the flushes ran (kept whether or not ops are timed): a step that never replays pays its
+    // launches (and a capture) every time.
+    if (gstat_.first + gstat_.replayed + gstat_.captured + gstat_.ungraphed > 0) {
+      std::snprintf(line, sizeof line,
+                    "  flushes: %lld replayed, %lld captured, %lld first sight (eager), %lld eager (size/graphs "
+                    "off), %lld graph-cache clears\n",
+                    static_cast<long long>(gstat_.replayed), static_cast<long long>(gstat_.captured),
+                    static_cast<long long>(gstat_.first), static_cast<long long>(gstat_.ungraphed),
+                    static_cast<long long>(gstat_.clears));
+      out += line;
+    }
+    gstat_ = {};
       put(t.dtype);
       put(t.ndim);
       for (int i = 0; i < t.ndim; ++i) {
@@ -1044,6 +1065,9 @@ OpTimer::~OpTimer() {
   cudaEventSynchronize(be->ev1_);
   float ms = 0;
   cudaEventElapsedTime(&ms, be->ev0_, be->ev1_);
+  struct GraphStats {
+    int64_t replayed = 0, captured = 0, first = 0, ungraphed = 0, clears = 0;
+  } gstat_;
   auto& e = be->prof_[op];
   e.first += ms;
   e.second += 1;
