@@ -11,6 +11,11 @@
 // --invariance N: N greedy requests (different audio, --tokens new tokens each, no forced ids, no
 // repetition handling) run all at once and then each alone on the same loop; prints how many give
 // byte-identical ids both ways (issue 13's equivalence, at whatever shape and device is chosen).
+// With a CUDA device every point also prints how the decode steps' flushes ran (graph replays,
+// captures, eager first sights) and, with VV_CUDA_PROFILE=1 (each op timed and followed by a sync,
+// no graphs), the per-op time of a mean pure-decode step.
+// The curve's requests turn repetition handling off: their forced ids repeat one token, which the
+// loop detector (256-token window) would cut back and resample with logits downloaded every step.
 // --ttft-probe: instead of the curve, issue 13's time-to-first-token check: a short request (--audio
 // seconds, 16 tokens) alone, then arriving while one long request (LONG_SECONDS of audio, --tokens
 // tokens) is (a) being encoded/prefilled, just after it, and (b) decoding; prints each TTFT and its
@@ -21,6 +26,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <random>
 #include <sstream>
@@ -60,6 +66,60 @@ struct Point {
   long long generated = 0;
 };
 
+// The backend's per-op report (backend_profile_report) summed over the pure-decode steps: op →
+// (ms, calls), and the flush counts (replayed, captured, first sight, eager, clears).
+struct DecodeProfile {
+  std::map<std::string, std::pair<double, long long>> ops;
+  long long flushes[5] = {0, 0, 0, 0, 0};
+  long long steps = 0, rows = 0;
+  double execute_s = 0, interval_s = 0;  // summed execute() time; wall time between decode steps
+  long long intervals = 0;
+
+  void add(const std::string& report) {
+    std::istringstream in(report);
+    for (std::string line; std::getline(in, line);) {
+      char name[128];
+      double ms = 0;
+      long long calls = 0, f[5];
+      if (std::sscanf(line.c_str(),
+                      " flushes: %lld replayed, %lld captured, %lld first sight (eager), %lld eager "
+                      "(size/graphs off), %lld",
+                      &f[0], &f[1], &f[2], &f[3], &f[4]) == 5) {
+        for (int i = 0; i < 5; ++i) flushes[i] += f[i];
+      } else if (std::sscanf(line.c_str(), " %127s %lf ms %*f%% %lld calls", name, &ms, &calls) == 3) {
+        auto& e = ops[name];
+        e.first += ms;
+        e.second += calls;
+      }
+    }
+  }
+  void print(int n) const {
+    if (steps == 0) return;
+    std::printf("  N = %d: decode steps: %lld, %.2f rows each; execute %.3f ms/step, step-to-step %.3f ms\n",
+                n, steps, static_cast<double>(rows) / static_cast<double>(steps),
+                1e3 * execute_s / static_cast<double>(steps),
+                intervals ? 1e3 * interval_s / static_cast<double>(intervals) : 0.0);
+    std::printf(
+        "    flushes: %lld replayed, %lld captured, %lld first sight, %lld eager, %lld graph-cache clears\n",
+        flushes[0], flushes[1], flushes[2], flushes[3], flushes[4]);
+    if (ops.empty()) return;
+    std::vector<std::pair<std::string, std::pair<double, long long>>> rows_(ops.begin(), ops.end());
+    std::sort(rows_.begin(), rows_.end(),
+              [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+    double total = 0;
+    for (const auto& r : rows_) total += r.second.first;
+    const double st = static_cast<double>(steps);
+    std::printf("    per-op time of a mean decode step (VV_CUDA_PROFILE=1, a sync after each op): %.3f ms\n",
+                total / st);
+    for (const auto& r : rows_) {
+      std::printf("      %-26s %9.3f ms %5.1f%% %8.1f calls %9.2f us/call\n", r.first.c_str(),
+                  r.second.first / st, 100 * r.second.first / std::max(total, 1e-9),
+                  static_cast<double>(r.second.second) / st,
+                  1e3 * r.second.first / std::max(1LL, r.second.second));
+    }
+  }
+};
+
 vv::audio::PreparedAudio noise(double seconds, std::uint64_t seed, int hop) {
   vv::audio::PreparedAudio a;
   a.samples = static_cast<std::int64_t>(seconds * 24000);
@@ -79,9 +139,28 @@ Point run_point(vv::Runner& runner, const vv::Tokenizer& tok, int n, const Args&
   std::condition_variable cv;
   double decode_seconds = 0;
   long long decode_rows = 0, decode_steps = 0;
+  DecodeProfile prof;
+  bool last_was_decode = false;
+  Clock::time_point last_step;
   opt.on_step = [&](const vv::StepReport& r) {
-    if (r.prefill_rows != 0) return;
+    // On the engine thread, after the step: the report covers exactly this step's ops.
+    const std::string rep = vv::backend_profile_report(runner.backend());
+    const auto now = Clock::now();
+    const bool decode = r.prefill_rows == 0;
     std::lock_guard<std::mutex> lk(mu);
+    if (decode) {
+      prof.add(rep);
+      ++prof.steps;
+      prof.rows += r.decode_rows;
+      prof.execute_s += r.seconds;
+      if (last_was_decode) {
+        prof.interval_s += seconds_between(last_step, now);
+        ++prof.intervals;
+      }
+    }
+    last_was_decode = decode;
+    last_step = now;
+    if (!decode) return;
     decode_seconds += r.seconds;
     decode_rows += r.decode_rows;
     ++decode_steps;
@@ -99,6 +178,7 @@ Point run_point(vv::Runner& runner, const vv::Tokenizer& tok, int n, const Args&
     r.audio.push_back(noise(args.audio_s, static_cast<std::uint64_t>(i + 1), hop));
     r.sampling.max_new_tokens = args.tokens;
     r.forced_ids.assign(static_cast<std::size_t>(args.tokens), 1000 + i);
+    r.repetition_detection = false;  // see the top of the file
     reqs.push_back(std::move(r));
   }
   int left = n;
@@ -137,6 +217,7 @@ Point run_point(vv::Runner& runner, const vv::Tokenizer& tok, int n, const Args&
   p.ttft = ttft_sum / n;
   lk.unlock();
   (*loop)->shutdown();
+  prof.print(n);
   return p;
 }
 
@@ -145,6 +226,7 @@ vv::Request make_request(double seconds, int tokens, std::uint64_t seed, int hop
   r.audio.push_back(noise(seconds, seed, hop));
   r.sampling.max_new_tokens = tokens;
   r.forced_ids.assign(static_cast<std::size_t>(tokens), 1000 + static_cast<int>(seed % 1000));
+  r.repetition_detection = false;  // one token repeated: see the top of the file
   return r;
 }
 
