@@ -575,6 +575,7 @@ class CudaBackend final : public Backend {
     }
     auto it = graphs_.find(sig);
     if (it == graphs_.end()) {  // first sight: run, remember
+      ++gstat_.first;
       run_all();
       if (graphs_.size() >= kMaxGraphs) {
         ++gstat_.clears;
@@ -585,9 +586,11 @@ class CudaBackend final : public Backend {
     }
     GraphEntry& e = it->second;
     if (e.exec) {
+      ++gstat_.replayed;
       check(cudaGraphLaunch(e.exec, stream_), "cudaGraphLaunch");
       return;
     }
+    ++gstat_.captured;
     if (e.failed) return run_all();
     capture_broken_ = false;
     cudaError_t st = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal);
@@ -595,7 +598,6 @@ class CudaBackend final : public Backend {
     if (st == cudaSuccess) {
       capturing_ = true;
       run_all();
-      ++gstat_.first;
       capturing_ = false;
       st = cudaStreamEndCapture(stream_, &g);
     }
@@ -603,11 +605,9 @@ class CudaBackend final : public Backend {
     if (st == cudaSuccess && g && !capture_broken_) st = cudaGraphInstantiate(&ex, g, 0);
     if (g) cudaGraphDestroy(g);
     if (st != cudaSuccess || !ex || capture_broken_) {  // nothing of the capture ran: run it now
-      ++gstat_.replayed;
       cudaGetLastError();
       if (ex) cudaGraphExecDestroy(ex);
       capture_broken_ = false;
-    ++gstat_.captured;
       e.failed = st != cudaSuccess;
       return run_all();
     }
@@ -812,6 +812,18 @@ class CudaBackend final : public Backend {
                     1e3 * r.second.first / std::max<int64_t>(r.second.second, 1));
       out += line;
     }
+    // How the flushes ran (kept whether or not ops are timed): a step that never replays pays its
+    // launches (and a capture) every time.
+    if (gstat_.first + gstat_.replayed + gstat_.captured + gstat_.ungraphed > 0) {
+      std::snprintf(line, sizeof line,
+                    "  flushes: %lld replayed, %lld captured, %lld first sight (eager), %lld eager (size/graphs "
+                    "off), %lld graph-cache clears\n",
+                    static_cast<long long>(gstat_.replayed), static_cast<long long>(gstat_.captured),
+                    static_cast<long long>(gstat_.first), static_cast<long long>(gstat_.ungraphed),
+                    static_cast<long long>(gstat_.clears));
+      out += line;
+    }
+    gstat_ = {};
     return out;
   }
 
@@ -829,18 +841,6 @@ class CudaBackend final : public Backend {
     }
     Sig& operator<<(const Tensor& t) {
       put(t.data);
-    // How the flushes ran (kept whether or not ops are timed): a step that never replays pays its
-    // launches (and a capture) every time.
-    if (gstat_.first + gstat_.replayed + gstat_.captured + gstat_.ungraphed > 0) {
-      std::snprintf(line, sizeof line,
-                    "  flushes: %lld replayed, %lld captured, %lld first sight (eager), %lld eager (size/graphs "
-                    "off), %lld graph-cache clears\n",
-                    static_cast<long long>(gstat_.replayed), static_cast<long long>(gstat_.captured),
-                    static_cast<long long>(gstat_.first), static_cast<long long>(gstat_.ungraphed),
-                    static_cast<long long>(gstat_.clears));
-      out += line;
-    }
-    gstat_ = {};
       put(t.dtype);
       put(t.ndim);
       for (int i = 0; i < t.ndim; ++i) {
@@ -1047,6 +1047,9 @@ class CudaBackend final : public Backend {
   std::string sig_;
   std::map<std::string, GraphEntry> graphs_;
   bool capturing_ = false, capture_broken_ = false;
+  struct GraphStats {
+    int64_t replayed = 0, captured = 0, first = 0, ungraphed = 0, clears = 0;
+  } gstat_;
   std::map<std::string, std::pair<double, int64_t>> prof_;  // op -> (ms, calls)
 };
 
@@ -1065,9 +1068,6 @@ OpTimer::~OpTimer() {
   cudaEventSynchronize(be->ev1_);
   float ms = 0;
   cudaEventElapsedTime(&ms, be->ev0_, be->ev1_);
-  struct GraphStats {
-    int64_t replayed = 0, captured = 0, first = 0, ungraphed = 0, clears = 0;
-  } gstat_;
   auto& e = be->prof_[op];
   e.first += ms;
   e.second += 1;
