@@ -14,6 +14,11 @@
 // With a CUDA device every point also prints how the decode steps' flushes ran (graph replays,
 // captures, eager first sights) and, with VV_CUDA_PROFILE=1 (each op timed and followed by a sync,
 // no graphs), the per-op time of a mean pure-decode step.
+// "full" columns: only the steps in which all N requests decoded (no prefill rows; none still
+// encoding or prefilling): the cost of an N-row step. Requests start decoding one after another
+// (the loop encodes one segment per step), so the mixed "decode tok/s" averages 1..N-row steps and
+// the encoder work recorded before them; with few forced tokens there may be no full step at all
+// (then the full columns read 0: raise --tokens).
 // The curve's requests turn repetition handling off: their forced ids repeat one token, which the
 // loop detector (256-token window) would cut back and resample with logits downloaded every step.
 // --ttft-probe: instead of the curve, issue 13's time-to-first-token check: a short request (--audio
@@ -63,7 +68,8 @@ struct Args {
 struct Point {
   int n = 0;
   double decode_tps = 0, e2e_tps = 0, rows_per_step = 0, ttft = 0, wall = 0;
-  long long generated = 0;
+  double full_tps = 0, full_ms = 0;  // steps with all n requests decoding
+  long long generated = 0, full_steps = 0;
 };
 
 // The backend's per-op report (backend_profile_report) summed over the pure-decode steps: op →
@@ -93,12 +99,13 @@ struct DecodeProfile {
       }
     }
   }
-  void print(int n) const {
+  void print(int n, const char* what) const {
     if (steps == 0) return;
-    std::printf("  N = %d: decode steps: %lld, %.2f rows each; execute %.3f ms/step, step-to-step %.3f ms\n",
-                n, steps, static_cast<double>(rows) / static_cast<double>(steps),
-                1e3 * execute_s / static_cast<double>(steps),
-                intervals ? 1e3 * interval_s / static_cast<double>(intervals) : 0.0);
+    std::printf(
+        "  N = %d, %s: decode steps: %lld, %.2f rows each; execute %.3f ms/step, step-to-step %.3f ms\n", n,
+        what, steps, static_cast<double>(rows) / static_cast<double>(steps),
+        1e3 * execute_s / static_cast<double>(steps),
+        intervals ? 1e3 * interval_s / static_cast<double>(intervals) : 0.0);
     std::printf(
         "    flushes: %lld replayed, %lld captured, %lld first sight, %lld eager, %lld graph-cache clears\n",
         flushes[0], flushes[1], flushes[2], flushes[3], flushes[4]);
@@ -139,7 +146,7 @@ Point run_point(vv::Runner& runner, const vv::Tokenizer& tok, int n, const Args&
   std::condition_variable cv;
   double decode_seconds = 0;
   long long decode_rows = 0, decode_steps = 0;
-  DecodeProfile prof;
+  DecodeProfile prof, full;  // every pure-decode step; those with all n requests decoding
   bool last_was_decode = false;
   Clock::time_point last_step;
   opt.on_step = [&](const vv::StepReport& r) {
@@ -149,13 +156,17 @@ Point run_point(vv::Runner& runner, const vv::Tokenizer& tok, int n, const Args&
     const bool decode = r.prefill_rows == 0;
     std::lock_guard<std::mutex> lk(mu);
     if (decode) {
-      prof.add(rep);
-      ++prof.steps;
-      prof.rows += r.decode_rows;
-      prof.execute_s += r.seconds;
-      if (last_was_decode) {
-        prof.interval_s += seconds_between(last_step, now);
-        ++prof.intervals;
+      DecodeProfile* sets[2] = {&prof, r.decode_rows == n && r.rows == n ? &full : nullptr};
+      for (DecodeProfile* d : sets) {
+        if (!d) continue;
+        d->add(rep);
+        ++d->steps;
+        d->rows += r.decode_rows;
+        d->execute_s += r.seconds;
+        if (last_was_decode) {
+          d->interval_s += seconds_between(last_step, now);
+          ++d->intervals;
+        }
       }
     }
     last_was_decode = decode;
@@ -215,9 +226,13 @@ Point run_point(vv::Runner& runner, const vv::Tokenizer& tok, int n, const Args&
   p.rows_per_step =
       decode_steps > 0 ? static_cast<double>(decode_rows) / static_cast<double>(decode_steps) : 0;
   p.ttft = ttft_sum / n;
+  p.full_steps = full.steps;
+  p.full_ms = full.steps ? 1e3 * full.execute_s / static_cast<double>(full.steps) : 0;
+  p.full_tps = full.execute_s > 0 ? static_cast<double>(full.rows) / full.execute_s : 0;
   lk.unlock();
   (*loop)->shutdown();
-  prof.print(n);
+  prof.print(n, "all pure-decode steps");
+  full.print(n, "full steps");
   return p;
 }
 
@@ -470,14 +485,15 @@ int main(int argc, char** argv) {
   if (args.invariance > 0) return run_invariance(**runner, **tok, args);
   std::printf("engine_loop_bench: preset %s on %s, %g s of audio and %d forced tokens per request\n",
               args.preset.c_str(), (*runner)->backend().name().c_str(), args.audio_s, args.tokens);
-  std::printf("%6s %14s %12s %10s %10s %9s %10s\n", "N", "decode tok/s", "e2e tok/s", "rows/step", "TTFT s",
-              "wall s", "x first N");
+  std::printf("%6s %14s %12s %10s %10s %9s %10s %12s %11s %10s\n", "N", "decode tok/s", "e2e tok/s",
+              "rows/step", "TTFT s", "wall s", "x first N", "full tok/s", "full steps", "full ms");
   std::vector<Point> pts;
   for (int n : args.concurrency) {
     Point p = run_point(**runner, **tok, n, args);
     const double first = pts.empty() ? p.decode_tps : pts.front().decode_tps;
-    std::printf("%6d %14.1f %12.1f %10.2f %10.3f %9.2f %10.2f\n", p.n, p.decode_tps, p.e2e_tps,
-                p.rows_per_step, p.ttft, p.wall, first > 0 ? p.decode_tps / first : 0.0);
+    std::printf("%6d %14.1f %12.1f %10.2f %10.3f %9.2f %10.2f %12.1f %11lld %10.3f\n", p.n, p.decode_tps,
+                p.e2e_tps, p.rows_per_step, p.ttft, p.wall, first > 0 ? p.decode_tps / first : 0.0,
+                p.full_tps, p.full_steps, p.full_ms);
     std::fflush(stdout);
     pts.push_back(p);
   }
@@ -486,8 +502,12 @@ int main(int argc, char** argv) {
       "\"points\":[",
       args.preset.c_str(), args.device.c_str(), args.tokens, args.audio_s);
   for (std::size_t i = 0; i < pts.size(); ++i) {
-    std::printf("%s{\"n\":%d,\"decode_tps\":%.1f,\"e2e_tps\":%.1f,\"rows_per_step\":%.2f,\"ttft_s\":%.4f}",
-                i ? "," : "", pts[i].n, pts[i].decode_tps, pts[i].e2e_tps, pts[i].rows_per_step, pts[i].ttft);
+    std::printf(
+        "%s{\"n\":%d,\"decode_tps\":%.1f,\"e2e_tps\":%.1f,\"rows_per_step\":%.2f,\"ttft_s\":%.4f,\"full_"
+        "tps\":%.1f,"
+        "\"full_steps\":%lld}",
+        i ? "," : "", pts[i].n, pts[i].decode_tps, pts[i].e2e_tps, pts[i].rows_per_step, pts[i].ttft,
+        pts[i].full_tps, pts[i].full_steps);
   }
   std::printf("]}\n");
   return 0;
