@@ -106,9 +106,11 @@ struct DecodeProfile {
         what, steps, static_cast<double>(rows) / static_cast<double>(steps),
         1e3 * execute_s / static_cast<double>(steps),
         intervals ? 1e3 * interval_s / static_cast<double>(intervals) : 0.0);
-    std::printf(
-        "    flushes: %lld replayed, %lld captured, %lld first sight, %lld eager, %lld graph-cache clears\n",
-        flushes[0], flushes[1], flushes[2], flushes[3], flushes[4]);
+    if (flushes[0] + flushes[1] + flushes[2] + flushes[3] > 0)
+      std::printf(
+          "    flushes: %lld replayed, %lld captured, %lld first sight, %lld eager, %lld graph-cache "
+          "clears\n",
+          flushes[0], flushes[1], flushes[2], flushes[3], flushes[4]);
     if (ops.empty()) return;
     std::vector<std::pair<std::string, std::pair<double, long long>>> rows_(ops.begin(), ops.end());
     std::sort(rows_.begin(), rows_.end(),
