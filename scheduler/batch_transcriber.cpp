@@ -131,7 +131,7 @@ Result<std::vector<TranscriptionResult>> BatchTranscriber::run(const std::vector
       }
       rows.blocks = s.blocks;
       budget -= static_cast<int64_t>(rows.ids.size());
-      if (rows.want_output && s.needs_logits()) plan.return_logits = true;
+      rows.want_logits = rows.want_output && s.needs_logits();
       plan.seqs.push_back(std::move(rows));
       who.push_back(i);
     }

@@ -486,7 +486,7 @@ bool EngineLoop::run_step() {
     rows.speech_begin = std::count(l.prompt.begin(), l.prompt.begin() + std::min(c.start, plen),
                                    runner_.spec().audio_token_id);
     rows.want_output = c.want_output;
-    if (c.want_output && l.needs_logits) plan.return_logits = true;
+    rows.want_logits = c.want_output && l.needs_logits;  // only those rows' logits cross to the host
     if (c.start >= plen) any_decode = true;
     plan.seqs.push_back(std::move(rows));
     who.push_back(&l);

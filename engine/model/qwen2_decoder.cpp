@@ -148,6 +148,15 @@ Status Qwen2Decoder::stage_rows(const StepPlan& plan, KvView& kv, int64_t* rows,
     n += static_cast<int64_t>(s.ids.size());
     width = std::max(width, s.blocks.size());
   }
+  // A decode step (one row per sequence) gets a table width rounded up (to 4 blocks, then to a
+  // quarter of the power of two below it): the width is part of the step's operands, and a backend
+  // that replays repeated steps (CUDA graphs) would otherwise see a new step every block_size
+  // tokens. Padding entries are never read: every row attends up to its own position.
+  if (n == nseq && static_cast<int64_t>(width) < opt_.max_blocks_per_seq) {
+    size_t g = 4;
+    while (g * 8 <= width) g *= 2;
+    width = std::min<size_t>((width + g - 1) / g * g, static_cast<size_t>(opt_.max_blocks_per_seq));
+  }
   if (n > opt_.max_rows) {
     return out_of_range("step plan has " + std::to_string(n) + " rows; the decoder was sized for " +
                         std::to_string(opt_.max_rows));
@@ -322,13 +331,26 @@ Result<StepOutput> Qwen2Decoder::run(const StepPlan& plan, KvView& kv, const Ten
   out.logits.resize(plan.seqs.size());
   std::vector<size_t> wanted;
   int64_t row = 0;
+  // Consecutive source rows go in one copy (a decode step: all of them).
+  int64_t run_src = 0, run_dst = 0, run_len = 0;
+  auto copy_run = [&] {
+    if (run_len == 0) return;
+    Tensor dst = last_.t.row_slice(run_dst, run_len);
+    be_.copy(x.row_slice(run_src, run_len), dst);
+    run_len = 0;
+  };
   for (size_t si = 0; si < plan.seqs.size(); ++si) {
     row += static_cast<int64_t>(plan.seqs[si].ids.size());
     if (!plan.seqs[si].want_output) continue;
-    Tensor dst = last_.t.row_slice(static_cast<int64_t>(wanted.size()), 1);
-    be_.copy(x.row_slice(row - 1, 1), dst);
+    if (run_len > 0 && run_src + run_len != row - 1) copy_run();
+    if (run_len == 0) {
+      run_src = row - 1;
+      run_dst = static_cast<int64_t>(wanted.size());
+    }
+    ++run_len;
     wanted.push_back(si);
   }
+  copy_run();
   if (wanted.empty()) return out;
   const int64_t m = static_cast<int64_t>(wanted.size());
   Tensor last = last_.t.row_slice(0, m);
@@ -339,12 +361,13 @@ Result<StepOutput> Qwen2Decoder::run(const StepPlan& plan, KvView& kv, const Ten
   Tensor next = Tensor::vector(next_.buf.data(), DType::kI32, m);
   be_.argmax(logits, next);
   std::vector<int32_t> ids(static_cast<size_t>(m));
-  be_.synchronize();
   be_.download(ids.data(), next_.buf.data(), ids.size() * sizeof(int32_t));
   const int64_t V = spec_.vocab_size;
   for (int64_t j = 0; j < m; ++j) {
     out.next[wanted[j]] = ids[j];
-    if (plan.return_logits) {
+    // Logits rows only for the sequences that asked (sampling, logprobs): each is a [V] host copy
+    // that the step waits on.
+    if (plan.return_logits || plan.seqs[wanted[j]].want_logits) {
       auto& dst = out.logits[wanted[j]];
       dst.resize(static_cast<size_t>(V));
       be_.download(dst.data(), static_cast<float*>(logits_.buf.data()) + j * V, static_cast<size_t>(V) * sizeof(float));

@@ -24,6 +24,7 @@ struct SequenceRows {
   const Tensor* speech = nullptr;  // F32 [F, H] on the backend: the sequence's speech rows
   int64_t speech_begin = 0;        // speech row that the chunk's first audio-token row takes
   bool want_output = true;         // return the next token (and logits if asked) of the last row
+  bool want_logits = false;        // with want_output: also return that row's logits
 };
 
 struct StepPlan {
@@ -33,7 +34,7 @@ struct StepPlan {
 
 struct StepOutput {
   std::vector<TokenId> next;                // per seq: greedy argmax of its last row (lowest id on ties); −1 if not wanted
-  std::vector<std::vector<float>> logits;   // per seq: [V] when return_logits and wanted, else empty
+  std::vector<std::vector<float>> logits;   // per seq: [V] when wanted and asked for, else empty
 };
 
 // The paged KV memory of every decoder layer (owned by the runner's KvCache).

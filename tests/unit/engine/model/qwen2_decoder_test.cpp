@@ -205,6 +205,76 @@ TEST(Qwen2Decoder, RowsOfSeveralSequencesInOneStepMatchEachAlone) {
   }
 }
 
+// A decode step (one row per sequence: the block-table width is rounded up for it) gives each
+// sequence the ids and logits of its own decode step alone, and logits only to the rows that ask.
+TEST(Qwen2Decoder, DecodeRowsOfSeveralSequencesMatchEachAloneAndReturnLogitsOnlyWhereAsked) {
+  DecoderBench b = make_decoder("hf");
+  ASSERT_TRUE(b.dec);
+  const auto cases = golden_cases();
+  std::vector<GoldenCase> gcs;
+  for (size_t i = 0; i < cases.size() && gcs.size() < 3; ++i) {
+    if (cases[i] == "long") continue;
+    gcs.emplace_back(cases[i]);
+    ASSERT_TRUE(gcs.back().ok());
+  }
+  ASSERT_GE(gcs.size(), 2u);
+  std::vector<DeviceTensor> speech;
+  for (auto& gc : gcs) speech.push_back(upload_golden(*b.be, gc.tensor("speech_embeds")));
+  // Alone: prefill, then one decode row, each sequence in its own pool.
+  std::vector<TokenId> first;
+  std::vector<StepOutput> alone;
+  for (size_t i = 0; i < gcs.size(); ++i) {
+    const int64_t T = static_cast<int64_t>(gcs[i].prompt_ids().size());
+    TestKv kv = make_test_kv(*b.be, b.ckpt->spec().decoder, T + 1);
+    auto pre = b.dec->forward(one_sequence(gcs[i].prompt_ids(), 0, T + 1, &speech[i].t, 0), kv.view);
+    ASSERT_TRUE(pre.is_ok()) << pre.status().to_string();
+    first.push_back(pre->next[0]);
+    auto dec = b.dec->forward(one_sequence({pre->next[0]}, T, T + 1, nullptr, 0), kv.view);
+    ASSERT_TRUE(dec.is_ok()) << dec.status().to_string();
+    alone.push_back(*dec);
+  }
+  // Together: one pool, disjoint block tables; a prefill step, then a decode step in which only
+  // the second sequence asks for logits.
+  int64_t total = 0;
+  for (auto& gc : gcs) total += static_cast<int64_t>(gc.prompt_ids().size()) + 16;
+  TestKv kv = make_test_kv(*b.be, b.ckpt->spec().decoder, total);
+  StepPlan pre;
+  BlockId next_block = 0;
+  for (size_t i = 0; i < gcs.size(); ++i) {
+    SequenceRows s;
+    s.ids = gcs[i].prompt_ids();
+    const int64_t blocks = (static_cast<int64_t>(s.ids.size()) + 1 + 15) / 16;
+    for (int64_t k = 0; k < blocks; ++k) s.blocks.push_back(next_block++);
+    s.speech = &speech[i].t;
+    pre.seqs.push_back(std::move(s));
+  }
+  auto p = b.dec->forward(pre, kv.view);
+  ASSERT_TRUE(p.is_ok()) << p.status().to_string();
+  StepPlan step;
+  for (size_t i = 0; i < gcs.size(); ++i) {
+    EXPECT_EQ(p->next[i], first[i]) << gcs[i].name();
+    EXPECT_TRUE(p->logits[i].empty()) << gcs[i].name() << ": logits nobody asked for";
+    SequenceRows s;
+    s.ids = {p->next[i]};
+    s.start_pos = static_cast<int64_t>(gcs[i].prompt_ids().size());
+    s.blocks = pre.seqs[i].blocks;
+    s.want_logits = i == 1;
+    step.seqs.push_back(std::move(s));
+  }
+  auto d = b.dec->forward(step, kv.view);
+  ASSERT_TRUE(d.is_ok()) << d.status().to_string();
+  for (size_t i = 0; i < gcs.size(); ++i) {
+    EXPECT_EQ(d->next[i], alone[i].next[0]) << gcs[i].name();
+    if (i != 1) {
+      EXPECT_TRUE(d->logits[i].empty()) << gcs[i].name() << ": logits nobody asked for";
+      continue;
+    }
+    ASSERT_EQ(d->logits[i].size(), alone[i].logits[0].size()) << gcs[i].name();
+    const Diff diff = compare(d->logits[i].data(), alone[i].logits[0].data(), alone[i].logits[0].size());
+    EXPECT_LE(diff.rel_l2, 1e-6) << gcs[i].name();
+  }
+}
+
 TEST(Qwen2Decoder, AudioRowsWithoutSpeechRowsAreRefused) {
   DecoderBench b = make_decoder("hf");
   ASSERT_TRUE(b.dec);
