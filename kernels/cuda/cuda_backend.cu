@@ -398,6 +398,7 @@ class CudaBackend final : public Backend {
     for (size_t i = 0; i < ops.size();) {
       size_t used = fuse_gemv_at(recs, i, out);
       if (!used) used = fuse_rope_kv_at(recs, i, out);
+      if (!used && lt_fuse_) used = fuse_lt_operand_at(recs, i, out);
       if (used) {
         i += used;
         continue;
@@ -525,6 +526,65 @@ class CudaBackend final : public Backend {
       launched("decode_gemv");
     });
     return q - i;
+  }
+
+  // bf16 mode, M ≥ 2 (VV_CUDA_LT_FUSE=1): an rms_norm or silu_mul whose output is the A operand of
+  // the tensor-core GEMMs right after it (q/k/v, gate_up; down) writes that operand in bf16 itself
+  // (rms_norm_pack / silu_mul_pack: the same bits pack_rows_half makes of its f32 output, which it
+  // still writes), and those GEMMs skip their own pack: one pass over the rows instead of one per
+  // GEMM.
+  size_t fuse_lt_operand_at(const std::vector<OpRec>& recs, size_t i, std::vector<std::function<void()>>& out) {
+    if (compute_ != CudaCompute::kBF16 || !lt_api_) return 0;
+    const OpRec& p = recs[i];
+    if (p.kind != OpRec::kRmsNorm && p.kind != OpRec::kSiluMul) return 0;
+    const Tensor& y = p.out;  // the producer's output: the GEMMs' A
+    const int64_t M = y.rows(), K = y.cols();
+    if (M <= kSkinnyRowsBf16 || y.dtype != DType::kF32 || y.ndim != 2 || K == 0) return 0;
+    if (p.kind == OpRec::kRmsNorm && (p.a.dtype != DType::kF32 || p.a.rows() != M || p.a.cols() != K)) return 0;
+    if (p.kind == OpRec::kSiluMul && (p.a.dtype != DType::kF32 || p.a.rows() != M || p.a.cols() != 2 * K ||
+                                      overlap_rows(y, p.a)))
+      return 0;
+    size_t j = i + 1;
+    DType wt = DType::kF32;
+    while (j < recs.size() && recs[j].kind == OpRec::kGemm) {
+      const OpRec& g = recs[j];
+      const bool half_w = g.w.dtype == DType::kBF16 || g.w.dtype == DType::kF16;
+      if (!half_w || (j > i + 1 && g.w.dtype != wt) || g.a.data != y.data || g.a.rows() != M ||
+          g.a.cols() != K || g.a.row_stride() != y.row_stride() || g.out.rows() != M || overlap_rows(g.out, y))
+        break;
+      wt = g.w.dtype;
+      ++j;
+    }
+    if (j == i + 1) return 0;
+    std::vector<OpRec> gemms(recs.begin() + static_cast<std::ptrdiff_t>(i + 1),
+                             recs.begin() + static_cast<std::ptrdiff_t>(j));
+    const OpRec prod = p;
+    out.push_back([=, this] {
+      const bool norm = prod.kind == OpRec::kRmsNorm;
+      if (!ensure_pack(static_cast<size_t>(M * K) * 2)) return;
+      {
+        OpTimer timer(this, norm ? "rms_norm.pack" : "silu_mul.pack");
+        Tensor o = prod.out;
+        if (norm) {
+          cuda::rms_norm_pack(prod.a, prod.w, prod.f, o, pack_, wt, stream_);
+        } else {
+          cuda::silu_mul_pack(prod.a, o, pack_, wt, stream_);
+        }
+        launched(norm ? "rms_norm" : "silu_mul");
+      }
+      for (const OpRec& g : gemms) {
+        OpTimer timer(this, "gemm.cublaslt_packed");
+        Tensor o = g.out;
+        gemm_lt_packed(g.a, g.w, g.hb ? g.b.ptr<const float>() : nullptr, o, g.ep);
+        launched("gemm");
+      }
+    });
+    return j - i;
+  }
+  // Whether two F32 2-D views share an element (by address range).
+  static bool overlap_rows(const Tensor& a, const Tensor& b) {
+    const int64_t na = (a.rows() - 1) * a.row_stride() + a.cols(), nb = (b.rows() - 1) * b.row_stride() + b.cols();
+    return overlap(a.data, na, b.data, nb);
   }
 
   size_t fuse_rope_kv_at(const std::vector<OpRec>& recs, size_t i, std::vector<std::function<void()>>& out) {
@@ -972,22 +1032,33 @@ class CudaBackend final : public Backend {
     return ok ? &p : nullptr;
   }
 
-  void gemm_lt(const Tensor& a, const Tensor& w, const float* bias, Tensor& out, Epilogue ep) {
-    const int64_t M = out.rows(), N = out.cols(), K = a.cols();
-    const size_t need = static_cast<size_t>(M * K) * 2;
-    if (need > pack_bytes_) {  // grows with the largest prefill chunk; never on the decode path
-      if (capturing_) {
-        capture_broken_ = true;
-        return;
-      }
-      workspace_moved();
-      if (pack_) cudaFree(pack_);
-      pack_ = nullptr;
-      pack_bytes_ = 0;
-      if (!check(cudaMalloc(&pack_, need), "cudaMalloc GEMM operand")) return;
-      pack_bytes_ = need;
+  // The 16-bit A operand buffer holds at least `need` bytes (false: not now; inside a capture the
+  // capture is marked broken and the flush runs its ops eagerly).
+  bool ensure_pack(size_t need) {
+    if (need <= pack_bytes_) return true;  // grows with the largest prefill chunk; never on the decode path
+    if (capturing_) {
+      capture_broken_ = true;
+      return false;
     }
+    workspace_moved();
+    if (pack_) cudaFree(pack_);
+    pack_ = nullptr;
+    pack_bytes_ = 0;
+    if (!check(cudaMalloc(&pack_, need), "cudaMalloc GEMM operand")) return false;
+    pack_bytes_ = need;
+    return true;
+  }
+
+  void gemm_lt(const Tensor& a, const Tensor& w, const float* bias, Tensor& out, Epilogue ep) {
+    const int64_t M = out.rows(), K = a.cols();
+    if (!ensure_pack(static_cast<size_t>(M * K) * 2)) return;
     cuda::pack_rows_half(a, pack_, w.dtype, stream_);
+    gemm_lt_packed(a, w, bias, out, ep);
+  }
+
+  // gemm_lt once pack_ holds a's rows in w's 16-bit type (a itself is read only by the fallback).
+  void gemm_lt_packed(const Tensor& a, const Tensor& w, const float* bias, Tensor& out, Epilogue ep) {
+    const int64_t M = out.rows(), N = out.cols(), K = a.cols();
     Plan* p = plan_for(M, N, K, out.row_stride(), w.dtype, bias != nullptr, static_cast<int>(ep));
     if (!p) {  // no cuBLASLt algorithm for this shape/alignment: the SIMT path is always valid
       cuda::gemm_f32(a, w, bias, out, ep, stream_);
@@ -1047,6 +1118,9 @@ class CudaBackend final : public Backend {
   std::string sig_;
   std::map<std::string, GraphEntry> graphs_;
   bool capturing_ = false, capture_broken_ = false;
+  // VV_CUDA_LT_FUSE=1: bf16 GEMM operands written by the rms_norm/silu_mul before them
+  // (fuse_lt_operand_at); off by default until measured on the GPU.
+  bool lt_fuse_ = std::getenv("VV_CUDA_LT_FUSE") && std::string(std::getenv("VV_CUDA_LT_FUSE")) == "1";
   struct GraphStats {
     int64_t replayed = 0, captured = 0, first = 0, ungraphed = 0, clears = 0;
   } gstat_;

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/cuda/cuda_ops.cuh"
 #include "kernels/cuda/decode_ops.cuh"
@@ -390,6 +391,48 @@ __global__ void rms_norm_warp_kernel(const float* x, int64_t ldx, const WT* __re
   }
 }
 
+// rms_norm (the same two reduction orders, the same arithmetic) that also writes each output value
+// rounded to PT into pack, contiguous [rows, C]: what pack_rows_half would make of out.
+template <typename WT, typename PT>
+__global__ void rms_norm_pack_kernel(const float* x, int64_t ldx, const WT* __restrict__ w, float eps, float* out,
+                                     int64_t ldo, int64_t C, PT* __restrict__ pack) {
+  __shared__ float scratch[32];
+  const float* xr = x + blockIdx.x * ldx;
+  float* orow = out + blockIdx.x * ldo;
+  PT* prow = pack + blockIdx.x * C;
+  float ss = 0.f;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) ss = fmaf(xr[c], xr[c], ss);
+  ss = block_sum(ss, scratch);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(C) + eps);
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    const float n = xr[c] * inv;
+    const float v = n * to_f32(w[c]);
+    orow[c] = v;
+    prow[c] = from_f32<PT>(v);
+  }
+}
+
+template <typename WT, typename PT>
+__global__ void rms_norm_pack_warp_kernel(const float* x, int64_t ldx, const WT* __restrict__ w, float eps,
+                                          float* out, int64_t ldo, int64_t R, int64_t C, PT* __restrict__ pack) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (r >= R) return;
+  const int lane = threadIdx.x & 31;
+  const float* xr = x + r * ldx;
+  float* orow = out + r * ldo;
+  PT* prow = pack + r * C;
+  float ss = 0.f;
+  for (int64_t c = lane; c < C; c += 32) ss = fmaf(xr[c], xr[c], ss);
+  ss = warp_sum(ss);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(C) + eps);
+  for (int64_t c = lane; c < C; c += 32) {
+    const float n = xr[c] * inv;
+    const float v = n * to_f32(w[c]);
+    orow[c] = v;
+    prow[c] = from_f32<PT>(v);
+  }
+}
+
 template <typename WT>
 __global__ void dwconv_kernel(const float* __restrict__ x, int64_t ldx, const float* __restrict__ hist, int64_t ldh,
                               const WT* __restrict__ w, int64_t ldw, const float* __restrict__ bias, float* out,
@@ -439,6 +482,20 @@ __global__ void silu_mul_kernel(const float* __restrict__ g, int64_t ldg, float*
   row_col(i, I, r, c);
   const float* gr = g + r * ldg;
   out[r * ldo + c] = silu(gr[c]) * gr[I + c];
+}
+
+// silu_mul that also writes each output value rounded to PT into pack, contiguous [R, I].
+template <typename PT>
+__global__ void silu_mul_pack_kernel(const float* __restrict__ g, int64_t ldg, float* __restrict__ out, int64_t ldo,
+                                     int64_t R, int64_t I, PT* __restrict__ pack) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= R * I) return;
+  int64_t r, c;
+  row_col(i, I, r, c);
+  const float* gr = g + r * ldg;
+  const float v = silu(gr[c]) * gr[I + c];
+  out[r * ldo + c] = v;
+  pack[i] = from_f32<PT>(v);
 }
 
 template <typename TT>
@@ -853,6 +910,44 @@ void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out, cud
                     rms_norm_kernel<WT><<<static_cast<unsigned>(x.rows()), threads, 0, s>>>(
                         x.ptr<const float>(), x.row_stride(), static_cast<const WT*>(weight.data), eps,
                         out.ptr<float>(), out.row_stride(), x.cols()));
+}
+
+void rms_norm_pack(const Tensor& x, const Tensor& weight, float eps, Tensor& out, void* pack, DType pack_t,
+                   cudaStream_t s) {
+  if (x.rows() == 0) return;
+  auto launch = [&](auto* p) {
+    using PT = std::remove_pointer_t<decltype(p)>;
+    if (x.cols() <= 1024) {
+      VV_DISPATCH_FLOAT(weight.dtype, WT,
+                        rms_norm_pack_warp_kernel<WT, PT><<<blocks_for(x.rows(), 8), 256, 0, s>>>(
+                            x.ptr<const float>(), x.row_stride(), static_cast<const WT*>(weight.data), eps,
+                            out.ptr<float>(), out.row_stride(), x.rows(), x.cols(), p));
+      return;
+    }
+    VV_DISPATCH_FLOAT(weight.dtype, WT,
+                      rms_norm_pack_kernel<WT, PT><<<static_cast<unsigned>(x.rows()), 512, 0, s>>>(
+                          x.ptr<const float>(), x.row_stride(), static_cast<const WT*>(weight.data), eps,
+                          out.ptr<float>(), out.row_stride(), x.cols(), p));
+  };
+  if (pack_t == DType::kF16) {
+    launch(static_cast<__half*>(pack));
+  } else {
+    launch(static_cast<__nv_bfloat16*>(pack));
+  }
+}
+
+void silu_mul_pack(const Tensor& gate_up, Tensor& out, void* pack, DType pack_t, cudaStream_t s) {
+  const int64_t n = out.rows() * out.cols();
+  if (n == 0) return;
+  if (pack_t == DType::kF16) {
+    silu_mul_pack_kernel<__half><<<blocks_for(n, 256), 256, 0, s>>>(gate_up.ptr<const float>(), gate_up.row_stride(),
+                                                                    out.ptr<float>(), out.row_stride(), out.rows(),
+                                                                    out.cols(), static_cast<__half*>(pack));
+  } else {
+    silu_mul_pack_kernel<__nv_bfloat16><<<blocks_for(n, 256), 256, 0, s>>>(
+        gate_up.ptr<const float>(), gate_up.row_stride(), out.ptr<float>(), out.row_stride(), out.rows(), out.cols(),
+        static_cast<__nv_bfloat16*>(pack));
+  }
 }
 
 void depthwise_conv1d_causal(const Tensor& x, const Tensor& history, const Tensor& w, const Tensor& bias,

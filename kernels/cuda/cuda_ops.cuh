@@ -37,11 +37,18 @@ void pack_rows_half(const Tensor& a, void* dst, DType to, cudaStream_t s);
 void gelu_inplace(Tensor& out, cudaStream_t s);
 
 void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out, cudaStream_t s);
+// rms_norm that also writes its output rounded to pack_t (BF16/F16) into `pack`, contiguous
+// [rows, cols]: the A operand of the tensor-core GEMMs that read it, the same bits as
+// pack_rows_half(out) (the GEMMs then skip their pack).
+void rms_norm_pack(const Tensor& x, const Tensor& weight, float eps, Tensor& out, void* pack, DType pack_t,
+                   cudaStream_t s);
 void depthwise_conv1d_causal(const Tensor& x, const Tensor& history, const Tensor& w, const Tensor& bias,
                              Tensor& out, cudaStream_t s);
 void add_scaled(Tensor& x, const Tensor& scale, const Tensor& y, cudaStream_t s);
 void add(const Tensor& a, const Tensor& b, Tensor& out, cudaStream_t s);
 void silu_mul(const Tensor& gate_up, Tensor& out, cudaStream_t s);
+// silu_mul that also writes its output rounded to pack_t into `pack` [rows, cols] contiguous.
+void silu_mul_pack(const Tensor& gate_up, Tensor& out, void* pack, DType pack_t, cudaStream_t s);
 void embedding(const Tensor& table, const Tensor& ids, Tensor& out, cudaStream_t s);
 // inv_freq: device F32 [head_dim/2], computed on the host exactly as the reference does.
 void rope(Tensor& x, const Tensor& pos, int heads, int head_dim, const float* inv_freq, cudaStream_t s);

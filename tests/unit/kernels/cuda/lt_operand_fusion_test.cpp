@@ -1,0 +1,131 @@
+// The bf16 operand fusion of the CUDA backend's tensor-core GEMMs (VV_CUDA_LT_FUSE=1, M ≥ 2): an
+// rms_norm or silu_mul whose output is the A operand of the GEMMs right after it writes that operand
+// in bf16/f16 itself and the GEMMs skip their pack. A decoder layer's op sequence (rms_norm → q/k/v
+// with bias; rms_norm → gate_up → silu_mul → down with residual) must give the same bits as without
+// the fusion, every output written, and really be fused (the profiler's table names the fused ops).
+// Odd, prime and production shapes, both rms_norm reduction orders (≤ 1024 and > 1024 columns), BF16
+// and F16 weights. Labelled gpu: skipped with the reason where no GPU is usable.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "tests/unit/kernels/cuda/cuda_test_util.h"
+
+namespace vv::test {
+namespace {
+
+struct FuseCase {
+  int64_t M, H, I, qd, kvd;
+  DType wt;
+};
+
+struct FuseOut {
+  std::vector<float> a, q, k, v, a2, gu, m, x;
+};
+
+struct FuseData {
+  HostMatrix x, g1, g2, wq, bq, wk, bk, wv, bv, wgu, wd;
+};
+
+FuseData make_data(const FuseCase& c, uint32_t seed) {
+  FuseData d;
+  const float ws = 1.0f / std::sqrt(static_cast<float>(c.H));
+  d.x = random_matrix(c.M, c.H, DType::kF32, seed, 3.0f);
+  d.g1 = random_matrix(1, c.H, DType::kF32, seed + 1, 2.0f);
+  d.g2 = random_matrix(1, c.H, DType::kF32, seed + 2, 2.0f);
+  d.wq = random_matrix(c.qd, c.H, c.wt, seed + 3, ws);
+  d.bq = random_matrix(1, c.qd, DType::kF32, seed + 4, 0.1f);
+  d.wk = random_matrix(c.kvd, c.H, c.wt, seed + 5, ws);
+  d.bk = random_matrix(1, c.kvd, DType::kF32, seed + 6, 0.1f);
+  d.wv = random_matrix(c.kvd, c.H, c.wt, seed + 7, ws);
+  d.bv = random_matrix(1, c.kvd, DType::kF32, seed + 8, 0.1f);
+  d.wgu = random_matrix(2 * c.I, c.H, c.wt, seed + 9, ws);
+  d.wd = random_matrix(c.H, c.I, c.wt, seed + 10, 1.0f / std::sqrt(static_cast<float>(c.I)));
+  return d;
+}
+
+// The layer's ops issued back to back (one flush), then every output downloaded.
+FuseOut run_layer(Backend& be, const FuseCase& c, FuseData& d) {
+  DeviceMatrix x = to_device(be, d.x), g1 = to_device(be, d.g1), g2 = to_device(be, d.g2);
+  DeviceMatrix wq = to_device(be, d.wq), bq = to_device(be, d.bq), wk = to_device(be, d.wk);
+  DeviceMatrix bk = to_device(be, d.bk), wv = to_device(be, d.wv), bv = to_device(be, d.bv);
+  DeviceMatrix wgu = to_device(be, d.wgu), wd = to_device(be, d.wd);
+  DeviceMatrix a = poisoned(be, c.M, c.H), q = poisoned(be, c.M, c.qd), k = poisoned(be, c.M, c.kvd);
+  DeviceMatrix v = poisoned(be, c.M, c.kvd), a2 = poisoned(be, c.M, c.H), gu = poisoned(be, c.M, 2 * c.I);
+  DeviceMatrix m = poisoned(be, c.M, c.I);
+  const Tensor g1v = Tensor::vector(g1.buf.data(), DType::kF32, c.H);
+  const Tensor g2v = Tensor::vector(g2.buf.data(), DType::kF32, c.H);
+  const Tensor bqv = Tensor::vector(bq.buf.data(), DType::kF32, c.qd);
+  const Tensor bkv = Tensor::vector(bk.buf.data(), DType::kF32, c.kvd);
+  const Tensor bvv = Tensor::vector(bv.buf.data(), DType::kF32, c.kvd);
+  be.synchronize();
+  be.rms_norm(x.t, g1v, 1e-6f, a.t);
+  be.gemm(a.t, wq.t, &bqv, q.t, Epilogue::kNone);
+  be.gemm(a.t, wk.t, &bkv, k.t, Epilogue::kNone);
+  be.gemm(a.t, wv.t, &bvv, v.t, Epilogue::kNone);
+  be.rms_norm(x.t, g2v, 1e-6f, a2.t);
+  be.gemm(a2.t, wgu.t, nullptr, gu.t, Epilogue::kNone);
+  be.silu_mul(gu.t, m.t);
+  be.gemm(m.t, wd.t, nullptr, x.t, Epilogue::kAddResidual);
+  FuseOut o;
+  o.a = download_f32(be, a.t), o.q = download_f32(be, q.t), o.k = download_f32(be, k.t);
+  o.v = download_f32(be, v.t), o.a2 = download_f32(be, a2.t), o.gu = download_f32(be, gu.t);
+  o.m = download_f32(be, m.t), o.x = download_f32(be, x.t);
+  return o;
+}
+
+Result<std::unique_ptr<Backend>> bf16_backend_with(
+    const std::vector<std::pair<const char*, const char*>>& env) {
+  for (const auto& [k, v] : env) ::setenv(k, v, 1);
+  BackendOptions opt;
+  opt.gpu_bf16_gemm = true;
+  auto be = make_backend("cuda:0", opt);
+  for (const auto& [k, v] : env) ::unsetenv(k);
+  return be;
+}
+
+TEST(CudaLtOperandFusion, LayerOpSequenceFusedEqualsUnfusedBitwise) {
+  VV_CUDA_BACKEND_OR_SKIP(plain, true);
+  auto fused = bf16_backend_with({{"VV_CUDA_LT_FUSE", "1"}, {"VV_CUDA_PROFILE", "1"}});
+  ASSERT_TRUE(fused.is_ok()) << fused.status().to_string();
+  const FuseCase cases[] = {{2, 136, 264, 136, 40, DType::kBF16},      // two rows, odd widths, the warp norm
+                            {37, 1032, 520, 1032, 264, DType::kBF16},  // > 1024 columns: the block norm order
+                            {131, 896, 4864, 896, 128, DType::kF16},   // prime rows, f16 weights
+                            {64, 3584, 18944, 3584, 512, DType::kBF16}};  // Qwen2.5-7B, a 64-row decode step
+  uint32_t seed = 900;
+  for (const FuseCase& c : cases) {
+    const std::string what = "M=" + std::to_string(c.M) + " H=" + std::to_string(c.H) +
+                             " I=" + std::to_string(c.I) + " " + dtype_name(c.wt);
+    FuseData d = make_data(c, seed);
+    seed += 20;
+    const FuseOut want = run_layer(*plain, c, d);
+    (void)backend_profile_report(**fused);
+    const FuseOut got = run_layer(**fused, c, d);
+    const std::string table = backend_profile_report(**fused);
+    EXPECT_NE(table.find("rms_norm.pack"), std::string::npos) << what << ": rms_norm not fused\n" << table;
+    EXPECT_NE(table.find("silu_mul.pack"), std::string::npos) << what << ": silu_mul not fused\n" << table;
+    EXPECT_NE(table.find("gemm.cublaslt_packed"), std::string::npos) << what << ": GEMMs still pack\n"
+                                                                     << table;
+    EXPECT_EQ(table.find("gemm.cublaslt "), std::string::npos) << what << ": a GEMM packed its own A\n"
+                                                               << table;
+    auto same = [&](const std::vector<float>& x, const std::vector<float>& y, const char* name) {
+      ASSERT_EQ(x.size(), y.size()) << what << " " << name;
+      for (float f : x) ASSERT_FALSE(std::isnan(f)) << what << ": " << name << " not written";
+      EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size() * sizeof(float)), 0)
+          << what << ": fused " << name << " differs from the unfused ops";
+    };
+    same(got.a, want.a, "norm output");
+    same(got.q, want.q, "q");
+    same(got.k, want.k, "k");
+    same(got.v, want.v, "v");
+    same(got.a2, want.a2, "second norm output");
+    same(got.gu, want.gu, "gate_up");
+    same(got.m, want.m, "silu_mul");
+    same(got.x, want.x, "residual");
+  }
+}
+
+}  // namespace
+}  // namespace vv::test
