@@ -982,11 +982,16 @@ class CudaBackend final : public Backend {
   }
 
   // ---- cuBLASLt ------------------------------------------------------------------------------
+  static constexpr int kMaxLtAlgos = 16;
   struct Plan {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t wl = nullptr, al = nullptr, dl = nullptr;
     cublasLtMatmulAlgo_t algo{};
     bool ok = false;
+    // VV_CUDA_LT_ALGOS > 1: the heuristic's candidates, best first.
+    std::array<cublasLtMatmulAlgo_t, kMaxLtAlgos> cands{};
+    int ncands = 0;
+    bool tuned = false;
   };
   using PlanKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int, bool, int>;
 
@@ -1022,12 +1027,13 @@ class CudaBackend final : public Backend {
     ok = ok && lt_api_->pref_create(&pref) == 0;
     ok = ok && lt_api_->pref_set_attribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &lt_ws_bytes_,
                                                     sizeof(lt_ws_bytes_)) == 0;
-    cublasLtMatmulHeuristicResult_t res{};
+    cublasLtMatmulHeuristicResult_t res[kMaxLtAlgos] = {};
     int found = 0;
-    ok = ok && lt_api_->algo_get_heuristic(lt_, p.desc, p.wl, p.al, p.dl, p.dl, pref, 1, &res, &found) == 0 &&
+    ok = ok && lt_api_->algo_get_heuristic(lt_, p.desc, p.wl, p.al, p.dl, p.dl, pref, lt_algos_, res, &found) == 0 &&
          found > 0;
     if (pref) lt_api_->pref_destroy(pref);
-    if (ok) p.algo = res.algo;
+    if (ok) p.algo = res[0].algo;
+    for (int k = 0; ok && lt_algos_ > 1 && k < found; ++k) p.cands[static_cast<size_t>(p.ncands++)] = res[k].algo;
     p.ok = ok;
     return ok ? &p : nullptr;
   }
@@ -1066,6 +1072,7 @@ class CudaBackend final : public Backend {
     }
     if (bias) lt_api_->desc_set_attribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
     const float alpha = 1.0f, beta = ep == Epilogue::kAddResidual ? 1.0f : 0.0f;
+    if (!p->tuned && p->ncands > 1 && !capturing_) tune_plan(*p, w, M, N, K, out.row_stride(), alpha, beta);
     const cublasStatus_t st = lt_api_->matmul(lt_, p->desc, &alpha, w.data, p->wl, pack_, p->al, &beta, out.data, p->dl,
                                              out.data, p->dl, &p->algo, lt_ws_, lt_ws_bytes_, stream_);
     if (st != CUBLAS_STATUS_SUCCESS && first_error_.empty()) {
@@ -1074,6 +1081,58 @@ class CudaBackend final : public Backend {
     }
     if (ep == Epilogue::kGelu) cuda::gelu_inplace(out, stream_);  // cuBLASLt's GELU is the tanh form
   }
+
+  // VV_CUDA_LT_ALGOS=N (> 1; an experiment, off by default): on a plan's first use (never inside a
+  // capture) time the heuristic's first N algorithms on this shape, into a scratch output, and keep
+  // the fastest; one line per shape on stderr. Which algorithm wins may differ between runs, so the
+  // bf16 results may too.
+  void tune_plan(Plan& p, const Tensor& w, int64_t M, int64_t N, int64_t K, int64_t ldd, float alpha, float beta) {
+    p.tuned = true;
+    void* d = nullptr;
+    if (cudaMalloc(&d, static_cast<size_t>(M * ldd) * sizeof(float)) != cudaSuccess) {
+      cudaGetLastError();
+      return;
+    }
+    cudaEvent_t e0 = nullptr, e1 = nullptr;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    float best = 0, first = 0;
+    size_t best_k = 0;
+    for (size_t k = 0; k < static_cast<size_t>(p.ncands); ++k) {
+      auto run = [&] {
+        return lt_api_->matmul(lt_, p.desc, &alpha, w.data, p.wl, pack_, p.al, &beta, d, p.dl, d, p.dl, &p.cands[k],
+                               lt_ws_, lt_ws_bytes_, stream_);
+      };
+      if (run() != CUBLAS_STATUS_SUCCESS) continue;
+      cudaEventRecord(e0, stream_);
+      for (int r = 0; r < 3; ++r) run();
+      cudaEventRecord(e1, stream_);
+      cudaEventSynchronize(e1);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, e0, e1);
+      if (k == 0) first = ms / 3;
+      if (best == 0 || ms / 3 < best) {
+        best = ms / 3;
+        best_k = k;
+      }
+    }
+    cudaGetLastError();
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cudaFree(d);
+    p.algo = p.cands[best_k];
+    std::fprintf(stderr,
+                 "vibevoice: cuBLASLt M=%lld N=%lld K=%lld: heuristic's first %.1f us, "
+                 "best (#%zu of %zu) %.1f us\n",
+                 static_cast<long long>(M), static_cast<long long>(N), static_cast<long long>(K), 1e3 * first, best_k,
+                 static_cast<size_t>(p.ncands), 1e3 * best);
+  }
+  static int lt_algos_from_env() {
+    const char* v = std::getenv("VV_CUDA_LT_ALGOS");
+    const int n = v ? std::atoi(v) : 1;
+    return n < 1 ? 1 : (n > kMaxLtAlgos ? kMaxLtAlgos : n);
+  }
+  int lt_algos_ = lt_algos_from_env();
 
   int device_ = 0;
   CudaCompute compute_ = CudaCompute::kF32;
