@@ -225,9 +225,9 @@ class Backend {
   virtual void add(const Tensor& a, const Tensor& b, Tensor& out) = 0;
 
   // A ConvNeXt mixer branch in place: u = rms_norm(x), x += gamma ⊙ depthwise_conv1d_causal(u, history).
-  // u F32 [T, C] is an output (the caller carries its last rows as the next segment's history); v
-  // F32 [T, C] is scratch. The default is exactly that sequence of the ops above; a backend may fuse
-  // the conv with the scaled residual (then v is unspecified).
+  // u F32 [T, C]: only its last min(T, K−1) rows are an output (the caller carries them as the next
+  // segment's history); the rest of u and v F32 [T, C] are scratch. The default is exactly that
+  // sequence of the ops above; a backend may fuse it (then only u's last rows are defined).
   virtual void conv_mixer(Tensor& x, const Tensor& norm_w, float eps, const Tensor& history, const Tensor& w,
                           const Tensor& bias, const Tensor& gamma, Tensor& u, Tensor& v) {
     rms_norm(x, norm_w, eps, u);
