@@ -1,11 +1,23 @@
 // The encoders' ConvNeXt FFN branch in one kernel (see encoder_ops.cuh). Unfused, a stage-0 block
 // (1.44 M rows × 32 channels, hidden 128) moves ~28 passes over x through HBM (f32 hidden rows
 // written, GELU'd in place, packed to bf16, read back); fused it reads x and writes it once.
-// One block of 4 warps per tile of 64 rows, 16 rows per warp; C ∈ {32, 64, 128, 256}.
+// 8 warps of 16 rows each. Two forms:
+//  - resident (C ∈ {32, 64}, E = 4C): both weights (≤ 70 KB of bf16) are loaded into shared memory
+//    once per block and the block's warps then walk 16-row tiles on their own, with no block barrier
+//    (grid = the blocks that fit at once);
+//  - streamed (C ∈ {32, 64, 128, 256}, any E multiple of 64): one block per 128 rows, the weights
+//    come in chunks of 64 hidden columns through a cp.async double buffer, so the next chunk loads
+//    while the tensor cores work on this one;
+//  - wide (C = 512): the output columns split over warps, h passed through shared memory (below).
+// The first version (4 warps, 64 rows, chunks loaded synchronously between two barriers, norm of one
+// row at a time) ran at ~74 TFLOP/s over stages 0-3.
 #include <cuda_bf16.h>
+#include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 
 #include "kernels/cuda/encoder_ops.cuh"
 #include "kernels/cuda/mma_util.cuh"
@@ -18,138 +30,127 @@ using mma::ldsm_b_nmajor;
 using mma::mma_bf16;
 using mma::pack_bf16;
 
-constexpr int kRows = 64;      // rows per block
-constexpr int kThreads = 128;  // 4 warps × 16 rows
-constexpr int kHid = 64;       // hidden columns per chunk
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kWarpRows = 16;
+constexpr int kTileRows = kWarps * kWarpRows;  // rows per block of the streamed form
+constexpr int kHid = 64;                       // hidden columns per chunk
 
 __device__ __forceinline__ float gelu_erf(float x) {
   return x * 0.5f * (1.0f + erff(x * 0.70710678118654752440f));
 }
 
-template <int C>
-constexpr size_t ffn_smem_bytes() {
-  // U [64][C+8], W1 chunk [64][C+8], W2 chunk [C][64+8], all bf16.
-  return (static_cast<size_t>(kRows) * (C + 8) + static_cast<size_t>(kHid) * (C + 8) +
-          static_cast<size_t>(C) * (kHid + 8)) *
-         2;
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(mma::smem_addr(smem)), "l"(gmem)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-// One kernel for the branch's whole data flow (norm, GEMM, GELU, GEMM, scaled residual): the hidden
-// rows (4× the width of x) exist only in registers, which is the point.
+// RMSNorm (f32, as rms_norm computes it) of the 16 rows r0.. into Uw [16][LDU], rounded to bf16;
+// rows ≥ T give zeros. G rows' loads are issued before any is used (one row at a time left each
+// warp waiting out a full memory latency per row).
+template <int C, int LDU>
+__device__ __forceinline__ void norm_rows(const float* x, int64_t ldx, int64_t T, int64_t r0,
+                                          const float* __restrict__ norm_w, float eps, __nv_bfloat16* Uw,
+                                          int lane) {
+  constexpr int kPer = C / 32;
+  constexpr int G = 1024 / C < kWarpRows ? 1024 / C : kWarpRows;
+#pragma unroll 1
+  for (int i0 = 0; i0 < kWarpRows; i0 += G) {
+    float xv[G][kPer];
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+      const int64_t r = r0 + i0 + i;
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) xv[i][e] = r < T ? x[r * ldx + lane + 32 * e] : 0.f;
+    }
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+      float ss = 0.f;
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) ss = fmaf(xv[i][e], xv[i][e], ss);
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+      const float inv = 1.0f / sqrtf(ss / static_cast<float>(C) + eps);
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) {
+        const int c = lane + 32 * e;
+        Uw[(i0 + i) * LDU + c] = __float2bfloat16_rn(xv[i][e] * inv * norm_w[c]);
+      }
+    }
+  }
+}
+
+// One chunk of 64 hidden columns for a warp's 16 rows: h = U·W1cᵀ (W1c: hidden rows, stride LDW1),
+// bias and GELU in f32, rounded to bf16 and multiplied straight into acc by W2c (output rows, the
+// chunk's hidden columns first, stride LDW2). U's A fragments come from uf (kHoldU) or Uw.
+template <int C, int LDU, int LDW1, int LDW2, bool kHoldU>
+__device__ __forceinline__ void ffn_chunk(const __nv_bfloat16* Uw,
+                                          const uint32_t (&uf)[kHoldU ? C / 16 : 1][4],
+                                          const __nv_bfloat16* W1c, const __nv_bfloat16* W2c,
+                                          const float* __restrict__ b1c, float (&acc)[C / 8][4], int lane) {
+  constexpr int KC = C / 16;
+  const int t4 = lane & 3;
+  float h[kHid / 8][4];
+#pragma unroll
+  for (int nt = 0; nt < kHid / 8; ++nt) h[nt][0] = h[nt][1] = h[nt][2] = h[nt][3] = 0.f;
+#pragma unroll
+  for (int kd = 0; kd < KC; ++kd) {
+    uint32_t ua[4];
+    if constexpr (kHoldU) {
+      ua[0] = uf[kd][0], ua[1] = uf[kd][1], ua[2] = uf[kd][2], ua[3] = uf[kd][3];
+    } else {
+      ldsm_a(Uw + kd * 16, LDU, lane, ua);
+    }
+#pragma unroll
+    for (int nb = 0; nb < kHid / 16; ++nb) {
+      uint32_t b0, b1_, b2_, b3;
+      ldsm_b_nmajor(W1c + nb * 16 * LDW1 + kd * 16, LDW1, lane, b0, b1_, b2_, b3);
+      mma_bf16(h[2 * nb], ua, b0, b1_);
+      mma_bf16(h[2 * nb + 1], ua, b2_, b3);
+    }
+  }
+#pragma unroll
+  for (int nt = 0; nt < kHid / 8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const float bb = b1c[nt * 8 + 2 * t4 + e];
+      h[nt][e] = gelu_erf(h[nt][e] + bb);
+      h[nt][2 + e] = gelu_erf(h[nt][2 + e] + bb);
+    }
+  }
+#pragma unroll
+  for (int kk = 0; kk < kHid / 16; ++kk) {
+    uint32_t a[4];
+    a[0] = pack_bf16(h[2 * kk][0], h[2 * kk][1]);
+    a[1] = pack_bf16(h[2 * kk][2], h[2 * kk][3]);
+    a[2] = pack_bf16(h[2 * kk + 1][0], h[2 * kk + 1][1]);
+    a[3] = pack_bf16(h[2 * kk + 1][2], h[2 * kk + 1][3]);
+#pragma unroll
+    for (int cp = 0; cp < KC; ++cp) {
+      uint32_t b0, b1_, b2_, b3;
+      ldsm_b_nmajor(W2c + cp * 16 * LDW2 + kk * 16, LDW2, lane, b0, b1_, b2_, b3);
+      mma_bf16(acc[2 * cp], a, b0, b1_);
+      mma_bf16(acc[2 * cp + 1], a, b2_, b3);
+    }
+  }
+}
+
+// x += gamma ⊙ (acc + b2) for the warp's 16 rows r0.., as add_scaled applies the GEMM's output.
 template <int C>
-__global__ void __launch_bounds__(kThreads)
-    conv_ffn_kernel(float* __restrict__ x, int64_t ldx, int64_t T, const float* __restrict__ norm_w,
-                    float eps, const __nv_bfloat16* __restrict__ w1, const float* __restrict__ b1,
-                    const __nv_bfloat16* __restrict__ w2, const float* __restrict__ b2,
-                    const float* __restrict__ gamma, int E) {
-  constexpr int LDU = C + 8, LDH = kHid + 8;
-  constexpr int KC = C / 16;  // k-steps of the first GEMM; also 16-wide output tile pairs of the second
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  __nv_bfloat16* Us = reinterpret_cast<__nv_bfloat16*>(smem_raw);
-  __nv_bfloat16* W1s = Us + kRows * LDU;
-  __nv_bfloat16* W2s = W1s + kHid * LDU;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
-  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kRows;
-
-  // RMSNorm of the warp's 16 rows (f32, as rms_norm computes it), rounded to bf16 into Us.
-  for (int i = 0; i < 16; ++i) {
-    const int rl = warp * 16 + i;
-    const int64_t r = r0 + rl;
-    float xv[C / 32];
-    float ss = 0.f;
-#pragma unroll
-    for (int e = 0; e < C / 32; ++e) {
-      xv[e] = r < T ? x[r * ldx + lane + 32 * e] : 0.f;
-      ss = fmaf(xv[e], xv[e], ss);
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    const float inv = 1.0f / sqrtf(ss / static_cast<float>(C) + eps);
-#pragma unroll
-    for (int e = 0; e < C / 32; ++e) {
-      const int c = lane + 32 * e;
-      const float u = xv[e] * inv * norm_w[c];
-      Us[rl * LDU + c] = __float2bfloat16_rn(r < T ? u : 0.f);
-    }
-  }
-  __syncthreads();
-  // The A fragments of the warp's normalised rows: held in registers up to 128 channels, re-read
-  // from shared memory per chunk above that (256 channels would need 64 more registers).
-  constexpr bool kHoldU = C <= 128;
-  uint32_t uf[kHoldU ? KC : 1][4];
-  if constexpr (kHoldU) {
-#pragma unroll
-    for (int kd = 0; kd < KC; ++kd) ldsm_a(Us + warp * 16 * LDU + kd * 16, LDU, lane, uf[kd]);
-  }
-
-  float acc[C / 8][4];
-#pragma unroll
-  for (int ct = 0; ct < C / 8; ++ct) acc[ct][0] = acc[ct][1] = acc[ct][2] = acc[ct][3] = 0.f;
-
-  for (int j0 = 0; j0 < E; j0 += kHid) {
-    __syncthreads();  // the previous chunk's weights are consumed
-    // W1 rows j0..j0+63 ([64][C]) and W2 columns j0..j0+63 ([C][64]), 16 bytes at a time.
-    for (int i = threadIdx.x; i < kHid * (C / 8); i += kThreads) {
-      const int row = i / (C / 8), c8 = (i % (C / 8)) * 8;
-      *reinterpret_cast<uint4*>(W1s + row * LDU + c8) =
-          *reinterpret_cast<const uint4*>(w1 + static_cast<int64_t>(j0 + row) * C + c8);
-    }
-    for (int i = threadIdx.x; i < C * (kHid / 8); i += kThreads) {
-      const int row = i / (kHid / 8), h8 = (i % (kHid / 8)) * 8;
-      *reinterpret_cast<uint4*>(W2s + row * LDH + h8) =
-          *reinterpret_cast<const uint4*>(w2 + static_cast<int64_t>(row) * E + j0 + h8);
-    }
-    __syncthreads();
-    // h[16 × 64] = U·W1ᵀ for the warp's rows.
-    float h[kHid / 8][4];
-#pragma unroll
-    for (int nt = 0; nt < kHid / 8; ++nt) h[nt][0] = h[nt][1] = h[nt][2] = h[nt][3] = 0.f;
-#pragma unroll
-    for (int kd = 0; kd < KC; ++kd) {
-      uint32_t ua[4];
-      if constexpr (kHoldU) {
-        ua[0] = uf[kd][0], ua[1] = uf[kd][1], ua[2] = uf[kd][2], ua[3] = uf[kd][3];
-      } else {
-        ldsm_a(Us + warp * 16 * LDU + kd * 16, LDU, lane, ua);
-      }
-#pragma unroll
-      for (int nb = 0; nb < kHid / 16; ++nb) {
-        uint32_t b0, b1_, b2_, b3;
-        ldsm_b_nmajor(W1s + nb * 16 * LDU + kd * 16, LDU, lane, b0, b1_, b2_, b3);
-        mma_bf16(h[2 * nb], ua, b0, b1_);
-        mma_bf16(h[2 * nb + 1], ua, b2_, b3);
-      }
-    }
-    // Bias and GELU in f32, then (rounded to bf16) straight into the second GEMM as its A operand.
-#pragma unroll
-    for (int nt = 0; nt < kHid / 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const float bb = b1[j0 + nt * 8 + 2 * t4 + e];
-        h[nt][e] = gelu_erf(h[nt][e] + bb);
-        h[nt][2 + e] = gelu_erf(h[nt][2 + e] + bb);
-      }
-    }
-#pragma unroll
-    for (int kk = 0; kk < kHid / 16; ++kk) {
-      uint32_t a[4];
-      a[0] = pack_bf16(h[2 * kk][0], h[2 * kk][1]);
-      a[1] = pack_bf16(h[2 * kk][2], h[2 * kk][3]);
-      a[2] = pack_bf16(h[2 * kk + 1][0], h[2 * kk + 1][1]);
-      a[3] = pack_bf16(h[2 * kk + 1][2], h[2 * kk + 1][3]);
-#pragma unroll
-      for (int cp = 0; cp < KC; ++cp) {
-        uint32_t b0, b1_, b2_, b3;
-        ldsm_b_nmajor(W2s + cp * 16 * LDH + kk * 16, LDH, lane, b0, b1_, b2_, b3);
-        mma_bf16(acc[2 * cp], a, b0, b1_);
-        mma_bf16(acc[2 * cp + 1], a, b2_, b3);
-      }
-    }
-  }
-  // x += gamma ⊙ (acc + b2), as add_scaled applies the GEMM's output.
+__device__ __forceinline__ void ffn_store(float* x, int64_t ldx, int64_t T, int64_t r0,
+                                          const float (&acc)[C / 8][4], const float* __restrict__ b2,
+                                          const float* __restrict__ gamma, int lane) {
+  const int g = lane >> 2, t4 = lane & 3;
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
-    const int64_t r = r0 + warp * 16 + g + 8 * hh;
+    const int64_t r = r0 + g + 8 * hh;
     if (r >= T) continue;
     float* xr = x + r * ldx;
 #pragma unroll
@@ -164,17 +165,332 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <int C>
-void launch(Tensor& x, const Tensor& norm_w, float eps, const Tensor& w1, const Tensor& b1, const Tensor& w2,
-            const Tensor& b2, const Tensor& gamma, cudaStream_t s) {
-  constexpr size_t smem = ffn_smem_bytes<C>();
+constexpr size_t resident_smem_bytes() {
+  // W1 [4C][C+8], W2 [C][4C+8], U [8 warps][16][C+8], bf16.
+  return (static_cast<size_t>(4 * C) * (C + 8) + static_cast<size_t>(C) * (4 * C + 8) +
+          static_cast<size_t>(kTileRows) * (C + 8)) *
+         2;
+}
+
+template <int C>
+__global__ void __launch_bounds__(kThreads, 2)
+    ffn_resident_kernel(float* x, int64_t ldx, int64_t T, const float* __restrict__ norm_w, float eps,
+                        const __nv_bfloat16* __restrict__ w1, const float* __restrict__ b1,
+                        const __nv_bfloat16* __restrict__ w2, const float* __restrict__ b2,
+                        const float* __restrict__ gamma) {
+  constexpr int E = 4 * C, LDU = C + 8, LDW1 = C + 8, LDW2 = E + 8, KC = C / 16;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __nv_bfloat16* W1s = reinterpret_cast<__nv_bfloat16*>(smem_raw);
+  __nv_bfloat16* W2s = W1s + E * LDW1;
+  __nv_bfloat16* Us = W2s + C * LDW2;
+  for (int i = threadIdx.x; i < E * (C / 8); i += kThreads) {
+    const int row = i / (C / 8), c8 = (i % (C / 8)) * 8;
+    cp_async16(W1s + row * LDW1 + c8, w1 + static_cast<int64_t>(row) * C + c8);
+  }
+  for (int i = threadIdx.x; i < C * (E / 8); i += kThreads) {
+    const int row = i / (E / 8), h8 = (i % (E / 8)) * 8;
+    cp_async16(W2s + row * LDW2 + h8, w2 + static_cast<int64_t>(row) * E + h8);
+  }
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  __nv_bfloat16* Uw = Us + warp * kWarpRows * LDU;
+  const int64_t wtiles = (T + kWarpRows - 1) / kWarpRows;
+  for (int64_t wt = static_cast<int64_t>(blockIdx.x) * kWarps + warp; wt < wtiles;
+       wt += static_cast<int64_t>(gridDim.x) * kWarps) {
+    const int64_t r0 = wt * kWarpRows;
+    norm_rows<C, LDU>(x, ldx, T, r0, norm_w, eps, Uw, lane);
+    __syncwarp();
+    uint32_t uf[KC][4];
+#pragma unroll
+    for (int kd = 0; kd < KC; ++kd) ldsm_a(Uw + kd * 16, LDU, lane, uf[kd]);
+    float acc[C / 8][4];
+#pragma unroll
+    for (int ct = 0; ct < C / 8; ++ct) acc[ct][0] = acc[ct][1] = acc[ct][2] = acc[ct][3] = 0.f;
+#pragma unroll
+    for (int j0 = 0; j0 < E; j0 += kHid)
+      ffn_chunk<C, LDU, LDW1, LDW2, true>(Uw, uf, W1s + j0 * LDW1, W2s + j0, b1 + j0, acc, lane);
+    ffn_store<C>(x, ldx, T, r0, acc, b2, gamma, lane);
+    __syncwarp();  // every lane's ldmatrix of Uw is done before the next tile overwrites it
+  }
+}
+
+template <int C>
+constexpr size_t stream_smem_bytes() {
+  // U [128][C+8], W1 chunks [2][64][C+8], W2 chunks [2][C][64+8], bf16.
+  return (static_cast<size_t>(kTileRows) * (C + 8) + 2 * static_cast<size_t>(kHid) * (C + 8) +
+          2 * static_cast<size_t>(C) * (kHid + 8)) *
+         2;
+}
+
+template <int C>
+__device__ __forceinline__ void load_chunk(const __nv_bfloat16* __restrict__ w1,
+                                           const __nv_bfloat16* __restrict__ w2, int E, int j0,
+                                           __nv_bfloat16* W1d, __nv_bfloat16* W2d) {
+  constexpr int LDW1 = C + 8, LDW2 = kHid + 8;
+  for (int i = threadIdx.x; i < kHid * (C / 8); i += kThreads) {
+    const int row = i / (C / 8), c8 = (i % (C / 8)) * 8;
+    cp_async16(W1d + row * LDW1 + c8, w1 + static_cast<int64_t>(j0 + row) * C + c8);
+  }
+  for (int i = threadIdx.x; i < C * (kHid / 8); i += kThreads) {
+    const int row = i / (kHid / 8), h8 = (i % (kHid / 8)) * 8;
+    cp_async16(W2d + row * LDW2 + h8, w2 + static_cast<int64_t>(row) * E + j0 + h8);
+  }
+  cp_async_commit();
+}
+
+// 256 channels keep 128 accumulators per thread: one block per SM; below that two fit.
+template <int C>
+constexpr int stream_min_blocks() {
+  return C >= 256 ? 1 : 2;
+}
+
+template <int C>
+__global__ void __launch_bounds__(kThreads, stream_min_blocks<C>())
+    ffn_stream_kernel(float* x, int64_t ldx, int64_t T, const float* __restrict__ norm_w, float eps,
+                      const __nv_bfloat16* __restrict__ w1, const float* __restrict__ b1,
+                      const __nv_bfloat16* __restrict__ w2, const float* __restrict__ b2,
+                      const float* __restrict__ gamma, int E) {
+  constexpr int LDU = C + 8, LDW1 = C + 8, LDW2 = kHid + 8;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __nv_bfloat16* Us = reinterpret_cast<__nv_bfloat16*>(smem_raw);
+  __nv_bfloat16* W1b = Us + kTileRows * LDU;
+  __nv_bfloat16* W2b = W1b + 2 * kHid * LDW1;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  load_chunk<C>(w1, w2, E, 0, W1b, W2b);  // lands while the rows are normalised
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kTileRows + warp * kWarpRows;
+  __nv_bfloat16* Uw = Us + warp * kWarpRows * LDU;
+  norm_rows<C, LDU>(x, ldx, T, r0, norm_w, eps, Uw, lane);
+  __syncwarp();
+  float acc[C / 8][4];
+#pragma unroll
+  for (int ct = 0; ct < C / 8; ++ct) acc[ct][0] = acc[ct][1] = acc[ct][2] = acc[ct][3] = 0.f;
+  const uint32_t none[1][4] = {{0, 0, 0, 0}};
+  const int chunks = E / kHid;
+  for (int j = 0; j < chunks; ++j) {
+    if (j + 1 < chunks) {  // buffer (j+1)&1 was released by the barrier that ended chunk j-1
+      load_chunk<C>(w1, w2, E, (j + 1) * kHid, W1b + ((j + 1) & 1) * kHid * LDW1,
+                    W2b + ((j + 1) & 1) * C * LDW2);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();  // chunk j is in shared memory for every warp
+    ffn_chunk<C, LDU, LDW1, LDW2, false>(Uw, none, W1b + (j & 1) * kHid * LDW1, W2b + (j & 1) * C * LDW2,
+                                         b1 + j * kHid, acc, lane);
+    __syncthreads();  // every warp is done with buffer j&1
+  }
+  ffn_store<C>(x, ldx, T, r0, acc, b2, gamma, lane);
+}
+
+// The wide form (C = 512, stage 4): 128 accumulators per thread hold 16 rows × 256 columns, so a
+// warp owns part of the output: warps are RG row groups × NG column groups (RG·NG = 8). Per
+// chunk of HC hidden columns each warp makes h for its 16 rows and HC/NG of the columns (bias, GELU,
+// bf16) into shared memory, and after a barrier multiplies all HC columns of its rows into its output
+// columns. Weights double-buffered through cp.async as in the streamed form.
+template <int C, int RG, int HC>
+struct Wide {
+  static constexpr int NG = kWarps / RG, BR = kWarpRows * RG, CW = C / NG, HN = HC / NG;
+  static constexpr int LDU = C + 8, LDW1 = C + 8, LDW2 = HC + 8, LDH = HC + 8;
+  static constexpr size_t smem = (static_cast<size_t>(BR) * LDU + 2 * static_cast<size_t>(HC) * LDW1 +
+                                  2 * static_cast<size_t>(C) * LDW2 + static_cast<size_t>(BR) * LDH) *
+                                 2;
+  static_assert(HN % 16 == 0 && CW % 16 == 0 && BR % kWarps == 0, "wide FFN tiling");
+};
+
+template <int C, int RG, int HC>
+__device__ __forceinline__ void load_wide_chunk(const __nv_bfloat16* __restrict__ w1,
+                                                const __nv_bfloat16* __restrict__ w2, int E, int j0,
+                                                __nv_bfloat16* W1d, __nv_bfloat16* W2d) {
+  using P = Wide<C, RG, HC>;
+  for (int i = threadIdx.x; i < HC * (C / 8); i += kThreads) {
+    const int row = i / (C / 8), c8 = (i % (C / 8)) * 8;
+    cp_async16(W1d + row * P::LDW1 + c8, w1 + static_cast<int64_t>(j0 + row) * C + c8);
+  }
+  for (int i = threadIdx.x; i < C * (HC / 8); i += kThreads) {
+    const int row = i / (HC / 8), h8 = (i % (HC / 8)) * 8;
+    cp_async16(W2d + row * P::LDW2 + h8, w2 + static_cast<int64_t>(row) * E + j0 + h8);
+  }
+  cp_async_commit();
+}
+
+template <int C, int RG, int HC>
+__global__ void __launch_bounds__(kThreads, 1)
+    ffn_wide_kernel(float* x, int64_t ldx, int64_t T, const float* __restrict__ norm_w, float eps,
+                    const __nv_bfloat16* __restrict__ w1, const float* __restrict__ b1,
+                    const __nv_bfloat16* __restrict__ w2, const float* __restrict__ b2,
+                    const float* __restrict__ gamma, int E) {
+  using P = Wide<C, RG, HC>;
+  constexpr int LDU = P::LDU, LDW1 = P::LDW1, LDW2 = P::LDW2, LDH = P::LDH, HN = P::HN, CW = P::CW;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __nv_bfloat16* Us = reinterpret_cast<__nv_bfloat16*>(smem_raw);
+  __nv_bfloat16* W1b = Us + P::BR * LDU;
+  __nv_bfloat16* W2b = W1b + 2 * HC * LDW1;
+  __nv_bfloat16* Hs = W2b + 2 * C * LDW2;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+  const int rg = warp / P::NG, ng = warp % P::NG;
+  const int64_t b0 = static_cast<int64_t>(blockIdx.x) * P::BR;
+  load_wide_chunk<C, RG, HC>(w1, w2, E, 0, W1b, W2b);
+  // Each warp normalises BR/8 of the block's rows (not necessarily the ones it multiplies later:
+  // the first chunk's barrier orders them).
+  constexpr int NR = P::BR / kWarps;
+  {
+    constexpr int kPer = C / 32;
+    constexpr int G = 1024 / C < NR ? 1024 / C : NR;
+#pragma unroll 1
+    for (int i0 = 0; i0 < NR; i0 += G) {
+      float xv[G][kPer];
+#pragma unroll
+      for (int i = 0; i < G; ++i) {
+        const int64_t r = b0 + warp * NR + i0 + i;
+#pragma unroll
+        for (int e = 0; e < kPer; ++e) xv[i][e] = r < T ? x[r * ldx + lane + 32 * e] : 0.f;
+      }
+#pragma unroll
+      for (int i = 0; i < G; ++i) {
+        float ss = 0.f;
+#pragma unroll
+        for (int e = 0; e < kPer; ++e) ss = fmaf(xv[i][e], xv[i][e], ss);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        const float inv = 1.0f / sqrtf(ss / static_cast<float>(C) + eps);
+#pragma unroll
+        for (int e = 0; e < kPer; ++e) {
+          const int c = lane + 32 * e;
+          Us[(warp * NR + i0 + i) * LDU + c] = __float2bfloat16_rn(xv[i][e] * inv * norm_w[c]);
+        }
+      }
+    }
+  }
+  float acc[CW / 8][4];
+#pragma unroll
+  for (int ct = 0; ct < CW / 8; ++ct) acc[ct][0] = acc[ct][1] = acc[ct][2] = acc[ct][3] = 0.f;
+  const __nv_bfloat16* Uw = Us + rg * kWarpRows * LDU;
+  __nv_bfloat16* Hw = Hs + rg * kWarpRows * LDH;
+  const int chunks = E / HC;
+  for (int j = 0; j < chunks; ++j) {
+    if (j + 1 < chunks) {
+      load_wide_chunk<C, RG, HC>(w1, w2, E, (j + 1) * HC, W1b + ((j + 1) & 1) * HC * LDW1,
+                                 W2b + ((j + 1) & 1) * C * LDW2);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();  // chunk j (and, the first time, every row of Us) is in shared memory
+    const __nv_bfloat16* W1c = W1b + (j & 1) * HC * LDW1 + ng * HN * LDW1;
+    const __nv_bfloat16* W2c = W2b + (j & 1) * C * LDW2 + ng * CW * LDW2;
+    float h[HN / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < HN / 8; ++nt) h[nt][0] = h[nt][1] = h[nt][2] = h[nt][3] = 0.f;
+#pragma unroll 8
+    for (int kd = 0; kd < C / 16; ++kd) {
+      uint32_t ua[4];
+      ldsm_a(Uw + kd * 16, LDU, lane, ua);
+#pragma unroll
+      for (int nb = 0; nb < HN / 16; ++nb) {
+        uint32_t q0, q1, q2, q3;
+        ldsm_b_nmajor(W1c + nb * 16 * LDW1 + kd * 16, LDW1, lane, q0, q1, q2, q3);
+        mma_bf16(h[2 * nb], ua, q0, q1);
+        mma_bf16(h[2 * nb + 1], ua, q2, q3);
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < HN / 8; ++nt) {
+      const int col = ng * HN + nt * 8 + 2 * t4;
+      const float bb0 = b1[j * HC + col], bb1 = b1[j * HC + col + 1];
+      *reinterpret_cast<uint32_t*>(Hw + g * LDH + col) =
+          pack_bf16(gelu_erf(h[nt][0] + bb0), gelu_erf(h[nt][1] + bb1));
+      *reinterpret_cast<uint32_t*>(Hw + (g + 8) * LDH + col) =
+          pack_bf16(gelu_erf(h[nt][2] + bb0), gelu_erf(h[nt][3] + bb1));
+    }
+    __syncthreads();  // h of every column group is in Hs
+#pragma unroll
+    for (int kk = 0; kk < HC / 16; ++kk) {
+      uint32_t a[4];
+      ldsm_a(Hw + kk * 16, LDH, lane, a);
+#pragma unroll
+      for (int cp = 0; cp < CW / 16; ++cp) {
+        uint32_t q0, q1, q2, q3;
+        ldsm_b_nmajor(W2c + cp * 16 * LDW2 + kk * 16, LDW2, lane, q0, q1, q2, q3);
+        mma_bf16(acc[2 * cp], a, q0, q1);
+        mma_bf16(acc[2 * cp + 1], a, q2, q3);
+      }
+    }
+    __syncthreads();  // every warp is done with buffer j&1 and with Hs
+  }
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int64_t r = b0 + rg * kWarpRows + g + 8 * hh;
+    if (r >= T) continue;
+    float* xr = x + r * ldx + ng * CW;
+#pragma unroll
+    for (int ct = 0; ct < CW / 8; ++ct) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int c = ct * 8 + 2 * t4 + e;
+        xr[c] += gamma[ng * CW + c] * (acc[ct][2 * hh + e] + b2[ng * CW + c]);
+      }
+    }
+  }
+}
+
+int sm_count() {
+  int dev = 0, n = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
+  return n > 0 ? n : 1;
+}
+
+template <int C>
+void launch_resident(Tensor& x, const Tensor& norm_w, float eps, const Tensor& w1, const Tensor& b1,
+                     const Tensor& w2, const Tensor& b2, const Tensor& gamma, cudaStream_t s) {
+  constexpr size_t smem = resident_smem_bytes<C>();
+  static int grid_cap = 0;  // per instantiation: blocks resident at once on the whole device
+  if (grid_cap == 0) {
+    cudaFuncSetAttribute(ffn_resident_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         static_cast<int>(smem));
+    int per_sm = 0;
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ffn_resident_kernel<C>, kThreads, smem);
+    grid_cap = (per_sm > 0 ? per_sm : 1) * sm_count();
+  }
+  const int64_t T = x.rows();
+  const int64_t blocks = std::min<int64_t>((T + kTileRows - 1) / kTileRows, grid_cap);
+  ffn_resident_kernel<C><<<static_cast<unsigned>(blocks), kThreads, smem, s>>>(
+      x.ptr<float>(), x.row_stride(), T, norm_w.ptr<const float>(), eps, w1.ptr<const __nv_bfloat16>(),
+      b1.ptr<const float>(), w2.ptr<const __nv_bfloat16>(), b2.ptr<const float>(), gamma.ptr<const float>());
+}
+
+template <int C>
+void launch_stream(Tensor& x, const Tensor& norm_w, float eps, const Tensor& w1, const Tensor& b1,
+                   const Tensor& w2, const Tensor& b2, const Tensor& gamma, cudaStream_t s) {
+  constexpr size_t smem = stream_smem_bytes<C>();
   static bool raised = false;  // per instantiation: allow > 48 KB of dynamic shared memory
   if (!raised) {
-    cudaFuncSetAttribute(conv_ffn_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cudaFuncSetAttribute(ffn_stream_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                          static_cast<int>(smem));
     raised = true;
   }
   const int64_t T = x.rows();
-  conv_ffn_kernel<C><<<static_cast<unsigned>((T + kRows - 1) / kRows), kThreads, smem, s>>>(
+  ffn_stream_kernel<C><<<static_cast<unsigned>((T + kTileRows - 1) / kTileRows), kThreads, smem, s>>>(
+      x.ptr<float>(), x.row_stride(), T, norm_w.ptr<const float>(), eps, w1.ptr<const __nv_bfloat16>(),
+      b1.ptr<const float>(), w2.ptr<const __nv_bfloat16>(), b2.ptr<const float>(), gamma.ptr<const float>(),
+      static_cast<int>(w1.rows()));
+}
+
+template <int C, int RG, int HC>
+void launch_wide(Tensor& x, const Tensor& norm_w, float eps, const Tensor& w1, const Tensor& b1,
+                 const Tensor& w2, const Tensor& b2, const Tensor& gamma, cudaStream_t s) {
+  using P = Wide<C, RG, HC>;
+  static bool raised = false;
+  if (!raised) {
+    cudaFuncSetAttribute(ffn_wide_kernel<C, RG, HC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         static_cast<int>(P::smem));
+    raised = true;
+  }
+  const int64_t T = x.rows();
+  ffn_wide_kernel<C, RG, HC><<<static_cast<unsigned>((T + P::BR - 1) / P::BR), kThreads, P::smem, s>>>(
       x.ptr<float>(), x.row_stride(), T, norm_w.ptr<const float>(), eps, w1.ptr<const __nv_bfloat16>(),
       b1.ptr<const float>(), w2.ptr<const __nv_bfloat16>(), b2.ptr<const float>(), gamma.ptr<const float>(),
       static_cast<int>(w1.rows()));
@@ -184,12 +500,27 @@ bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
+bool env_is(const char* name, char c) {
+  const char* v = std::getenv(name);
+  return v && v[0] == c && v[1] == 0;
+}
+// A/B switches for a device call: VV_CUDA_FFN_RESIDENT=0 sends C ≤ 64 through the streamed form;
+// VV_CUDA_FFN_WIDE=0 (or VV_CUDA_ENC_V1=1, whose kernel stops at 256) leaves C = 512 to the op sequence.
+bool resident_enabled() {
+  static const bool on = !env_is("VV_CUDA_FFN_RESIDENT", '0');
+  return on;
+}
+bool wide_enabled() {
+  static const bool on = !env_is("VV_CUDA_FFN_WIDE", '0') && !env_is("VV_CUDA_ENC_V1", '1');
+  return on;
+}
+
 }  // namespace
 
 bool conv_ffn_fits(const Tensor& x, const Tensor& norm_w, const Tensor& w1, const Tensor& b1,
                    const Tensor& w2, const Tensor& b2, const Tensor& gamma) {
   const int64_t C = x.cols(), E = w1.rows();
-  if (C != 32 && C != 64 && C != 128 && C != 256) return false;
+  if (C != 32 && C != 64 && C != 128 && C != 256 && !(C == 512 && wide_enabled())) return false;
   if (E <= 0 || E % kHid != 0 || E > (int64_t{1} << 30)) return false;
   if (x.dtype != DType::kF32 || norm_w.dtype != DType::kF32 || gamma.dtype != DType::kF32 ||
       b1.dtype != DType::kF32 || b2.dtype != DType::kF32 || !b1.data || !b2.data)
@@ -203,18 +534,30 @@ bool conv_ffn_fits(const Tensor& x, const Tensor& norm_w, const Tensor& w1, cons
 void conv_ffn_fused(Tensor& x, const Tensor& norm_w, float eps, const Tensor& w1, const Tensor& b1,
                     const Tensor& w2, const Tensor& b2, const Tensor& gamma, cudaStream_t s) {
   if (x.rows() == 0) return;
+  const bool resident = w1.rows() == 4 * x.cols() && resident_enabled();
   switch (x.cols()) {
     case 32:
-      launch<32>(x, norm_w, eps, w1, b1, w2, b2, gamma, s);
+      if (resident) {
+        launch_resident<32>(x, norm_w, eps, w1, b1, w2, b2, gamma, s);
+      } else {
+        launch_stream<32>(x, norm_w, eps, w1, b1, w2, b2, gamma, s);
+      }
       break;
     case 64:
-      launch<64>(x, norm_w, eps, w1, b1, w2, b2, gamma, s);
+      if (resident) {
+        launch_resident<64>(x, norm_w, eps, w1, b1, w2, b2, gamma, s);
+      } else {
+        launch_stream<64>(x, norm_w, eps, w1, b1, w2, b2, gamma, s);
+      }
       break;
     case 128:
-      launch<128>(x, norm_w, eps, w1, b1, w2, b2, gamma, s);
+      launch_stream<128>(x, norm_w, eps, w1, b1, w2, b2, gamma, s);
+      break;
+    case 512:
+      launch_wide<512, 4, 32>(x, norm_w, eps, w1, b1, w2, b2, gamma, s);
       break;
     default:
-      launch<256>(x, norm_w, eps, w1, b1, w2, b2, gamma, s);
+      launch_stream<256>(x, norm_w, eps, w1, b1, w2, b2, gamma, s);
       break;
   }
 }

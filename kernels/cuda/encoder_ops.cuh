@@ -13,12 +13,27 @@ namespace vv::cuda {
 bool conv_ffn_fits(const Tensor& x, const Tensor& norm_w, const Tensor& w1, const Tensor& b1,
                    const Tensor& w2, const Tensor& b2, const Tensor& gamma);
 
-// x += gamma ⊙ (gelu_erf(rms_norm(x)·w1ᵀ + b1)·w2ᵀ + b2) in one kernel: per tile of 64 rows the
+// x += gamma ⊙ (gelu_erf(rms_norm(x)·w1ᵀ + b1)·w2ᵀ + b2) in one kernel: per warp tile of 16 rows the
 // normalised rows (rounded to bf16, as the bf16 GEMM path rounds its operand) stay in shared memory,
 // the hidden rows are made 64 columns at a time in registers (bias, GELU in f32, rounded to bf16)
 // and multiplied straight into the f32 accumulators of the second GEMM.
 void conv_ffn_fused(Tensor& x, const Tensor& norm_w, float eps, const Tensor& w1, const Tensor& b1,
                     const Tensor& w2, const Tensor& b2, const Tensor& gamma, cudaStream_t s);
+namespace v1 {
+// The first version of conv_ffn_fused (same operands, same result up to f32 summation order); only for
+// timing the two in one device call (VV_CUDA_ENC_V1=1).
+void conv_ffn_fused_v1(Tensor& x, const Tensor& norm_w, float eps, const Tensor& w1, const Tensor& b1,
+                       const Tensor& w2, const Tensor& b2, const Tensor& gamma, cudaStream_t s);
+}  // namespace v1
+
+// Backend::conv_mixer in two kernels with rms_norm's and dwconv_add's f32 arithmetic (the same bits):
+// x += gamma ⊙ dwconv7(rms_norm(x), history). Writes only the last min(T, 6) rows of u (what the
+// caller carries as the next segment's history); v is scratch (the normalised rows before each tile).
+// C a multiple of 4 up to 1024, 16-byte aligned rows of x and u, F32 norm weight (conv_mixer_fits).
+bool conv_mixer_fits(const Tensor& x, const Tensor& norm_w, const Tensor& history, const Tensor& w,
+                     const Tensor& bias, const Tensor& gamma, const Tensor& u, const Tensor& v);
+void conv_mixer_fused(Tensor& x, const Tensor& norm_w, float eps, const Tensor& history, const Tensor& w,
+                      const Tensor& bias, const Tensor& gamma, Tensor& u, Tensor& v, cudaStream_t s);
 
 // x[t,c] += gamma[c] · (bias[c] + Σ_k w[c,k] · u[t + k − 6, c]) with u's rows before 0 from history
 // ([6, C], or zeros when history has no data): depthwise_conv1d_causal then add_scaled, in one pass

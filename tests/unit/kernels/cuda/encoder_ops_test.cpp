@@ -1,17 +1,22 @@
 // The encoders' fused ConvNeXt branches on the GPU (Backend::conv_ffn, Backend::conv_mixer) against
-// host references, over odd and prime row counts and the production widths (32, 64, 128 channels,
-// hidden 4×; 256 for the FFN), plus widths the fused FFN does not take (the op sequence runs instead).
+// host references, over odd and prime row counts and the production widths (32 .. 512 channels for
+// the FFN, hidden 4× and other multiples of 64; 6 .. 2048 for the mixer), plus widths the fused kernels
+// do not take (the op sequence runs instead).
 //
 // FFN tolerance (bf16 mode): the kernel rounds the normalised rows and the GELU outputs to bf16, as
 // the unfused bf16 path rounds its GEMM operands; the reference rounds at the same two points. What
 // is left is f32 summation order, plus the rare element whose f32 value lies so close to a bf16
 // rounding boundary that the two round it apart (2^-8 relative on one operand of one product).
 // The update x_out − x_in is compared within 5e-3 of its largest magnitude.
-// Mixer tolerance: f32 throughout on both sides (same taps, same order): 1e-5 of max|ref|.
+// Mixer tolerance: f32 throughout on both sides (same taps, same order): 1e-5 of max|ref|. Of u only
+// the last min(T, 6) rows are compared: the conv's reach, all that the encoder carries to the next
+// segment, and all that the fused kernel writes (Backend::conv_mixer).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "kernels/cpu/cpu_backend.h"
 #include "tests/unit/kernels/cuda/cuda_test_util.h"
@@ -88,12 +93,23 @@ TEST(CudaEncoderOps, FusedFfnProductionWidthsOddAndPrimeRows) {
   check_ffn(*gpu, 997, 128, 512, 4);
   check_ffn(*gpu, 65, 128, 512, 5);
   check_ffn(*gpu, 1543, 256, 1024, 8);
+  // Enough rows that the resident form's warps take several tiles each (its grid is the blocks that
+  // fit at once, ~50 K rows at C = 32; ~34 K at C = 64); the 60 s stage shapes are larger still.
+  check_ffn(*gpu, 100003, 32, 128, 9);
+  check_ffn(*gpu, 40009, 64, 256, 10);
+  // E other than 4C: the streamed form at the small widths.
+  check_ffn(*gpu, 1031, 64, 192, 12);
+  check_ffn(*gpu, 127, 32, 64, 13);
+  // C = 512 (stage 4): the wide form, 64-row blocks, a partial last one, E ≠ 4C.
+  check_ffn(*gpu, 1031, 512, 2048, 14);
+  check_ffn(*gpu, 1, 512, 2048, 15);
+  check_ffn(*gpu, 301, 512, 1024, 16);
 }
 
 TEST(CudaEncoderOps, FfnWidthsTheFusedKernelDoesNotTakeRunTheOpSequence) {
   VV_CUDA_BACKEND_OR_SKIP(gpu, true);
-  check_ffn(*gpu, 1031, 48, 192, 6);   // C not in {32, 64, 128}
-  check_ffn(*gpu, 257, 512, 2048, 7);  // a later stage's width
+  check_ffn(*gpu, 1031, 48, 192, 6);    // C not in {32, 64, 128, 256, 512}
+  check_ffn(*gpu, 129, 1024, 4096, 7);  // a later stage's width
 }
 
 // Mixer: the CUDA op against the CPU backend's op sequence (both f32).
@@ -126,7 +142,10 @@ void check_mixer(Backend& gpu, int64_t T, int64_t C, bool with_history, DType wt
   const std::string what = "conv_mixer T=" + std::to_string(T) + " C=" + std::to_string(C) + " " +
                            dtype_name(wt) + (with_history ? " history" : " zeros");
   expect_close(download_f32(gpu, dx.t), host_rows(wxv), 1e-5, what + ": x");
-  expect_close(download_f32(gpu, du.t), host_rows(uv), 1e-5, what + ": u");
+  const int64_t keep = std::min<int64_t>(T, 6);
+  const std::vector<float> gu = download_f32(gpu, du.t), wu = host_rows(uv);
+  expect_close(std::vector<float>(gu.end() - keep * C, gu.end()),
+               std::vector<float>(wu.end() - keep * C, wu.end()), 1e-5, what + ": u (last rows)");
 }
 
 TEST(CudaEncoderOps, FusedMixerOddPrimeAndProductionShapes) {
@@ -140,6 +159,15 @@ TEST(CudaEncoderOps, FusedMixerOddPrimeAndProductionShapes) {
     check_mixer(*gpu, 3001, 256, false, DType::kF32, 17);
     check_mixer(*gpu, 90001, 64, true, DType::kF32, 18);
     check_mixer(*gpu, 33, 6, true, DType::kF16, 16);
+    // The two-pass form's tiles (8192 / C rows): one partial tile, several with a partial last one,
+    // a width that does not divide 8192, its widest width and one past it (the fallback).
+    check_mixer(*gpu, 200, 64, true, DType::kF32, 19);
+    check_mixer(*gpu, 1441, 128, true, DType::kBF16, 20);
+    check_mixer(*gpu, 2003, 36, false, DType::kF32, 21);
+    check_mixer(*gpu, 18001, 512, true, DType::kF32, 22);
+    check_mixer(*gpu, 3607, 1024, true, DType::kF32, 23);
+    check_mixer(*gpu, 9, 1024, true, DType::kF32, 24);
+    check_mixer(*gpu, 300007, 32, true, DType::kF32, 25);
   }
 }
 
