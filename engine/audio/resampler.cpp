@@ -7,8 +7,42 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 
 namespace vv::audio {
+namespace {
+
+soxr_t create_hq(double in_r, double out_r, soxr_error_t* err) {
+  const soxr_io_spec_t io_spec = soxr_io_spec(SOXR_FLOAT32_I, SOXR_FLOAT32_I);
+  const soxr_quality_spec_t quality_spec = soxr_quality_spec(SOXR_HQ, 0);
+  return soxr_create(in_r, out_r, 1, err, &io_spec, &quality_spec, nullptr);
+}
+
+// prepare_resampler's object, unused, for one pair of rates. (Float output is never dithered, so
+// soxr's per-object dither seed does not reach the samples.)
+struct Spare {
+  int in_rate = 0;
+  int out_rate = 0;
+  soxr_t soxr = nullptr;
+  Spare() = default;
+  Spare(const Spare&) = delete;
+  Spare& operator=(const Spare&) = delete;
+  ~Spare() { soxr_delete(soxr); }
+};
+thread_local Spare t_spare;
+
+}  // namespace
+
+void prepare_resampler(int in_rate, int out_rate) {
+  if (in_rate <= 0 || out_rate <= 0 || in_rate == out_rate) return;
+  if (t_spare.soxr != nullptr && t_spare.in_rate == in_rate && t_spare.out_rate == out_rate) return;
+  soxr_delete(t_spare.soxr);
+  soxr_error_t err = nullptr;
+  t_spare.soxr = create_hq(in_rate, out_rate, &err);
+  if (err != nullptr) t_spare.soxr = nullptr;  // resample_hq makes its own and reports the error
+  t_spare.in_rate = in_rate;
+  t_spare.out_rate = out_rate;
+}
 
 std::int64_t resampled_length(std::int64_t n, int in_rate, int out_rate) {
   if (n <= 0 || in_rate <= 0 || out_rate <= 0) return 0;
@@ -28,10 +62,13 @@ Result<std::vector<float>> resample_hq(std::span<const float> x, int in_rate, in
   const double in_r = in_rate;
   const double out_r = out_rate;
   soxr_error_t err = nullptr;
-  const soxr_io_spec_t io_spec = soxr_io_spec(SOXR_FLOAT32_I, SOXR_FLOAT32_I);
-  const soxr_quality_spec_t quality_spec = soxr_quality_spec(SOXR_HQ, 0);
-  soxr_t soxr = soxr_create(in_r, out_r, 1, &err, &io_spec, &quality_spec, nullptr);
-  if (err != nullptr) return internal_error(std::string("resample: soxr_create failed: ") + err);
+  soxr_t soxr = nullptr;
+  if (t_spare.soxr != nullptr && t_spare.in_rate == in_rate && t_spare.out_rate == out_rate) {
+    soxr = std::exchange(t_spare.soxr, nullptr);
+  } else {
+    soxr = create_hq(in_r, out_r, &err);
+    if (err != nullptr) return internal_error(std::string("resample: soxr_create failed: ") + err);
+  }
 
   const std::size_t ilen = x.size();
   const std::size_t olen = static_cast<std::size_t>(static_cast<double>(ilen) * out_r / in_r + 1);

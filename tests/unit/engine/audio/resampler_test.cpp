@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <numbers>
 #include <vector>
 
@@ -67,6 +68,34 @@ TEST(Resampler, SameRateIsAnExactCopy) {
   Result<std::vector<float>> y = resample_hq(x, 24000, 24000);
   ASSERT_TRUE(y.is_ok());
   EXPECT_EQ(*y, x);
+}
+
+// A soxr object prepared ahead (prepare_resampler) gives the same bytes as one made inside the call,
+// for the prepared pair of rates, after a switch to other rates, and when prepared twice.
+TEST(Resampler, PreparedObjectGivesTheSameBytes) {
+  std::vector<float> x = sine(16000, 440.0, 0.5, 32000);
+  for (std::size_t i = 0; i < x.size(); i += 7) x[i] += 0.01f;  // not a pure tone
+  const Result<std::vector<float>> fresh = resample_hq(x, 16000, 24000);
+  ASSERT_TRUE(fresh.is_ok());
+  const std::vector<float> x44 = sine(44100, 1000.0, 0.3, 44100);
+  const Result<std::vector<float>> fresh44 = resample_hq(x44, 44100, 24000);
+  ASSERT_TRUE(fresh44.is_ok());
+  for (int round = 0; round < 3; ++round) {
+    prepare_resampler(16000, 24000);
+    if (round == 2) prepare_resampler(16000, 24000);
+    const Result<std::vector<float>> y = resample_hq(x, 16000, 24000);
+    ASSERT_TRUE(y.is_ok());
+    ASSERT_EQ(y->size(), fresh->size());
+    EXPECT_EQ(std::memcmp(y->data(), fresh->data(), y->size() * sizeof(float)), 0) << "round " << round;
+    prepare_resampler(16000, 24000);  // a spare for 16 kHz; a 44.1 kHz call makes its own
+    const Result<std::vector<float>> y44 = resample_hq(x44, 44100, 24000);
+    ASSERT_TRUE(y44.is_ok());
+    ASSERT_EQ(y44->size(), fresh44->size());
+    EXPECT_EQ(std::memcmp(y44->data(), fresh44->data(), y44->size() * sizeof(float)), 0) << "round " << round;
+  }
+  prepare_resampler(24000, 24000);  // nothing to prepare
+  prepare_resampler(0, 24000);
+  EXPECT_FALSE(resample_hq(x, 0, 24000).is_ok());
 }
 
 TEST(Resampler, NonPositiveRatesAreRejected) {
