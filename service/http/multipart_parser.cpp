@@ -150,54 +150,87 @@ bool MultipartParser::parse_headers(std::string_view block) {
 bool MultipartParser::feed(std::string_view bytes) {
   if (state_ == State::kError) return false;
   if (state_ == State::kEpilogue) return true;
+  // The body is scanned where it lies (the read buffer): only an unfinished delimiter, boundary
+  // line or header block is carried over in pending_, never the part data.
+  if (!pending_.empty() && (state_ == State::kPreamble || state_ == State::kBody) &&
+      bytes.size() >= delimiter_.size()) {
+    // pending_ is shorter than a delimiter here: with the head of the new bytes it holds any
+    // delimiter that starts in it; one that starts later is found in the new bytes themselves.
+    std::string joined = pending_;
+    joined.append(bytes.substr(0, delimiter_.size()));
+    const std::size_t at = joined.find(delimiter_);
+    if (at != std::string::npos && at < pending_.size()) {
+      if (state_ == State::kBody && !append_body(std::string_view(joined).substr(0, at))) return false;
+      bytes.remove_prefix(at + delimiter_.size() - pending_.size());
+      state_ = State::kAfterBoundary;
+    } else if (state_ == State::kBody && !append_body(pending_)) {
+      return false;
+    }
+    pending_.clear();
+  }
+  std::size_t pos = 0;
+  if (pending_.empty()) {
+    if (!parse(bytes, pos)) return false;
+    if (state_ != State::kEpilogue) pending_.assign(bytes.substr(pos));
+    return true;
+  }
   pending_.append(bytes);
+  if (!parse(pending_, pos)) return false;
+  pending_.erase(0, pos);
+  return true;
+}
+
+bool MultipartParser::parse(std::string_view v, std::size_t& pos) {
   for (;;) {
     switch (state_) {
       case State::kPreamble:
       case State::kBody: {
-        std::size_t at = pending_.find(delimiter_);
-        if (at == std::string::npos) {
+        const std::size_t at = v.find(delimiter_, pos);
+        if (at == std::string_view::npos) {
           // Keep what could be the start of a delimiter; the rest is part data (or preamble).
-          const std::size_t keep = std::min(pending_.size(), delimiter_.size() - 1);
-          const std::size_t emit = pending_.size() - keep;
-          if (state_ == State::kBody && !append_body(std::string_view(pending_).substr(0, emit))) return false;
-          if (state_ == State::kPreamble && emit > 0 && pending_.size() > 1 << 20) {
+          const std::size_t rest = v.size() - pos;
+          const std::size_t keep = std::min(rest, delimiter_.size() - 1);
+          const std::size_t emit = rest - keep;
+          if (state_ == State::kBody && !append_body(v.substr(pos, emit))) return false;
+          if (state_ == State::kPreamble && emit > 0 && rest > 1 << 20) {
             // A preamble is allowed, but a megabyte without a boundary is not a form.
             return fail("invalid_multipart", "No multipart boundary found in the body.");
           }
-          pending_.erase(0, emit);
+          pos += emit;
           return true;
         }
-        if (state_ == State::kBody && !append_body(std::string_view(pending_).substr(0, at))) return false;
-        pending_.erase(0, at + delimiter_.size());
+        if (state_ == State::kBody && !append_body(v.substr(pos, at - pos))) return false;
+        pos = at + delimiter_.size();
         state_ = State::kAfterBoundary;
         break;
       }
       case State::kAfterBoundary: {
-        if (pending_.size() < 2) return true;
-        if (pending_.compare(0, 2, "--") == 0) {
+        const std::string_view r = v.substr(pos);
+        if (r.size() < 2) return true;
+        if (r.substr(0, 2) == "--") {
           state_ = State::kEpilogue;
-          pending_.clear();
+          pos = v.size();
           return true;
         }
         // Transport padding (spaces/tabs) may precede the CRLF.
         std::size_t i = 0;
-        while (i < pending_.size() && (pending_[i] == ' ' || pending_[i] == '\t')) ++i;
-        if (i + 2 > pending_.size()) {
+        while (i < r.size() && (r[i] == ' ' || r[i] == '\t')) ++i;
+        if (i + 2 > r.size()) {
           if (i > 256) return fail("invalid_multipart", "Malformed multipart boundary line.");
           return true;
         }
-        if (pending_.compare(i, 2, "\r\n") != 0) return fail("invalid_multipart", "Malformed multipart boundary line.");
-        pending_.erase(0, i + 2);
+        if (r.substr(i, 2) != "\r\n") return fail("invalid_multipart", "Malformed multipart boundary line.");
+        pos += i + 2;
         state_ = State::kHeaders;
         break;
       }
       case State::kHeaders: {
-        std::size_t end = pending_.find("\r\n\r\n");
+        const std::string_view r = v.substr(pos);
+        std::size_t end = r.find("\r\n\r\n");
         // A part with no headers at all starts directly with the blank line.
-        if (pending_.compare(0, 2, "\r\n") == 0) end = 0;
-        if (end == std::string::npos) {
-          if (pending_.size() > limits_.max_part_header_bytes) {
+        if (r.substr(0, 2) == "\r\n") end = 0;
+        if (end == std::string_view::npos) {
+          if (r.size() > limits_.max_part_header_bytes) {
             return fail("invalid_multipart", "A multipart part header block is larger than 8 KiB.");
           }
           return true;
@@ -205,12 +238,14 @@ bool MultipartParser::feed(std::string_view bytes) {
         if (end > limits_.max_part_header_bytes) {
           return fail("invalid_multipart", "A multipart part header block is larger than 8 KiB.");
         }
-        if (!parse_headers(std::string_view(pending_).substr(0, end))) return false;
-        pending_.erase(0, end == 0 ? 2 : end + 4);
+        if (!parse_headers(r.substr(0, end))) return false;
+        pos += end == 0 ? 2 : end + 4;
         state_ = State::kBody;
         break;
       }
-      case State::kEpilogue: pending_.clear(); return true;
+      case State::kEpilogue:
+        pos = v.size();
+        return true;
       case State::kError: return false;
     }
   }

@@ -53,11 +53,13 @@ class MultipartParser {
   bool fail(std::string code, std::string message, std::optional<std::string> param = std::nullopt);
   bool parse_headers(std::string_view block);
   bool append_body(std::string_view bytes);
+  // Parses v from pos on; pos ends at the first byte not consumed (to be carried over).
+  bool parse(std::string_view v, std::size_t& pos);
 
   std::string delimiter_;  // "\r\n--" + boundary
   MultipartLimits limits_;
   State state_ = State::kPreamble;
-  std::string pending_;
+  std::string pending_;  // an unfinished delimiter, boundary line or header block
   std::vector<FormPart> parts_;
   std::size_t part_count_ = 0;
   bool keep_current_ = false;
