@@ -9,6 +9,7 @@
 #include <limits>
 #include <random>
 
+#include "engine/audio/resampler.h"
 #include "engine/transcript/json_text.h"
 #include "service/api/audio_intake.h"
 #include "service/api/generation_call.h"
@@ -588,6 +589,7 @@ void handle_chat(const Api& api, std::shared_ptr<RequestInfo> info, std::string 
     if (!error && total > limits.max_seconds) {
       error = bad_request("audio_too_long", "The request's audio is longer than the limit.", "messages");
     }
+    const int source_rate = decoded->empty() ? 0 : decoded->back().source_rate;
     exchange->post([api_ptr, info, exchange, req, decoded, error, total] {
       AppState& st = api_ptr->state();
       if (error) {
@@ -638,6 +640,8 @@ void handle_chat(const Api& api, std::shared_ptr<RequestInfo> info, std::string 
       auto call = std::make_shared<ChatCall>(*api_ptr, info, exchange, *req, prompt, audio_tokens);
       call->start(std::move(r));
     });
+    // As for transcriptions: the next upload's soxr object is made outside any request's wait.
+    audio::prepare_resampler(source_rate, popt.sample_rate);
   });
 }
 

@@ -64,11 +64,13 @@ Result<RequestId> FakeEngine::submit(Request request, EventSink sink) {
   }
   for (const auto& a : request.audio) job->audio_tokens += a.frames;
   if (transcription) {
-    const auto& a = request.audio.empty() ? audio::PreparedAudio{} : request.audio[0];
-    auto prompt = build_asr_prompt(tokenizer_, a.frames, a.samples, request.context, true);
+    // Only the counts: `cond ? PreparedAudio{} : audio[0]` would copy the whole clip.
+    const std::int64_t frames = request.audio.empty() ? 0 : request.audio[0].frames;
+    const std::int64_t samples = request.audio.empty() ? 0 : request.audio[0].samples;
+    auto prompt = build_asr_prompt(tokenizer_, frames, samples, request.context, true);
     if (!prompt.is_ok()) return prompt.status();
     job->prompt_tokens = static_cast<std::int64_t>(prompt->ids.size());
-    job->assembler = std::make_unique<TranscriptAssembler>(static_cast<double>(a.samples) / 24000.0);
+    job->assembler = std::make_unique<TranscriptAssembler>(static_cast<double>(samples) / 24000.0);
   } else {
     job->prompt_tokens = static_cast<std::int64_t>(request.prompt_ids.size());
   }
