@@ -278,7 +278,7 @@ class CudaBackend final : public Backend {
   // rounds the same operands to bf16); f32 mode and other shapes run the op sequence. Mixer: norm,
   // conv and scaled residual in two kernels (a halo side pass, then one pass over x), the same f32
   // arithmetic as the op sequence, both modes; widths it does not take: rms_norm, then the conv fused
-  // with its scaled residual. VV_CUDA_ENC_V1=1: the previous kernels (for a timing A/B).
+  // with its scaled residual. Profile labels carry the width (the encoder stage).
   void conv_ffn(Tensor& x, const Tensor& norm_w, float eps, const Tensor& w1, const Tensor& b1,
                 const Tensor& w2, const Tensor& b2, const Tensor& gamma, Tensor& u, Tensor& v, Tensor& h) override {
     if (compute_ != CudaCompute::kBF16 || !cuda::conv_ffn_fits(x, norm_w, w1, b1, w2, b2, gamma)) {
@@ -289,23 +289,21 @@ class CudaBackend final : public Backend {
     s << x << norm_w << eps << w1 << b1 << w2 << b2 << gamma;
     defer(s, [=, this] {
       Tensor xx = x;
-      OpTimer timer(this, "conv_ffn.fused");
-      if (enc_v1_) {
-        cuda::v1::conv_ffn_fused_v1(xx, norm_w, eps, w1, b1, w2, b2, gamma, stream_);
-      } else {
-        cuda::conv_ffn_fused(xx, norm_w, eps, w1, b1, w2, b2, gamma, stream_);
-      }
+      const std::string label = "conv_ffn.fused.c" + std::to_string(x.cols());
+      OpTimer timer(this, label.c_str());
+      cuda::conv_ffn_fused(xx, norm_w, eps, w1, b1, w2, b2, gamma, stream_);
       launched("conv_ffn");
     });
   }
   void conv_mixer(Tensor& x, const Tensor& norm_w, float eps, const Tensor& history, const Tensor& w,
                   const Tensor& bias, const Tensor& gamma, Tensor& u, Tensor& v) override {
-    if (!enc_v1_ && cuda::conv_mixer_fits(x, norm_w, history, w, bias, gamma, u, v)) {
+    if (cuda::conv_mixer_fits(x, norm_w, history, w, bias, gamma, u, v)) {
       Sig s(103);
       s << x << norm_w << eps << history << w << bias << gamma << u << v;
       defer(s, [=, this] {
         Tensor xx = x, uu = u, vv = v;
-        OpTimer timer(this, "conv_mixer.fused");
+        const std::string label = "conv_mixer.fused.c" + std::to_string(x.cols());
+        OpTimer timer(this, label.c_str());
         cuda::conv_mixer_fused(xx, norm_w, eps, history, w, bias, gamma, uu, vv, stream_);
         launched("conv_mixer");
       });
@@ -1182,8 +1180,6 @@ class CudaBackend final : public Backend {
   // weight streams per warp).
   bool swiglu_epilogue_ =
       !(std::getenv("VV_CUDA_SWIGLU_EPILOGUE") && std::string(std::getenv("VV_CUDA_SWIGLU_EPILOGUE")) == "0");
-  // VV_CUDA_ENC_V1=1: the encoders' first fused FFN kernel and rms_norm + dwconv_add (timing A/B).
-  bool enc_v1_ = std::getenv("VV_CUDA_ENC_V1") && std::string(std::getenv("VV_CUDA_ENC_V1")) == "1";
   // VV_CUDA_DECODE_GEMV=0: one-row GEMMs on cuda_ops' skinny GEMV (see fuse_skinny_at).
   bool decode_gemv_ =
       !(std::getenv("VV_CUDA_DECODE_GEMV") && std::string(std::getenv("VV_CUDA_DECODE_GEMV")) == "0");

@@ -10,7 +10,7 @@
 //    while the tensor cores work on this one;
 //  - wide (C = 512): the output columns split over warps, h passed through shared memory (below).
 // The first version (4 warps, 64 rows, chunks loaded synchronously between two barriers, norm of one
-// row at a time) ran at ~74 TFLOP/s over stages 0-3.
+// row at a time; commit db4a299 has it as encoder_ffn_v1.cu) ran at ~74 TFLOP/s over stages 0-3.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -505,13 +505,13 @@ bool env_is(const char* name, char c) {
   return v && v[0] == c && v[1] == 0;
 }
 // A/B switches for a device call: VV_CUDA_FFN_RESIDENT=0 sends C ≤ 64 through the streamed form;
-// VV_CUDA_FFN_WIDE=0 (or VV_CUDA_ENC_V1=1, whose kernel stops at 256) leaves C = 512 to the op sequence.
+// VV_CUDA_FFN_WIDE=0 leaves C = 512 to the op sequence.
 bool resident_enabled() {
   static const bool on = !env_is("VV_CUDA_FFN_RESIDENT", '0');
   return on;
 }
 bool wide_enabled() {
-  static const bool on = !env_is("VV_CUDA_FFN_WIDE", '0') && !env_is("VV_CUDA_ENC_V1", '1');
+  static const bool on = !env_is("VV_CUDA_FFN_WIDE", '0');
   return on;
 }
 

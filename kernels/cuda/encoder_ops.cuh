@@ -19,12 +19,6 @@ bool conv_ffn_fits(const Tensor& x, const Tensor& norm_w, const Tensor& w1, cons
 // and multiplied straight into the f32 accumulators of the second GEMM.
 void conv_ffn_fused(Tensor& x, const Tensor& norm_w, float eps, const Tensor& w1, const Tensor& b1,
                     const Tensor& w2, const Tensor& b2, const Tensor& gamma, cudaStream_t s);
-namespace v1 {
-// The first version of conv_ffn_fused (same operands, same result up to f32 summation order); only for
-// timing the two in one device call (VV_CUDA_ENC_V1=1).
-void conv_ffn_fused_v1(Tensor& x, const Tensor& norm_w, float eps, const Tensor& w1, const Tensor& b1,
-                       const Tensor& w2, const Tensor& b2, const Tensor& gamma, cudaStream_t s);
-}  // namespace v1
 
 // Backend::conv_mixer in two kernels with rms_norm's and dwconv_add's f32 arithmetic (the same bits):
 // x += gamma ⊙ dwconv7(rms_norm(x), history). Writes only the last min(T, 6) rows of u (what the
