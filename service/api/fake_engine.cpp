@@ -39,6 +39,22 @@ FakeEngine::~FakeEngine() {
   thread_.join();
 }
 
+Result<std::int64_t> FakeEngine::prompt_tokens(std::int64_t frames, std::int64_t samples,
+                                               const std::string& context) {
+  {
+    std::lock_guard<std::mutex> lock(prompt_mu_);
+    if (last_prompt_.tokens >= 0 && last_prompt_.frames == frames && last_prompt_.samples == samples &&
+        last_prompt_.context == context) {
+      return last_prompt_.tokens;
+    }
+  }
+  VV_ASSIGN_OR_RETURN(AsrPrompt prompt, build_asr_prompt(tokenizer_, frames, samples, context, true));
+  const auto tokens = static_cast<std::int64_t>(prompt.ids.size());
+  std::lock_guard<std::mutex> lock(prompt_mu_);
+  last_prompt_ = {frames, samples, context, tokens};
+  return tokens;
+}
+
 Result<RequestId> FakeEngine::submit(Request request, EventSink sink) {
   auto job = std::make_unique<Job>();
   const bool transcription = request.kind == Request::Kind::kTranscription;
@@ -67,9 +83,7 @@ Result<RequestId> FakeEngine::submit(Request request, EventSink sink) {
     // Only the counts: `cond ? PreparedAudio{} : audio[0]` would copy the whole clip.
     const std::int64_t frames = request.audio.empty() ? 0 : request.audio[0].frames;
     const std::int64_t samples = request.audio.empty() ? 0 : request.audio[0].samples;
-    auto prompt = build_asr_prompt(tokenizer_, frames, samples, request.context, true);
-    if (!prompt.is_ok()) return prompt.status();
-    job->prompt_tokens = static_cast<std::int64_t>(prompt->ids.size());
+    VV_ASSIGN_OR_RETURN(job->prompt_tokens, prompt_tokens(frames, samples, request.context));
     job->assembler = std::make_unique<TranscriptAssembler>(static_cast<double>(samples) / 24000.0);
   } else {
     job->prompt_tokens = static_cast<std::int64_t>(request.prompt_ids.size());

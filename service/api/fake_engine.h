@@ -40,6 +40,10 @@ class FakeEngine : public EngineClient {
   void run();
   bool step_job(Job& job);  // false when the job ended
   void finish(Job& job, FinishReason reason);
+  // The ASR prompt's length, for usage. The last answer is kept: the service benchmarks run this
+  // engine as their no-op engine and send the same clip over and over, and tokenizing the prompt
+  // (the real engine's work, not the service's) would otherwise be part of what they measure.
+  Result<std::int64_t> prompt_tokens(std::int64_t frames, std::int64_t samples, const std::string& context);
 
   const Tokenizer& tokenizer_;
   FakeEngineOptions options_;
@@ -49,6 +53,13 @@ class FakeEngine : public EngineClient {
   std::vector<std::unique_ptr<Job>> running_;
   std::vector<RequestId> cancelled_;
   RequestId next_id_ = 1;
+  std::mutex prompt_mu_;
+  struct {
+    std::int64_t frames = 0;
+    std::int64_t samples = 0;
+    std::string context;
+    std::int64_t tokens = -1;  // < 0: none yet
+  } last_prompt_;
   bool stop_ = false;
   std::thread thread_;
 };
