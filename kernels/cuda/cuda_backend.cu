@@ -27,6 +27,7 @@
 #include "kernels/cuda/cublaslt_loader.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_ops.cuh"
+#include "kernels/cuda/decode_attention.h"
 #include "kernels/cuda/encoder_ops.cuh"
 #include "kernels/cuda/decode_ops.cuh"
 #include "kernels/cuda/prefill_attention.cuh"
@@ -824,13 +825,18 @@ class CudaBackend final : public Backend {
     if (q.rows() > rows.block_tables.rows() || cache.k.row_stride() % 4 != 0 ||
         cache.v.row_stride() != cache.k.row_stride())
       return false;
-    const cuda::DecodeAttentionPlan p = cuda::plan_decode_attention(q.rows(), rows, shape, sms_);
-    if (!p.use) return false;
-    OpTimer timer(this, "paged_attention.decode");
+    const bool mma = decode_mma_takes(q, cache, shape);
+    const cuda::MmaDecodePlan pm =
+        mma ? cuda::plan_mma_decode_attention(q.rows(), rows, shape) : cuda::MmaDecodePlan{};
+    const cuda::DecodeAttentionPlan p =
+        mma ? cuda::DecodeAttentionPlan{} : cuda::plan_decode_attention(q.rows(), rows, shape, sms_);
+    if (!pm.use && !p.use) return false;
+    OpTimer timer(this, pm.use ? "paged_attention.decode_mma" : "paged_attention.decode");
     // [counters: kCounterSlots, zeroed at allocation, left zeroed by every launch][partials]
     constexpr size_t kCounterSlots = 16384;
-    if (p.counters > kCounterSlots) return false;
-    const size_t need = kCounterSlots * sizeof(unsigned) + p.ws_floats * sizeof(float);
+    if ((pm.use ? pm.counters : p.counters) > kCounterSlots) return false;
+    const size_t need =
+        kCounterSlots * sizeof(unsigned) + (pm.use ? pm.ws_floats : p.ws_floats) * sizeof(float);
     if (need > dec_attn_ws_bytes_) {  // grows with the context and the rows; then never again
       if (capturing_) {
         capture_broken_ = true;
@@ -847,9 +853,25 @@ class CudaBackend final : public Backend {
     }
     auto* counters = static_cast<unsigned*>(dec_attn_ws_);
     auto* partials = reinterpret_cast<float*>(counters + kCounterSlots);
-    cuda::decode_attention(q, rows, cache, shape, out, p, partials, counters, stream_);
+    if (pm.use) {
+      cuda::mma_decode_attention(q, rows, cache, shape, out, pm, partials, counters, stream_);
+    } else {
+      cuda::decode_attention(q, rows, cache, shape, out, p, partials, counters, stream_);
+    }
     launched("paged_attention");
     return true;
+  }
+  // The tensor-core decode attention: bf16 mode (it rounds q, K, V and P to bf16; f32 mode keeps
+  // the f32 SIMT kernel), a bf16/f16 cache with 16-byte aligned rows. VV_CUDA_DECODE_ATTN=simt: the
+  // SIMT kernel always; =auto: the SIMT kernel for one row (then a request's numerics change when
+  // it shares a step with others, so the default keeps one kernel for every row count).
+  bool decode_mma_takes(const Tensor& q, const KvLayer& cache, const AttentionShape& shape) const {
+    if (compute_ != CudaCompute::kBF16 || decode_attn_mode_ == 1 || (decode_attn_mode_ == 2 && q.rows() == 1))
+      return false;
+    if (cache.k.dtype != DType::kBF16 && cache.k.dtype != DType::kF16) return false;
+    auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    return cuda::mma_decode_applies(shape.heads, shape.kv_heads, shape.head_dim) &&
+           cache.k.row_stride() % 8 == 0 && aligned(cache.k.data) && aligned(cache.v.data);
   }
   void run_argmax(const Tensor& logits, Tensor& out) {
     OpTimer timer(this, "argmax");
@@ -1185,6 +1207,12 @@ class CudaBackend final : public Backend {
       !(std::getenv("VV_CUDA_DECODE_GEMV") && std::string(std::getenv("VV_CUDA_DECODE_GEMV")) == "0");
   void* argmax_ws_ = nullptr;
   void* dec_attn_ws_ = nullptr;
+  // VV_CUDA_DECODE_ATTN: mma (0, default), simt (1), auto (2); see decode_mma_takes.
+  int decode_attn_mode_ = [] {
+    const char* e = std::getenv("VV_CUDA_DECODE_ATTN");
+    const std::string v = e ? e : "";
+    return v == "simt" ? 1 : v == "auto" ? 2 : 0;
+  }();
   size_t dec_attn_ws_bytes_ = 0;
   size_t argmax_ws_bytes_ = 0;
   std::vector<std::function<void()>> pending_;

@@ -14,7 +14,9 @@
 #include <type_traits>
 #include <utility>
 
+#include "kernels/cuda/decode_attention.h"
 #include "kernels/cuda/decode_ops.cuh"
+#include "kernels/cuda/mma_util.cuh"
 
 namespace vv::cuda {
 namespace {
@@ -662,6 +664,253 @@ __global__ void __launch_bounds__(kAttnThreads)
   }
 }
 
+// ---- Decode attention on the tensor cores ----------------------------------------------------
+// Fragment layouts: mma_util.cuh (g = lane/4, t = lane%4). The GQA group's G ≤ 8 query heads are
+// rows 0..7 of the A tile (rows 8..15 are zero), so a thread's scores are row g, and a1/a3 are 0.
+// Q·Kᵀ: the head_dim axis is the k axis and may be permuted freely (the same way for q and K):
+// thread t takes dims 32c + 8t .. +7 of chunk c (one 16-byte load per K row): elements 0..3 are
+// k-step 2c (logical k 2t, 2t+1 | 2t+8, 2t+9), elements 4..7 k-step 2c+1. Key n of an 8-key tile is
+// the thread group g's key, so a thread loads whole 16-byte slices of K rows.
+// P·V: the output dims (n axis) may be permuted too: n-tile dt = 8·hh + e holds dims
+// 64·hh + 8·n + e, so thread group g needs dims 64·hh + 8g .. +7 of its keys 2t, 2t+1, 2t+8, 2t+9
+// (again 16-byte slices), and the B fragment's pairs of keys are put together with a byte permute.
+__device__ __forceinline__ uint4 ld16(const void* p) {
+  return __ldg(reinterpret_cast<const uint4*>(p));
+}
+__device__ __forceinline__ uint4 as_bf16x8(uint4 u, __nv_bfloat16*) {
+  return u;
+}
+__device__ __forceinline__ uint4 as_bf16x8(uint4 u, __half*) {
+  const __half2* h = reinterpret_cast<const __half2*>(&u);
+  uint32_t o[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __half22float2(h[i]);
+    o[i] = mma::pack_bf16(f.x, f.y);
+  }
+  return make_uint4(o[0], o[1], o[2], o[3]);
+}
+__device__ __forceinline__ uint32_t word(const uint4& u, int i) {
+  return i == 0 ? u.x : i == 1 ? u.y : i == 2 ? u.z : u.w;
+}
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+constexpr int kMmaDecWarps = 4;  // independent units per block
+
+// Floats of one unit's partial result in ws: acc [G][D], then max [8] and sum [8].
+__host__ __device__ constexpr int mma_unit_floats(int G, int D) {
+  return G * D + 16;
+}
+
+// Block (x, kv head, row): warp w takes unit u = 4x + w, keys [u·chunk, min(L, (u+1)·chunk)), in
+// steps of 16 keys with an online softmax (log2 domain). See decode_ops.cuh for the merge.
+template <typename CT, int D>
+__global__ void __launch_bounds__(kMmaDecWarps * 32, 3)
+    mma_decode_kernel(const float* __restrict__ q, int64_t ldq, const int32_t* __restrict__ row_seq,
+                      const int32_t* __restrict__ row_pos, const int32_t* __restrict__ tables, int64_t ldt,
+                      int bs, const CT* __restrict__ kc, const CT* __restrict__ vc, int64_t ldc, int kv_heads,
+                      int G, float scale_log2, int chunk, int splits, float* __restrict__ out, int64_t ldo,
+                      float* ws, unsigned* counters) {
+  constexpr int KC = D / 32;   // 32-dim chunks of Q·Kᵀ (two k-steps each)
+  constexpr int VH = D / 64;   // 64-dim halves of P·V
+  constexpr int DT = D / 8;    // 8-dim output tiles
+  constexpr int VEC = D / 32;  // dims per lane in the merge
+  pdl_wait();
+  pdl_trigger();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int unit = blockIdx.x * kMmaDecWarps + warp;
+  const int kvh = blockIdx.y;
+  const int64_t r = blockIdx.z;
+  const int L = row_pos[r] + 1;
+  const int ns = (L + chunk - 1) / chunk;  // this row's units
+  if (unit >= ns) return;
+  const int32_t* tab = tables + static_cast<int64_t>(row_seq[r]) * ldt;
+  const int k0 = unit * chunk, k1 = min(L, k0 + chunk);
+  const int64_t hoff = static_cast<int64_t>(kvh) * D;
+
+  uint32_t qa[KC][2][2];  // [chunk][k-step of the chunk][a0, a2]
+  {
+    const float* qp = q + r * ldq + static_cast<int64_t>(kvh * G + g) * D + 8 * t;
+#pragma unroll
+    for (int c = 0; c < KC; ++c) {
+      float x[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) x[e] = g < G ? qp[32 * c + e] : 0.f;
+      qa[c][0][0] = mma::pack_bf16(x[0], x[1]);
+      qa[c][0][1] = mma::pack_bf16(x[2], x[3]);
+      qa[c][1][0] = mma::pack_bf16(x[4], x[5]);
+      qa[c][1][1] = mma::pack_bf16(x[6], x[7]);
+    }
+  }
+  float o[DT][4];
+#pragma unroll
+  for (int dt = 0; dt < DT; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.f;
+  float m = -INFINITY, l = 0.f;
+  auto slot = [&](int j) { return static_cast<int64_t>(tab[j / bs]) * bs + j % bs; };
+
+#pragma unroll 1
+  for (int j0 = k0; j0 < k1; j0 += 16) {
+    uint4 kr[2][KC], vr[4][VH];
+#pragma unroll
+    for (int h2 = 0; h2 < 2; ++h2) {
+      const int j = j0 + 8 * h2 + g;
+      if (j < k1) {
+        const CT* p = kc + slot(j) * ldc + hoff + 8 * t;
+#pragma unroll
+        for (int c = 0; c < KC; ++c) kr[h2][c] = ld16(p + 32 * c);
+      } else {
+#pragma unroll
+        for (int c = 0; c < KC; ++c) kr[h2][c] = make_uint4(0, 0, 0, 0);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int j = j0 + (i >> 1) * 8 + 2 * t + (i & 1);
+      if (j < k1) {
+        const CT* p = vc + slot(j) * ldc + hoff + 8 * g;
+#pragma unroll
+        for (int hh = 0; hh < VH; ++hh) vr[i][hh] = ld16(p + 64 * hh);
+      } else {  // zeros, not stale data: a masked key's weight is 0, and 0·NaN would not be
+#pragma unroll
+        for (int hh = 0; hh < VH; ++hh) vr[i][hh] = make_uint4(0, 0, 0, 0);
+      }
+    }
+    float s[2][4];
+#pragma unroll
+    for (int h2 = 0; h2 < 2; ++h2) {
+      s[h2][0] = s[h2][1] = s[h2][2] = s[h2][3] = 0.f;
+#pragma unroll
+      for (int c = 0; c < KC; ++c) {
+        const uint4 kb = as_bf16x8(kr[h2][c], static_cast<CT*>(nullptr));
+        const uint32_t a0[4] = {qa[c][0][0], 0u, qa[c][0][1], 0u};
+        mma::mma_bf16(s[h2], a0, kb.x, kb.y);
+        const uint32_t a1[4] = {qa[c][1][0], 0u, qa[c][1][1], 0u};
+        mma::mma_bf16(s[h2], a1, kb.z, kb.w);
+      }
+    }
+    // Row g's scores: keys j0 + 8·h2 + 2t + e. Key j0 is valid, so every row's max is finite.
+    float mx = -INFINITY;
+#pragma unroll
+    for (int h2 = 0; h2 < 2; ++h2)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int j = j0 + 8 * h2 + 2 * t + e;
+        s[h2][e] = j < k1 ? s[h2][e] * scale_log2 : -INFINITY;
+        mx = fmaxf(mx, s[h2][e]);
+      }
+    mx = quad_max(mx);
+    const float m_new = fmaxf(m, mx);
+    const float corr = exp2f(m - m_new);  // 0 at the first step (m = −inf)
+    float sum = 0.f;
+#pragma unroll
+    for (int h2 = 0; h2 < 2; ++h2)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        s[h2][e] = exp2f(s[h2][e] - m_new);
+        sum += s[h2][e];
+      }
+    l = l * corr + sum;  // this thread's keys; the quad is summed at the end
+    m = m_new;
+    const uint32_t pa[4] = {mma::pack_bf16(s[0][0], s[0][1]), 0u, mma::pack_bf16(s[1][0], s[1][1]), 0u};
+#pragma unroll
+    for (int hh = 0; hh < VH; ++hh) {
+      const uint4 v0 = as_bf16x8(vr[0][hh], static_cast<CT*>(nullptr));
+      const uint4 v1 = as_bf16x8(vr[1][hh], static_cast<CT*>(nullptr));
+      const uint4 v2 = as_bf16x8(vr[2][hh], static_cast<CT*>(nullptr));
+      const uint4 v3 = as_bf16x8(vr[3][hh], static_cast<CT*>(nullptr));
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const int dt = hh * 8 + e;
+        o[dt][0] *= corr;
+        o[dt][1] *= corr;
+        const unsigned sel = (e & 1) ? 0x7632u : 0x5410u;  // high or low halves: element e
+        const uint32_t b0 = __byte_perm(word(v0, e >> 1), word(v1, e >> 1), sel);
+        const uint32_t b1 = __byte_perm(word(v2, e >> 1), word(v3, e >> 1), sel);
+        mma::mma_bf16(o[dt], pa, b0, b1);
+      }
+    }
+  }
+  l = quad_sum(l);
+  // Thread (g, t) holds row g's dims 64·hh + 16t + e (o[8hh + e][0]) and 64·hh + 16t + 8 + e (…[1]).
+  if (ns == 1) {
+    if (g < G) {
+      float* dst = out + r * ldo + static_cast<int64_t>(kvh * G + g) * D + 16 * t;
+#pragma unroll
+      for (int hh = 0; hh < VH; ++hh)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          dst[64 * hh + e] = o[hh * 8 + e][0] / l;
+          dst[64 * hh + 8 + e] = o[hh * 8 + e][1] / l;
+        }
+    }
+    return;
+  }
+  const int64_t pair = r * kv_heads + kvh;
+  const int UF = mma_unit_floats(G, D);
+  float* wu = ws + (pair * splits + unit) * UF;
+  if (g < G) {
+#pragma unroll
+    for (int hh = 0; hh < VH; ++hh) {
+      float* d = wu + g * D + 64 * hh + 16 * t;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        d[e] = o[hh * 8 + e][0];
+        d[8 + e] = o[hh * 8 + e][1];
+      }
+    }
+    if (t == 0) {
+      wu[G * D + g] = m;
+      wu[G * D + 8 + g] = l;
+    }
+  }
+  __threadfence();
+  __syncwarp();
+  unsigned prev = 0;
+  if (lane == 0) prev = atomicAdd(&counters[pair], 1u);
+  prev = __shfl_sync(0xffffffffu, prev, 0);
+  if (prev != static_cast<unsigned>(ns - 1)) return;
+  __threadfence();
+  if (lane == 0) counters[pair] = 0;  // ready for the next launch
+  // The last unit merges units 0..ns−1 in order (lanes over dims; split maxima and sums over lanes
+  // in passes of 32 units, reduced in the fixed xor order), so the result does not depend on which
+  // unit finished last.
+  const float* wp = ws + pair * splits * UF;
+  float* orow = out + r * ldo + static_cast<int64_t>(kvh) * G * D + lane * VEC;
+  for (int gg = 0; gg < G; ++gg) {
+    float M = -INFINITY;
+    for (int u = lane; u < ns; u += 32) M = fmaxf(M, __ldcg(wp + u * UF + G * D + gg));
+    M = warp_max(M);
+    float Ls = 0.f;
+    for (int u = lane; u < ns; u += 32)
+      Ls = fmaf(__ldcg(wp + u * UF + G * D + 8 + gg), exp2f(__ldcg(wp + u * UF + G * D + gg) - M), Ls);
+    Ls = warp_sum(Ls);
+    float acc[VEC];
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) acc[i] = 0.f;
+    for (int u0 = 0; u0 < ns; u0 += 32) {
+      const int u = u0 + lane;
+      const float wl = u < ns ? exp2f(__ldcg(wp + u * UF + G * D + gg) - M) : 0.f;
+      const int cnt = min(32, ns - u0);
+#pragma unroll 4
+      for (int i = 0; i < cnt; ++i) {
+        const float w = __shfl_sync(0xffffffffu, wl, i);
+        const float* src = wp + (u0 + i) * UF + gg * D + lane * VEC;
+#pragma unroll
+        for (int v = 0; v < VEC; ++v) acc[v] = fmaf(__ldcg(src + v), w, acc[v]);
+      }
+    }
+#pragma unroll
+    for (int v = 0; v < VEC; ++v) orow[gg * D + v] = acc[v] / Ls;
+  }
+}
+
 }  // namespace
 
 bool decode_gemv_fits(const Tensor& a, const Tensor& w) {
@@ -823,6 +1072,66 @@ void decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer&
     default:
       go(static_cast<const float*>(cache.k.data), static_cast<const float*>(cache.v.data));
       break;
+  }
+}
+
+MmaDecodePlan plan_mma_decode_attention(int64_t n, const AttentionRows& rows, const AttentionShape& shape) {
+  MmaDecodePlan p;
+  if (n < 1 || n > kDecodeAttentionMaxRows ||
+      !mma_decode_applies(shape.heads, shape.kv_heads, shape.head_dim))
+    return p;
+  const int G = shape.heads / shape.kv_heads;
+  const int64_t max_keys = std::max<int64_t>(rows.block_tables.cols() * rows.block_size, 1);
+  // Units of kMmaDecodeChunk keys; past 256 units (16,384 keys of table width) wider units, in
+  // steps of 64 keys, bound the workspace (then a row's units depend on the table width).
+  int64_t chunk = kMmaDecodeChunk;
+  if (max_keys > 256 * chunk) chunk = ((max_keys + 255) / 256 + 63) / 64 * 64;
+  const int64_t pairs = n * shape.kv_heads;
+  p.use = true;
+  p.chunk = static_cast<int>(chunk);
+  p.splits = static_cast<int>((max_keys + chunk - 1) / chunk);
+  p.ws_floats = p.splits > 1 ? static_cast<size_t>(pairs * p.splits * mma_unit_floats(G, shape.head_dim)) : 0;
+  p.counters = p.splits > 1 ? static_cast<size_t>(pairs) : 0;
+  return p;
+}
+
+void mma_decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
+                          const AttentionShape& shape, Tensor& out, const MmaDecodePlan& p, float* ws,
+                          unsigned* counters, cudaStream_t s) {
+  const int64_t n = q.rows();
+  if (n == 0) return;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>((p.splits + kMmaDecWarps - 1) / kMmaDecWarps),
+                     static_cast<unsigned>(shape.kv_heads), static_cast<unsigned>(n));
+  cfg.blockDim = dim3(kMmaDecWarps * 32);
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  const int G = shape.heads / shape.kv_heads;
+  const float scale_log2 = shape.scale * 1.4426950408889634f;
+  auto go = [&](auto* kc, auto* vc, auto dtag) {
+    using CT = std::remove_const_t<std::remove_pointer_t<decltype(kc)>>;
+    constexpr int D = decltype(dtag)::value;
+    cudaLaunchKernelEx(&cfg, mma_decode_kernel<CT, D>, q.ptr<const float>(), q.row_stride(),
+                       rows.row_seq.ptr<const int32_t>(), rows.row_pos.ptr<const int32_t>(),
+                       rows.block_tables.ptr<const int32_t>(), rows.block_tables.row_stride(),
+                       rows.block_size, kc, vc, cache.k.row_stride(), shape.kv_heads, G, scale_log2, p.chunk,
+                       p.splits, out.ptr<float>(), out.row_stride(), ws, counters);
+  };
+  auto by_d = [&](auto* kc, auto* vc) {
+    if (shape.head_dim == 64) {
+      go(kc, vc, std::integral_constant<int, 64>{});
+    } else {
+      go(kc, vc, std::integral_constant<int, 128>{});
+    }
+  };
+  if (cache.k.dtype == DType::kBF16) {
+    by_d(static_cast<const __nv_bfloat16*>(cache.k.data), static_cast<const __nv_bfloat16*>(cache.v.data));
+  } else {
+    by_d(static_cast<const __half*>(cache.k.data), static_cast<const __half*>(cache.v.data));
   }
 }
 

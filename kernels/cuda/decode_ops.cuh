@@ -77,6 +77,23 @@ void decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer&
                       const AttentionShape& shape, Tensor& out, const DecodeAttentionPlan& p, float* ws,
                       unsigned* counters, cudaStream_t s);
 
+// Decode attention on the tensor cores (bf16 mode; decode_attention.h says which shapes): one warp
+// per unit of kMmaDecodeChunk keys of one (row, kv head), the GQA group as the M side of m16n8k16
+// bf16 mmas (q, K, V and the softmax weights rounded to bf16; scores, softmax and sums in f32),
+// K and V fragments loaded straight from the paged cache into registers. A row with more than one
+// unit leaves per-unit (acc, max, sum) in ws; the last unit of the (row, kv head) to finish merges
+// them in unit order. Units past a row's own length exit at once, so a row's result depends only
+// on its own q, cache and length. ws: ws_floats floats; counters: zeroed, left zeroed.
+struct MmaDecodePlan {
+  bool use = false;
+  int chunk = 64, splits = 1;
+  size_t ws_floats = 0, counters = 0;
+};
+MmaDecodePlan plan_mma_decode_attention(int64_t n, const AttentionRows& rows, const AttentionShape& shape);
+void mma_decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
+                          const AttentionShape& shape, Tensor& out, const MmaDecodePlan& p, float* ws,
+                          unsigned* counters, cudaStream_t s);
+
 // The shared rotation of rope: x1' = x1·c − x2·s, x2' = x2·c + x1·s, rounded per operation (no FMA
 // contraction), so every kernel that applies rope gets the same bits.
 #ifdef __CUDACC__

@@ -1,0 +1,234 @@
+// The tensor-core decode attention (bf16 mode, mma_decode_kernel in kernels/cuda/decode_ops.cu)
+// against the CPU's scalar reference: one row per sequence over a shuffled paged cache, rows 1, 2,
+// 3, 7, 64 and 128, lengths 1, 17, 63, 64, 65, 600 and 1,031 (one and several 64-key units, a unit
+// boundary ±1), GQA groups of 1, 4, 7 and 8, head_dim 64 and 128, bf16 and f16 caches, block sizes
+// 16 and 32, and a block table wider than any row needs (as the decoder pads it). Then batch
+// invariance: a row's output is bit for bit the same alone, in a batch of 2 and in a batch of 64.
+//
+// Tolerance (as the flash prefill's test): the kernel rounds q, the cached k/v and the softmax
+// weights P to bf16 (f32 scores, softmax and sums). The reference gets the same bf16-rounded q and
+// k/v, so what remains is P's rounding (2^-9 relative per weight) of a convex combination of V
+// rows (|v| ≤ 1), plus f32 order effects: 4e-3 of max(|ref|, 1).
+#include "kernels/cuda/decode_attention.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <sstream>
+
+#include "kernels/cpu/reference_ops.h"
+#include "kernels/cuda/prefill_attention.h"
+#include "tests/unit/kernels/cuda/cuda_test_util.h"
+
+namespace vv::test {
+namespace {
+
+constexpr int kH200Sms = 132;
+
+float stored_value(const HostMatrix& m, int64_t i) {
+  uint16_t h;
+  switch (m.dtype) {
+    case DType::kBF16:
+      std::memcpy(&h, m.bytes.data() + 2 * i, 2);
+      return bf16_to_f32(h);
+    case DType::kF16:
+      std::memcpy(&h, m.bytes.data() + 2 * i, 2);
+      return f16_to_f32(h);
+    default: {
+      float f;
+      std::memcpy(&f, m.bytes.data() + 4 * i, 4);
+      return f;
+    }
+  }
+}
+
+// An F32 copy of m's stored values, each rounded to bf16 (what the kernel computes with).
+HostMatrix bf16_rounded_f32(const HostMatrix& m) {
+  HostMatrix r;
+  r.dtype = DType::kF32;
+  r.rows = m.rows;
+  r.cols = m.cols;
+  r.stride = m.stride;
+  const int64_t n = std::max<int64_t>(m.rows * m.stride, 1);
+  r.bytes.assign(static_cast<size_t>(n) * 4 + 64, 0);
+  r.f.assign(static_cast<size_t>(n), 0.f);
+  for (int64_t i = 0; i < m.rows * m.stride; ++i) {
+    const float v = bf16_to_f32(f32_to_bf16(stored_value(m, i)));
+    std::memcpy(r.bytes.data() + 4 * i, &v, 4);
+    r.f[i] = v;
+  }
+  return r;
+}
+
+// A decode step: row i attends positions 0..lens[i]−1 of its own sequence (row_pos = lens[i] − 1)
+// through a block table `extra` blocks wider than the longest row needs.
+struct Step {
+  int heads, kv_heads, D;
+  DType kv_dtype;
+  int bs;
+  std::vector<int> lens;
+  int extra = 3;
+  float q_scale = 2.0f;
+};
+
+struct StepData {
+  int64_t n = 0, width = 0, qw = 0, slots = 0;
+  int max_blocks = 0;
+  std::vector<int32_t> tables, row_seq, row_pos;
+  HostMatrix kc, vc, q;
+};
+
+StepData make_step(const Step& st, uint32_t seed) {
+  StepData d;
+  d.n = static_cast<int64_t>(st.lens.size());
+  int total = 0;
+  for (int L : st.lens) {
+    d.max_blocks = std::max(d.max_blocks, (L + st.bs - 1) / st.bs);
+    total += (L + st.bs - 1) / st.bs;
+  }
+  d.max_blocks += st.extra;
+  std::vector<int32_t> perm(total + 5);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), std::mt19937(seed));
+  d.tables.assign(static_cast<size_t>(d.n) * d.max_blocks, 0);
+  int used = 0;
+  for (int64_t s = 0; s < d.n; ++s) {
+    for (int b = 0; b < (st.lens[s] + st.bs - 1) / st.bs; ++b) d.tables[s * d.max_blocks + b] = perm[used++];
+    d.row_seq.push_back(static_cast<int32_t>(s));
+    d.row_pos.push_back(st.lens[s] - 1);
+  }
+  d.width = static_cast<int64_t>(st.kv_heads) * st.D;
+  d.qw = static_cast<int64_t>(st.heads) * st.D;
+  d.slots = static_cast<int64_t>(total + 5) * st.bs;
+  d.kc = random_matrix(d.slots, d.width, st.kv_dtype, seed + 1);
+  d.vc = random_matrix(d.slots, d.width, st.kv_dtype, seed + 2);
+  d.q = random_matrix(d.n, d.qw, DType::kF32, seed + 3, st.q_scale);
+  return d;
+}
+
+AttentionShape shape_of(const Step& st) {
+  return AttentionShape{st.heads, st.kv_heads, st.D, 1.0f / std::sqrt(static_cast<float>(st.D))};
+}
+
+// The GPU's output for rows `pick` of the step (each with its own table row, the first `width`
+// blocks of it; all by default), [pick.size(), qw].
+std::vector<float> run_gpu(Backend& gpu, const Step& st, StepData& d, const std::vector<int>& pick,
+                           int width = -1) {
+  const int64_t n = static_cast<int64_t>(pick.size());
+  if (width < 0) width = d.max_blocks;
+  std::vector<int32_t> tables, row_seq, row_pos;
+  for (int64_t i = 0; i < n; ++i) {
+    const int s = pick[i];
+    tables.insert(tables.end(), d.tables.begin() + static_cast<int64_t>(s) * d.max_blocks,
+                  d.tables.begin() + static_cast<int64_t>(s) * d.max_blocks + width);
+    row_seq.push_back(static_cast<int32_t>(i));
+    row_pos.push_back(d.row_pos[s]);
+  }
+  HostMatrix q = random_matrix(n, d.qw, DType::kF32, 1);
+  for (int64_t i = 0; i < n; ++i)
+    std::memcpy(q.bytes.data() + i * d.qw * 4, d.q.bytes.data() + static_cast<int64_t>(pick[i]) * d.qw * 4,
+                static_cast<size_t>(d.qw) * 4);
+  DeviceMatrix dkc = to_device(gpu, d.kc), dvc = to_device(gpu, d.vc), dtab = to_device_i32(gpu, tables);
+  DeviceMatrix dq = to_device(gpu, q), ds = to_device_i32(gpu, row_seq), dp = to_device_i32(gpu, row_pos);
+  AttentionRows rows;
+  rows.row_seq = ds.t;
+  rows.row_pos = dp.t;
+  rows.block_tables = Tensor::matrix(dtab.buf.data(), DType::kI32, n, width);
+  rows.block_size = st.bs;
+  KvLayer cache{Tensor::matrix(dkc.buf.data(), st.kv_dtype, d.slots, d.width),
+                Tensor::matrix(dvc.buf.data(), st.kv_dtype, d.slots, d.width)};
+  DeviceMatrix dout = poisoned(gpu, n, d.qw);
+  gpu.paged_attention(dq.t, rows, cache, shape_of(st), dout.t);
+  return download_f32(gpu, dout.t);
+}
+
+std::string describe(const Step& st) {
+  std::ostringstream w;
+  w << "decode attention " << st.heads << "/" << st.kv_heads << "x" << st.D << " " << dtype_name(st.kv_dtype)
+    << " bs " << st.bs << ", " << st.lens.size() << " rows";
+  if (st.lens.size() <= 8)
+    for (int L : st.lens) w << " " << L;
+  return w.str();
+}
+
+void check_step(Backend& gpu, const Step& st, uint32_t seed) {
+  const int64_t n = static_cast<int64_t>(st.lens.size());
+  ASSERT_TRUE(cuda::mma_decode_applies(st.heads, st.kv_heads, st.D)) << describe(st);
+  ASSERT_FALSE(cuda::flash_prefill_applies(n, st.heads, st.kv_heads, st.D, kH200Sms))
+      << describe(st) << " would reach the flash prefill kernel";
+  StepData d = make_step(st, seed);
+  HostMatrix qr = bf16_rounded_f32(d.q), kr = bf16_rounded_f32(d.kc), vr = bf16_rounded_f32(d.vc);
+  AttentionRows rows;
+  rows.row_seq = Tensor::vector(d.row_seq.data(), DType::kI32, n);
+  rows.row_pos = Tensor::vector(d.row_pos.data(), DType::kI32, n);
+  rows.block_tables = Tensor::matrix(d.tables.data(), DType::kI32, n, d.max_blocks);
+  rows.block_size = st.bs;
+  HostMatrix want = random_matrix(n, d.qw, DType::kF32, 9);
+  Tensor want_t = want.view();
+  ref::paged_attention(qr.view(), rows, KvLayer{kr.view(), vr.view()}, shape_of(st), want_t);
+  std::vector<int> all(static_cast<size_t>(n));
+  std::iota(all.begin(), all.end(), 0);
+  expect_close(run_gpu(gpu, st, d, all), host_rows(want_t), 4e-3, describe(st), 1.0);
+}
+
+TEST(CudaDecodeAttention, ProductionShapeSixtyFourAndOneTwentyEightRows) {
+  VV_CUDA_BACKEND_OR_SKIP(gpu, true);
+  const std::vector<int> pattern = {1, 17, 63, 64, 65, 600, 1031, 599, 601, 640, 128, 129, 300};
+  for (int n : {64, 128}) {
+    Step st{28, 4, 128, DType::kBF16, 16, {}};
+    for (int i = 0; i < n; ++i) st.lens.push_back(pattern[i % pattern.size()] + (i / 13) * 7 % 40);
+    check_step(*gpu, st, 100 + n);
+  }
+}
+
+TEST(CudaDecodeAttention, FewRowsOddAndPrimeLengths) {
+  VV_CUDA_BACKEND_OR_SKIP(gpu, true);
+  check_step(*gpu, {28, 4, 128, DType::kBF16, 16, {1031}}, 11);
+  check_step(*gpu, {28, 4, 128, DType::kBF16, 16, {1}}, 12);
+  check_step(*gpu, {28, 4, 128, DType::kBF16, 16, {64, 65}}, 13);
+  check_step(*gpu, {28, 4, 128, DType::kBF16, 32, {17, 1031, 63}}, 14);
+  check_step(*gpu, {28, 4, 128, DType::kBF16, 16, {1, 17, 63, 64, 65, 600, 1031}, 9, 8.0f}, 15);  // peaky
+}
+
+TEST(CudaDecodeAttention, GroupsOfOneFourSevenEightHeadDimsAndCacheDtypes) {
+  VV_CUDA_BACKEND_OR_SKIP(gpu, true);
+  check_step(*gpu, {8, 8, 128, DType::kF16, 16, {1, 65, 1031}}, 21);                    // G = 1
+  check_step(*gpu, {16, 4, 64, DType::kBF16, 16, {1, 17, 63, 64, 65, 600, 1031}}, 22);  // G = 4, D = 64
+  check_step(*gpu, {14, 2, 64, DType::kF16, 32, {600, 1, 17, 63, 64, 65, 1031}}, 23);   // G = 7, D = 64
+  check_step(*gpu, {16, 2, 128, DType::kBF16, 16, {63, 1031}}, 24);                     // G = 8
+  Step st{14, 2, 64, DType::kBF16, 16, {}};
+  for (int i = 0; i < 128; ++i) st.lens.push_back(1 + (i * 37) % 700);
+  check_step(*gpu, st, 25);
+}
+
+// The same rows alone (with a table as wide as the batch's, and as narrow as the row allows), in a
+// batch of 2 and in the batch of 64 give the same bits (issue 13: a request's ids do not depend on
+// what else shares its steps).
+TEST(CudaDecodeAttention, RowResultsDoNotDependOnTheOtherRows) {
+  VV_CUDA_BACKEND_OR_SKIP(gpu, true);
+  Step st{28, 4, 128, DType::kBF16, 16, {}};
+  for (int i = 0; i < 64; ++i) st.lens.push_back(1 + (i * 53) % 1100);
+  st.extra = 20;  // a table much wider than any row: more units launched than any row uses
+  StepData d = make_step(st, 31);
+  std::vector<int> all(64);
+  std::iota(all.begin(), all.end(), 0);
+  const std::vector<float> batch = run_gpu(*gpu, st, d, all);
+  const int64_t qw = d.qw;
+  for (int r : {0, 5, 21, 63}) {
+    const std::vector<float> alone = run_gpu(*gpu, st, d, {r});
+    const std::vector<float> narrow = run_gpu(*gpu, st, d, {r}, (st.lens[r] + st.bs - 1) / st.bs);
+    const std::vector<float> pair = run_gpu(*gpu, st, d, {(r + 1) % 64, r});
+    EXPECT_EQ(std::memcmp(alone.data(), batch.data() + r * qw, static_cast<size_t>(qw) * 4), 0)
+        << "row " << r << " (length " << st.lens[r] << ") alone differs from the batch of 64";
+    EXPECT_EQ(std::memcmp(narrow.data(), batch.data() + r * qw, static_cast<size_t>(qw) * 4), 0)
+        << "row " << r << " (length " << st.lens[r] << ") alone with a narrow table differs from the batch";
+    EXPECT_EQ(std::memcmp(pair.data() + qw, batch.data() + r * qw, static_cast<size_t>(qw) * 4), 0)
+        << "row " << r << " (length " << st.lens[r] << ") in a batch of 2 differs from the batch of 64";
+  }
+}
+
+}  // namespace
+}  // namespace vv::test
