@@ -40,6 +40,12 @@ function(vv_add_unit_tests name folder)
     return()
   endif()
   add_executable(${name} ${srcs})
+  # vv_unit_tests builds every unit-test executable and what they link, nothing else (the sanitize
+  # preset builds only that).
+  if(NOT TARGET vv_unit_tests)
+    add_custom_target(vv_unit_tests)
+  endif()
+  add_dependencies(vv_unit_tests ${name})
   target_compile_options(${name} PRIVATE ${VV_WARNINGS})
   target_link_libraries(${name} PRIVATE ${ARGN} vv_test_support GTest::gtest GTest::gmock GTest::gtest_main)
   # GoogleTest's and GMock's headers cost ~2 s of parsing per test file at -O2; CI builds the tests
@@ -48,6 +54,9 @@ function(vv_add_unit_tests name folder)
   if(VV_TEST_PCH)
     target_precompile_headers(${name} PRIVATE <gtest/gtest.h> <gmock/gmock.h> <vector> <string> <cmath>
                               <cstring> <fstream> <memory> <map> <algorithm>)
+  endif()
+  if(VV_UNITY_TESTS)
+    set_target_properties(${name} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE ${VV_UNITY_TESTS_BATCH})
   endif()
   set(label unit)
   if(folder MATCHES "/cuda$")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs every test (the README's second command; .ci/run calls it).
 #   scripts/test.sh              setup + release build (CUDA compiled when nvcc exists) + all tests
-#                                + the ASan/UBSan build of the unit tests (less the two placement tests
+#                                + the ASan/UBSan build of the unit tests (less the three placement tests
 #                                that rerun every golden case per layer split / resident-layer count: the
 #                                release pass runs them; under ASan they would add minutes, not coverage)
 #   VV_SKIP_SANITIZE=1 scripts/test.sh   skips the sanitizer pass

@@ -11,6 +11,7 @@
 #include "engine/transcript/json_text.h"
 #include "engine/transcript/stream_events.h"
 #include "engine/transcript/utf8_text.h"
+#include "service/api/language_tag.h"
 
 namespace vv::api {
 namespace {
@@ -33,19 +34,6 @@ ApiError err(std::string code, std::string message, std::optional<std::string> p
 
 ApiError bad_type(const std::string& param, const char* expected) {
   return err("invalid_type", "'" + param + "' must be " + expected + ".", param);
-}
-
-bool valid_language(const std::string& v) {
-  static const std::regex re(R"(^[A-Za-z]{2,3}(-[A-Za-z0-9]{2,8})*$)");
-  return std::regex_match(v, re);
-}
-
-std::string normalise_language(std::string v) {
-  const auto dash = v.find('-');
-  for (std::size_t i = 0; i < std::min(dash, v.size()); ++i) {
-    v[i] = static_cast<char>(std::tolower(static_cast<unsigned char>(v[i])));
-  }
-  return v;
 }
 
 // Reads a number member that must be within [lo, hi].

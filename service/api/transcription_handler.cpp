@@ -17,6 +17,7 @@
 #include "service/api/audio_intake.h"
 #include "service/api/generation_call.h"
 #include "service/api/handlers.h"
+#include "service/api/language_tag.h"
 #include "service/http/ascii_text.h"
 
 namespace vv::api {
@@ -91,7 +92,8 @@ class FieldReader {
     auto it = f_.fields.find(name);
     if (it == f_.fields.end()) return std::nullopt;
     if (it->second.size() > 1) {
-      return bad_request("duplicate_parameter", "The parameter '" + name + "' was given more than once.", name);
+      return bad_request("duplicate_parameter", "The parameter '" + name + "' was given more than once.",
+                         name);
     }
     if (text_utf8::first_invalid(it->second[0])) {
       return invalid_value(name, "The parameter '" + name + "' is not valid UTF-8.");
@@ -103,7 +105,8 @@ class FieldReader {
     auto it = f_.fields.find(name);
     if (it == f_.fields.end()) return std::nullopt;
     for (const auto& v : it->second) {
-      if (text_utf8::first_invalid(v)) return invalid_value(name, "The parameter '" + name + "' is not valid UTF-8.");
+      if (text_utf8::first_invalid(v))
+        return invalid_value(name, "The parameter '" + name + "' is not valid UTF-8.");
       if (split) {
         for (auto& s : split_commas(v)) out.push_back(s);
       } else if (!v.empty()) {
@@ -122,7 +125,8 @@ class FieldReader {
     } else if (l == "false" || l == "0") {
       out = false;
     } else {
-      return bad_request("invalid_type", "The parameter '" + name + "' must be a boolean, got '" + echo(*v) + "'.", name);
+      return bad_request("invalid_type",
+                         "The parameter '" + name + "' must be a boolean, got '" + echo(*v) + "'.", name);
     }
     return std::nullopt;
   }
@@ -134,27 +138,18 @@ class FieldReader {
 std::optional<ApiError> parse_number(const std::string& name, const std::string& v, double& out) {
   static const std::regex num(R"(^\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*$)");
   const std::string l = lower(trim(v));
-  if (l == "nan" || l == "+nan" || l == "-nan" || l == "inf" || l == "+inf" || l == "-inf" || l == "infinity" ||
-      l == "-infinity" || l == "+infinity") {
+  if (l == "nan" || l == "+nan" || l == "-nan" || l == "inf" || l == "+inf" || l == "-inf" ||
+      l == "infinity" || l == "-infinity" || l == "+infinity") {
     return invalid_value(name, "The parameter '" + name + "' must be a finite number.");
   }
   if (!std::regex_match(v, num)) {
-    return bad_request("invalid_type", "The parameter '" + name + "' must be a number, got '" + echo(v) + "'.", name);
+    return bad_request("invalid_type",
+                       "The parameter '" + name + "' must be a number, got '" + echo(v) + "'.", name);
   }
   out = std::strtod(v.c_str(), nullptr);
-  if (!std::isfinite(out)) return invalid_value(name, "The parameter '" + name + "' must be a finite number.");
+  if (!std::isfinite(out))
+    return invalid_value(name, "The parameter '" + name + "' must be a finite number.");
   return std::nullopt;
-}
-
-bool valid_language(const std::string& v) {
-  static const std::regex re(R"(^[A-Za-z]{2,3}(-[A-Za-z0-9]{2,8})*$)");
-  return std::regex_match(v, re);
-}
-
-std::string normalise_language(std::string v) {
-  const auto dash = v.find('-');
-  for (std::size_t i = 0; i < std::min(dash, v.size()); ++i) v[i] = static_cast<char>(std::tolower(static_cast<unsigned char>(v[i])));
-  return v;
 }
 
 std::optional<ApiError> check_chunking(Form& form, FieldReader& rd) {
@@ -175,7 +170,9 @@ std::optional<ApiError> check_chunking(Form& form, FieldReader& rd) {
     }
   }
   for (auto& [k, v] : form.nested) {
-    if (v.size() > 1) return bad_request("duplicate_parameter", "The parameter 'chunking_strategy[" + k + "]' was given more than once.", param);
+    if (v.size() > 1)
+      return bad_request("duplicate_parameter",
+                         "The parameter 'chunking_strategy[" + k + "]' was given more than once.", param);
     obj[k] = v[0];
   }
   if (!whole && form.nested.empty()) return std::nullopt;
@@ -193,7 +190,8 @@ std::optional<ApiError> check_chunking(Form& form, FieldReader& rd) {
     if (auto it = obj.find(k); it != obj.end()) {
       double x = 0;
       if (parse_number(param, it->second, x) || x < 0 || x > 10000 || x != std::floor(x)) {
-        return invalid_value(param, std::string("chunking_strategy.") + k + " must be an integer between 0 and 10000.");
+        return invalid_value(
+            param, std::string("chunking_strategy.") + k + " must be an integer between 0 and 10000.");
       }
     }
   }
@@ -205,7 +203,8 @@ std::variant<Validated, ApiError> validate(const AppState& state, Form& form, bo
   Validated v;
   v.speaker_labels = s.b("asr.subtitle_speaker_labels");
   FieldReader rd(form);
-  if (form.files.empty()) return bad_request("missing_required_parameter", "The 'file' field is required.", "file");
+  if (form.files.empty())
+    return bad_request("missing_required_parameter", "The 'file' field is required.", "file");
   if (form.files.size() > 1) {
     return bad_request("duplicate_parameter", "The parameter 'file' was given more than once.", "file");
   }
@@ -273,8 +272,9 @@ std::variant<Validated, ApiError> validate(const AppState& state, Form& form, bo
         } else if (g == "word") {
           v.word = true;
         } else {
-          return invalid_value("timestamp_granularities",
-                               "timestamp_granularities must contain only 'segment' and 'word', got '" + echo(g) + "'.");
+          return invalid_value(
+              "timestamp_granularities",
+              "timestamp_granularities must contain only 'segment' and 'word', got '" + echo(g) + "'.");
         }
       }
       if (v.word && s.s("asr.word_timestamps") == "reject") {
@@ -285,14 +285,16 @@ std::variant<Validated, ApiError> validate(const AppState& state, Form& form, bo
     std::vector<std::string> include;
     if (auto e = rd.list("include", true, include)) return *e;
     for (const auto& i : include) {
-      if (i != "logprobs") return invalid_value("include", "include must contain only 'logprobs', got '" + echo(i) + "'.");
+      if (i != "logprobs")
+        return invalid_value("include", "include must contain only 'logprobs', got '" + echo(i) + "'.");
       v.logprobs = true;
     }
     if (auto e = check_chunking(form, rd)) return *e;
     for (const char* f : {"known_speaker_names", "known_speaker_references"}) {
       if (form.fields.count(f)) {
-        return bad_request("unsupported_parameter",
-                           std::string(f) + " is not supported: the model cannot match voices to reference clips.", f);
+        return bad_request(
+            "unsupported_parameter",
+            std::string(f) + " is not supported: the model cannot match voices to reference clips.", f);
       }
     }
     if (auto e = rd.list("keywords", false, v.keywords)) return *e;
@@ -318,9 +320,9 @@ std::variant<Validated, ApiError> validate(const AppState& state, Form& form, bo
       const std::string terms_only = compose_context("", v.keywords, v.hotwords);
       auto tids = state.tokenizer->encode(terms_only, false);
       const bool terms_over = tids.is_ok() && static_cast<std::int64_t>(tids->size()) > budget;
-      return invalid_value(terms_over ? "keywords" : "prompt",
-                           "The prompt and keywords exceed the context budget of " + std::to_string(budget) +
-                               " tokens.");
+      return invalid_value(
+          terms_over ? "keywords" : "prompt",
+          "The prompt and keywords exceed the context budget of " + std::to_string(budget) + " tokens.");
     }
   }
   if (!translation) {
@@ -341,7 +343,8 @@ void cut_segment_loop(Transcript& t) {
     t.segments.resize(*first + 1);
     std::string text;
     for (const auto& seg : t.segments) {
-      if (!text.empty() && !utf8::is_cjk(utf8::last_cp(text)) && !utf8::is_cjk(utf8::first_cp(seg.text))) text += ' ';
+      if (!text.empty() && !utf8::is_cjk(utf8::last_cp(text)) && !utf8::is_cjk(utf8::first_cp(seg.text)))
+        text += ' ';
       text += seg.text;
     }
     t.text = std::move(text);
@@ -358,9 +361,11 @@ std::string fixed3(double x) {
 
 class TranscriptionCall : public GenerationCall {
  public:
-  TranscriptionCall(const Api& api, std::shared_ptr<RequestInfo> info, std::shared_ptr<Exchange> ex, Validated v,
-                    bool translation, double seconds)
-      : GenerationCall(api, std::move(info), std::move(ex), v.stream), v_(std::move(v)), translation_(translation) {
+  TranscriptionCall(const Api& api, std::shared_ptr<RequestInfo> info, std::shared_ptr<Exchange> ex,
+                    Validated v, bool translation, double seconds)
+      : GenerationCall(api, std::move(info), std::move(ex), v.stream),
+        v_(std::move(v)),
+        translation_(translation) {
     audio_seconds_ = seconds;
   }
 
@@ -385,7 +390,8 @@ class TranscriptionCall : public GenerationCall {
     if (ev.finish_reason != FinishReason::kNone) ev.transcript.finish_reason = ev.finish_reason;
     if (stream_ || !state_.settings.b("asr.repetition_detection")) return;
     cut_segment_loop(ev.transcript);
-    if (ev.transcript.finish_reason == FinishReason::kRepetition && ev.finish_reason != FinishReason::kRepetition) {
+    if (ev.transcript.finish_reason == FinishReason::kRepetition &&
+        ev.finish_reason != FinishReason::kRepetition) {
       ev.finish_reason = FinishReason::kRepetition;
       state_.metrics.repetition_recoveries->Add({{"outcome", "gave_up"}}).Increment();
     }
@@ -414,7 +420,8 @@ class TranscriptionCall : public GenerationCall {
     r.set("Content-Type", std::string(content_type(v_.format)));
     r.set("x-vibevoice-audio-duration", fixed3(t.duration));
     r.set("x-vibevoice-finish-reason", std::string(finish_reason_name(t.finish_reason)));
-    if (v_.format == ResponseFormat::kVerboseJson && v_.word) r.set("x-vibevoice-word-timestamps", "interpolated");
+    if (v_.format == ResponseFormat::kVerboseJson && v_.word)
+      r.set("x-vibevoice-word-timestamps", "interpolated");
     if (translation_) r.set("x-vibevoice-translation", "not-performed");
     exchange_->respond(std::move(r));
   }
@@ -438,8 +445,9 @@ std::optional<ApiError> check_transcription_form(const AppState& state, std::vec
   return std::nullopt;
 }
 
-void handle_transcription(const Api& api, std::shared_ptr<RequestInfo> info, std::vector<http::FormPart> parts,
-                          std::shared_ptr<Exchange> exchange, bool translation) {
+void handle_transcription(const Api& api, std::shared_ptr<RequestInfo> info,
+                          std::vector<http::FormPart> parts, std::shared_ptr<Exchange> exchange,
+                          bool translation) {
   AppState& state = api.state();
   Form form = collect(parts);
   auto checked = validate(state, form, translation);

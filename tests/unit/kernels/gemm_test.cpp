@@ -8,6 +8,7 @@
 
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/reference_ops.h"
+#include "tests/unit/kernels/cpu_isas.h"
 #include "tests/unit/kernels/kernel_test_util.h"
 
 namespace vv {
@@ -17,21 +18,6 @@ using Isa = CpuBackendOptions::Isa;
 using test::HostMatrix;
 using test::random_matrix;
 using test::random_vec;
-
-std::vector<Isa> isas() {
-  std::vector<Isa> v = {Isa::kScalar};
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) v.push_back(Isa::kAvx2);
-  return v;
-}
-
-std::unique_ptr<Backend> backend(Isa isa, int threads) {
-  CpuBackendOptions o;
-  o.isa = isa;
-  o.threads = threads;
-  o.pin = false;
-  return make_cpu_backend(o);
-}
 
 // Runs one gemm on `be`; returns out (which starts as `init` for the residual epilogue).
 std::vector<float> run_gemm(Backend& be, HostMatrix& a, HostMatrix& w, std::vector<float>* bias,
@@ -56,7 +42,8 @@ void expect_close_to_reference(const std::vector<float>& got, const std::vector<
       const double tol = 4.0 * (K + 8) * 1.2e-7 * mag + 1e-6 * std::fabs(want[m * N + n]);
       if (!(std::fabs(got[m * N + n] - want[m * N + n]) <= tol)) {
         ++bad;
-        ADD_FAILURE() << what << " m " << m << " n " << n << " got " << got[m * N + n] << " want " << want[m * N + n];
+        ADD_FAILURE() << what << " m " << m << " n " << n << " got " << got[m * N + n] << " want "
+                      << want[m * N + n];
       }
     }
 }
@@ -65,8 +52,8 @@ TEST(Gemm, FastPathsMatchReferenceOverOddPrimeAndProductionShapes) {
   const std::vector<int64_t> Ms = {1, 3, 7, 17, 64};
   const std::vector<int64_t> NKs = {1, 5, 31, 48, 127, 224};
   uint32_t seed = 100;
-  for (Isa isa : isas()) {
-    auto be = backend(isa, 2);
+  for (Isa isa : test::cpu_isas()) {
+    auto be = test::cpu_backend(isa, 2);
     for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
       for (int64_t M : Ms)
         for (int64_t N : NKs)
@@ -92,10 +79,11 @@ TEST(Gemm, FastPathsMatchReferenceOverOddPrimeAndProductionShapes) {
 }
 
 TEST(Gemm, FastPathsMatchReferenceAtHiddenSize3584) {
-  for (Isa isa : isas()) {
-    auto be = backend(isa, 2);
+  for (Isa isa : test::cpu_isas()) {
+    auto be = test::cpu_backend(isa, 2);
     for (DType dt : {DType::kBF16, DType::kF32}) {
-      for (auto [M, N, K] : std::vector<std::array<int64_t, 3>>{{1, 37, 3584}, {17, 31, 3584}, {3, 3584, 5}, {64, 61, 3584}}) {
+      for (auto [M, N, K] :
+           std::vector<std::array<int64_t, 3>>{{1, 37, 3584}, {17, 31, 3584}, {3, 3584, 5}, {64, 61, 3584}}) {
         auto a = random_matrix(M, K, DType::kF32, 7);
         auto w = random_matrix(N, K, dt, 8);
         auto bias = random_vec(N, 9);
@@ -105,14 +93,15 @@ TEST(Gemm, FastPathsMatchReferenceAtHiddenSize3584) {
         Tensor ot = Tensor::matrix(want.data(), DType::kF32, M, N);
         Tensor bt = Tensor::vector(bias.data(), DType::kF32, N);
         ref::gemm(a.view(), w.view(), &bt, ot, Epilogue::kAddResidual);
-        expect_close_to_reference(got, want, a, w, be->name() + " M" + std::to_string(M) + " N" + std::to_string(N));
+        expect_close_to_reference(got, want, a, w,
+                                  be->name() + " M" + std::to_string(M) + " N" + std::to_string(N));
       }
     }
   }
 }
 
 TEST(Gemm, OutputIsBitwiseIndependentOfThreadCount) {
-  for (Isa isa : isas()) {
+  for (Isa isa : test::cpu_isas()) {
     for (int64_t M : {1, 4, 9, 100, 200}) {
       const int64_t N = 211, K = 1031;
       auto a = random_matrix(M, K, DType::kF32, 1);
@@ -121,7 +110,7 @@ TEST(Gemm, OutputIsBitwiseIndependentOfThreadCount) {
       std::vector<float> init(M * N, 0.0f);
       std::vector<float> first;
       for (int threads : {1, 2, 3}) {
-        auto be = backend(isa, threads);
+        auto be = test::cpu_backend(isa, threads);
         auto got = run_gemm(*be, a, w, &bias, init, Epilogue::kGelu);
         if (first.empty()) {
           first = got;
@@ -135,8 +124,8 @@ TEST(Gemm, OutputIsBitwiseIndependentOfThreadCount) {
 
 TEST(Gemm, RowIsBitwiseIndependentOfBatchComposition) {
   const int64_t N = 97, K = 1500;
-  for (Isa isa : isas()) {
-    auto be = backend(isa, 2);
+  for (Isa isa : test::cpu_isas()) {
+    auto be = test::cpu_backend(isa, 2);
     for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
       auto w = random_matrix(N, K, dt, 5);
       auto bias = random_vec(N, 6);
@@ -158,8 +147,8 @@ TEST(Gemm, RowIsBitwiseIndependentOfBatchComposition) {
 
 TEST(Gemm, GeluEpilogueMatchesErfFormulaInDoubleIncludingTheNegativeTail) {
   // a·wᵀ with K = 1 and w = 1 gives out = gelu(a): check the activation over [−12, 12].
-  for (Isa isa : isas()) {
-    auto be = backend(isa, 2);
+  for (Isa isa : test::cpu_isas()) {
+    auto be = test::cpu_backend(isa, 2);
     for (int64_t M : {1, 40}) {  // the GEMV and the blocked path
       const int64_t N = 1001;
       std::vector<float> x(N);
@@ -184,10 +173,14 @@ TEST(Gemm, GeluEpilogueMatchesErfFormulaInDoubleIncludingTheNegativeTail) {
 
 TEST(Gemm, OverlappingRowsComputeAStridedCausalConv) {
   // x [T, C] with K−S zero rows in front (causal padding); out[t] = Σ_{k,c} W[o, k·C + c]·x[t·S + k, c].
-  for (Isa isa : isas()) {
-    auto be = backend(isa, 2);
-    for (auto [C, Kk, S, T] : std::vector<std::array<int64_t, 4>>{
-             {3, 4, 2, 61}, {32, 4, 2, 61}, {17, 10, 5, 61}, {8, 7, 1, 61}, {32, 4, 2, 12}, {16, 10, 5, 30}}) {
+  for (Isa isa : test::cpu_isas()) {
+    auto be = test::cpu_backend(isa, 2);
+    for (auto [C, Kk, S, T] : std::vector<std::array<int64_t, 4>>{{3, 4, 2, 61},
+                                                                  {32, 4, 2, 61},
+                                                                  {17, 10, 5, 61},
+                                                                  {8, 7, 1, 61},
+                                                                  {32, 4, 2, 12},
+                                                                  {16, 10, 5, 30}}) {
       const int64_t O = 13;  // T = 12 and 30 give ≤ 8 output rows: the GEMV path
       auto x = random_vec(T * C, 11);
       auto w = random_matrix(O, Kk * C, DType::kBF16, 12);
@@ -196,7 +189,8 @@ TEST(Gemm, OverlappingRowsComputeAStridedCausalConv) {
       std::vector<float> out(T_out * O);
       Tensor ot = Tensor::matrix(out.data(), DType::kF32, T_out, O);
       Tensor bt = Tensor::vector(bias.data(), DType::kF32, O);
-      be->gemm(Tensor::matrix(x.data(), DType::kF32, T_out, Kk * C, S * C), w.view(), &bt, ot, Epilogue::kNone);
+      be->gemm(Tensor::matrix(x.data(), DType::kF32, T_out, Kk * C, S * C), w.view(), &bt, ot,
+               Epilogue::kNone);
       for (int64_t t = 0; t < T_out; ++t)
         for (int64_t o = 0; o < O; ++o) {
           double s = bias[o], mag = 1;
@@ -205,7 +199,8 @@ TEST(Gemm, OverlappingRowsComputeAStridedCausalConv) {
               s += double(x[(t * S + k) * C + c]) * w.at(o, k * C + c);
               mag += std::fabs(double(x[(t * S + k) * C + c]) * w.at(o, k * C + c));
             }
-          EXPECT_NEAR(out[t * O + o], s, 4e-7 * mag * Kk * C) << be->name() << " C" << C << " t" << t << " o" << o;
+          EXPECT_NEAR(out[t * O + o], s, 4e-7 * mag * Kk * C)
+              << be->name() << " C" << C << " t" << t << " o" << o;
         }
     }
   }

@@ -11,6 +11,7 @@
 
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/reference_ops.h"
+#include "tests/unit/kernels/cpu_isas.h"
 #include "tests/unit/kernels/kernel_test_util.h"
 
 namespace vv {
@@ -21,24 +22,9 @@ using test::close;
 using test::random_matrix;
 using test::random_vec;
 
-std::vector<Isa> isas() {
-  std::vector<Isa> v = {Isa::kScalar};
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) v.push_back(Isa::kAvx2);
-  return v;
-}
-
-std::unique_ptr<Backend> backend(Isa isa, int threads = 2) {
-  CpuBackendOptions o;
-  o.isa = isa;
-  o.threads = threads;
-  o.pin = false;
-  return make_cpu_backend(o);
-}
-
 TEST(Ops, RmsNormMatchesReferenceInPlaceAndOutOfPlace) {
-  for (Isa isa : isas()) {
-    auto be = backend(isa);
+  for (Isa isa : test::cpu_isas()) {
+    auto be = test::cpu_backend(isa);
     for (DType dt : {DType::kF32, DType::kBF16})
       for (int64_t C : {1, 5, 31, 48, 127, 3584}) {
         const int64_t R = 7;
@@ -57,15 +43,17 @@ TEST(Ops, RmsNormMatchesReferenceInPlaceAndOutOfPlace) {
 }
 
 TEST(Ops, DepthwiseConvMatchesReferenceAcrossChannelSplits) {
-  for (Isa isa : isas()) {
-    auto be = backend(isa, 3);
-    for (auto [T, C, K] : std::vector<std::array<int64_t, 3>>{{1, 5, 7}, {13, 200, 7}, {40, 64, 3}, {9, 77, 7}, {3, 2048, 7}}) {
+  for (Isa isa : test::cpu_isas()) {
+    auto be = test::cpu_backend(isa, 3);
+    for (auto [T, C, K] : std::vector<std::array<int64_t, 3>>{
+             {1, 5, 7}, {13, 200, 7}, {40, 64, 3}, {9, 77, 7}, {3, 2048, 7}}) {
       auto x = random_matrix(T, C, DType::kF32, 1);
       auto hist = random_matrix(K - 1, C, DType::kF32, 2);
       auto w = random_matrix(C, K, DType::kBF16, 3);
       auto bias = random_vec(C, 4);
       std::vector<float> got(T * C), want(T * C);
-      Tensor g = Tensor::matrix(got.data(), DType::kF32, T, C), wv = Tensor::matrix(want.data(), DType::kF32, T, C);
+      Tensor g = Tensor::matrix(got.data(), DType::kF32, T, C),
+             wv = Tensor::matrix(want.data(), DType::kF32, T, C);
       Tensor b = Tensor::vector(bias.data(), DType::kF32, C);
       be->depthwise_conv1d_causal(x.view(), hist.view(), w.view(), b, g);
       ref::depthwise_conv1d_causal(x.view(), hist.view(), w.view(), b, wv);
@@ -75,8 +63,8 @@ TEST(Ops, DepthwiseConvMatchesReferenceAcrossChannelSplits) {
 }
 
 TEST(Ops, RopeMatchesFormulaInDouble) {
-  for (Isa isa : isas()) {
-    auto be = backend(isa);
+  for (Isa isa : test::cpu_isas()) {
+    auto be = test::cpu_backend(isa);
     const int heads = 5, D = 128;
     const int64_t n = 6;
     auto x = random_matrix(n, heads * D, DType::kF32, 9);
@@ -91,8 +79,10 @@ TEST(Ops, RopeMatchesFormulaInDouble) {
           const float inv = 1.0f / std::pow(1e6f, static_cast<float>(2 * i) / static_cast<float>(D));
           const double phi = static_cast<float>(pos[r]) * inv;
           const double x1 = orig[r * heads * D + h * D + i], x2 = orig[r * heads * D + h * D + i + D / 2];
-          ASSERT_TRUE(close(x.f32()[r * heads * D + h * D + i], x1 * std::cos(phi) - x2 * std::sin(phi), 1e-5, 1e-6));
-          ASSERT_TRUE(close(x.f32()[r * heads * D + h * D + i + D / 2], x2 * std::cos(phi) + x1 * std::sin(phi), 1e-5, 1e-6));
+          ASSERT_TRUE(
+              close(x.f32()[r * heads * D + h * D + i], x1 * std::cos(phi) - x2 * std::sin(phi), 1e-5, 1e-6));
+          ASSERT_TRUE(close(x.f32()[r * heads * D + h * D + i + D / 2],
+                            x2 * std::cos(phi) + x1 * std::sin(phi), 1e-5, 1e-6));
         }
   }
 }
@@ -118,14 +108,16 @@ void check_attention(Backend& be, const AttnCase& c) {
   const int64_t width = static_cast<int64_t>(c.kv_heads) * c.head_dim;
   const int64_t slots = static_cast<int64_t>(num_blocks) * c.block_size;
   std::vector<uint8_t> kc(slots * width * dtype_size(c.kv_dtype)), vc(kc.size());
-  KvLayer cache{Tensor::matrix(kc.data(), c.kv_dtype, slots, width), Tensor::matrix(vc.data(), c.kv_dtype, slots, width)};
+  KvLayer cache{Tensor::matrix(kc.data(), c.kv_dtype, slots, width),
+                Tensor::matrix(vc.data(), c.kv_dtype, slots, width)};
   auto q = random_matrix(total, c.heads * c.head_dim, DType::kF32, 1);
   auto k = random_matrix(total, width, DType::kF32, 2, 2.0f);
   auto v = random_matrix(total, width, DType::kF32, 3);
   std::vector<int32_t> seq, pos;
   for (int s = 0; s < S; ++s)
     for (int p = 0; p < c.seq_len[s]; ++p) seq.push_back(s), pos.push_back(p);
-  AttentionRows rows{Tensor::vector(seq.data(), DType::kI32, total), Tensor::vector(pos.data(), DType::kI32, total),
+  AttentionRows rows{Tensor::vector(seq.data(), DType::kI32, total),
+                     Tensor::vector(pos.data(), DType::kI32, total),
                      Tensor::matrix(table.data(), DType::kI32, S, bps), c.block_size};
   AttentionShape shape{c.heads, c.kv_heads, c.head_dim, 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
   be.kv_write(k.view(), v.view(), rows, cache, shape);
@@ -148,8 +140,10 @@ void check_attention(Backend& be, const AttnCase& c) {
         double d = 0;
         for (int e = 0; e < c.head_dim; ++e) {
           // the cache holds k/v rounded to its dtype: the written value is what k was
-          ASSERT_TRUE(close(stored(kc, slot, g * c.head_dim + e), k.at(row0 + j, g * c.head_dim + e), 4e-3, 1e-7))
-              << stored(kc, slot, g * c.head_dim + e) << " vs " << k.at(row0 + j, g * c.head_dim + e) << " " << dtype_name(c.kv_dtype);
+          ASSERT_TRUE(
+              close(stored(kc, slot, g * c.head_dim + e), k.at(row0 + j, g * c.head_dim + e), 4e-3, 1e-7))
+              << stored(kc, slot, g * c.head_dim + e) << " vs " << k.at(row0 + j, g * c.head_dim + e) << " "
+              << dtype_name(c.kv_dtype);
           d += double(q.at(r, h * c.head_dim + e)) * stored(kc, slot, g * c.head_dim + e);
         }
         sc[j] = d * shape.scale;
@@ -158,7 +152,8 @@ void check_attention(Backend& be, const AttnCase& c) {
       for (int j = 0; j < L; ++j) sum += sc[j] = std::exp(sc[j] - mx);
       for (int e = 0; e < c.head_dim; ++e) {
         double o = 0;
-        for (int j = 0; j < L; ++j) o += sc[j] / sum * stored(vc, ref::kv_slot(rows, s, j), g * c.head_dim + e);
+        for (int j = 0; j < L; ++j)
+          o += sc[j] / sum * stored(vc, ref::kv_slot(rows, s, j), g * c.head_dim + e);
         ASSERT_TRUE(close(out[(int64_t(r) * c.heads + h) * c.head_dim + e], o, 2e-5, 2e-6))
             << be.name() << " row " << r << " head " << h << " e " << e;
       }
@@ -175,8 +170,8 @@ TEST(Ops, PagedAttentionMatchesDenseAttentionOverSequencesBlocksAndGqa) {
       {28, 4, 128, 64, {70, 3}, DType::kBF16},
       {20, 1, 8, 4, {30, 2}, DType::kF32},  // a group larger than the AVX2 kernel's 16 heads at once
   };
-  for (Isa isa : isas()) {
-    auto be = backend(isa);
+  for (Isa isa : test::cpu_isas()) {
+    auto be = test::cpu_backend(isa);
     for (const auto& c : cases) check_attention(*be, c);
   }
 }
@@ -196,10 +191,10 @@ TEST(Ops, PagedAttentionRowIsBitwiseIndependentOfBatchAndThreads) {
   AttentionRows rows{Tensor::vector(seq.data(), DType::kI32, L), Tensor::vector(pos.data(), DType::kI32, L),
                      Tensor::matrix(table.data(), DType::kI32, 1, 16), bs};
   AttentionShape shape{heads, kv_heads, D, 0.25f};
-  for (Isa isa : isas()) {
+  for (Isa isa : test::cpu_isas()) {
     std::vector<float> first;
     for (int threads : {1, 2, 3}) {
-      auto be = backend(isa, threads);
+      auto be = test::cpu_backend(isa, threads);
       be->kv_write(k.view(), v.view(), rows, cache, shape);
       std::vector<float> out(L * heads * D);
       Tensor ot = Tensor::matrix(out.data(), DType::kF32, L, heads * D);
@@ -213,18 +208,20 @@ TEST(Ops, PagedAttentionRowIsBitwiseIndependentOfBatchAndThreads) {
       std::vector<float> alone(heads * D);
       Tensor at = Tensor::matrix(alone.data(), DType::kF32, 1, heads * D);
       be->paged_attention(q.view().row_slice(L - 1, 1), one, cache, shape, at);
-      EXPECT_EQ(0, std::memcmp(alone.data(), out.data() + (L - 1) * heads * D, alone.size() * 4)) << be->name();
+      EXPECT_EQ(0, std::memcmp(alone.data(), out.data() + (L - 1) * heads * D, alone.size() * 4))
+          << be->name();
     }
   }
 }
 
 TEST(Ops, ElementwiseOpsMatchReference) {
-  for (Isa isa : isas()) {
-    auto be = backend(isa);
+  for (Isa isa : test::cpu_isas()) {
+    auto be = test::cpu_backend(isa);
     const int64_t n = 9, I = 37;
     auto gu = random_matrix(n, 2 * I, DType::kF32, 5, 5.0f);
     std::vector<float> got(n * I), want(n * I);
-    Tensor g = Tensor::matrix(got.data(), DType::kF32, n, I), w = Tensor::matrix(want.data(), DType::kF32, n, I);
+    Tensor g = Tensor::matrix(got.data(), DType::kF32, n, I),
+           w = Tensor::matrix(want.data(), DType::kF32, n, I);
     be->silu_mul(gu.view(), g);
     ref::silu_mul(gu.view(), w);
     for (int64_t i = 0; i < n * I; ++i) ASSERT_TRUE(close(got[i], want[i], 1e-6, 1e-7));
@@ -254,12 +251,12 @@ TEST(Ops, ElementwiseOpsMatchReference) {
 }
 
 TEST(Ops, ArgmaxTiesGoToLowestIndexOnLargeRows) {
-  for (Isa isa : isas()) {
-    auto be = backend(isa);
+  for (Isa isa : test::cpu_isas()) {
+    auto be = test::cpu_backend(isa);
     const int64_t V = 152064;
     std::vector<float> logits(3 * V, 0.0f);
-    logits[0 * V + 100] = 5, logits[0 * V + 99999] = 5;  // tie: 100
-    logits[1 * V + V - 1] = 1;                            // last
+    logits[0 * V + 100] = 5, logits[0 * V + 99999] = 5;      // tie: 100
+    logits[1 * V + V - 1] = 1;                               // last
     for (int64_t i = 0; i < V; ++i) logits[2 * V + i] = -3;  // all equal: 0
     std::vector<int32_t> out(3);
     Tensor ot = Tensor::vector(out.data(), DType::kI32, 3);

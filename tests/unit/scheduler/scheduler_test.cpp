@@ -347,7 +347,14 @@ TEST(Scheduler, RandomizedArrivalsCancellationsAndExhaustionKeepEveryInvariant) 
     for (int k = 0; k < 9 + 4 * i; ++k) p.push_back(static_cast<TokenId>(1000 * i + k));
     systems.push_back(p);
   }
+  // 10,000 arrivals in the release build (issue 13's bar); a fifth of them under ASan/UBSan, where
+  // the invariant checks after every step cost 40× more: the release pass runs the full count.
+#if defined(__SANITIZE_ADDRESS__)
+  const int kArrivals = 2000;
+#else
   const int kArrivals = 10000;
+#endif
+  const int kScale = 10000 / kArrivals;
   RequestId next = 1;
   std::set<RequestId> live;
   std::int64_t preempted_steps = 0;
@@ -385,10 +392,10 @@ TEST(Scheduler, RandomizedArrivalsCancellationsAndExhaustionKeepEveryInvariant) 
   EXPECT_EQ(static_cast<int>(d.finished.size() + d.failed.size() + d.aborted.size()), kArrivals)
       << "every request finished, failed as too large, or was aborted";
   EXPECT_EQ(d.sched.kv().pool().free_blocks(), cfg.num_blocks);
-  EXPECT_GT(preempted_steps, 50) << "the pool ran dry many times";
-  EXPECT_GT(d.failed.size(), 5u);
-  EXPECT_GT(d.aborted.size(), 100u);
-  EXPECT_GT(d.sched.kv().prefix_hit_blocks(), 1000);
+  EXPECT_GT(preempted_steps, 50 / kScale) << "the pool ran dry many times";
+  EXPECT_GT(d.failed.size(), static_cast<std::size_t>(5 / kScale));
+  EXPECT_GT(d.aborted.size(), static_cast<std::size_t>(100 / kScale));
+  EXPECT_GT(d.sched.kv().prefix_hit_blocks(), 1000 / kScale);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf(
       "randomized: %d arrivals, %lld steps, %zu finished, %zu failed, %zu aborted, %lld preemptions, "

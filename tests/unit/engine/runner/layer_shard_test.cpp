@@ -12,6 +12,7 @@
 #include "engine/audio/audio_preparer.h"
 #include "engine/runner/runner.h"
 #include "tests/unit/engine/model/golden_fixture.h"
+#include "tests/unit/engine/runner/golden_input.h"
 
 namespace vv::test {
 namespace {
@@ -34,15 +35,6 @@ std::vector<std::unique_ptr<Backend>> two_cpus() {
 
 // The 24 kHz model input of a case: golden input_values when stored, else (the `long` case) the
 // audio front end on its 24 kHz audio.wav.
-std::vector<float> input_values(const GoldenCase& gc) {
-  if (gc.has("input_values")) return gc.tensor("input_values").data;
-  std::ifstream in(gc.dir() + "/audio.wav", std::ios::binary);
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto prepared = audio::prepare_audio(bytes);
-  EXPECT_TRUE(prepared.is_ok()) << gc.name() << ": " << prepared.status().to_string();
-  return prepared.is_ok() ? prepared->input_values : std::vector<float>{};
-}
-
 // Greedy ids of every golden case on `r`, in golden_cases() order.
 std::vector<std::vector<TokenId>> ids_of_every_case(Runner& r) {
   std::vector<std::vector<TokenId>> all;
@@ -50,7 +42,7 @@ std::vector<std::vector<TokenId>> ids_of_every_case(Runner& r) {
     GoldenCase gc(name);
     EXPECT_TRUE(gc.ok()) << gc.error();
     if (!gc.ok()) continue;
-    const std::vector<float> x = input_values(gc);
+    const std::vector<float> x = golden_input_values(gc);
     EXPECT_FALSE(x.empty()) << name;
     if (x.empty()) continue;
     auto speech = r.encode(x.data(), static_cast<int64_t>(x.size()));
@@ -138,7 +130,7 @@ TEST(LayerShards, WithCapsTheLayersFollowEachDevicesBudget) {
   EXPECT_LE((*r)->shard_backend(1).peak_allocated_bytes(), small);
   GoldenCase gc(golden_cases().front());
   ASSERT_TRUE(gc.ok()) << gc.error();
-  const std::vector<float> x = input_values(gc);
+  const std::vector<float> x = golden_input_values(gc);
   auto speech = (*r)->encode(x.data(), static_cast<int64_t>(x.size()));
   ASSERT_TRUE(speech.is_ok()) << speech.status().to_string();
   GreedyRequest req;

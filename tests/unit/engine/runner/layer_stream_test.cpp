@@ -14,6 +14,7 @@
 #include "engine/runner/runner.h"
 #include "kernels/device/backend_factory.h"
 #include "tests/unit/engine/model/golden_fixture.h"
+#include "tests/unit/engine/runner/golden_input.h"
 
 namespace vv::test {
 namespace {
@@ -28,15 +29,6 @@ RunnerOptions stream_options(int gpu_layers) {
   return o;
 }
 
-std::vector<float> input_values(const GoldenCase& gc) {
-  if (gc.has("input_values")) return gc.tensor("input_values").data;
-  std::ifstream in(gc.dir() + "/audio.wav", std::ios::binary);
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto prepared = audio::prepare_audio(bytes);
-  EXPECT_TRUE(prepared.is_ok()) << gc.name() << ": " << prepared.status().to_string();
-  return prepared.is_ok() ? prepared->input_values : std::vector<float>{};
-}
-
 struct CaseRun {
   std::vector<TokenId> ids;
   int64_t steps = 0;  // decoder steps the request took
@@ -44,7 +36,7 @@ struct CaseRun {
 
 CaseRun run_case(Runner& r, const GoldenCase& gc) {
   CaseRun out;
-  const std::vector<float> x = input_values(gc);
+  const std::vector<float> x = golden_input_values(gc);
   EXPECT_FALSE(x.empty()) << gc.name();
   auto speech = r.encode(x.data(), static_cast<int64_t>(x.size()));
   EXPECT_TRUE(speech.is_ok()) << speech.status().to_string();

@@ -12,20 +12,10 @@
 #include "engine/audio/audio_preparer.h"
 #include "engine/runner/cpu_runner.h"
 #include "tests/unit/engine/model/golden_fixture.h"
+#include "tests/unit/engine/runner/golden_input.h"
 
 namespace vv::test {
 namespace {
-
-// The 24 kHz model input of a case: golden input_values when stored, else (the `long` case) the
-// audio front end on its 24 kHz audio.wav (no resampling involved, so it is exact up to 1e-7).
-std::vector<float> input_values(const GoldenCase& gc) {
-  if (gc.has("input_values")) return gc.tensor("input_values").data;
-  std::ifstream in(gc.dir() + "/audio.wav", std::ios::binary);
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto prepared = audio::prepare_audio(bytes);
-  EXPECT_TRUE(prepared.is_ok()) << gc.name() << ": " << prepared.status().to_string();
-  return prepared.is_ok() ? prepared->input_values : std::vector<float>{};
-}
 
 std::vector<float> first_rows(const TensorCapture& cap, const std::string& name, int64_t rows) {
   const CapturedTensor* t = cap.find(name);
@@ -59,7 +49,7 @@ TEST_P(RunnerGolden, AudioToGreedyIdsMatchesGoldenWithEveryStageInTolerance) {
   for (const std::string& name : golden_cases()) {
     GoldenCase gc(name);
     ASSERT_TRUE(gc.ok()) << gc.error();
-    const std::vector<float> x = input_values(gc);
+    const std::vector<float> x = golden_input_values(gc);
     ASSERT_FALSE(x.empty());
     TensorCapture cap(r.backend());
     r.set_capture(cap.fn());
@@ -79,13 +69,16 @@ TEST_P(RunnerGolden, AudioToGreedyIdsMatchesGoldenWithEveryStageInTolerance) {
       expect_end_to_end(name + " " + n + tag, captured(cap, n), gc.tensor(n));
     }
     const int64_t T = static_cast<int64_t>(gc.prompt_ids().size());
-    expect_end_to_end(name + " inputs_embeds" + tag, first_rows(cap, "inputs_embeds", T), gc.tensor("inputs_embeds"));
+    expect_end_to_end(name + " inputs_embeds" + tag, first_rows(cap, "inputs_embeds", T),
+                      gc.tensor("inputs_embeds"));
     for (int i = 1; i <= L; ++i) {
       const std::string n = "hidden." + std::to_string(i);
       if (gc.has(n)) expect_end_to_end(name + " " + n + tag, first_rows(cap, n, T), gc.tensor(n));
     }
-    expect_end_to_end(name + " hidden.norm" + tag, first_rows(cap, "hidden.norm", T), gc.tensor("hidden.norm"));
-    expect_end_to_end(name + " logits.last" + tag, first_rows(cap, "logits.last", 1), gc.tensor("logits.last"));
+    expect_end_to_end(name + " hidden.norm" + tag, first_rows(cap, "hidden.norm", T),
+                      gc.tensor("hidden.norm"));
+    expect_end_to_end(name + " logits.last" + tag, first_rows(cap, "logits.last", 1),
+                      gc.tensor("logits.last"));
   }
 }
 
@@ -108,7 +101,8 @@ TEST(Runner, GreedyIdsFromEveryGoldenAudioFileMatchGolden) {
     po.sample_rate = (*ckpt)->spec().sample_rate;
     auto prepared = audio::prepare_audio(bytes, po);
     ASSERT_TRUE(prepared.is_ok()) << name << ": " << prepared.status().to_string();
-    auto speech = (*runner)->encode(prepared->input_values.data(), static_cast<int64_t>(prepared->input_values.size()));
+    auto speech =
+        (*runner)->encode(prepared->input_values.data(), static_cast<int64_t>(prepared->input_values.size()));
     ASSERT_TRUE(speech.is_ok()) << speech.status().to_string();
     GreedyRequest req;
     req.prompt = gc.prompt_ids();
@@ -138,7 +132,7 @@ TEST(Runner, RequestAloneAndInsideABatchOfFourGiveIdenticalIds) {
     if (name == "long" || cases.size() == 4) continue;
     auto p = std::make_unique<Prepared>(Prepared{GoldenCase(name), {}});
     ASSERT_TRUE(p->gc.ok()) << p->gc.error();
-    const std::vector<float> x = input_values(p->gc);
+    const std::vector<float> x = golden_input_values(p->gc);
     auto s = r.encode(x.data(), static_cast<int64_t>(x.size()));
     ASSERT_TRUE(s.is_ok()) << s.status().to_string();
     p->speech = std::move(s).value();
@@ -163,7 +157,8 @@ TEST(Runner, RequestAloneAndInsideABatchOfFourGiveIdenticalIds) {
     ASSERT_TRUE(alone.is_ok()) << alone.status().to_string();
     EXPECT_EQ((*batch)[i], *alone) << cases[i]->gc.name();
     const auto& gold = cases[i]->gc.generated_ids();
-    EXPECT_EQ(*alone, std::vector<int32_t>(gold.begin(), gold.begin() + reqs[i].max_new_tokens)) << cases[i]->gc.name();
+    EXPECT_EQ(*alone, std::vector<int32_t>(gold.begin(), gold.begin() + reqs[i].max_new_tokens))
+        << cases[i]->gc.name();
   }
 }
 
@@ -173,7 +168,7 @@ TEST(Runner, OneAndTwoThreadsGiveIdenticalIdsAndLogits) {
   GoldenCase gc("jfk");
   if (!gc.ok()) gc = GoldenCase(golden_cases().front());
   ASSERT_TRUE(gc.ok()) << gc.error();
-  const std::vector<float> x = input_values(gc);
+  const std::vector<float> x = golden_input_values(gc);
   std::vector<std::vector<int32_t>> ids;
   std::vector<std::vector<float>> logits, speech;
   for (int threads : {1, 2}) {
@@ -210,7 +205,8 @@ TEST(Runner, GenerationEndsAfterTheFirstStopToken) {
   ASSERT_TRUE(runner.is_ok()) << runner.status().to_string();
   GoldenCase gc(golden_cases().front());
   ASSERT_TRUE(gc.ok()) << gc.error();
-  DeviceTensor speech = alloc_f32((*runner)->backend(), gc.tensor("speech_embeds").rows(), (*ckpt)->spec().decoder.hidden_size);
+  DeviceTensor speech =
+      alloc_f32((*runner)->backend(), gc.tensor("speech_embeds").rows(), (*ckpt)->spec().decoder.hidden_size);
   const GoldenTensor se = gc.tensor("speech_embeds");
   (*runner)->backend().upload(speech.buf.data(), se.data.data(), se.data.size() * sizeof(float));
   const auto& gold = gc.generated_ids();
@@ -282,7 +278,7 @@ TEST(Runner, KeepsWorkingAfterTheCheckpointIsClosed) {
   ckpt = Result<std::unique_ptr<Checkpoint>>(not_found("closed"));  // unmaps the safetensors
   GoldenCase gc(golden_cases().front());
   ASSERT_TRUE(gc.ok()) << gc.error();
-  const std::vector<float> x = input_values(gc);
+  const std::vector<float> x = golden_input_values(gc);
   auto speech = (*runner)->encode(x.data(), static_cast<int64_t>(x.size()));
   ASSERT_TRUE(speech.is_ok()) << speech.status().to_string();
   GreedyRequest q;

@@ -8,15 +8,12 @@
 #include <vector>
 
 #include "engine/sampling/sampler.h"
+#include "tests/unit/engine/sampling/log_probs.h"
 
 namespace vv {
 namespace {
 
-std::vector<float> log_probs(const std::vector<double>& p) {
-  std::vector<float> out;
-  for (double x : p) out.push_back(static_cast<float>(std::log(x)));
-  return out;
-}
+using test::log_probs;
 
 TEST(SamplerExtensions, MinPDropsTokensBelowAFractionOfTheTop) {
   SamplingParams p;

@@ -11,14 +11,12 @@
 #include <set>
 #include <vector>
 
+#include "tests/unit/engine/sampling/log_probs.h"
+
 namespace vv {
 namespace {
 
-std::vector<float> log_probs(const std::vector<double>& p) {
-  std::vector<float> out;
-  for (double x : p) out.push_back(static_cast<float>(std::log(x)));
-  return out;
-}
+using test::log_probs;
 
 std::map<TokenId, int> histogram(Sampler& s, const std::vector<float>& logits, int draws) {
   std::map<TokenId, int> h;
@@ -175,9 +173,8 @@ TEST(Sampler, TopPOnFullVocabularyStaysInsideBruteForceNucleus) {
   // Brute force: sort all by probability (ties by id), keep the prefix reaching top_p.
   std::vector<TokenId> order(vocab);
   std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](TokenId a, TokenId b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  });
+  std::sort(order.begin(), order.end(),
+            [&](TokenId a, TokenId b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
   double z = 0;
   const float mx = logits[order[0]];
   for (float l : logits) z += std::exp(double(l) - mx);

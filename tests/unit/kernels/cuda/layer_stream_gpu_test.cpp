@@ -12,19 +12,11 @@
 #include "engine/audio/audio_preparer.h"
 #include "engine/runner/runner.h"
 #include "tests/unit/engine/model/golden_fixture.h"
+#include "tests/unit/engine/runner/golden_input.h"
 #include "tests/unit/kernels/cuda/cuda_test_util.h"
 
 namespace vv::test {
 namespace {
-
-std::vector<float> input_values(const GoldenCase& gc) {
-  if (gc.has("input_values")) return gc.tensor("input_values").data;
-  std::ifstream in(gc.dir() + "/audio.wav", std::ios::binary);
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto prepared = audio::prepare_audio(bytes);
-  EXPECT_TRUE(prepared.is_ok()) << gc.name() << ": " << prepared.status().to_string();
-  return prepared.is_ok() ? prepared->input_values : std::vector<float>{};
-}
 
 TEST(LayerStreamGpu, StreamedLayersGiveTheGoldenIdsUnderACap) {
   if (usable_gpu_count() == 0) {
@@ -51,7 +43,7 @@ TEST(LayerStreamGpu, StreamedLayersGiveTheGoldenIdsUnderACap) {
   for (const std::string& name : golden_cases()) {
     GoldenCase gc(name);
     ASSERT_TRUE(gc.ok()) << gc.error();
-    const std::vector<float> x = input_values(gc);
+    const std::vector<float> x = golden_input_values(gc);
     ASSERT_FALSE(x.empty()) << name;
     auto speech = (*r)->encode(x.data(), static_cast<int64_t>(x.size()));
     ASSERT_TRUE(speech.is_ok()) << speech.status().to_string();
