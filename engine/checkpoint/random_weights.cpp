@@ -12,7 +12,10 @@
 #include "engine/checkpoint/checkpoint.h"
 
 namespace vv {
-namespace {
+// A named namespace, not an anonymous one: CheckpointBuilder's worker lambda captures a Job vector,
+// and gcc rejects a lambda of an external function whose type uses the anonymous namespace when the
+// file is compiled inside a unity batch.
+namespace random_weights_detail {
 
 uint64_t splitmix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
@@ -97,10 +100,11 @@ Status check_spec(const ModelSpec& s) {
   return Status::ok();
 }
 
-}  // namespace
+}  // namespace random_weights_detail
 
 struct CheckpointBuilder {
   static Result<std::unique_ptr<Checkpoint>> random(const ModelSpec& spec, uint64_t seed, DType dtype) {
+    using namespace random_weights_detail;
     if (dtype != DType::kBF16 && dtype != DType::kF16 && dtype != DType::kF32)
       return unsupported(std::string("random checkpoint: dtype ") + dtype_name(dtype) + " (use BF16, F16 or F32)");
     VV_RETURN_IF_ERROR(check_spec(spec));
