@@ -544,7 +544,7 @@ class CudaBackend final : public Backend {
     return q - i;
   }
 
-  // bf16 mode, M ≥ 2 (VV_CUDA_LT_FUSE=1): an rms_norm or silu_mul whose output is the A operand of
+  // bf16 mode, M ≥ 2 (unless VV_CUDA_LT_FUSE=0): an rms_norm or silu_mul whose output is the A operand of
   // the tensor-core GEMMs right after it (q/k/v, gate_up; down) writes that operand in bf16 itself
   // (rms_norm_pack / silu_mul_pack: the same bits pack_rows_half makes of its f32 output, which it
   // still writes), and those GEMMs skip their own pack: one pass over the rows instead of one per
@@ -862,9 +862,11 @@ class CudaBackend final : public Backend {
     return true;
   }
   // The tensor-core decode attention: bf16 mode (it rounds q, K, V and P to bf16; f32 mode keeps
-  // the f32 SIMT kernel), a bf16/f16 cache with 16-byte aligned rows. VV_CUDA_DECODE_ATTN=simt: the
-  // SIMT kernel always; =auto: the SIMT kernel for one row (then a request's numerics change when
-  // it shares a step with others, so the default keeps one kernel for every row count).
+  // the f32 SIMT kernel), a bf16/f16 cache with 16-byte aligned rows. VV_CUDA_DECODE_ATTN=auto (the
+  // default): the SIMT kernel for one-row steps (6-9 % faster at batch 1 on the H200), the mma kernel
+  // for more rows; =mma: the mma kernel for every row count, so a row's attention bits do not depend
+  // on the step it shares (the GEMMs still do: cuBLASLt's kernels change with M, so the 7B ids of 8
+  // requests together matched 4 of 8 alone at 8bc5686 with either setting); =simt: always SIMT.
   bool decode_mma_takes(const Tensor& q, const KvLayer& cache, const AttentionShape& shape) const {
     if (compute_ != CudaCompute::kBF16 || decode_attn_mode_ == 1 || (decode_attn_mode_ == 2 && q.rows() == 1))
       return false;
@@ -1207,11 +1209,11 @@ class CudaBackend final : public Backend {
       !(std::getenv("VV_CUDA_DECODE_GEMV") && std::string(std::getenv("VV_CUDA_DECODE_GEMV")) == "0");
   void* argmax_ws_ = nullptr;
   void* dec_attn_ws_ = nullptr;
-  // VV_CUDA_DECODE_ATTN: mma (0, default), simt (1), auto (2); see decode_mma_takes.
+  // VV_CUDA_DECODE_ATTN: mma (0), simt (1), auto (2, default); see decode_mma_takes.
   int decode_attn_mode_ = [] {
     const char* e = std::getenv("VV_CUDA_DECODE_ATTN");
     const std::string v = e ? e : "";
-    return v == "simt" ? 1 : v == "auto" ? 2 : 0;
+    return v == "simt" ? 1 : v == "mma" ? 0 : 2;
   }();
   size_t dec_attn_ws_bytes_ = 0;
   size_t argmax_ws_bytes_ = 0;
@@ -1220,9 +1222,10 @@ class CudaBackend final : public Backend {
   std::string sig_;
   std::map<std::string, GraphEntry> graphs_;
   bool capturing_ = false, capture_broken_ = false;
-  // VV_CUDA_LT_FUSE=1: bf16 GEMM operands written by the rms_norm/silu_mul before them
-  // (fuse_lt_operand_at); off by default until measured on the GPU.
-  bool lt_fuse_ = std::getenv("VV_CUDA_LT_FUSE") && std::string(std::getenv("VV_CUDA_LT_FUSE")) == "1";
+  // bf16 GEMM operands written by the rms_norm/silu_mul before them (fuse_lt_operand_at); on by
+  // default (H200, 7B, full steps at 8bc5686: 64 rows 7.915 -> 7.788 ms, 128 rows 9.711 -> 9.341 ms;
+  // the same bits, gpu test CudaLtOperandFusion). VV_CUDA_LT_FUSE=0 turns it off.
+  bool lt_fuse_ = !(std::getenv("VV_CUDA_LT_FUSE") && std::string(std::getenv("VV_CUDA_LT_FUSE")) == "0");
   struct GraphStats {
     int64_t replayed = 0, captured = 0, first = 0, ungraphed = 0, clears = 0;
   } gstat_;

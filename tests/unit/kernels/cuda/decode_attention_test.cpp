@@ -109,6 +109,17 @@ StepData make_step(const Step& st, uint32_t seed) {
   return d;
 }
 
+// The backend with the tensor-core kernel for every row count: its default (VV_CUDA_DECODE_ATTN=auto)
+// takes the SIMT kernel for one-row steps, which the one-row cases here would then test instead.
+std::unique_ptr<Backend> mma_backend() {
+  ::setenv("VV_CUDA_DECODE_ATTN", "mma", 1);
+  BackendOptions opt;
+  opt.gpu_bf16_gemm = true;
+  auto be = make_backend("cuda:0", opt);
+  ::unsetenv("VV_CUDA_DECODE_ATTN");
+  return be.is_ok() ? std::move(be).value() : nullptr;
+}
+
 AttentionShape shape_of(const Step& st) {
   return AttentionShape{st.heads, st.kv_heads, st.D, 1.0f / std::sqrt(static_cast<float>(st.D))};
 }
@@ -175,7 +186,9 @@ void check_step(Backend& gpu, const Step& st, uint32_t seed) {
 }
 
 TEST(CudaDecodeAttention, ProductionShapeSixtyFourAndOneTwentyEightRows) {
-  VV_CUDA_BACKEND_OR_SKIP(gpu, true);
+  VV_CUDA_BACKEND_OR_SKIP(probe, true);
+  const std::unique_ptr<Backend> gpu = mma_backend();
+  ASSERT_NE(gpu, nullptr);
   const std::vector<int> pattern = {1, 17, 63, 64, 65, 600, 1031, 599, 601, 640, 128, 129, 300};
   for (int n : {64, 128}) {
     Step st{28, 4, 128, DType::kBF16, 16, {}};
@@ -185,7 +198,9 @@ TEST(CudaDecodeAttention, ProductionShapeSixtyFourAndOneTwentyEightRows) {
 }
 
 TEST(CudaDecodeAttention, FewRowsOddAndPrimeLengths) {
-  VV_CUDA_BACKEND_OR_SKIP(gpu, true);
+  VV_CUDA_BACKEND_OR_SKIP(probe, true);
+  const std::unique_ptr<Backend> gpu = mma_backend();
+  ASSERT_NE(gpu, nullptr);
   check_step(*gpu, {28, 4, 128, DType::kBF16, 16, {1031}}, 11);
   check_step(*gpu, {28, 4, 128, DType::kBF16, 16, {1}}, 12);
   check_step(*gpu, {28, 4, 128, DType::kBF16, 16, {64, 65}}, 13);
@@ -194,7 +209,9 @@ TEST(CudaDecodeAttention, FewRowsOddAndPrimeLengths) {
 }
 
 TEST(CudaDecodeAttention, GroupsOfOneFourSevenEightHeadDimsAndCacheDtypes) {
-  VV_CUDA_BACKEND_OR_SKIP(gpu, true);
+  VV_CUDA_BACKEND_OR_SKIP(probe, true);
+  const std::unique_ptr<Backend> gpu = mma_backend();
+  ASSERT_NE(gpu, nullptr);
   check_step(*gpu, {8, 8, 128, DType::kF16, 16, {1, 65, 1031}}, 21);                    // G = 1
   check_step(*gpu, {16, 4, 64, DType::kBF16, 16, {1, 17, 63, 64, 65, 600, 1031}}, 22);  // G = 4, D = 64
   check_step(*gpu, {14, 2, 64, DType::kF16, 32, {600, 1, 17, 63, 64, 65, 1031}}, 23);   // G = 7, D = 64
@@ -208,7 +225,9 @@ TEST(CudaDecodeAttention, GroupsOfOneFourSevenEightHeadDimsAndCacheDtypes) {
 // batch of 2 and in the batch of 64 give the same bits (issue 13: a request's ids do not depend on
 // what else shares its steps).
 TEST(CudaDecodeAttention, RowResultsDoNotDependOnTheOtherRows) {
-  VV_CUDA_BACKEND_OR_SKIP(gpu, true);
+  VV_CUDA_BACKEND_OR_SKIP(probe, true);
+  const std::unique_ptr<Backend> gpu = mma_backend();
+  ASSERT_NE(gpu, nullptr);
   Step st{28, 4, 128, DType::kBF16, 16, {}};
   for (int i = 0; i < 64; ++i) st.lens.push_back(1 + (i * 53) % 1100);
   st.extra = 20;  // a table much wider than any row: more units launched than any row uses
