@@ -29,6 +29,7 @@ def main():
     ap.add_argument("--roofline")
     ap.add_argument("--out", required=True)
     ap.add_argument("--title", default="VibeVoice-ASR 7B (bf16), summed decode throughput, one H200")
+    ap.add_argument("--reference-label", default="PyTorch reference (transformers, sdpa)")
     args = ap.parse_args()
     try:
         import matplotlib
@@ -39,6 +40,8 @@ def main():
 
     ours = last_json_line(args.ours)
     pts = [(p["n"], p["decode_tps"]) for p in ours["points"]]
+    # Full steps (every request decoding): the cost of an N-row step, without the ramp's mixed steps.
+    full = [(p["n"], p["full_tps"]) for p in ours["points"] if p.get("full_steps", 0) > 0]
     ref = []
     if args.reference:
         with open(args.reference) as f:
@@ -49,20 +52,23 @@ def main():
         rl = last_json_line(args.roofline)
         roof = sorted((int(m), v["tok_s"]) for m, v in rl.get("graph_replay", {}).items() if int(m) <= 256)
 
-    print(f"{'N':>5} {'ours tok/s':>12} {'reference':>12} {'cuBLAS floor':>13}")
-    refd, roofd = dict(ref), dict(roof)
+    print(f"{'N':>5} {'ours tok/s':>12} {'full steps':>12} {'reference':>12} {'cuBLAS floor':>13}")
+    refd, roofd, fulld = dict(ref), dict(roof), dict(full)
     for n, t in pts:
-        print(f"{n:>5} {t:>12.1f} {refd.get(n, float('nan')):>12.1f} {roofd.get(n, float('nan')):>13.1f}")
+        print(f"{n:>5} {t:>12.1f} {fulld.get(n, float('nan')):>12.1f} {refd.get(n, float('nan')):>12.1f} "
+              f"{roofd.get(n, float('nan')):>13.1f}")
 
     fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=110)
-    ax.plot(*zip(*pts), "o-", label="vibevoice (EngineLoop, CUDA, bf16)")
+    ax.plot(*zip(*pts), "o-", label="vibevoice (EngineLoop, CUDA, bf16): all decode steps")
+    if full:
+        ax.plot(*zip(*full), "o-", label="vibevoice: full steps (all N requests decoding)")
     if ref:
-        ax.plot(*zip(*ref), "s--", label="PyTorch reference (transformers, sdpa)")
+        ax.plot(*zip(*ref), "s--", label=args.reference_label)
     if roof:
         ax.plot(*zip(*roof), "^:", label="cuBLAS weights-only floor (graph-replayed)")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    ax.set_xlabel("concurrent requests (30 s audio, 256 forced tokens each)")
+    ax.set_xlabel(f"concurrent requests ({ours.get('audio_s', 30):g} s audio, {ours.get('tokens', 256)} forced tokens each)")
     ax.set_ylabel("summed decode tokens / s")
     ax.set_title(args.title, fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
