@@ -681,26 +681,13 @@ __device__ __forceinline__ uint4 as_bf16x8(uint4 u, __nv_bfloat16*) {
   return u;
 }
 __device__ __forceinline__ uint4 as_bf16x8(uint4 u, __half*) {
-  const __half2* h = reinterpret_cast<const __half2*>(&u);
-  uint32_t o[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __half22float2(h[i]);
-    o[i] = mma::pack_bf16(f.x, f.y);
-  }
-  return make_uint4(o[0], o[1], o[2], o[3]);
+  return mma::f16x8_to_bf16x8(u);
 }
 __device__ __forceinline__ uint32_t word(const uint4& u, int i) {
   return i == 0 ? u.x : i == 1 ? u.y : i == 2 ? u.z : u.w;
 }
-__device__ __forceinline__ float quad_max(float v) {
-  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-}
-__device__ __forceinline__ float quad_sum(float v) {
-  v += __shfl_xor_sync(0xffffffffu, v, 1);
-  return v + __shfl_xor_sync(0xffffffffu, v, 2);
-}
+using mma::quad_max;
+using mma::quad_sum;
 
 constexpr int kMmaDecWarps = 4;  // independent units per block
 

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cstdint>
 
@@ -59,6 +60,28 @@ __device__ __forceinline__ void ldsm_b_kmajor(const __nv_bfloat16* base, int ld,
 // A fragment of a 16×16 tile stored row-major: base points at (m0, k0).
 __device__ __forceinline__ void ldsm_a(const __nv_bfloat16* base, int ld, int lane, uint32_t* a) {
   ldsm_x4(base + (lane & 15) * ld + (lane >> 4) * 8, a[0], a[1], a[2], a[3]);
+}
+
+// Eight f16 values (one 16-byte load) as eight bf16 values packed the same way.
+__device__ __forceinline__ uint4 f16x8_to_bf16x8(uint4 u) {
+  const __half2* h = reinterpret_cast<const __half2*>(&u);
+  uint32_t o[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __half22float2(h[i]);
+    o[i] = pack_bf16(f.x, f.y);
+  }
+  return make_uint4(o[0], o[1], o[2], o[3]);
+}
+
+// Max and sum over the four lanes of a quad (the threads sharing an accumulator row of a fragment).
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
 }  // namespace vv::cuda::mma

@@ -27,6 +27,8 @@ using mma::ldsm_b_kmajor;
 using mma::ldsm_b_nmajor;
 using mma::mma_bf16;
 using mma::pack_bf16;
+using mma::quad_max;
+using mma::quad_sum;
 
 // Eight consecutive cache elements (16-byte aligned) as eight bf16 in one uint4.
 __device__ __forceinline__ uint4 load8_bf16(const float* p) {
@@ -38,25 +40,9 @@ __device__ __forceinline__ uint4 load8_bf16(const __nv_bfloat16* p) {
   return *reinterpret_cast<const uint4*>(p);
 }
 __device__ __forceinline__ uint4 load8_bf16(const __half* p) {
-  const uint4 u = *reinterpret_cast<const uint4*>(p);
-  const __half2* h = reinterpret_cast<const __half2*>(&u);
-  uint32_t o[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __half22float2(h[i]);
-    o[i] = pack_bf16(f.x, f.y);
-  }
-  return make_uint4(o[0], o[1], o[2], o[3]);
+  return mma::f16x8_to_bf16x8(*reinterpret_cast<const uint4*>(p));
 }
 
-__device__ __forceinline__ float quad_max(float v) {
-  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-}
-__device__ __forceinline__ float quad_sum(float v) {
-  v += __shfl_xor_sync(0xffffffffu, v, 1);
-  return v + __shfl_xor_sync(0xffffffffu, v, 2);
-}
 
 // Shared memory: Q [64][D+8], K [64][D+8], V [64][D+8] bf16 (8 elements of padding per row keep
 // ldmatrix's eight row addresses on distinct banks), then the tile's 64 cache slots.

@@ -23,44 +23,6 @@
 namespace vv::test {
 namespace {
 
-float stored_value(const HostMatrix& m, int64_t i) {
-  switch (m.dtype) {
-    case DType::kBF16: {
-      uint16_t h;
-      std::memcpy(&h, m.bytes.data() + 2 * i, 2);
-      return bf16_to_f32(h);
-    }
-    case DType::kF16: {
-      uint16_t h;
-      std::memcpy(&h, m.bytes.data() + 2 * i, 2);
-      return f16_to_f32(h);
-    }
-    default: {
-      float f;
-      std::memcpy(&f, m.bytes.data() + 4 * i, 4);
-      return f;
-    }
-  }
-}
-
-// An F32 copy of m's stored values, each rounded to bf16 (what the kernel computes with).
-HostMatrix bf16_rounded_f32(const HostMatrix& m) {
-  HostMatrix r;
-  r.dtype = DType::kF32;
-  r.rows = m.rows;
-  r.cols = m.cols;
-  r.stride = m.stride;
-  const int64_t n = std::max<int64_t>(m.rows * m.stride, 1);
-  r.bytes.assign(static_cast<size_t>(n) * 4 + 64, 0);
-  r.f.assign(static_cast<size_t>(n), 0.f);
-  for (int64_t i = 0; i < m.rows * m.stride; ++i) {
-    const float v = bf16_to_f32(f32_to_bf16(stored_value(m, i)));
-    std::memcpy(r.bytes.data() + 4 * i, &v, 4);
-    r.f[i] = v;
-  }
-  return r;
-}
-
 struct Seq {
   int start;  // positions before this are already cached (random k/v): a continued chunk
   int len;    // rows of this call
