@@ -544,8 +544,8 @@ class CudaBackend final : public Backend {
     return q - i;
   }
 
-  // bf16 mode, M ≥ 2 (unless VV_CUDA_LT_FUSE=0): an rms_norm or silu_mul whose output is the A operand of
-  // the tensor-core GEMMs right after it (q/k/v, gate_up; down) writes that operand in bf16 itself
+  // bf16 mode, M ≥ 2 (unless VV_CUDA_LT_FUSE=0): an rms_norm or silu_mul whose output is the A
+  // operand of the tensor-core GEMMs right after it (q/k/v, gate_up; down) writes that operand in bf16 itself
   // (rms_norm_pack / silu_mul_pack: the same bits pack_rows_half makes of its f32 output, which it
   // still writes), and those GEMMs skip their own pack: one pass over the rows instead of one per
   // GEMM.
