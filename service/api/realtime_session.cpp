@@ -447,6 +447,7 @@ RealtimeSession::RealtimeSession(const Api& api, RealtimeHandshake handshake,
 
 RealtimeSession::~RealtimeSession() {
   if (inflight_id_) state_.unregister_inflight(inflight_id_);
+  if (gauge_counted_) state_.metrics.realtime_sessions->Decrement();
 }
 
 std::string RealtimeSession::new_id(std::string_view prefix) const {
@@ -534,6 +535,7 @@ void RealtimeSession::close(int code, std::string reason) {
 
 void RealtimeSession::start() {
   state_.metrics.realtime_sessions->Increment();
+  gauge_counted_ = true;
   std::weak_ptr<RealtimeSession> weak = shared_from_this();
   auto transport = transport_;
   inflight_id_ = state_.register_inflight([weak, transport] {
@@ -1052,13 +1054,19 @@ void RealtimeSession::on_closed() {
   pending_items_ = 0;
   buffer_.clear();
   note_buffer();
-  state_.metrics.realtime_sessions->Decrement();
   if (inflight_id_) {
     state_.unregister_inflight(inflight_id_);
     inflight_id_ = 0;
   }
   hs_.session_slot.reset();
   hs_.key_slot.reset();
+}
+
+void RealtimeSession::on_connection_ended() {
+  on_closed();
+  if (!gauge_counted_) return;
+  gauge_counted_ = false;
+  state_.metrics.realtime_sessions->Decrement();
 }
 
 void RealtimeSession::drain() {

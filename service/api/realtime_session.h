@@ -81,6 +81,10 @@ class RealtimeSession : public std::enable_shared_from_this<RealtimeSession> {
   void on_binary(std::string_view message);
   // The connection has ended (client close, protocol error, write failure): cancel the work.
   void on_closed();
+  // The WebSocket is gone (close handshake done or socket dropped) and the connection has counted
+  // the session in vibevoice_realtime_sessions_total: the open-sessions gauge drops now, so a
+  // scrape that sees it lower also sees the session counted. Idempotent.
+  void on_connection_ended();
   // §13.4 step 3: no more appends; close 1001 once committed items are done.
   void drain();
   // §13.4 step 4: remaining items fail with shutting_down, then close 1001.
@@ -150,6 +154,7 @@ class RealtimeSession : public std::enable_shared_from_this<RealtimeSession> {
   bool draining_ = false;
   bool shutdown_ = false;
   bool closed_ = false;
+  bool gauge_counted_ = false;  // start() raised the open-sessions gauge; on_connection_ended() lowers it
   std::chrono::steady_clock::time_point last_data_ = std::chrono::steady_clock::now();
   std::uint64_t inflight_id_ = 0;
 };

@@ -344,12 +344,14 @@ void WebSocketConnection::finish(int close_code) {
   }
   m.timers.clear();
   if (m.session) {
-    // The ended-sessions counter first: on_closed() lowers the open-sessions gauge, and a scrape
-    // that sees the gauge at 0 must also see the session counted.
+    // The ended-sessions counter first: on_connection_ended() lowers the open-sessions gauge, and
+    // a scrape that sees the gauge at 0 must also see the session counted. (A server-initiated
+    // close, e.g. after session.finished, cancels the work at once but keeps the session open
+    // until the handshake ends here.)
     m.api.state()
         .metrics.realtime_sessions_total->Add({{"close_code", std::to_string(close_code)}})
         .Increment();
-    m.session->on_closed();
+    m.session->on_connection_ended();
     api::service_log::log("info", "realtime session closed",
                           {{"session_id", m.session->id()}, {"#close_code", std::to_string(close_code)}});
   }
