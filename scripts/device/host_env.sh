@@ -1,0 +1,26 @@
+# There (the GPU host), sourced at the start of a command run from the repository root:
+#   . scripts/device/host_env.sh
+# Unpacks .device/debs into /tmp/deps, puts ninja and the reference wheels on the path, and sets
+# VV_SRC to the tree to build: /tmp/vvsrc, the committed snapshot (.device/src.tar.gz, with this
+# tree's tests/data beside it) when there is one, else this tree.
+if [ ! -d /tmp/deps/usr ]; then
+  mkdir -p /tmp/deps && for f in .device/debs/*.deb; do dpkg -x "$f" /tmp/deps; done
+fi
+export CMAKE_PREFIX_PATH=/tmp/deps/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}
+export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export PKG_CONFIG_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu/pkgconfig:/tmp/deps/usr/share/pkgconfig
+py=$(command -v python3)
+export PATH="$(dirname "$(readlink -f "$py")"):$PATH"
+if [ -d .device/wheels ] && [ ! -d /tmp/refpy ]; then
+  python3 -m pip install -q --no-deps --target /tmp/refpy .device/wheels/*.whl >/dev/null 2>&1 || true
+fi
+export VV_REF_PYTHONPATH=/tmp/refpy
+if [ -f .device/src.tar.gz ]; then
+  if [ ! -d /tmp/vvsrc ]; then
+    mkdir -p /tmp/vvsrc && tar -xzf .device/src.tar.gz -C /tmp/vvsrc && cp -r tests/data /tmp/vvsrc/tests/
+  fi
+  export VV_SRC=/tmp/vvsrc
+else
+  export VV_SRC=$PWD
+fi
+export VV_DEV=$PWD/.device

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# There: builds (host_build.sh) and runs the named steps, each into $OUT/<step>.log (and .json where
+# the tool prints one). Steps run in the order given; a failing step is recorded and the rest go on.
+#   tests        unit_kernels_cuda, VV_REQUIRE_GPU=1 ($GTEST_FILTER narrows it)
+#   golden       make_golden.py --preset full (bf16 reference on the GPU, ~17 GB under /tmp) + gpu_full_golden
+#   decode       cuda_decode_bench --preset 7b --bf16 (decode b1, prefill, encoders, standard job)
+#   roofline     decode_roofline.py 1 8 64 128 (plain cuBLAS, weights only, graph-replayed)
+#   reference    the PyTorch reference's batched decode (bench_reference.py's method) at $REF_BATCHES
+#   curve        engine_loop_bench 7b bf16 --audio 30 --tokens $CURVE_TOKENS at $CURVE_N (1,2,..,128) requests
+#   profile      the same at 64 requests with VV_CUDA_PROFILE=1 (per-op times, synced)
+#   ttft         engine_loop_bench --ttft-probe 300
+#   invariance   engine_loop_bench --invariance 8 --audio 10 --tokens 32
+# Usage: OUT=... scripts/device/host_measure.sh step...
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/vvout}
+mkdir -p "$OUT"
+scripts/device/host_build.sh >"$OUT/build.log" 2>&1 || { cat "$OUT/build.log"; exit 1; }
+. scripts/device/host_env.sh
+B=/tmp/vvbuild/tests
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,memory.used,temperature.gpu --format=csv >"$OUT/gpu.txt" 2>&1
+CURVE_TOKENS=${CURVE_TOKENS:-256}
+REF_BATCHES=${REF_BATCHES:-1,8,64,128}
+run() {  # name command...
+  local name=$1; shift
+  local t0=$SECONDS
+  "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  echo "$name rc=$rc $((SECONDS - t0))s" | tee -a "$OUT/steps.txt"
+  tail -n 1 "$OUT/$name.log" | grep '^{' >"$OUT/$name.json" 2>/dev/null || rm -f "$OUT/$name.json"
+}
+for step in "$@"; do
+  case $step in
+    tests) run tests env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda --gtest_filter="${GTEST_FILTER:-*}" ;;
+    golden)
+      run golden_make env PYTHONPATH=$VV_REF_PYTHONPATH python3 $VV_DEV/golden/make_golden.py --preset full \
+        --device cuda --skip-fp64 --out /tmp/goldfull
+      run golden_check env VV_GOLDEN_DIR=/tmp/goldfull VV_REQUIRE_GPU=1 $B/gpu_full_golden ;;
+    decode) run decode $B/cuda_decode_bench --preset 7b --bf16 ;;
+    roofline) run roofline python3 $VV_DEV/golden/decode_roofline.py 1 8 64 128 ;;
+    reference)
+      run reference env PYTHONPATH=$VV_REF_PYTHONPATH:$VV_DEV/golden python3 scripts/device/reference_batched.py \
+        --batches "$REF_BATCHES" ;;
+    curve) run curve $B/engine_loop_bench --preset 7b --device cuda --bf16 --audio 30 --tokens "$CURVE_TOKENS" \
+      --concurrency "${CURVE_N:-1,2,4,8,16,32,64,128}" ;;
+    profile) run profile env VV_CUDA_PROFILE=1 $B/engine_loop_bench --preset 7b --device cuda --bf16 --audio 30 \
+      --tokens 400 --concurrency 64 ;;
+    ttft) run ttft $B/engine_loop_bench --preset 7b --device cuda --bf16 --audio 5 --tokens 256 --ttft-probe 300 ;;
+    invariance) run invariance $B/engine_loop_bench --preset 7b --device cuda --bf16 --invariance 8 --audio 10 \
+      --tokens 32 ;;
+    *) echo "unknown step $step" | tee -a "$OUT/steps.txt" ;;
+  esac
+done
