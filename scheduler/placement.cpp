@@ -1,5 +1,7 @@
 #include "scheduler/placement.h"
 
+#include <algorithm>
+
 namespace vv {
 
 Result<std::unique_ptr<ReplicatedEngine>> ReplicatedEngine::create(
@@ -78,6 +80,33 @@ EngineLoad ReplicatedEngine::load() const {
     sum.max_running += l.max_running;
     sum.max_waiting += l.max_waiting;
     sum.ready = sum.ready && l.ready;
+  }
+  return sum;
+}
+
+EngineStats ReplicatedEngine::stats() const {
+  EngineStats sum;
+  sum.load = load();
+  for (const auto& r : replicas_) {
+    const EngineStats st = r->stats();
+    sum.paused = sum.paused || st.paused;
+    sum.busy = sum.busy || st.busy;
+    sum.last_step = std::max(sum.last_step, st.last_step);
+    sum.steps += st.steps;
+    sum.rows_last_step += st.rows_last_step;
+    sum.seqs_last_step += st.seqs_last_step;
+    sum.rows_total += st.rows_total;
+    sum.decode_rows_total += st.decode_rows_total;
+    sum.prefill_rows_total += st.prefill_rows_total;
+    sum.prefix_hit_blocks += st.prefix_hit_blocks;
+    sum.prefix_query_blocks += st.prefix_query_blocks;
+    sum.preemptions += st.preemptions;
+    sum.requests_done += st.requests_done;
+    sum.requests_failed += st.requests_failed;
+    sum.requests_cancelled += st.requests_cancelled;
+    sum.step_seconds_last = std::max(sum.step_seconds_last, st.step_seconds_last);
+    sum.repetition_recovered += st.repetition_recovered;
+    sum.repetition_gave_up += st.repetition_gave_up;
   }
   return sum;
 }

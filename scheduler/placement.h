@@ -25,6 +25,8 @@ class ReplicatedEngine : public EngineClient {
   void cancel(RequestId id) override;
   // Sums over the replicas; ready when every replica is.
   EngineLoad load() const override;
+  // The replicas' counters summed (their loads as load() sums them).
+  EngineStats stats() const override;
 
   std::size_t size() const { return replicas_.size(); }
   EngineLoop& replica(std::size_t i) { return *replicas_[i]; }

@@ -177,15 +177,31 @@ int run_serve(const std::vector<std::string>& args) {
   boost::asio::thread_pool decode_pool(static_cast<std::size_t>(decode_threads));
   state.run_blocking = [&decode_pool](std::function<void()> fn) { boost::asio::post(decode_pool, std::move(fn)); };
 
-  // Engine gauges are read at scrape time (never synchronising with the device).
-  metrics.refresh = [&state, &metrics] {
+  // Engine gauges are read at scrape time (never synchronising with the device); the engine's
+  // cumulative counters (EngineStats) move the Prometheus counters by what they grew since the
+  // last scrape (serialize() runs this under the metrics lock, so `seen` needs no other).
+  const double page_tokens = static_cast<double>(s.i("engine.kv_page_tokens"));
+  metrics.refresh = [&state, &metrics, page_tokens, seen = EngineStats{}]() mutable {
     metrics.ready->Set(state.readiness.load() == api::Readiness::kReady && !state.draining.load() ? 1 : 0);
     if (!state.engine) return;
-    const EngineLoad l = state.engine->load();
+    const EngineStats st = state.engine->stats();
+    const EngineLoad& l = st.load;
     metrics.running->Set(static_cast<double>(l.running));
     metrics.waiting->Set(static_cast<double>(l.waiting));
     metrics.kv_pages_used->Set(static_cast<double>(l.kv_blocks_used));
     metrics.kv_pages_total->Set(static_cast<double>(l.kv_blocks_total));
+    auto grow = [](prometheus::Counter& c, std::int64_t now, std::int64_t& before, double scale = 1.0) {
+      if (now < before) before = 0;  // a replaced engine counts from 0 again
+      if (now > before) c.Increment(static_cast<double>(now - before) * scale);
+      before = now;
+    };
+    grow(*metrics.preemptions, st.preemptions, seen.preemptions);
+    grow(*metrics.prefix_cache_queries, st.prefix_query_blocks, seen.prefix_query_blocks, page_tokens);
+    grow(*metrics.prefix_cache_hits, st.prefix_hit_blocks, seen.prefix_hit_blocks, page_tokens);
+    grow(metrics.repetition_recoveries->Add({{"outcome", "recovered"}}), st.repetition_recovered,
+         seen.repetition_recovered);
+    grow(metrics.repetition_recoveries->Add({{"outcome", "gave_up"}}), st.repetition_gave_up,
+         seen.repetition_gave_up);
   };
 
   api::Api api(state);

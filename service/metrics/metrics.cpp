@@ -89,6 +89,12 @@ ServiceMetrics::ServiceMetrics(const BuildInfo& build) : registry_(std::make_sha
       &histogram("vibevoice_engine_batch_tokens", "Tokens per step")
            ->Add({}, Histogram::BucketBoundaries{1, 4, 16, 64, 256, 1024, 4096, 16384, 65536});
   preemptions = &counter("vibevoice_preemptions_total", "Sequences evicted for KV pressure")->Add({});
+  prefix_cache_queries =
+      &counter("vibevoice_prefix_cache_queries_total", "Prompt tokens looked up in the shared-prefix cache")
+           ->Add({});
+  prefix_cache_hits =
+      &counter("vibevoice_prefix_cache_hits_total", "Prompt tokens whose KV was found shared (computed once)")
+           ->Add({});
   cancellations = counter("vibevoice_cancellations_total", "Requests cancelled");
   repetition_recoveries = counter("vibevoice_repetition_recoveries_total", "Repetition loop recoveries");
   parse_failures =

@@ -68,6 +68,10 @@ class ServiceMetrics {
   prometheus::Histogram* engine_batch_size;
   prometheus::Histogram* engine_batch_tokens;
   prometheus::Counter* preemptions;
+  // Extensions (not in API.md §9; named after vLLM's prefix_cache_* pair): prompt tokens looked up
+  // in the shared-prefix cache, and those found there (their KV computed once, shared).
+  prometheus::Counter* prefix_cache_queries;
+  prometheus::Counter* prefix_cache_hits;
   prometheus::Family<prometheus::Counter>* cancellations;
   prometheus::Family<prometheus::Counter>* repetition_recoveries;
   prometheus::Counter* parse_failures;

@@ -104,3 +104,26 @@ def test_c083_kv_pages_and_build_info(srv_slow, audio):
     bi = m.labelsets("vibevoice_build_info")
     assert len(bi) == 1 and m.get("vibevoice_build_info") == 1
     assert bi[0]["version"] == v["version"] and bi[0]["git_sha"] == v["git_sha"]
+
+
+def test_engine_counters_prefix_cache_and_recoveries(srv, audio):
+    """Issue 13's scheduler metrics beyond §9: prompt tokens looked up in / found in the shared-prefix
+    cache (extensions named after vLLM's pair), moved from the engine's counters at scrape time. The
+    second request with the same prompt finds the first one's system-prompt blocks."""
+    m = srv.metrics()
+    for name in ("vibevoice_prefix_cache_queries_total", "vibevoice_prefix_cache_hits_total"):
+        assert m.types.get(name) == "counter", name
+    for _ in range(2):
+        assert srv.transcribe(file=audio.bytes("tiny.wav")).status == 200
+    before = srv.metrics()
+    assert srv.transcribe(file=audio.bytes("tiny.wav")).status == 200
+    after = srv.metrics()
+    queries = after.get("vibevoice_prefix_cache_queries_total") - before.get("vibevoice_prefix_cache_queries_total")
+    hits = after.get("vibevoice_prefix_cache_hits_total") - before.get("vibevoice_prefix_cache_hits_total")
+    page = after.get("vibevoice_kv_cache_page_tokens")
+    assert queries > 0 and hits > 0, (queries, hits)
+    assert hits <= queries and hits % page == 0 and queries % page == 0, (queries, hits, page)
+    # Counters never go down between scrapes.
+    for name in ("vibevoice_preemptions_total", "vibevoice_prefix_cache_queries_total",
+                 "vibevoice_prefix_cache_hits_total"):
+        assert after.get(name) >= before.get(name), name

@@ -82,6 +82,23 @@ TEST(ReplicatedEngine, TwoCpuReplicasShareTheLoadAndMatchOneEngine) {
   ASSERT_FALSE(ev.empty());
   EXPECT_EQ(ev.back().cause, ErrorCause::kCancelled);
   EXPECT_EQ(engine.placed_on(*id), -1);
+
+  // The service's counters: the replicas' stats summed, once both are idle (their snapshots settle).
+  for (int i = 0; i < 1000 && (engine.load().running + engine.load().waiting) > 0; ++i)
+    std::this_thread::sleep_for(2ms);
+  std::this_thread::sleep_for(20ms);
+  const EngineStats s0 = engine.replica(0).stats(), s1 = engine.replica(1).stats(), sum = engine.stats();
+  EXPECT_EQ(sum.steps, s0.steps + s1.steps);
+  EXPECT_EQ(sum.requests_done, s0.requests_done + s1.requests_done);
+  EXPECT_EQ(sum.requests_done, static_cast<std::int64_t>(ids.size() * 2));  // together and solo
+  EXPECT_EQ(sum.requests_cancelled, s0.requests_cancelled + s1.requests_cancelled);
+  EXPECT_EQ(sum.requests_cancelled, 1);
+  EXPECT_EQ(sum.decode_rows_total, s0.decode_rows_total + s1.decode_rows_total);
+  EXPECT_EQ(sum.prefix_query_blocks, s0.prefix_query_blocks + s1.prefix_query_blocks);
+  EXPECT_EQ(sum.prefix_hit_blocks, s0.prefix_hit_blocks + s1.prefix_hit_blocks);
+  EXPECT_GT(sum.prefix_hit_blocks, 0) << "the same prompt prefix was shared";
+  EXPECT_LE(sum.prefix_hit_blocks, sum.prefix_query_blocks);
+  EXPECT_EQ(sum.load.kv_blocks_total, s0.load.kv_blocks_total + s1.load.kv_blocks_total);
 }
 
 }  // namespace
