@@ -1300,6 +1300,10 @@ int cublaslt_version(std::string* why) {
   return static_cast<int>(api->get_version());
 }
 
+std::string cuda_runtime_version() {
+  return std::to_string(CUDART_VERSION / 1000) + "." + std::to_string(CUDART_VERSION % 1000 / 10);
+}
+
 std::string cuda_profile_report(Backend& be) {
   auto* c = dynamic_cast<CudaBackend*>(&be);
   return c ? c->take_profile_report() : std::string();

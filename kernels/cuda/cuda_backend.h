@@ -41,6 +41,8 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
 // cuBLASLt (needed for bf16 GEMMs) loaded with dlopen, needing no GPU: its version (e.g. 130100), or
 // 0 with the reason in *why.
 int cublaslt_version(std::string* why = nullptr);
+// The CUDA runtime this binary was built against and links ("13.0").
+std::string cuda_runtime_version();
 
 // With VV_CUDA_PROFILE=1 in the environment every op of a CUDA backend is timed (and the stream
 // drained after it): the per-op totals since the last call, slowest first. Empty otherwise or for

@@ -61,6 +61,14 @@ int gpu_blas_version([[maybe_unused]] std::string* why) {
 #endif
 }
 
+std::string gpu_runtime_version() {
+#if VV_HAVE_CUDA
+  return cuda_runtime_version();
+#else
+  return {};
+#endif
+}
+
 std::string gpu_unavailable_reason() {
 #if VV_HAVE_CUDA
   return cuda_unavailable_reason();

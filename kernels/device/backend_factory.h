@@ -31,6 +31,8 @@ int usable_gpu_count();
 // The GPU BLAS library's version (cuBLASLt, loaded at run time, no GPU needed), or 0 with the reason
 // in *why (also when built without CUDA).
 int gpu_blas_version(std::string* why = nullptr);
+// The CUDA runtime version this binary links ("13.0"); empty when built without CUDA.
+std::string gpu_runtime_version();
 // Why no GPU is usable ("built without CUDA", "no CUDA driver ...", ...); empty when one is.
 std::string gpu_unavailable_reason();
 

@@ -606,8 +606,14 @@ http::HttpResponse Api::version() const {
     json::append_string(b, names[i]);
   }
   b += "],\"dtype\":";
-  json::append_string(b, state_.dtype);
-  b += ",\"max_model_len\":" + std::to_string(state_.settings.i("model.max_model_len")) + "},\"cuda\":null}";
+  json::append_string(b, state_.dtype());
+  b += ",\"max_model_len\":" + std::to_string(state_.settings.i("model.max_model_len")) + "},\"cuda\":";
+  if (state_.cuda.empty()) {
+    b += "null}";
+  } else {
+    json::append_string(b, state_.cuda);
+    b += "}";
+  }
   r.body = std::move(b);
   return r;
 }

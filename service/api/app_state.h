@@ -35,7 +35,19 @@ class AppState {
   std::string version = "0.0.0";
   std::string git_sha;      // 40 hex
   std::string build_date;   // RFC 3339
-  std::string dtype = "float32";
+  // The CUDA runtime version /version reports ("" = null: a CPU device or a CPU-only build); set
+  // before the server's threads start.
+  std::string cuda;
+  // The compute dtype /version reports: set at start, resolved by the loader thread once the
+  // checkpoint is open (model.dtype auto on a GPU is the checkpoint's).
+  void set_dtype(std::string d) {
+    std::lock_guard<std::mutex> lk(mu_);
+    dtype_ = std::move(d);
+  }
+  std::string dtype() const {
+    std::lock_guard<std::mutex> lk(mu_);
+    return dtype_;
+  }
   std::int64_t start_unix = 0;
 
   // Lifecycle.
@@ -93,6 +105,7 @@ class AppState {
 
  private:
   mutable std::mutex mu_;
+  std::string dtype_ = "float32";
   std::string error_reason_;
   std::map<Digest, std::int64_t> key_in_flight_;
   std::vector<double> recent_;

@@ -32,6 +32,37 @@ Result<std::vector<TokenId>> load_script(const Tokenizer& tokenizer, const std::
   return ids;
 }
 
+Result<ComputeChoice> choose_compute(const config::Settings& s,
+                                     const std::map<std::string, int>& checkpoint_dtypes) {
+  ComputeChoice c;
+  VV_ASSIGN_OR_RETURN(std::vector<std::string> devices, parse_device_list(s.s("model.device")));
+  if (!devices.empty()) {
+    VV_ASSIGN_OR_RETURN(DeviceSpec d, parse_device(devices.front()));
+    c.gpu = d.kind == DeviceSpec::Kind::kCuda;
+  }
+  const std::string want = s.s("model.dtype");
+  if (!c.gpu) {
+    c.dtype = "float32";
+    return c;
+  }
+  if (want != "auto") {
+    c.dtype = want;
+  } else {
+    // The matrices' dtype: the most common among the checkpoint's tensors (norms may be f32).
+    std::string top;
+    int most = -1;
+    for (const auto& [name, n] : checkpoint_dtypes) {
+      if (n > most) {
+        most = n;
+        top = name;
+      }
+    }
+    c.dtype = top == "BF16" ? "bfloat16" : top == "F16" ? "float16" : "float32";
+  }
+  c.gpu_bf16 = c.dtype != "float32";
+  return c;
+}
+
 Result<std::shared_ptr<EngineHandle>> make_engine(AppState& state, std::shared_ptr<const Tokenizer> tokenizer,
                                                   const std::function<void(double)>& progress) {
   auto h = std::make_shared<EngineHandle>();
@@ -57,8 +88,15 @@ Result<std::shared_ptr<EngineHandle>> make_engine(AppState& state, std::shared_p
     progress(1.0);
     return h;
   }
+  VV_ASSIGN_OR_RETURN(const ComputeChoice compute, choose_compute(s, h->checkpoint->dtype_counts()));
+  h->dtype = compute.dtype;
+  BackendOptions backend;
+  backend.gpu_bf16_gemm = compute.gpu_bf16;
   RunnerOptions ro;
   ro.block_size = static_cast<int>(s.i("engine.kv_page_tokens"));
+  // engine.max_step_tokens: the rows one step may hold (prefill chunks + one decode row per running
+  // request); the workspaces are sized for it.
+  ro.max_rows = static_cast<int>(s.i("engine.max_step_tokens"));
   ro.max_seqs = static_cast<int>(s.i("engine.max_running_requests"));
   // The KV pool holds one full-context request (prefix sharing and preemption stretch it further).
   ro.kv_positions = s.i("model.max_model_len");
@@ -75,7 +113,7 @@ Result<std::shared_ptr<EngineHandle>> make_engine(AppState& state, std::shared_p
   }
   place.gpu_layers = static_cast<int>(s.i("engine.gpu_layers"));
   VV_ASSIGN_OR_RETURN(place.split, parse_split_mode(s.s("engine.split_mode")));
-  VV_ASSIGN_OR_RETURN(auto runners, make_runners(*h->checkpoint, ro, device, {}, place));
+  VV_ASSIGN_OR_RETURN(auto runners, make_runners(*h->checkpoint, ro, device, backend, place));
   for (auto& r : runners) h->runners.push_back(std::shared_ptr<Runner>(std::move(r)));
   h->runner = h->runners.front();
   progress(0.9);

@@ -24,6 +24,7 @@
 #include "config/settings.h"
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/text/tokenizer.h"
+#include "kernels/device/backend_factory.h"
 #include "service/api/api.h"
 #include "service/api/app_state.h"
 #include "service/api/engine_factory.h"
@@ -99,7 +100,12 @@ void load_model(api::AppState& state, Loader& loader, std::shared_ptr<api::Engin
   state.metrics.model_load_duration->Set(std::chrono::duration<double>(steady_clock::now() - t0).count());
   state.tokenizer = handle->tokenizer;
   state.prepare = handle->prepare;
-  state.dtype = handle->dtype;
+  if (handle->dtype != state.dtype()) {
+    state.set_dtype(handle->dtype);
+    state.metrics.set_build_info(
+        {state.version, state.git_sha, handle->dtype, state.cuda.empty() ? "none" : state.cuda});
+  }
+  api::service_log::log("info", "compute dtype", {{"dtype", handle->dtype}, {"cuda", state.cuda}});
   state.engine = handle->engine;
   state.readiness.store(api::Readiness::kWarmingUp);
   if (s.b("model.warmup")) {
@@ -150,14 +156,24 @@ int run_serve(const std::vector<std::string>& args) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  metrics::ServiceMetrics metrics({VV_VERSION, full_sha(), s.s("model.dtype") == "auto" ? "float32" : s.s("model.dtype"),
-                                   "none"});
+  // The device decides the reported CUDA version now; the dtype (model.dtype auto on a GPU is the
+  // checkpoint's) is resolved again once the checkpoint is open (load_model).
+  auto compute = api::choose_compute(s, {});
+  if (!compute.is_ok()) {
+    std::cerr << "config error: model.device: " << compute.status().message() << " (from "
+              << s.source("model.device") << ")\n";
+    return 2;
+  }
+  const std::string cuda_version = compute->gpu ? gpu_runtime_version() : std::string();
+  metrics::ServiceMetrics metrics(
+      {VV_VERSION, full_sha(), compute->dtype, cuda_version.empty() ? "none" : cuda_version});
   api::AppState state(s, metrics);
   state.hooks = api::TestHooks::from_environment();
   state.version = VV_VERSION;
   state.git_sha = full_sha();
   state.build_date = build_date();
-  state.dtype = s.s("model.dtype") == "auto" ? "float32" : s.s("model.dtype");
+  state.set_dtype(compute->dtype);
+  state.cuda = cuda_version;
   state.start_unix =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   auto keys = api::load_key_digests(s);

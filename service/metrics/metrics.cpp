@@ -46,9 +46,10 @@ ServiceMetrics::ServiceMetrics(const BuildInfo& build) : registry_(std::make_sha
     declared_.push_back({name, help, "histogram"});
     return &prometheus::BuildHistogram().Name(name).Help(help).Register(R);
   };
-  gauge("vibevoice_build_info", "Build identity (always 1)")
-      ->Add({{"version", build.version}, {"git_sha", build.git_sha}, {"dtype", build.dtype}, {"cuda", build.cuda}})
-      .Set(1);
+  build_info_ = gauge("vibevoice_build_info", "Build identity (always 1)");
+  build_gauge_ = &build_info_->Add(
+      {{"version", build.version}, {"git_sha", build.git_sha}, {"dtype", build.dtype}, {"cuda", build.cuda}});
+  build_gauge_->Set(1);
   ready = &gauge("vibevoice_ready", "1 when /ready would return 200")->Add({});
   model_load_duration = &gauge("vibevoice_model_load_duration_seconds", "Time from start to weights loaded")->Add({});
   http_requests = counter("vibevoice_http_requests_total", "HTTP responses sent");
@@ -146,6 +147,14 @@ void ServiceMetrics::refresh_process() {
   process_open_fds->Set(static_cast<double>(fds));
   rlimit rl{};
   if (getrlimit(RLIMIT_NOFILE, &rl) == 0) process_max_fds->Set(static_cast<double>(rl.rlim_cur));
+}
+
+void ServiceMetrics::set_build_info(const BuildInfo& build) {
+  std::lock_guard<std::mutex> lock(mu_);
+  build_info_->Remove(build_gauge_);
+  build_gauge_ = &build_info_->Add(
+      {{"version", build.version}, {"git_sha", build.git_sha}, {"dtype", build.dtype}, {"cuda", build.cuda}});
+  build_gauge_->Set(1);
 }
 
 std::string ServiceMetrics::serialize() {

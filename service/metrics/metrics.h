@@ -25,6 +25,9 @@ struct BuildInfo {
 class ServiceMetrics {
  public:
   explicit ServiceMetrics(const BuildInfo& build);
+  // Replaces vibevoice_build_info's labels (the dtype and CUDA version are known once the model is
+  // loaded on its device).
+  void set_build_info(const BuildInfo& build);
 
   // The scrape body. `refresh` runs first (engine gauges, process gauges).
   std::string serialize();
@@ -105,6 +108,8 @@ class ServiceMetrics {
   std::vector<Declared> declared_;
   double last_cpu_ = 0;
   std::mutex mu_;
+  prometheus::Family<prometheus::Gauge>* build_info_ = nullptr;
+  prometheus::Gauge* build_gauge_ = nullptr;
 };
 
 }  // namespace vv::metrics
