@@ -756,11 +756,105 @@ void RealtimeSession::append_bytes(std::string_view bytes, const std::optional<s
     } else {
       trim_idle_buffer();
     }
+    maybe_interim();
   } else {
     while (total_samples_ - buffer_start_ >= max_item)
       commit("max_duration", buffer_start_ + max_item, std::nullopt);
   }
   note_buffer();
+}
+
+void RealtimeSession::maybe_interim() {
+  const std::int64_t interval_ms = state_.settings.i("realtime.interim_interval_ms");
+  if (interval_ms <= 0 || !settings_.vad || !vad_.in_speech() || pending_item_id_.empty()) return;
+  if (closed_ || draining_ || shutdown_ || finishing_ || interim_busy_) return;
+  // Items are transcribed one at a time in commit order, and nothing of the pending item may come
+  // before the committed ones' completed/failed: no interim while any of them is outstanding.
+  if (current_ || !queue_.empty()) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_interim_ < std::chrono::milliseconds(interval_ms)) return;
+  const std::int64_t from = std::max(speech_start_, buffer_start_);
+  const std::int64_t n = buffer_start_ + static_cast<std::int64_t>(buffer_.size()) - from;
+  if (n < settings_.format.rate / 10) return;
+  // Lowest priority: skipped while anything waits in the engine's queue.
+  if (state_.engine->load().waiting > 0) return;
+  last_interim_ = now;
+  interim_busy_ = true;
+  const std::uint64_t seq = interim_seq_;
+  const std::string item_id = pending_item_id_;
+  const std::int64_t end_sample = from + n;
+  audio::DecodedAudio decoded;
+  decoded.samples.assign(buffer_.begin() + (from - buffer_start_), buffer_.end());
+  decoded.sample_rate = settings_.format.rate;
+  decoded.channels = 1;
+  std::weak_ptr<RealtimeSession> weak = shared_from_this();
+  auto transport = transport_;
+  const audio::PrepareOptions popt = state_.prepare;
+  auto input = std::make_shared<audio::DecodedAudio>(std::move(decoded));
+  state_.run_blocking([weak, transport, input, popt, seq, item_id, end_sample] {
+    auto prepared =
+        std::make_shared<Result<audio::PreparedAudio>>(audio::prepare_decoded(std::move(*input), popt));
+    transport->post([weak, prepared, seq, item_id, end_sample] {
+      auto s = weak.lock();
+      if (!s) return;
+      if (s->closed_ || seq != s->interim_seq_ || !prepared->is_ok()) {
+        s->interim_busy_ = false;
+        return;
+      }
+      s->start_interim(seq, item_id, end_sample, std::move(**prepared));
+    });
+  });
+}
+
+void RealtimeSession::start_interim(std::uint64_t seq, const std::string& item_id, std::int64_t end_sample,
+                                    audio::PreparedAudio audio) {
+  Request req;
+  req.kind = Request::Kind::kTranscription;
+  req.request_id = id_ + "/" + item_id + "/interim";
+  req.audio.push_back(std::move(audio));
+  const std::string hint =
+      state_.settings.b("asr.language_hint") && settings_.language ? *settings_.language : "";
+  req.context = compose_context(settings_.prompt, settings_.keywords, "", hint);
+  req.sampling.temperature = 0.0f;
+  req.sampling.max_new_tokens = static_cast<std::int32_t>(state_.settings.i("asr.max_new_tokens"));
+  req.forced_ids = state_.script_ids;
+  req.priority = -1;  // after every HTTP request and committed item
+  req.repetition_detection = state_.settings.b("asr.repetition_detection");
+  req.arrival = std::chrono::steady_clock::now();
+  std::weak_ptr<RealtimeSession> weak = shared_from_this();
+  auto transport = transport_;
+  auto sink = [weak, transport, seq, item_id, end_sample](RequestEvent&& ev) {
+    if (ev.type != RequestEvent::Type::kDone && ev.type != RequestEvent::Type::kError) return;
+    auto shared = std::make_shared<RequestEvent>(std::move(ev));
+    transport->post([weak, shared, seq, item_id, end_sample] {
+      if (auto s = weak.lock()) s->on_interim_event(seq, item_id, end_sample, *shared);
+    });
+  };
+  auto id = state_.engine->submit(std::move(req), std::move(sink));
+  if (!id.is_ok()) {  // a full queue: interim results are best effort
+    interim_busy_ = false;
+    return;
+  }
+  interim_engine_id_ = *id;
+}
+
+void RealtimeSession::on_interim_event(std::uint64_t seq, const std::string& item_id, std::int64_t end_sample,
+                                       const RequestEvent& ev) {
+  interim_busy_ = false;
+  interim_engine_id_ = 0;
+  if (ev.type != RequestEvent::Type::kDone || closed_ || seq != interim_seq_ || item_id != pending_item_id_)
+    return;
+  std::string b = ",\"item_id\":";
+  json::append_string(b, item_id);
+  b += ",\"content_index\":0,\"transcript\":";
+  json::append_string(b, ev.transcript.text);
+  b += ",\"audio_end_ms\":" + std::to_string(ms(end_sample));
+  send("conversation.item.input_audio_transcription.interim", std::move(b));
+}
+
+void RealtimeSession::cancel_interim() {
+  ++interim_seq_;  // whatever is in flight is now stale
+  if (interim_engine_id_ != 0) state_.engine->cancel(interim_engine_id_);
 }
 
 void RealtimeSession::trim_idle_buffer() {
@@ -796,6 +890,8 @@ void RealtimeSession::commit(std::string_view reason, std::int64_t end_sample,
     }
     return;
   }
+  // §12.1: no interim event for an item after its committed event.
+  cancel_interim();
   auto item = std::make_shared<Item>();
   item->id = !pending_item_id_.empty() && reason != "client" ? pending_item_id_ : new_id("item_");
   if (reason == "client" && !pending_item_id_.empty()) {
@@ -1048,6 +1144,7 @@ void RealtimeSession::on_closed() {
     state_.finish_tokens(engine_id_, 0);
     current_submitted_ = false;
   }
+  cancel_interim();
   current_.reset();
   queue_.clear();
   state_.realtime_items_pending.fetch_sub(pending_items_);

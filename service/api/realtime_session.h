@@ -117,6 +117,13 @@ class RealtimeSession : public std::enable_shared_from_this<RealtimeSession> {
   void item_finished();
   void check_finish();
   void arm_idle_timer(double seconds);
+  // Interim results (API.md §12.1 extension, realtime.interim_interval_ms > 0).
+  void maybe_interim();
+  void start_interim(std::uint64_t seq, const std::string& item_id, std::int64_t end_sample,
+                     audio::PreparedAudio audio);
+  void on_interim_event(std::uint64_t seq, const std::string& item_id, std::int64_t end_sample,
+                        const RequestEvent& ev);
+  void cancel_interim();
   void note_buffer();
 
   std::int64_t ms(std::int64_t sample) const;
@@ -156,6 +163,12 @@ class RealtimeSession : public std::enable_shared_from_this<RealtimeSession> {
   bool closed_ = false;
   bool gauge_counted_ = false;  // start() raised the open-sessions gauge; on_connection_ended() lowers it
   std::chrono::steady_clock::time_point last_data_ = std::chrono::steady_clock::now();
+  // Interim results: at most one re-transcription of the pending item's audio at a time; `seq`
+  // moves on at every commit, so a result for audio that has since been committed is dropped.
+  std::chrono::steady_clock::time_point last_interim_{};
+  bool interim_busy_ = false;        // preparing or in the engine
+  RequestId interim_engine_id_ = 0;  // 0 = not submitted
+  std::uint64_t interim_seq_ = 0;
   std::uint64_t inflight_id_ = 0;
 };
 

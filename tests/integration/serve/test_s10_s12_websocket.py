@@ -538,3 +538,43 @@ def test_s12_1_max_item_and_buffer_full(make_server, audio):
         ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
         ev = recv(ws)
         assert ev["type"] == "input_audio_buffer.committed" and ev["audio_end_ms"] == 800, ev
+
+
+INTERIM = "conversation.item.input_audio_transcription.interim"
+
+
+def test_s12_1_interim_results(make_server, srv, audio):
+    """§12.1 extension: with realtime.interim_interval_ms > 0 the pending item's uncommitted audio is
+    re-transcribed while VAD hears speech; each interim names the item speech_started named, carries
+    the transcript so far and where its audio ends, and none comes after the item's committed event.
+    Off by default (the session-scoped server sends none)."""
+    def run(server, pace):
+        speech = pcm16(audio, 2.0)
+        stream = speech + silence(1.0)
+        with ws_open(server.port) as ws:
+            assert recv(ws)["type"] == "session.created"
+            ws.send(json.dumps({"type": "session.update", "session": {
+                "type": "transcription", "audio": {"input": {"format": {"type": "audio/pcm", "rate": RATE}}}}}))
+            assert recv(ws)["type"] == "session.updated"
+            for i in range(0, len(stream), 3200):  # 100 ms frames, sent at twice real time
+                ws.send(stream[i:i + 3200])
+                time.sleep(pace)
+            return recv_until(ws, {COMPLETED, FAILED}, timeout=120)
+
+    events = run(make_server(script='[{"Start":0.0,"End":1.5,"Speaker":0,"Content":"Hello there."}]',
+                             config={"realtime.interim_interval_ms": 200}), 0.05)
+    types = [e["type"] for e in events]
+    started = next(e for e in events if e["type"] == "input_audio_buffer.speech_started")
+    committed_at = types.index("input_audio_buffer.committed")
+    interims = [e for e in events if e["type"] == INTERIM]
+    assert interims, types
+    assert types.index(INTERIM) < committed_at and INTERIM not in types[committed_at:], types
+    ends = [e["audio_end_ms"] for e in interims]
+    assert ends == sorted(ends) and all(started["audio_start_ms"] < x <= 2600 for x in ends), (started, ends)
+    for e in interims:
+        assert e["item_id"] == started["item_id"], e
+        assert isinstance(e["transcript"], str) and e["transcript"], e
+    assert events[-1]["type"] == COMPLETED and events[-1]["item_id"] == started["item_id"], events[-1]
+
+    plain = run(srv, 0.0)
+    assert INTERIM not in [e["type"] for e in plain], plain
