@@ -1,13 +1,17 @@
 // The Conv-VAE speech encoder of VibeVoice-ASR (MODEL.md §5), used twice: acoustic and semantic.
 // float32 activations laid out [time, channels]; every causal conv is a GEMM over overlapping
-// input rows. A ConvVaeEncoder owns its device weights and a workspace sized for one segment; an
+// input rows. A ConvVaeEncoder owns its device weights and a workspace sized for one launch; an
 // EncoderStream owns the carried convolution state of one clip, so long audio is encoded segment
-// by segment with memory bounded by the segment. One thread (the Backend's driver) at a time.
+// by segment with memory bounded by the segment. One launch may carry the next segment of several
+// clips (encode_segments): their rows are packed one after another, the row-wise work (norms, FFN)
+// runs once over all of them, the convolutions per clip with each clip's own carried rows. One
+// thread (the Backend's driver) at a time.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -33,7 +37,7 @@ struct SamplingOptions {
   uint64_t seed = 0;
 };
 
-// Scratch memory for one encode_segment() call, in floats per buffer. Encoders that never run at
+// Scratch memory for one encode_segments() call, in floats per buffer. Encoders that never run at
 // the same time (the acoustic and semantic encoders of one SpeechEmbedder) share one: each
 // records its needs at create(), then the owner allocates once.
 struct EncoderWorkspace {
@@ -56,24 +60,38 @@ class EncoderStream {
   std::vector<Tensor> conv_state_;   // stem, down[0..], head: [K − s, C_in]
   std::vector<Tensor> mixer_state_;  // one per block in order: [K − 1, C]
   LatentSampling mode_ = LatentSampling::kMean;
-  float sigma_ = 0.f;                // the per-clip noise scale (kGaussian / kFix)
+  float sigma_ = 0.f;  // the per-clip noise scale (kGaussian / kFix)
   std::mt19937_64 rng_;
   int64_t frames_out_ = 0;
+};
+
+// One clip's next segment in a packed launch: `n` samples (a positive multiple of the hop) from
+// host memory, encoded into `out` (F32 [n/hop, vae_dim] on the backend, row stride free).
+struct SegmentRef {
+  EncoderStream* stream = nullptr;
+  const float* samples = nullptr;
+  int64_t n = 0;
+  Tensor out;
 };
 
 class ConvVaeEncoder {
  public:
   // max_segment: the longest segment (samples) one encode_segment() call takes; rounded up to a
-  // multiple of the hop. shared: a workspace shared with other encoders, which the caller
-  // allocates after creating all of them; null = the encoder allocates its own.
+  // multiple of the hop. max_pack: the most samples one encode_segments() launch takes over all
+  // its clips (0 = max_segment; never less than it); the workspace is sized for it (stage buffers
+  // ≈ 32·max_pack floats each at the full shape, see load()). shared: a workspace shared with other
+  // encoders, which the caller allocates after creating all of them; null = the encoder allocates
+  // its own.
   static Result<std::unique_ptr<ConvVaeEncoder>> create(Backend& be, const EncoderSpec& spec,
                                                         const EncoderWeights& w, int64_t max_segment,
                                                         std::string name,
-                                                        std::shared_ptr<EncoderWorkspace> shared = nullptr);
+                                                        std::shared_ptr<EncoderWorkspace> shared = nullptr,
+                                                        int64_t max_pack = 0);
 
   const EncoderSpec& spec() const { return spec_; }
   int hop() const { return hop_; }
   int64_t max_segment() const { return max_segment_; }
+  int64_t max_pack() const { return max_pack_; }
 
   // A fresh clip: zero state. Noise (if any) is seeded from `sampling`.
   std::unique_ptr<EncoderStream> start_stream(const SamplingOptions& sampling = {});
@@ -81,6 +99,12 @@ class ConvVaeEncoder {
   // Encodes the next `n` samples of the clip (n a multiple of hop(), ≤ max_segment()) from host
   // memory into out (F32 [n/hop, vae_dim] on the backend, row stride free).
   Status encode_segment(EncoderStream& stream, const float* samples, int64_t n, Tensor& out);
+
+  // The next segment of several clips in one launch (each clip at most once; segments of any
+  // lengths, together at most max_pack() samples). Each clip's latents are those that
+  // encode_segment() would give it alone: the same ops per row, in the same order (bitwise on a
+  // backend whose GEMM rows do not depend on the row count, as the CPU's; see the tests).
+  Status encode_segments(std::span<const SegmentRef> items);
 
   // A whole clip in segments of `segment` samples (0 = max_segment()); the clip is zero-padded to
   // a multiple of the hop. Returns the latents [ceil(n/hop), vae_dim] on the host.
@@ -100,9 +124,10 @@ class ConvVaeEncoder {
   };
 
   ConvVaeEncoder(Backend& be, const EncoderSpec& spec) : be_(be), spec_(spec) {}
-  Status load(const EncoderWeights& w, int64_t max_segment);
+  Status load(const EncoderWeights& w, int64_t max_segment, int64_t max_pack);
   Status run_conv(const Conv& c, Tensor& state, void* in_base, int64_t t_in, Tensor& out);
-  void run_block(const Block& b, Tensor& history, Tensor& x);
+  void run_mixer(const Block& b, Tensor& history, Tensor& x, int64_t ws_row);
+  void run_ffn(const Block& b, Tensor& x);
   void update_history(Tensor& history, const Tensor& u);
   void add_noise(EncoderStream& s, Tensor& out);
 
@@ -111,11 +136,13 @@ class ConvVaeEncoder {
   std::string name_;
   int hop_ = 1;
   int64_t max_segment_ = 0;
+  int64_t max_pack_ = 0;
   Conv stem_, head_;
   std::vector<Conv> downs_;
   std::vector<std::vector<Block>> stages_;
-  // Workspace for one segment: two ping-pong stage buffers (each with room for the consuming
-  // conv's carried rows in front), the normed/mixed activations, an FFN tile, scratch rows.
+  // Workspace for one launch: two ping-pong stage buffers (each clip's rows with room for the
+  // consuming conv's carried rows in front of them), the normed/mixed activations laid out like
+  // the stage rows, an FFN tile, scratch rows.
   std::shared_ptr<EncoderWorkspace> ws_;
   int64_t ffn_tile_elems_ = 0;
 };

@@ -155,7 +155,8 @@ Status Runner::bind_shard(size_t i, const Checkpoint& ckpt, int layer_begin, int
   in.in_use = reports ? total_bytes - free_bytes : 0;
   const size_t allocated_before = be.allocated_bytes();
   if (i == 0) {
-    VV_ASSIGN_OR_RETURN(speech_, SpeechEmbedder::create(be, spec_, ckpt.weights(), opt_.encoder_segment));
+    VV_ASSIGN_OR_RETURN(speech_, SpeechEmbedder::create(be, spec_, ckpt.weights(), opt_.encoder_segment,
+                                                        opt_.encoder_pack_samples));
     in.encoders = be.allocated_bytes() - allocated_before;
     // On a device that reports its memory, what the encoders really took (allocation rounding,
     // modules loaded on first use) rather than the bytes asked for.

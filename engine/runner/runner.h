@@ -35,6 +35,11 @@ struct RunnerOptions {
   int max_seqs = 64;             // sequences per step
   int prefill_chunk = 256;       // prompt rows a sequence contributes to one step
   int64_t encoder_segment = 0;   // samples per encoder segment the workspace is sized for; 0 = chunk_size
+  // Samples one encoder launch takes over all the requests packed into it (SpeechEmbedder::step
+  // over several jobs); 0 = encoder_segment, which already holds 60 s at the default: packing then
+  // costs only the packed latents and speech rows (6.8 MB at the 7B shape). More grows the encoder
+  // workspace by ≈ 512 B per sample (two stage buffers and u, v of 32 f32 channels).
+  int64_t encoder_pack_samples = 0;
   // Drop each host weight's pages as soon as it is on the device, so that loading never holds two
   // copies of the model (a 7B bf16 checkpoint on a 24 GB machine). Afterwards the Checkpoint's
   // mmapped tensors are re-read from disk if touched, and random weights read as zeros: only for a
