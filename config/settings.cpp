@@ -72,6 +72,8 @@ const SettingDef kTable[] = {
      "device holds the whole model)"},
     {"engine.kv_page_tokens", T::kInt, "16", 8, 128, "8,16,32,64,128", "Tokens per KV page"},
     {"engine.max_step_tokens", T::kInt, "8192", 256, 65536, "", "Token budget of one engine step"},
+    {"engine.deterministic", T::kBool, "false", 0, 0, "",
+     "Batch-invariant GPU arithmetic: a request gives the same bits alone and batched"},
     {"engine.stall_timeout_s", T::kFloat, "120", 5, 3600, "", "Pending work without a step for this long → /health 503"},
     {"engine.audio_decode_threads", T::kInt, "0", 0, 256, "", "Audio decode pool (0 = min(8, cores))"},
     {"asr.max_audio_seconds", T::kFloat, "3600", 1, 3600, "", "Longest accepted audio"},
@@ -542,7 +544,8 @@ constexpr Alias kAliases[] = {{"--host", "http.host"},
                               {"--device", "model.device"},
                               {"--gpu-memory", "engine.gpu_memory"},
                               {"--gpu-layers", "engine.gpu_layers"},
-                              {"--split-mode", "engine.split_mode"}};
+                              {"--split-mode", "engine.split_mode"},
+                              {"--deterministic", "engine.deterministic"}};
 
 const SettingDef* setting_for_flag(std::string_view flag) {
   for (const auto& a : kAliases) {

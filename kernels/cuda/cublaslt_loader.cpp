@@ -40,6 +40,7 @@ const Loaded& loaded() {
     ok &= bind(lib, "cublasLtGetVersion", a.get_version, r.error);
     ok &= bind(lib, "cublasLtMatmul", a.matmul, r.error);
     ok &= bind(lib, "cublasLtMatmulAlgoGetHeuristic", a.algo_get_heuristic, r.error);
+    ok &= bind(lib, "cublasLtMatmulAlgoCheck", a.algo_check, r.error);
     ok &= bind(lib, "cublasLtMatmulDescCreate", a.desc_create, r.error);
     ok &= bind(lib, "cublasLtMatmulDescDestroy", a.desc_destroy, r.error);
     ok &= bind(lib, "cublasLtMatmulDescSetAttribute", a.desc_set_attribute, r.error);

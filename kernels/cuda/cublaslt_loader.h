@@ -15,6 +15,7 @@ struct CublasLtApi {
   decltype(&cublasLtGetVersion) get_version = nullptr;
   decltype(&cublasLtMatmul) matmul = nullptr;
   decltype(&cublasLtMatmulAlgoGetHeuristic) algo_get_heuristic = nullptr;
+  decltype(&cublasLtMatmulAlgoCheck) algo_check = nullptr;
   decltype(&cublasLtMatmulDescCreate) desc_create = nullptr;
   decltype(&cublasLtMatmulDescDestroy) desc_destroy = nullptr;
   decltype(&cublasLtMatmulDescSetAttribute) desc_set_attribute = nullptr;

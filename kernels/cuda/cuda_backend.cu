@@ -122,6 +122,12 @@ class CudaBackend final : public Backend {
     std::unique_ptr<CudaBackend> b(new CudaBackend());
     b->device_ = o.device;
     b->compute_ = o.compute;
+    const char* det = std::getenv("VV_CUDA_DETERMINISTIC");
+    b->deterministic_ = o.deterministic || (det && std::string(det) == "1");
+    if (b->deterministic_) {
+      b->decode_gemv_ = false;   // one-row GEMMs take the same cuBLASLt algorithm as the others
+      b->decode_attn_mode_ = 0;  // the mma decode attention for every row count
+    }
     if (cudaSetDevice(o.device) != cudaSuccess) return internal_error("CUDA backend: cudaSetDevice failed");
     cudaDeviceProp prop{};
     cudaGetDeviceProperties(&prop, o.device);
@@ -150,7 +156,8 @@ class CudaBackend final : public Backend {
 
   std::string name() const override {
     return "cuda:" + std::to_string(device_) + " (" + device_name_ + ", " +
-           (compute_ == CudaCompute::kBF16 ? "bf16" : "f32") + " GEMMs)";
+           (compute_ == CudaCompute::kBF16 ? "bf16" : "f32") + " GEMMs" +
+           (deterministic_ ? ", deterministic" : "") + ")";
   }
 
   Buffer allocate(size_t bytes) override {
@@ -472,6 +479,7 @@ class CudaBackend final : public Backend {
   }
 
   size_t fuse_gemv_at(const std::vector<OpRec>& recs, size_t i, std::vector<std::function<void()>>& out) {
+    if (deterministic_) return 0;  // one-row GEMMs stay on the M-independent path
     if (!decode_gemv_) return fuse_skinny_at(recs, i, out);
     size_t p = i;
     const OpRec* norm = nullptr;
@@ -716,7 +724,7 @@ class CudaBackend final : public Backend {
       d.j[0].out = out.ptr<float>();
       d.j[0].ep = static_cast<int>(ep);
       cuda::decode_gemv(d, stream_);
-    } else if (M <= (compute_ == CudaCompute::kBF16 ? kSkinnyRowsBf16 : kSkinnyRowsF32)) {
+    } else if (!deterministic_ && M <= (compute_ == CudaCompute::kBF16 ? kSkinnyRowsBf16 : kSkinnyRowsF32)) {
       OpTimer timer(this, "gemm.skinny");
       cuda::gemv(a, w, bp, out, ep, stream_);
     } else if (compute_ == CudaCompute::kBF16 && half_w) {
@@ -1033,6 +1041,10 @@ class CudaBackend final : public Backend {
     bool tuned = false;
   };
   using PlanKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int, bool, int>;
+  // Deterministic mode: (N, K, ldd, weight dtype, bias, epilogue) -> the algorithm every M uses.
+  using FixedKey = std::tuple<int64_t, int64_t, int64_t, int, bool, int>;
+  static constexpr int64_t kFixedAlgoRows = 128;
+  std::map<FixedKey, std::optional<cublasLtMatmulAlgo_t>> fixed_algos_;
 
   void destroy_plan(Plan& p) {
     if (p.desc) lt_api_->desc_destroy(p.desc);
@@ -1066,8 +1078,46 @@ class CudaBackend final : public Backend {
     ok = ok && lt_api_->pref_create(&pref) == 0;
     ok = ok && lt_api_->pref_set_attribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &lt_ws_bytes_,
                                                     sizeof(lt_ws_bytes_)) == 0;
+    if (deterministic_) {
+      // No split-K: a split's partial sums (and how many there are) depend on the problem's shape.
+      const uint32_t none = CUBLASLT_REDUCTION_SCHEME_NONE;
+      ok = ok && lt_api_->pref_set_attribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &none,
+                                             sizeof(none)) == 0;
+    }
     cublasLtMatmulHeuristicResult_t res[kMaxLtAlgos] = {};
     int found = 0;
+    if (ok && deterministic_) {
+      // One algorithm per weight shape for every M: the heuristic's choice at kFixedAlgoRows rows,
+      // kept if it takes this M (cublasLtMatmulAlgoCheck), else this M's own (reported once).
+      const FixedKey fk{N, K, ldd, static_cast<int>(wt), bias, ep};
+      auto f = fixed_algos_.find(fk);
+      if (f == fixed_algos_.end()) {
+        cublasLtMatrixLayout_t al_ref = nullptr, dl_ref = nullptr;
+        std::optional<cublasLtMatmulAlgo_t> chosen;
+        const bool layouts = lt_api_->layout_create(&al_ref, in, K, kFixedAlgoRows, K) == 0 &&
+                             lt_api_->layout_create(&dl_ref, CUDA_R_32F, N, kFixedAlgoRows, ldd) == 0;
+        const cublasStatus_t hs = layouts ? lt_api_->algo_get_heuristic(lt_, p.desc, p.wl, al_ref, dl_ref,
+                                                                        dl_ref, pref, 1, res, &found)
+                                          : CUBLAS_STATUS_INVALID_VALUE;
+        if (hs == CUBLAS_STATUS_SUCCESS && found > 0) chosen = res[0].algo;
+        if (al_ref) lt_api_->layout_destroy(al_ref);
+        if (dl_ref) lt_api_->layout_destroy(dl_ref);
+        f = fixed_algos_.emplace(fk, chosen).first;
+      }
+      cublasLtMatmulHeuristicResult_t check{};
+      if (f->second && lt_api_->algo_check(lt_, p.desc, p.wl, p.al, p.dl, p.dl, &*f->second, &check) == 0 &&
+          check.workspaceSize <= lt_ws_bytes_) {
+        p.algo = *f->second;
+        p.ok = true;
+        if (pref) lt_api_->pref_destroy(pref);
+        return &p;
+      }
+      std::fprintf(stderr,
+                   "vibevoice: deterministic GEMMs: the algorithm fixed for N=%lld K=%lld does not take "
+                   "M=%lld; this M uses its own (its rows may differ from the same rows at other M)\n",
+                   static_cast<long long>(N), static_cast<long long>(K), static_cast<long long>(M));
+      found = 0;
+    }
     ok = ok && lt_api_->algo_get_heuristic(lt_, p.desc, p.wl, p.al, p.dl, p.dl, pref, lt_algos_, res, &found) == 0 &&
          found > 0;
     if (pref) lt_api_->pref_destroy(pref);
@@ -1210,6 +1260,7 @@ class CudaBackend final : public Backend {
   void* argmax_ws_ = nullptr;
   void* dec_attn_ws_ = nullptr;
   // VV_CUDA_DECODE_ATTN: mma (0), simt (1), auto (2, default); see decode_mma_takes.
+  bool deterministic_ = false;  // CudaBackendOptions::deterministic
   int decode_attn_mode_ = [] {
     const char* e = std::getenv("VV_CUDA_DECODE_ATTN");
     const std::string v = e ? e : "";

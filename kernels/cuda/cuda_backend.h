@@ -29,6 +29,12 @@ enum class CudaCompute : uint8_t { kF32, kBF16 };
 struct CudaBackendOptions {
   int device = 0;
   CudaCompute compute = CudaCompute::kF32;
+  // Batch-invariant arithmetic: a row's results do not depend on how many other rows share its
+  // launches, so a request gives the same bits alone and batched (issue 13's --deterministic). Every
+  // GEMM of a weight takes one cuBLASLt algorithm whatever M is (chosen once per weight shape, no
+  // split-K), one-row GEMMs included (no GEMV kernels); decode attention is the tensor-core kernel
+  // for every row count. Costs the GEMV path's batch-1 speed. Also VV_CUDA_DETERMINISTIC=1.
+  bool deterministic = false;
 };
 
 // GPUs this process can use: 0 when there is no driver or no device (never fails).

@@ -114,6 +114,7 @@ Result<std::unique_ptr<Backend>> make_backend(const DeviceSpec& device, const Ba
   CudaBackendOptions o;
   o.device = device.index;
   o.compute = options.gpu_bf16_gemm ? CudaCompute::kBF16 : CudaCompute::kF32;
+  o.deterministic = options.deterministic;
   return make_cuda_backend(o);
 #else
   return unsupported("device cuda:" + std::to_string(device.index) + ": " + gpu_unavailable_reason());

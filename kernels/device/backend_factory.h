@@ -20,6 +20,9 @@ struct DeviceSpec {
 struct BackendOptions {
   int cpu_threads = 0;         // 0: $VIBEVOICE_THREADS, else physical cores
   bool gpu_bf16_gemm = false;  // CUDA: large GEMMs on bf16 tensor cores (CudaCompute::kBF16)
+  // CUDA: batch-invariant arithmetic (CudaBackendOptions::deterministic). The CPU backend's rows
+  // never depend on the other rows of a launch, so this changes nothing there.
+  bool deterministic = false;
 };
 
 // "cpu", "cuda", "cuda:N", or "auto" (cuda:0 when a GPU is usable, else cpu).

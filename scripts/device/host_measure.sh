@@ -10,6 +10,7 @@
 #   profile      the same at 64 requests with VV_CUDA_PROFILE=1 (per-op times, synced)
 #   ttft         engine_loop_bench --ttft-probe 300
 #   invariance   engine_loop_bench --invariance 8 --audio 10 --tokens 32
+#   deterministic  the same with --deterministic, and the curve's 1/64/128 points with it (its cost)
 # Usage: OUT=... scripts/device/host_measure.sh step...
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -48,6 +49,11 @@ for step in "$@"; do
     ttft) run ttft $B/engine_loop_bench --preset 7b --device cuda --bf16 --audio 5 --tokens 256 --ttft-probe 300 ;;
     invariance) run invariance $B/engine_loop_bench --preset 7b --device cuda --bf16 --invariance 8 --audio 10 \
       --tokens 32 ;;
+    deterministic)
+      run invariance_det $B/engine_loop_bench --preset 7b --device cuda --bf16 --deterministic --invariance 8 \
+        --audio 10 --tokens 32
+      run curve_det $B/engine_loop_bench --preset 7b --device cuda --bf16 --deterministic --audio 30 \
+        --tokens "$CURVE_TOKENS" --concurrency 1,64,128 ;;
     *) echo "unknown step $step" | tee -a "$OUT/steps.txt" ;;
   esac
 done

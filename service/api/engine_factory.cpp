@@ -92,6 +92,7 @@ Result<std::shared_ptr<EngineHandle>> make_engine(AppState& state, std::shared_p
   h->dtype = compute.dtype;
   BackendOptions backend;
   backend.gpu_bf16_gemm = compute.gpu_bf16;
+  backend.deterministic = s.b("engine.deterministic");
   RunnerOptions ro;
   ro.block_size = static_cast<int>(s.i("engine.kv_page_tokens"));
   // engine.max_step_tokens: the rows one step may hold (prefill chunks + one decode row per running

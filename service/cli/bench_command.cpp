@@ -115,6 +115,7 @@ struct BenchArgs {
   int threads = 0;
   std::string device = "cpu";
   bool gpu_bf16 = false;
+  bool deterministic = false;
   double audio_seconds = 10;
   int prefill_tokens = 512;
   int decode_tokens = 32;
@@ -219,6 +220,7 @@ int run_bench(const BenchArgs& a) {
   BackendOptions bo;
   bo.cpu_threads = a.threads;
   bo.gpu_bf16_gemm = a.gpu_bf16;
+  bo.deterministic = a.deterministic;
   auto inner = make_backend(*dev, bo);
   if (!inner.is_ok()) return fail(inner.status());
   auto counting = std::make_unique<CountingBackend>(std::move(inner).value());
@@ -491,6 +493,9 @@ void register_bench(CLI::App& app, CommandContext& ctx) {
   sub->add_option("--device", args->device, "cpu, cuda, cuda:N, or auto (a GPU when one is usable)")
       ->capture_default_str();
   sub->add_flag("--gpu-bf16", args->gpu_bf16, "On a GPU: large GEMMs on bf16 tensor cores (default f32)");
+  sub->add_flag("--deterministic", args->deterministic,
+                "On a GPU: batch-invariant arithmetic (a request's results do not depend on the others "
+                "sharing its steps; one-row GEMMs lose the GEMV path's speed). The CPU always is");
   sub->add_option("--audio-seconds", args->audio_seconds, "Audio fed to the encoders")->capture_default_str();
   sub->add_option("--prefill-tokens", args->prefill_tokens, "Prompt rows in the prefill step")->capture_default_str();
   sub->add_option("--decode-tokens", args->decode_tokens, "Decode steps timed")->capture_default_str();

@@ -54,6 +54,7 @@ struct TranscribeArgs {
   int threads = 0;
   std::string device = "cpu";
   bool gpu_bf16 = false;
+  bool deterministic = false;
   std::string gpu_memory;
   int gpu_layers = -1;
   std::string split_mode = "auto";
@@ -200,6 +201,7 @@ int run_transcribe(const TranscribeArgs& a) {
   BackendOptions bopt;
   bopt.cpu_threads = a.threads;
   bopt.gpu_bf16_gemm = a.gpu_bf16;
+  bopt.deterministic = a.deterministic;
   PlacementOptions place;
   place.memory = a.gpu_memory;
   place.gpu_layers = a.gpu_layers;
@@ -361,6 +363,9 @@ void register_transcribe(CLI::App& app, CommandContext& ctx) {
       ->capture_default_str();
   sub->add_flag("--gpu-bf16", args->gpu_bf16,
                 "On a GPU: large GEMMs on bf16 tensor cores (activations rounded to bf16; default f32, exact)");
+  sub->add_flag("--deterministic", args->deterministic,
+                "On a GPU: batch-invariant arithmetic (a request's results do not depend on the others "
+                "sharing its steps; one-row GEMMs lose the GEMV path's speed). The CPU always is");
   sub->add_option("--threads", args->threads,
                   "Worker threads (default: $VIBEVOICE_THREADS, else physical cores)");
   sub->add_option("--gpu-memory", args->gpu_memory,

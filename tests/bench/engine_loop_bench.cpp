@@ -7,7 +7,8 @@
 // time-slicing one request at a time would give.
 // Prints a table and, last, one JSON line.
 //   engine_loop_bench [--preset tiny|7b] [--device cpu|cuda] [--concurrency 1,2,4,8] [--tokens 256]
-//                     [--audio 30] [--bf16] [--threads N] [--ttft-probe LONG_SECONDS] [--invariance N]
+//                     [--audio 30] [--bf16] [--deterministic] [--threads N] [--ttft-probe LONG_SECONDS]
+//                     [--invariance N]
 // --invariance N: N greedy requests (different audio, --tokens new tokens each, no forced ids, no
 // repetition handling) run all at once and then each alone on the same loop; prints how many give
 // byte-identical ids both ways (issue 13's equivalence, at whatever shape and device is chosen).
@@ -60,6 +61,7 @@ struct Args {
   int tokens = 256;
   double audio_s = 30;
   bool bf16 = false;
+  bool deterministic = false;  // BackendOptions::deterministic (batch-invariant GEMMs and attention)
   int threads = 0;
   double ttft_probe_long_s = 0;
   int invariance = 0;
@@ -436,6 +438,8 @@ int main(int argc, char** argv) {
       args.audio_s = std::stod(next());
     else if (a == "--bf16")
       args.bf16 = true;
+    else if (a == "--deterministic")
+      args.deterministic = true;
     else if (a == "--threads")
       args.threads = std::stoi(next());
     else if (a == "--invariance")
@@ -478,6 +482,7 @@ int main(int argc, char** argv) {
   vv::BackendOptions bo;
   bo.cpu_threads = args.threads;
   bo.gpu_bf16_gemm = args.bf16;
+  bo.deterministic = args.deterministic;
   auto runner = vv::make_runner(**ckpt, ro, args.device, bo);
   if (!runner.is_ok()) {
     std::fprintf(stderr, "runner: %s\n", runner.status().to_string().c_str());

@@ -1,0 +1,171 @@
+// The CUDA backend's deterministic mode (BackendOptions::deterministic, `--deterministic`): a row's
+// results must not depend on how many rows share its launch or where in the launch it sits, so a
+// request gives the same bits alone and batched (issue 13's equivalence at the GPU's precision).
+//  - GEMMs: every row count M (1 included: no GEMV kernel) and every row offset gives bitwise the
+//    rows of one big launch, for f32 and bf16 compute, BF16/F16 weights, bias and residual
+//    epilogues, odd, prime and production shapes; the big launch itself within the GEMM tests'
+//    tolerance of the CPU reference.
+//  - The runner: the tiny golden cases' greedy ids alone equal their ids in one batch, bf16 compute.
+// Labelled gpu: skipped with the reason where no GPU is usable.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "engine/runner/device_runner.h"
+#include "tests/unit/engine/model/golden_fixture.h"
+#include "tests/unit/kernels/cuda/cuda_test_util.h"
+
+namespace vv::test {
+namespace {
+
+Result<std::unique_ptr<Backend>> det_backend(bool bf16) {
+  if (usable_gpu_count() == 0) return unsupported(gpu_unavailable_reason());
+  BackendOptions o;
+  o.gpu_bf16_gemm = bf16;
+  o.deterministic = true;
+  return make_backend("cuda:0", o);
+}
+
+#define VV_DET_BACKEND_OR_SKIP(var, bf16)                                             \
+  auto var##_r = det_backend(bf16);                                                   \
+  if (!var##_r.is_ok()) {                                                             \
+    if (gpu_required()) FAIL() << "VV_REQUIRE_GPU=1: " << var##_r.status().message(); \
+    GTEST_SKIP() << "no usable GPU: " << var##_r.status().message();                  \
+  }                                                                                   \
+  Backend& var = **var##_r;
+
+struct DetGemmCase {
+  int64_t N, K;
+  DType wt;
+  Epilogue ep;
+  bool bias;
+};
+
+std::string det_case_name(const DetGemmCase& c, bool bf16) {
+  return "N=" + std::to_string(c.N) + " K=" + std::to_string(c.K) + " " + dtype_name(c.wt) +
+         " ep=" + std::to_string(static_cast<int>(c.ep)) + (c.bias ? " bias" : "") +
+         (bf16 ? " bf16-compute" : " f32-compute");
+}
+
+// Rows [first, first + m) of A through one launch; the output starts as the same residual rows.
+std::vector<float> det_gemm_rows(Backend& be, const DetGemmCase& c, DeviceMatrix& a, DeviceMatrix& w,
+                                 DeviceMatrix& b, HostMatrix& residual, int64_t first, int64_t m) {
+  HostMatrix o = residual;
+  DeviceMatrix dout = to_device(be, o);
+  Tensor av = Tensor::matrix(static_cast<char*>(a.buf.data()) + first * c.K * 4, DType::kF32, m, c.K, c.K);
+  Tensor ov = Tensor::matrix(static_cast<char*>(dout.buf.data()) + first * c.N * 4, DType::kF32, m, c.N, c.N);
+  Tensor bv = Tensor::vector(b.buf.data(), DType::kF32, c.N);
+  be.gemm(av, w.t, c.bias ? &bv : nullptr, ov, c.ep);
+  return download_f32(be, ov);
+}
+
+void det_check_gemm(Backend& be, const DetGemmCase& c, bool bf16) {
+  const int64_t kRows = 200;
+  HostMatrix a = random_matrix(kRows, c.K, DType::kF32, 11);
+  HostMatrix w = random_matrix(c.N, c.K, c.wt, 12, 1.0f / std::sqrt(static_cast<float>(c.K)));
+  HostMatrix b = random_matrix(1, c.N, DType::kF32, 13, 0.1f);
+  HostMatrix residual = random_matrix(kRows, c.N, DType::kF32, 14);
+  DeviceMatrix da = to_device(be, a), dw = to_device(be, w), db = to_device(be, b);
+  const std::string what = det_case_name(c, bf16);
+  const std::vector<float> all = det_gemm_rows(be, c, da, dw, db, residual, 0, kRows);
+
+  // The big launch against the reference (16-bit activations where the tensor-core path rounds them).
+  HostMatrix ar = a;
+  if (bf16 && c.wt != DType::kF32) {
+    float* p = ar.f32();
+    for (int64_t i = 0; i < kRows * c.K; ++i) {
+      p[i] = c.wt == DType::kF16 ? f16_to_f32(cpu::f32_to_f16(p[i])) : bf16_to_f32(f32_to_bf16(p[i]));
+      ar.f[i] = p[i];
+    }
+  }
+  HostMatrix want = residual;
+  Tensor wantv = Tensor::matrix(want.bytes.data(), DType::kF32, kRows, c.N, c.N);
+  Tensor bv = Tensor::vector(b.bytes.data(), DType::kF32, c.N);
+  static std::unique_ptr<Backend> cpu = make_cpu_backend();
+  cpu->gemm(Tensor::matrix(ar.bytes.data(), DType::kF32, kRows, c.K, c.K), w.view(), c.bias ? &bv : nullptr,
+            wantv, c.ep);
+  expect_close(all, host_rows(wantv), 2e-5 * std::sqrt(static_cast<double>(c.K)), what);
+
+  // Every row count, at the start and at an offset: bitwise the big launch's rows.
+  for (int64_t m : {1, 2, 3, 7, 64, 129}) {
+    for (int64_t first : {int64_t{0}, int64_t{5}}) {
+      const std::vector<float> part = det_gemm_rows(be, c, da, dw, db, residual, first, m);
+      ASSERT_EQ(part.size(), static_cast<size_t>(m * c.N));
+      int64_t differ = 0;
+      for (int64_t i = 0; i < m * c.N; ++i) {
+        const float x = part[static_cast<size_t>(i)], y = all[static_cast<size_t>(first * c.N + i)];
+        if (std::memcmp(&x, &y, sizeof x) != 0) ++differ;
+      }
+      EXPECT_EQ(differ, 0) << what << ": rows [" << first << ", " << first + m << ") alone differ in "
+                           << differ << " of " << m * c.N << " values from the same rows of a " << kRows
+                           << "-row launch";
+    }
+  }
+}
+
+class CudaDeterministic : public ::testing::TestWithParam<bool> {};
+
+TEST_P(CudaDeterministic, GemmRowsDoNotDependOnTheRowCountOrOffset) {
+  const bool bf16 = GetParam();
+  VV_DET_BACKEND_OR_SKIP(be, bf16);
+  const DetGemmCase cases[] = {
+      {37, 64, DType::kBF16, Epilogue::kNone, true},               // odd
+      {131, 257, DType::kBF16, Epilogue::kAddResidual, false},     // prime
+      {509, 1031, DType::kF16, Epilogue::kNone, true},             // prime, f16 weights
+      {4608, 3584, DType::kBF16, Epilogue::kNone, true},           // 7B q/k/v fused
+      {3584, 18944, DType::kBF16, Epilogue::kAddResidual, false},  // 7B down projection
+  };
+  for (const DetGemmCase& c : cases) det_check_gemm(be, c, bf16);
+}
+
+INSTANTIATE_TEST_SUITE_P(Compute, CudaDeterministic, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "Bf16" : "F32"; });
+
+TEST(CudaDeterministicRunner, GoldenIdsAloneEqualTheirIdsInOneBatch) {
+  if (usable_gpu_count() == 0) {
+    if (gpu_required()) FAIL() << "VV_REQUIRE_GPU=1: " << gpu_unavailable_reason();
+    GTEST_SKIP() << "no usable GPU: " << gpu_unavailable_reason();
+  }
+  auto ckpt = Checkpoint::open(hf_model_dir());
+  ASSERT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
+  RunnerOptions ro;
+  ro.kv_positions = 8192;
+  ro.max_rows = 512;
+  ro.max_seqs = 8;
+  ro.prefill_chunk = 100;
+  BackendOptions bo;
+  bo.gpu_bf16_gemm = true;
+  bo.deterministic = true;
+  auto runner = make_runner(**ckpt, ro, "cuda:0", bo);
+  ASSERT_TRUE(runner.is_ok()) << runner.status().to_string();
+  Runner& r = **runner;
+  std::vector<GoldenCase> cases;
+  std::vector<SpeechRows> speech;
+  for (const std::string& name : golden_cases()) {
+    GoldenCase gc(name);
+    if (!gc.ok() || !gc.has("input_values") || cases.size() == 4) continue;
+    const std::vector<float>& x = gc.tensor("input_values").data;
+    auto s = r.encode(x.data(), static_cast<int64_t>(x.size()));
+    ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+    speech.push_back(std::move(*s));
+    cases.push_back(std::move(gc));
+  }
+  ASSERT_GE(cases.size(), 2u);
+  std::vector<GreedyRequest> reqs(cases.size());
+  for (size_t i = 0; i < cases.size(); ++i) {
+    reqs[i].prompt = cases[i].prompt_ids();
+    reqs[i].speech = &speech[i].rows.t;
+    reqs[i].max_new_tokens = 24;
+  }
+  auto batch = r.generate_greedy(reqs);
+  ASSERT_TRUE(batch.is_ok()) << batch.status().to_string();
+  for (size_t i = 0; i < cases.size(); ++i) {
+    auto alone = r.generate_greedy(reqs[i]);
+    ASSERT_TRUE(alone.is_ok()) << alone.status().to_string();
+    EXPECT_EQ(*alone, (*batch)[i]) << cases[i].name() << ": alone vs in a batch of " << cases.size();
+  }
+}
+
+}  // namespace
+}  // namespace vv::test
