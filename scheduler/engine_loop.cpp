@@ -47,7 +47,7 @@ struct EngineLoop::Live {
   SpeechRows joined;
   const Tensor* speech = nullptr;
   bool encoded = false;
-  int encode_skips = 0;  // encode_one_segment() turns this request waited in a row
+  int encode_skips = 0;  // encoder launches this request waited through in a row
 
   // Decoding.
   std::unique_ptr<Sampler> sampler;
@@ -155,6 +155,11 @@ EngineLoad EngineLoop::load() const {
   l.waiting += static_cast<std::int64_t>(inbox_.size());
   l.ready = ready_.load() && !shut_;
   return l;
+}
+
+EncodeStats EngineLoop::encode_stats() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return encode_stats_;
 }
 
 EngineStats EngineLoop::stats() const {
@@ -339,10 +344,38 @@ bool EngineLoop::paused_now() {
   return paused_ || pause_file_present_;
 }
 
-bool EngineLoop::encode_one_segment() {
-  // Shortest remaining audio first, so that a short clip arriving during a long one's encoding
-  // waits for at most the segment in flight, not the long clip; a request passed over kMaxSkips
-  // times in a row goes next, so a stream of short clips cannot starve a long one.
+EncodeOptions EngineLoop::encode_options(const Live& l) const {
+  EncodeOptions eo = l.req.encode;
+  if (eo.segment == 0 && opt_.encode_segment > 0) {
+    // Shorter launches than the model's 60 s chunk keep the loop responsive (a cancel or a
+    // deadline waits for at most one launch); segmented encoding is exact for any multiple of
+    // the hop (MODEL.md §5.7).
+    const std::int64_t hop = runner_.speech().hop();
+    const std::int64_t seg =
+        std::min(opt_.encode_segment, runner_.speech().acoustic().max_segment()) / hop * hop;
+    if (seg > 0) eo.segment = seg;
+  }
+  return eo;
+}
+
+// Samples the request's next launch encodes: its job's next segment, or (not started yet) the first
+// segment of its current clip, as SpeechEmbedder::start() will cut it.
+std::int64_t EngineLoop::next_encode_samples(const Live& l) const {
+  if (l.job) return l.job->next_samples();
+  const std::int64_t hop = runner_.speech().hop();
+  const std::int64_t n = static_cast<std::int64_t>(l.req.audio[l.clip].input_values.size());
+  const std::int64_t padded = (n + hop - 1) / hop * hop;
+  const std::int64_t seg = encode_options(l).segment;
+  return std::min(seg > 0 ? seg : runner_.speech().acoustic().max_segment(), padded);
+}
+
+bool EngineLoop::encode_segments() {
+  // Which requests: shortest remaining audio first, so that a short clip arriving during a long
+  // one's encoding waits for at most the launch in flight, not the long clip; a request passed over
+  // kMaxSkips launches in a row goes first, so a stream of short clips cannot starve a long one.
+  // Then, in that order, every request whose next segment still fits the launch's samples budget:
+  // one launch per step encodes the next segment of several requests (a request's segments depend
+  // on each other through the carried convolution state, so one each).
   constexpr int kMaxSkips = 3;
   const std::int64_t hop = runner_.speech().hop();
   auto remaining = [hop](const Live& l) {
@@ -353,59 +386,81 @@ bool EngineLoop::encode_one_segment() {
     if (l.job) n -= l.job->frames_done() * hop;
     return n;
   };
-  Live* target = nullptr;
-  std::int64_t best = 0;
-  bool starving = false;
-  std::vector<Live*> encoding;
+  struct Candidate {
+    Live* l;
+    std::int64_t left;
+  };
+  std::vector<Candidate> encoding;
   for (RequestId id : scheduler_.running()) {
     auto it = live_.find(id);
     if (it == live_.end() || it->second->terminal || it->second->encoded) continue;
-    Live* l = it->second.get();
-    encoding.push_back(l);
-    const std::int64_t left = remaining(*l);
-    if (l->encode_skips >= kMaxSkips) {
-      if (!starving || l->encode_skips > target->encode_skips) target = l;
-      starving = true;
-    } else if (!starving && (!target || left < best)) {
-      target = l;
-      best = left;
-    }
+    encoding.push_back({it->second.get(), remaining(*it->second)});
   }
-  if (target == nullptr) return false;
-  for (Live* l : encoding) l->encode_skips = l == target ? 0 : l->encode_skips + 1;
-  Live& l = *target;
+  if (encoding.empty()) return false;
+  std::stable_sort(encoding.begin(), encoding.end(), [](const Candidate& a, const Candidate& b) {
+    const bool sa = a.l->encode_skips >= kMaxSkips, sb = b.l->encode_skips >= kMaxSkips;
+    if (sa != sb) return sa;
+    if (sa) return a.l->encode_skips > b.l->encode_skips;
+    return a.left < b.left;
+  });
+  const std::int64_t budget =
+      opt_.encode_pack_samples > 0 ? std::min(opt_.encode_pack_samples, runner_.speech().max_pack()) : 0;
+  std::vector<Live*> pack;
+  std::int64_t samples = 0;
+  for (const Candidate& c : encoding) {
+    Live& l = *c.l;
+    const std::int64_t len = next_encode_samples(l);
+    if (!pack.empty() && (budget == 0 || samples + len > budget)) continue;
+    if (!l.job) {
+      const audio::PreparedAudio& clip = l.req.audio[l.clip];
+      auto job = runner_.speech().start(
+          clip.input_values.data(), static_cast<std::int64_t>(clip.input_values.size()), encode_options(l));
+      if (!job.is_ok()) {
+        fail_request(l, Status(job.status().code(), "encoder: " + job.status().message()),
+                     ErrorCause::kInvalid);
+        continue;
+      }
+      l.job = std::move(job).value();
+    }
+    pack.push_back(&l);
+    samples += l.job->next_samples();
+  }
+  for (const Candidate& c : encoding) {
+    const bool in = std::find(pack.begin(), pack.end(), c.l) != pack.end();
+    c.l->encode_skips = in ? 0 : c.l->encode_skips + 1;
+  }
+  if (pack.empty()) return true;  // every candidate failed to start
+
   const auto t0 = Clock::now();
+  std::vector<SpeechJob*> jobs;
+  for (Live* l : pack) jobs.push_back(l->job.get());
+  Status s = runner_.speech().step(jobs);
+  const double seconds = seconds_between(t0, Clock::now());
+  ++encode_local_.launches;
+  encode_local_.segments += static_cast<std::int64_t>(pack.size());
+  encode_local_.samples += samples;
+  encode_local_.most_segments = std::max<std::int64_t>(encode_local_.most_segments, pack.size());
+  encode_local_.most_samples = std::max(encode_local_.most_samples, samples);
+  for (Live* lp : pack) {
+    Live& l = *lp;
+    l.timings.encode_seconds += seconds;  // each waited for the whole launch
+    if (!s.is_ok()) {
+      fail_request(l, Status(s.code(), "encoder: " + s.message()), ErrorCause::kEngine);
+      continue;
+    }
+    if (opt_.progress) {
+      opt_.progress({TranscriptionProgress::Phase::kEncoding, static_cast<std::size_t>(l.id),
+                     l.job->frames_done(), l.job->frames(), 0});
+    }
+    if (l.job->done()) finish_clip(l);
+  }
+  return true;
+}
+
+// The request's current clip is encoded: keep its rows, and once every clip is, join them and let
+// the scheduler prefill the request.
+void EngineLoop::finish_clip(Live& l) {
   const audio::PreparedAudio& clip = l.req.audio[l.clip];
-  if (!l.job) {
-    EncodeOptions eo = l.req.encode;
-    if (eo.segment == 0 && opt_.encode_segment > 0) {
-      // Shorter launches than the model's 60 s chunk keep the loop responsive (a cancel or a
-      // deadline waits for at most one segment); segmented encoding is exact for any multiple of
-      // the hop (MODEL.md §5.7).
-      const std::int64_t seg =
-          std::min(opt_.encode_segment, runner_.speech().acoustic().max_segment()) / hop * hop;
-      if (seg > 0) eo.segment = seg;
-    }
-    auto job = runner_.speech().start(clip.input_values.data(),
-                                      static_cast<std::int64_t>(clip.input_values.size()), eo);
-    if (!job.is_ok()) {
-      fail_request(l, Status(job.status().code(), "encoder: " + job.status().message()),
-                   ErrorCause::kInvalid);
-      return true;
-    }
-    l.job = std::move(job).value();
-  }
-  Status s = runner_.speech().step(*l.job);
-  l.timings.encode_seconds += seconds_between(t0, Clock::now());
-  if (!s.is_ok()) {
-    fail_request(l, Status(s.code(), "encoder: " + s.message()), ErrorCause::kEngine);
-    return true;
-  }
-  if (opt_.progress) {
-    opt_.progress({TranscriptionProgress::Phase::kEncoding, static_cast<std::size_t>(l.id),
-                   l.job->frames_done(), l.job->frames(), 0});
-  }
-  if (!l.job->done()) return true;
   SpeechRows rows = l.job->take();
   l.job.reset();
   if (rows.frames() != clip.frames) {
@@ -413,10 +468,10 @@ bool EngineLoop::encode_one_segment() {
                  invalid_argument("encoder: " + std::to_string(rows.frames()) +
                                   " speech rows for a clip of " + std::to_string(clip.frames) + " frames"),
                  ErrorCause::kInvalid);
-    return true;
+    return;
   }
   l.clips.push_back(std::move(rows));
-  if (++l.clip < l.req.audio.size()) return true;
+  if (++l.clip < l.req.audio.size()) return;
   if (l.clips.size() == 1) {
     l.joined = std::move(l.clips[0]);
   } else {
@@ -437,7 +492,6 @@ bool EngineLoop::encode_one_segment() {
   l.speech = &l.joined.rows.t;
   l.encoded = true;
   scheduler_.set_computable(l.id, -1);
-  return true;
 }
 
 bool EngineLoop::run_step() {
@@ -849,6 +903,7 @@ void EngineLoop::publish_stats() {
   const bool paused = paused_ || pause_file_present_;
   stats_ = local_;
   stats_.paused = paused;
+  encode_stats_ = encode_local_;
 }
 
 void EngineLoop::run() {
@@ -878,7 +933,7 @@ void EngineLoop::run() {
       // below (shortest remaining audio first) already sees a short request that came in during
       // a long one's segment, instead of running one more long segment before admitting it.
       run_step();
-      encode_one_segment();
+      encode_segments();
     }
     for (auto it = live_.begin(); it != live_.end();) {
       it = it->second->terminal ? live_.erase(it) : std::next(it);

@@ -1,6 +1,7 @@
 // EngineLoop: the engine thread. Owns a Scheduler over the Runner's KV pool and drives the Runner:
 // each iteration it takes new requests and cancellations from a queue, drops requests whose
-// deadline passed, encodes one audio segment of an admitted request, asks the Scheduler for a step
+// deadline passed, encodes the next audio segment of several admitted requests in one encoder
+// launch (the packer: shortest remaining audio first, up to a samples budget), asks the Scheduler for a step
 // (one decode row of every generating request plus chunked prefill, in ONE runner step), runs it,
 // samples, and turns tokens into RequestEvents (text deltas at whole UTF-8 characters, finished
 // segments, done with usage and finish reason, errors). It never blocks on I/O; sinks are called
@@ -46,6 +47,15 @@ struct StepReport {
 };
 using StepObserverFn = std::function<void(const StepReport&)>;
 
+// The encoder packer's counters since the loop started.
+struct EncodeStats {
+  std::int64_t launches = 0;       // encoder launches (SpeechEmbedder::step calls)
+  std::int64_t segments = 0;       // request segments encoded (a launch carries one or more)
+  std::int64_t samples = 0;        // samples encoded
+  std::int64_t most_segments = 0;  // the most segments one launch carried
+  std::int64_t most_samples = 0;   // the most samples one launch carried
+};
+
 struct EngineLoopOptions {
   int max_running = 64;        // engine.max_running_requests (also capped by the runner's max_seqs)
   int max_waiting = 256;       // engine.max_waiting_requests: submit() refuses beyond this
@@ -56,6 +66,11 @@ struct EngineLoopOptions {
   // Samples per encoder launch for requests that leave EncodeOptions::segment at 0 (0 = the
   // model's chunk, 60 s). 10 s bounds how long a cancel or deadline waits behind the encoder.
   std::int64_t encode_segment = 240000;
+  // Samples per encoder launch over all the requests packed into it (their next segments, shortest
+  // remaining audio first); capped by the runner's workspace (RunnerOptions::encoder_pack_samples,
+  // 60 s by default). 0 = one request's segment per launch. The default, four 10 s segments, keeps
+  // a launch short enough for cancels and deadlines while filling the GPU far better than one.
+  std::int64_t encode_pack_samples = 4 * 240000;
   RequestProgressFn progress;  // optional
   StepObserverFn on_step;      // optional; called on the engine thread after every step, must be quick
 
@@ -84,6 +99,7 @@ class EngineLoop : public EngineClient {
   void cancel(RequestId id) override;
   EngineLoad load() const override;
   EngineStats stats() const override;
+  EncodeStats encode_stats() const;
 
   // Test hooks: while paused the loop takes no step (cancellations are still honoured).
   void pause();
@@ -99,7 +115,11 @@ class EngineLoop : public EngineClient {
   void admit_new(std::vector<std::unique_ptr<Live>>& added);
   void check_deadlines();
   bool paused_now();
-  bool encode_one_segment();
+  // The packer: the next segment of several encoding requests in one launch (false: none waited).
+  bool encode_segments();
+  EncodeOptions encode_options(const Live& l) const;
+  std::int64_t next_encode_samples(const Live& l) const;
+  void finish_clip(Live& l);
   bool run_step();
   void handle_output(Live& l, TokenId next, const std::vector<float>* logits);
   // Repetition loops (API.md §3.7): the stream offset to cut back to when one is detected; the cut
@@ -124,6 +144,7 @@ class EngineLoop : public EngineClient {
   Clock::time_point pause_checked_{};
   bool pause_file_present_ = false;
   EngineStats local_;
+  EncodeStats encode_local_;
   double decode_time_ = 0;  // seconds of steps that had decode rows (progress tok/s)
 
   mutable std::mutex mu_;
@@ -131,6 +152,7 @@ class EngineLoop : public EngineClient {
   std::vector<std::unique_ptr<Live>> inbox_;
   std::vector<RequestId> cancels_;
   EngineStats stats_;  // the published snapshot
+  EncodeStats encode_stats_;
   RequestId next_id_ = 1;
   bool stop_ = false;
   bool shut_ = false;

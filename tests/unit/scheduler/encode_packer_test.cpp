@@ -1,0 +1,183 @@
+// The EngineLoop's encoder packer (issue 13): requests admitted together have their next audio
+// segments encoded in one launch (fewer launches than segments, several segments in one launch),
+// with the same prompt ids, generated ids and transcripts as the unpacked loop (one segment per
+// launch) and the goldens; a cancel during encoding ends only that request.
+#include <gtest/gtest.h>
+#include <simdjson.h>
+
+#include <atomic>
+#include <cstdio>
+#include <thread>
+
+#include "engine/text/prompt_builder.h"
+#include "scheduler/engine_loop.h"
+#include "tests/unit/scheduler/engine_loop_fixture.h"
+
+namespace vv::test::packer {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct Golden {
+  std::vector<TokenId> prompt, generated;
+  std::string context;
+};
+
+Golden golden(const std::string& name) {
+  Golden g;
+  simdjson::dom::parser parser;
+  simdjson::padded_string json =
+      simdjson::padded_string::load(golden_dir() + "/cases/" + name + "/golden.json");
+  simdjson::dom::element doc = parser.parse(json);
+  for (auto v : doc["prompt_ids"].get_array()) g.prompt.push_back(static_cast<TokenId>(int64_t(v)));
+  for (auto v : doc["generated_ids"].get_array()) g.generated.push_back(static_cast<TokenId>(int64_t(v)));
+  std::string_view ci;
+  if (!doc["context_info"].get_string().get(ci)) g.context = std::string(ci);
+  return g;
+}
+
+Request transcription(const audio::PreparedAudio& a, const std::string& context, int max_new_tokens) {
+  Request r;
+  r.kind = Request::Kind::kTranscription;
+  r.audio.push_back(a);
+  r.context = compose_context(context, {}, "");
+  r.sampling.max_new_tokens = max_new_tokens;
+  r.sampling.ignore_eos = true;
+  return r;
+}
+
+class EncodePacker : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    engine_ = TinyEngine::make(tiny_runner_options());
+    ASSERT_NE(engine_, nullptr);
+    hop_ = engine_->runner->spec().acoustic.hop();
+  }
+  // A loop that starts paused, so that every request submitted before resume() is admitted in the
+  // same step and encoded side by side.
+  std::unique_ptr<EngineLoop> loop(std::int64_t pack_samples, RequestProgressFn progress = {}) {
+    EngineLoopOptions opt;
+    opt.progress = std::move(progress);
+    opt.encode_segment = static_cast<std::int64_t>(hop_) * 8;  // several segments per request
+    opt.encode_pack_samples = pack_samples;
+    opt.start_paused = true;
+    auto l = EngineLoop::create(*engine_->runner, *engine_->tokenizer, std::move(opt));
+    EXPECT_TRUE(l.is_ok()) << l.status().to_string();
+    auto lp = std::move(l).value();
+    for (int i = 0; i < 500 && !lp->load().ready; ++i) std::this_thread::sleep_for(2ms);
+    return lp;
+  }
+  const ModelSpec& spec() const { return engine_->runner->spec(); }
+  std::unique_ptr<TinyEngine> engine_;
+  int hop_ = 0;
+};
+
+struct RunResult {
+  std::vector<RequestEvent> done;
+  EncodeStats enc;
+};
+
+TEST_F(EncodePacker, SeveralRequestsShareLaunchesWithTheUnpackedIdsAndTranscripts) {
+  std::vector<std::string> names;
+  for (const auto& n : golden_cases()) {
+    if (n != "long") names.push_back(n);
+  }
+  ASSERT_GE(names.size(), 3u);
+  auto run = [&](std::int64_t pack_samples) {
+    auto lp = loop(pack_samples);
+    Collector c;
+    std::vector<RequestId> ids;
+    for (const auto& name : names) {
+      Golden g = golden(name);
+      Request r = transcription(golden_audio(name, spec()), g.context, static_cast<int>(g.generated.size()));
+      r.stream = true;
+      auto id = lp->submit(std::move(r), c.sink());
+      EXPECT_TRUE(id.is_ok()) << id.status().to_string();
+      ids.push_back(*id);
+    }
+    lp->resume();
+    RunResult out;
+    for (RequestId id : ids) {
+      auto ev = c.wait(id);
+      const RequestEvent* t = terminal_of(ev);
+      EXPECT_NE(t, nullptr);
+      out.done.push_back(t ? *t : RequestEvent{});
+    }
+    for (int i = 0; i < 1000 && lp->stats().busy; ++i) std::this_thread::sleep_for(1ms);
+    std::this_thread::sleep_for(5ms);
+    out.enc = lp->encode_stats();
+    EXPECT_EQ(lp->stats().load.kv_blocks_used, 0);
+    return out;
+  };
+  const RunResult unpacked = run(0);
+  const RunResult packed = run(static_cast<std::int64_t>(hop_) * 8 * 4);
+
+  std::printf(
+      "encoder launches for %lld segments: unpacked %lld, packed %lld (at most %lld segments, %lld "
+      "samples)\n",
+      static_cast<long long>(unpacked.enc.segments), static_cast<long long>(unpacked.enc.launches),
+      static_cast<long long>(packed.enc.launches), static_cast<long long>(packed.enc.most_segments),
+      static_cast<long long>(packed.enc.most_samples));
+  // The same segments either way; packed, as many per launch as the samples budget holds.
+  EXPECT_EQ(unpacked.enc.launches, unpacked.enc.segments) << "unpacked: one segment per launch";
+  EXPECT_EQ(unpacked.enc.most_segments, 1);
+  EXPECT_EQ(packed.enc.segments, unpacked.enc.segments);
+  EXPECT_EQ(packed.enc.samples, unpacked.enc.samples);
+  EXPECT_GE(packed.enc.most_segments, 2) << "several requests' segments in one launch";
+  EXPECT_LE(packed.enc.most_samples, static_cast<std::int64_t>(hop_) * 8 * 4) << "the samples budget";
+  EXPECT_GT(packed.enc.most_samples, static_cast<std::int64_t>(hop_) * 8);
+  EXPECT_LT(packed.enc.launches, unpacked.enc.launches);
+  EXPECT_EQ(unpacked.enc.most_samples, static_cast<std::int64_t>(hop_) * 8);
+
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const RequestEvent& a = unpacked.done[i];
+    const RequestEvent& b = packed.done[i];
+    ASSERT_EQ(a.type, RequestEvent::Type::kDone) << names[i] << ": " << a.error.to_string();
+    ASSERT_EQ(b.type, RequestEvent::Type::kDone) << names[i] << ": " << b.error.to_string();
+    const Golden g = golden(names[i]);
+    EXPECT_EQ(b.prompt_ids, g.prompt) << names[i];
+    EXPECT_EQ(b.generated_ids, g.generated) << names[i];
+    EXPECT_EQ(a.generated_ids, b.generated_ids) << names[i];
+    EXPECT_EQ(a.transcript.text, b.transcript.text) << names[i];
+  }
+}
+
+// The victim is cancelled from the progress report of its first launch (on the engine thread):
+// the cancel takes effect before the next launch, which carries the other request alone.
+TEST_F(EncodePacker, CancelBetweenPackedLaunchesEndsOnlyThatRequest) {
+  std::atomic<EngineLoop*> self{nullptr};
+  std::atomic<RequestId> victim{0};
+  std::atomic<std::int64_t> victim_done{0}, victim_total{0};
+  auto lp = loop(static_cast<std::int64_t>(hop_) * 8 * 4, [&](const TranscriptionProgress& p) {
+    if (p.phase != TranscriptionProgress::Phase::kEncoding || p.request != victim.load()) return;
+    victim_done = p.done;
+    victim_total = p.total;
+    if (EngineLoop* l = self.load()) l->cancel(static_cast<RequestId>(p.request));
+  });
+  self = lp.get();
+  Collector c;
+  const Golden g = golden("short");
+  auto a = lp->submit(transcription(golden_audio("jfk", spec()), "", 5000), c.sink());
+  ASSERT_TRUE(a.is_ok());
+  victim = *a;
+  auto b = lp->submit(
+      transcription(golden_audio("short", spec()), g.context, static_cast<int>(g.generated.size())),
+      c.sink());
+  ASSERT_TRUE(b.is_ok());
+  lp->resume();
+  auto ea = c.wait(*a), eb = c.wait(*b);
+  const RequestEvent* ta = terminal_of(ea);
+  const RequestEvent* tb = terminal_of(eb);
+  ASSERT_TRUE(ta && tb);
+  EXPECT_EQ(ta->type, RequestEvent::Type::kError);
+  EXPECT_EQ(ta->error.code(), StatusCode::kCancelled);
+  EXPECT_EQ(victim_done.load(), 8) << "one launch of the victim's audio, then the cancel";
+  EXPECT_GT(victim_total.load(), 8);
+  ASSERT_EQ(tb->type, RequestEvent::Type::kDone) << tb->error.to_string();
+  EXPECT_EQ(tb->generated_ids, g.generated);
+  for (int i = 0; i < 1000 && lp->stats().busy; ++i) std::this_thread::sleep_for(1ms);
+  EXPECT_GE(lp->encode_stats().most_segments, 2) << "both requests shared the first launch";
+}
+
+}  // namespace
+}  // namespace vv::test::packer
