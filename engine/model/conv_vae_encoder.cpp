@@ -148,11 +148,14 @@ Status ConvVaeEncoder::load(const EncoderWeights& w, int64_t max_segment, int64_
   // Workspace for the largest launch: max_pack_ samples over at most max_pack_/hop clips (every
   // clip brings at least one hop). A stage's buffer holds each clip's rows after the consuming
   // conv's carried rows, so it takes (clips·pad + rows)·C floats; the pads are small beside the
-  // rows (at the full shape, 450 clips add 29 K floats to stage 0's 46 M of a 60 s launch), so the
-  // memory is that of one segment of max_pack_ samples: ≈ 2·32·max_pack_ floats for the two stage
-  // buffers and as much for u and v. The FFN over all clips' rows runs over the pads between them
-  // too (their contents are dead: each conv writes its carried rows there before reading them),
-  // so u and v are sized like the stage buffers.
+  // rows (at the full shape and a 60 s budget, stages 0-2 hold 46.08 M floats of rows each and
+  // 450 clips add at most 230 K, at stage 2), so the memory is that of one segment of max_pack_
+  // samples: ≈ 32·max_pack_ floats for each of the two stage buffers and of u and v (≈ 512 B per
+  // sample in all, 737 MB for 60 s), plus an FFN tile of at most 16 MiB. The FFN over all clips'
+  // rows runs over the pads between them too (their contents are dead: each conv writes its
+  // carried rows there before reading them), so u and v are sized like the stage buffers; the
+  // extra rows are at most 8 % of a stage's FFN work (6 rows beside 75 at the last stage for
+  // 10 s clips).
   const int64_t clips = max_pack_ / hop_;
   int64_t stage_buf = (clips * stem_.pad() + max_pack_) * static_cast<int64_t>(spec_.channels);
   int64_t act = 0, ffn = 0, scratch_rows = 0, scratch_cols = 1;

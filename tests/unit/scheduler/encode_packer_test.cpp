@@ -156,12 +156,21 @@ TEST_F(EncodePacker, CancelBetweenPackedLaunchesEndsOnlyThatRequest) {
   });
   self = lp.get();
   Collector c;
-  const Golden g = golden("short");
-  auto a = lp->submit(transcription(golden_audio("jfk", spec()), "", 5000), c.sink());
+  // The victim: the case with the most audio (several launches); the other: the one with the least.
+  std::string longest, shortest;
+  for (const auto& n : golden_cases()) {
+    if (n == "long") continue;
+    const std::size_t len = golden(n).prompt.size();
+    if (longest.empty() || len > golden(longest).prompt.size()) longest = n;
+    if (shortest.empty() || len < golden(shortest).prompt.size()) shortest = n;
+  }
+  ASSERT_NE(longest, shortest);
+  const Golden g = golden(shortest);
+  auto a = lp->submit(transcription(golden_audio(longest, spec()), "", 5000), c.sink());
   ASSERT_TRUE(a.is_ok());
   victim = *a;
   auto b = lp->submit(
-      transcription(golden_audio("short", spec()), g.context, static_cast<int>(g.generated.size())),
+      transcription(golden_audio(shortest, spec()), g.context, static_cast<int>(g.generated.size())),
       c.sink());
   ASSERT_TRUE(b.is_ok());
   lp->resume();
