@@ -422,8 +422,12 @@ bool EngineLoop::encode_segments() {
       }
       l.job = std::move(job).value();
     }
+    // The started job's own cut decides (the estimate above mirrors it; a launch never exceeds
+    // the budget, which the workspace holds).
+    const std::int64_t next = l.job->next_samples();
+    if (!pack.empty() && samples + next > budget) continue;
     pack.push_back(&l);
-    samples += l.job->next_samples();
+    samples += next;
   }
   for (const Candidate& c : encoding) {
     const bool in = std::find(pack.begin(), pack.end(), c.l) != pack.end();
