@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -898,6 +899,306 @@ __global__ void __launch_bounds__(kMmaDecWarps * 32, 3)
   }
 }
 
+// ---- The tensor-core decode attention, streamed through shared memory -------------------------
+// The same units, q/K/V/P roundings and online softmax as mma_decode_kernel, with the loads
+// decoupled from the arithmetic: a warp copies the K and V rows of its next S steps of 16 keys
+// into its own ring of shared-memory stages with cp.async (zero-filled past the row's length), one
+// block-table lookup per step when the block size is a multiple of 16, so the bytes of S steps are
+// in flight while the warp computes. The fragments come from shared memory with ldmatrix in the
+// standard mma layouts (an XOR swizzle of the 16-byte chunks keeps ldmatrix's eight rows on eight
+// bank groups). The merge of a row's units issues the loads of all G heads of two units at a time
+// (the first kernel's merge waited on one head's loads at a time).
+__device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(mma::smem_addr(smem)), "l"(gmem),
+               "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit_group() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait_group() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+// Two 16-bit cache values (one fragment register) as bf16, rounded as f16x8_to_bf16x8 does.
+__device__ __forceinline__ uint32_t as_bf16x2(uint32_t u, __nv_bfloat16*) {
+  return u;
+}
+__device__ __forceinline__ uint32_t as_bf16x2(uint32_t u, __half*) {
+  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&u));
+  return mma::pack_bf16(f.x, f.y);
+}
+
+constexpr int kMmaStreamKeys = 16;  // keys per stage: the n side of two m16n8k16 tiles
+
+// Shared memory of one warp: S stages of K then V rows, 16 keys × D each, bf16/f16.
+__host__ __device__ constexpr int mma_stream_warp_bytes(int D, int S) {
+  return S * 2 * kMmaStreamKeys * D * 2;
+}
+
+// Block (x, kv head, row) of `warps` warps: warp w takes unit u = warps·x + w as in
+// mma_decode_kernel; S stages of 16 keys per warp.
+template <typename CT, int D, int S>
+__global__ void __launch_bounds__(128, 3)
+    mma_decode_stream_kernel(const float* __restrict__ q, int64_t ldq, const int32_t* __restrict__ row_seq,
+                             const int32_t* __restrict__ row_pos, const int32_t* __restrict__ tables,
+                             int64_t ldt, int bs, const CT* __restrict__ kc, const CT* __restrict__ vc,
+                             int64_t ldc, int kv_heads, int G, float scale_log2, int chunk, int splits,
+                             float* __restrict__ out, int64_t ldo, float* ws, unsigned* counters) {
+  constexpr int KS = D / 16;     // k-steps of Q·Kᵀ
+  constexpr int DT = D / 8;      // 8-dim output tiles of P·V
+  constexpr int CPR = D / 8;     // 16-byte chunks per cached row (of one kv head)
+  constexpr int KPP = 32 / CPR;  // rows a warp's copy instruction covers
+  constexpr int PASSES = kMmaStreamKeys / KPP;
+  constexpr int ROWS = kMmaStreamKeys * D;  // elements of the K (or V) rows of one stage
+  constexpr int VEC = D / 32;               // dims per lane in the merge
+  pdl_wait();
+  pdl_trigger();
+  extern __shared__ uint4 mma_stream_smem[];
+  const int warps = static_cast<int>(blockDim.x >> 5);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int unit = blockIdx.x * warps + warp;
+  const int kvh = blockIdx.y;
+  const int64_t r = blockIdx.z;
+  const int L = row_pos[r] + 1;
+  const int ns = (L + chunk - 1) / chunk;  // this row's units
+  if (unit >= ns) return;
+  const int32_t* tab = tables + static_cast<int64_t>(row_seq[r]) * ldt;
+  const int k0 = unit * chunk, k1 = min(L, k0 + chunk);
+  const int nsteps = (k1 - k0 + kMmaStreamKeys - 1) / kMmaStreamKeys;
+  const int64_t hoff = static_cast<int64_t>(kvh) * D;
+  CT* const sm = reinterpret_cast<CT*>(mma_stream_smem) + static_cast<int64_t>(warp) * S * 2 * ROWS;
+
+  // The lane's copies of a stage: rows n = lane / CPR + KPP·p (p < PASSES), 16-byte chunk c = lane %
+  // CPR of each, stored at chunk c ^ (n & 7) of the row.
+  const int cn = lane / CPR, cc = lane % CPR;
+  const bool tiled = bs % kMmaStreamKeys == 0;  // a step's 16 keys are 16 slots of one block
+  auto issue = [&](int step, int stage) {
+    const int j0 = k0 + step * kMmaStreamKeys;
+    int64_t slot[PASSES];
+    if (tiled) {
+      const int64_t base = static_cast<int64_t>(__ldg(tab + j0 / bs)) * bs + j0 % bs;
+#pragma unroll
+      for (int p = 0; p < PASSES; ++p) slot[p] = base + cn + KPP * p;
+    } else {
+#pragma unroll
+      for (int p = 0; p < PASSES; ++p) {
+        const int j = min(j0 + cn + KPP * p, k1 - 1);  // past the length: a valid key, not copied
+        slot[p] = static_cast<int64_t>(__ldg(tab + j / bs)) * bs + j % bs;
+      }
+    }
+    CT* ks = sm + stage * 2 * ROWS;
+    CT* vs = ks + ROWS;
+#pragma unroll
+    for (int p = 0; p < PASSES; ++p) {
+      const int n = cn + KPP * p;
+      const bool valid = j0 + n < k1;
+      const int64_t off = valid ? slot[p] * ldc + hoff + 8 * cc : 0;
+      const int so = n * D + 8 * (cc ^ (n & 7));
+      cp_async16_zfill(ks + so, kc + off, valid);
+      cp_async16_zfill(vs + so, vc + off, valid);
+    }
+  };
+#pragma unroll
+  for (int s = 0; s < S; ++s) {
+    if (s < nsteps) issue(s, s);
+    cp_async_commit_group();  // empty groups too: the wait below counts groups
+  }
+
+  // q as the A fragments (rows g < G; a1 = a3 = 0, rows 8..15 of the tile are empty): k-step kk
+  // takes dims 16kk + 2t, +1 (a0) and 16kk + 8 + 2t, +1 (a2).
+  uint32_t qa[KS][2];
+  {
+    const float* qp = q + r * ldq + static_cast<int64_t>(kvh * G + g) * D + 2 * t;
+#pragma unroll
+    for (int kk = 0; kk < KS; ++kk) {
+      float x[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) x[e] = g < G ? qp[16 * kk + (e >> 1) * 8 + (e & 1)] : 0.f;
+      qa[kk][0] = mma::pack_bf16(x[0], x[1]);
+      qa[kk][1] = mma::pack_bf16(x[2], x[3]);
+    }
+  }
+  float o[DT][2];  // row g's dims 8dt + 2t, +1 (the C fragment's c0, c1; c2, c3 are the empty rows)
+#pragma unroll
+  for (int dt = 0; dt < DT; ++dt) o[dt][0] = o[dt][1] = 0.f;
+  float m = -INFINITY, l = 0.f;
+  // ldmatrix rows and chunks of this lane: K as the n-major B operand (keys × dims), V as the
+  // k-major one (keys × dims, transposed on load).
+  const int kn = (lane & 7) + ((lane >> 4) << 3), kcs = (lane >> 3) & 1;
+  const int vn = (lane & 7) + ((lane >> 3) & 1) * 8, vcs = lane >> 4;
+
+#pragma unroll 1
+  for (int st = 0; st < nsteps; ++st) {
+    cp_async_wait_group<S - 1>();  // this step's group has landed (this lane's copies)
+    __syncwarp();                  // and every lane's
+    const int stage = st % S;
+    const CT* ks = sm + stage * 2 * ROWS;
+    const CT* vs = ks + ROWS;
+    const int j0 = k0 + st * kMmaStreamKeys;
+    // S = Q·Kᵀ for keys j0 .. j0+15: two n tiles, the even and odd k-steps in separate
+    // accumulators (two chains of KS/2 mmas each), added at the end.
+    float s[2][2][4];
+#pragma unroll
+    for (int a = 0; a < 2; ++a)
+#pragma unroll
+      for (int h2 = 0; h2 < 2; ++h2) s[a][h2][0] = s[a][h2][1] = s[a][h2][2] = s[a][h2][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < KS; ++kk) {
+      const int c = 2 * kk + kcs;
+      uint32_t b[4];
+      mma::ldsm_x4(ks + kn * D + 8 * (c ^ (kn & 7)), b[0], b[1], b[2], b[3]);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) b[i] = as_bf16x2(b[i], static_cast<CT*>(nullptr));
+      const uint32_t a[4] = {qa[kk][0], 0u, qa[kk][1], 0u};
+      mma::mma_bf16(s[kk & 1][0], a, b[0], b[1]);
+      mma::mma_bf16(s[kk & 1][1], a, b[2], b[3]);
+    }
+    // Row g's scores: keys j0 + 8·h2 + 2t + e. Key j0 is valid, so every row's max is finite.
+    float p[2][2];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int h2 = 0; h2 < 2; ++h2)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int j = j0 + 8 * h2 + 2 * t + e;
+        p[h2][e] = j < k1 ? (s[0][h2][e] + s[1][h2][e]) * scale_log2 : -INFINITY;
+        mx = fmaxf(mx, p[h2][e]);
+      }
+    mx = quad_max(mx);
+    const float m_new = fmaxf(m, mx);
+    const float corr = exp2f(m - m_new);  // 0 at the first step (m = −inf)
+    float sum = 0.f;
+#pragma unroll
+    for (int h2 = 0; h2 < 2; ++h2)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        p[h2][e] = exp2f(p[h2][e] - m_new);
+        sum += p[h2][e];
+      }
+    l = l * corr + sum;  // this thread's keys; the quad is summed at the end
+    m = m_new;
+    const uint32_t pa[4] = {mma::pack_bf16(p[0][0], p[0][1]), 0u, mma::pack_bf16(p[1][0], p[1][1]), 0u};
+#pragma unroll
+    for (int dp = 0; dp < DT / 2; ++dp) {
+      const int c = 2 * dp + vcs;
+      uint32_t b[4];
+      mma::ldsm_x4_t(vs + vn * D + 8 * (c ^ (vn & 7)), b[0], b[1], b[2], b[3]);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) b[i] = as_bf16x2(b[i], static_cast<CT*>(nullptr));
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float c4[4] = {o[2 * dp + h][0] * corr, o[2 * dp + h][1] * corr, 0.f, 0.f};
+        mma::mma_bf16(c4, pa, b[2 * h], b[2 * h + 1]);
+        o[2 * dp + h][0] = c4[0];
+        o[2 * dp + h][1] = c4[1];
+      }
+    }
+    __syncwarp();  // every lane's ldmatrix of this stage is done before it is refilled
+    if (st + S < nsteps) issue(st + S, stage);
+    cp_async_commit_group();
+  }
+  l = quad_sum(l);
+  if (ns == 1) {
+    if (g < G) {
+      float* dst = out + r * ldo + static_cast<int64_t>(kvh * G + g) * D + 2 * t;
+#pragma unroll
+      for (int dt = 0; dt < DT; ++dt) {
+        dst[8 * dt] = o[dt][0] / l;
+        dst[8 * dt + 1] = o[dt][1] / l;
+      }
+    }
+    return;
+  }
+  const int64_t pair = r * kv_heads + kvh;
+  const int UF = mma_unit_floats(G, D);
+  float* wu = ws + (pair * splits + unit) * UF;
+  if (g < G) {
+#pragma unroll
+    for (int dt = 0; dt < DT; ++dt)
+      *reinterpret_cast<float2*>(wu + g * D + 8 * dt + 2 * t) = make_float2(o[dt][0], o[dt][1]);
+    if (t == 0) {
+      wu[G * D + g] = m;
+      wu[G * D + 8 + g] = l;
+    }
+  }
+  __threadfence();
+  __syncwarp();
+  unsigned prev = 0;
+  if (lane == 0) prev = atomicAdd(&counters[pair], 1u);
+  prev = __shfl_sync(0xffffffffu, prev, 0);
+  if (prev != static_cast<unsigned>(ns - 1)) return;
+  __threadfence();
+  if (lane == 0) counters[pair] = 0;  // ready for the next launch
+  // The last unit merges units 0..ns−1: per head the maximum M and the sum Σ l_u·2^(m_u − M) over
+  // the units (lanes over units, then the fixed xor tree), then acc = Σ_u acc_u·2^(m_u − M) in unit
+  // order (lanes over dims), all G heads' loads of a unit issued together. The order depends on the
+  // row's unit count only, so not on which unit finished last.
+  const float* wp = ws + pair * splits * UF;
+  float M[8], Ls[8];
+#pragma unroll
+  for (int gg = 0; gg < 8; ++gg) M[gg] = -INFINITY, Ls[gg] = 0.f;
+  for (int u = lane; u < ns; u += 32) {
+#pragma unroll
+    for (int gg = 0; gg < 8; ++gg)
+      if (gg < G) M[gg] = fmaxf(M[gg], __ldcg(wp + u * UF + G * D + gg));
+  }
+#pragma unroll
+  for (int gg = 0; gg < 8; ++gg) M[gg] = warp_max(M[gg]);
+  float acc[8][VEC];
+#pragma unroll
+  for (int gg = 0; gg < 8; ++gg)
+#pragma unroll
+    for (int v = 0; v < VEC; ++v) acc[gg][v] = 0.f;
+  for (int u0 = 0; u0 < ns; u0 += 32) {
+    const int u = u0 + lane;
+    float wl[8];
+#pragma unroll
+    for (int gg = 0; gg < 8; ++gg) {
+      wl[gg] = 0.f;
+      if (gg < G && u < ns) {
+        wl[gg] = exp2f(__ldcg(wp + u * UF + G * D + gg) - M[gg]);
+        Ls[gg] = fmaf(__ldcg(wp + u * UF + G * D + 8 + gg), wl[gg], Ls[gg]);
+      }
+    }
+    const int cnt = min(32, ns - u0);
+#pragma unroll 2
+    for (int i = 0; i < cnt; ++i) {
+      const float* src = wp + (u0 + i) * UF + lane * VEC;
+      float x[8][VEC] = {};
+#pragma unroll
+      for (int gg = 0; gg < 8; ++gg) {
+        if (gg < G) {
+          if constexpr (VEC == 4) {
+            const float4 f = __ldcg(reinterpret_cast<const float4*>(src + gg * D));
+            x[gg][0] = f.x, x[gg][1] = f.y, x[gg][2] = f.z, x[gg][3] = f.w;
+          } else {
+            const float2 f = __ldcg(reinterpret_cast<const float2*>(src + gg * D));
+            x[gg][0] = f.x, x[gg][1] = f.y;
+          }
+        }
+      }
+#pragma unroll
+      for (int gg = 0; gg < 8; ++gg) {
+        if (gg < G) {  // G is the same in every lane
+          const float w = __shfl_sync(0xffffffffu, wl[gg], i);
+#pragma unroll
+          for (int v = 0; v < VEC; ++v) acc[gg][v] = fmaf(x[gg][v], w, acc[gg][v]);
+        }
+      }
+    }
+  }
+  float* orow = out + r * ldo + static_cast<int64_t>(kvh) * G * D + lane * VEC;
+#pragma unroll
+  for (int gg = 0; gg < 8; ++gg) {
+    const float den = warp_sum(Ls[gg]);
+    if (gg < G) {
+#pragma unroll
+      for (int v = 0; v < VEC; ++v) orow[gg * D + v] = acc[gg][v] / den;
+    }
+  }
+}
+
 }  // namespace
 
 bool decode_gemv_fits(const Tensor& a, const Tensor& w) {
@@ -1062,6 +1363,66 @@ void decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer&
   }
 }
 
+namespace {
+
+MmaDecodeConfig& mma_config_slot() {
+  static MmaDecodeConfig c = [] {
+    MmaDecodeConfig d;
+    auto num = [](const char* name, std::initializer_list<int> ok, int& v) {
+      const char* e = std::getenv(name);
+      if (!e) return;
+      const int x = std::atoi(e);
+      for (int o : ok)
+        if (x == o) v = x;
+    };
+    if (const char* e = std::getenv("VV_CUDA_MMA_DECODE")) {
+      if (std::string(e) == "regs") d.stream = false;
+      if (std::string(e) == "stream") d.stream = true;
+    }
+    num("VV_CUDA_MMA_DECODE_STAGES", {2, 4}, d.stages);
+    num("VV_CUDA_MMA_DECODE_WARPS", {1, 2, 4}, d.warps);
+    num("VV_CUDA_MMA_DECODE_CHUNK", {64, 128, 256}, d.chunk);
+    return d;
+  }();
+  return c;
+}
+
+// Launches the stream kernel for S stages (a block's shared memory: warps × S stages of K and V).
+template <typename CT, int D, int S>
+void launch_mma_stream(cudaLaunchConfig_t cfg, int warps, const Tensor& q, const AttentionRows& rows,
+                       const CT* kc, const CT* vc, const KvLayer& cache, const AttentionShape& shape,
+                       Tensor& out, const MmaDecodePlan& p, float scale_log2, float* ws, unsigned* counters) {
+  auto* kern = mma_decode_stream_kernel<CT, D, S>;
+  static bool raised = false;  // per instantiation: up to 4 warps' rings (128 KB at D 128, S 4)
+  if (!raised) {
+    cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, 4 * mma_stream_warp_bytes(D, S));
+    raised = true;
+  }
+  cfg.gridDim.x = static_cast<unsigned>((p.splits + warps - 1) / warps);
+  cfg.blockDim = dim3(static_cast<unsigned>(warps * 32));
+  cfg.dynamicSmemBytes = static_cast<size_t>(warps) * mma_stream_warp_bytes(D, S);
+  cudaLaunchKernelEx(&cfg, kern, q.ptr<const float>(), q.row_stride(), rows.row_seq.ptr<const int32_t>(),
+                     rows.row_pos.ptr<const int32_t>(), rows.block_tables.ptr<const int32_t>(),
+                     rows.block_tables.row_stride(), rows.block_size, kc, vc, cache.k.row_stride(),
+                     shape.kv_heads, shape.heads / shape.kv_heads, scale_log2, p.chunk, p.splits,
+                     out.ptr<float>(), out.row_stride(), ws, counters);
+}
+
+}  // namespace
+
+MmaDecodeConfig mma_decode_config() {
+  return mma_config_slot();
+}
+
+void set_mma_decode_config(const MmaDecodeConfig& c) {
+  MmaDecodeConfig v = mma_config_slot();
+  v.stream = c.stream;
+  if (c.stages == 2 || c.stages == 4) v.stages = c.stages;
+  if (c.warps == 1 || c.warps == 2 || c.warps == 4) v.warps = c.warps;
+  if (c.chunk == 64 || c.chunk == 128 || c.chunk == 256) v.chunk = c.chunk;
+  mma_config_slot() = v;
+}
+
 MmaDecodePlan plan_mma_decode_attention(int64_t n, const AttentionRows& rows, const AttentionShape& shape) {
   MmaDecodePlan p;
   if (n < 1 || n > kDecodeAttentionMaxRows ||
@@ -1069,9 +1430,10 @@ MmaDecodePlan plan_mma_decode_attention(int64_t n, const AttentionRows& rows, co
     return p;
   const int G = shape.heads / shape.kv_heads;
   const int64_t max_keys = std::max<int64_t>(rows.block_tables.cols() * rows.block_size, 1);
-  // Units of kMmaDecodeChunk keys; past 256 units (16,384 keys of table width) wider units, in
-  // steps of 64 keys, bound the workspace (then a row's units depend on the table width).
-  int64_t chunk = kMmaDecodeChunk;
+  // Units of the configured chunk (kMmaDecodeChunk by default); past 256 units (16,384 keys of
+  // table width at 64) wider units, in steps of 64 keys, bound the workspace (then a row's units
+  // depend on the table width).
+  int64_t chunk = mma_config_slot().chunk;
   if (max_keys > 256 * chunk) chunk = ((max_keys + 255) / 256 + 63) / 64 * 64;
   const int64_t pairs = n * shape.kv_heads;
   p.use = true;
@@ -1087,6 +1449,7 @@ void mma_decode_attention(const Tensor& q, const AttentionRows& rows, const KvLa
                           unsigned* counters, cudaStream_t s) {
   const int64_t n = q.rows();
   if (n == 0) return;
+  const MmaDecodeConfig mc = mma_config_slot();
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>((p.splits + kMmaDecWarps - 1) / kMmaDecWarps),
                      static_cast<unsigned>(shape.kv_heads), static_cast<unsigned>(n));
@@ -1102,6 +1465,16 @@ void mma_decode_attention(const Tensor& q, const AttentionRows& rows, const KvLa
   auto go = [&](auto* kc, auto* vc, auto dtag) {
     using CT = std::remove_const_t<std::remove_pointer_t<decltype(kc)>>;
     constexpr int D = decltype(dtag)::value;
+    if (mc.stream) {
+      if (mc.stages == 4) {
+        launch_mma_stream<CT, D, 4>(cfg, mc.warps, q, rows, kc, vc, cache, shape, out, p, scale_log2, ws,
+                                    counters);
+      } else {
+        launch_mma_stream<CT, D, 2>(cfg, mc.warps, q, rows, kc, vc, cache, shape, out, p, scale_log2, ws,
+                                    counters);
+      }
+      return;
+    }
     cudaLaunchKernelEx(&cfg, mma_decode_kernel<CT, D>, q.ptr<const float>(), q.row_stride(),
                        rows.row_seq.ptr<const int32_t>(), rows.row_pos.ptr<const int32_t>(),
                        rows.block_tables.ptr<const int32_t>(), rows.block_tables.row_stride(),

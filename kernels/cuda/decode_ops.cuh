@@ -84,6 +84,8 @@ void decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer&
 // unit leaves per-unit (acc, max, sum) in ws; the last unit of the (row, kv head) to finish merges
 // them in unit order. Units past a row's own length exit at once, so a row's result depends only
 // on its own q, cache and length. ws: ws_floats floats; counters: zeroed, left zeroed.
+// MmaDecodeConfig (decode_attention.h) picks the kernel: the fragments loaded into registers 16
+// keys at a time (default), or streamed through per-warp shared-memory stages with cp.async.
 struct MmaDecodePlan {
   bool use = false;
   int chunk = 64, splits = 1;

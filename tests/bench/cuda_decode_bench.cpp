@@ -2,13 +2,19 @@
 // bandwidth per weight shape against the device's copy bandwidth, prefill tok/s, batch-1 decode
 // tok/s, the two encoders over N seconds of audio, and the standard job (120 s of audio, 1000
 // tokens generated). Prints a table and, last, one JSON line.
-//   cuda_decode_bench [--preset 7b|tiny] [--prompt 1024] [--tokens 256] [--bf16] [--job-tokens 1000] [--no-gemv]
+//   cuda_decode_bench [--preset 7b|tiny] [--prompt 1024] [--tokens 256] [--bf16] [--job-tokens 1000]
+//   [--no-gemv]
 //                     [--gemv-m 1,2,4,16,64] [--enc-audio 60] [--enc-reps 1] [--job-audio 120]
+//   cuda_decode_bench --attn-bench [--preset 7b] [--attn-rows 1,8,64,128] [--attn-ctx 300,600,1031]
+//                     [--attn-layers 4]
+// --attn-bench times the decode attention alone (see attn_bench) and nothing else.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -20,7 +26,9 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 struct Args {
   std::string preset = "7b";
@@ -33,7 +41,21 @@ struct Args {
   int enc_reps = 1;
   bool gemv_table = true;
   std::vector<int64_t> gemv_rows{1, 2, 4, 16, 64};
+  bool attn_bench = false;
+  std::vector<int64_t> attn_rows{1, 8, 64, 128};
+  std::vector<int64_t> attn_ctx{300, 600, 1031};
+  int attn_layers = 4;
 };
+
+std::vector<int64_t> parse_list(const std::string& v) {  // "1,2,4"
+  std::vector<int64_t> out;
+  for (size_t p = 0; p < v.size();) {
+    const size_t e = std::min(v.find(',', p), v.size());
+    out.push_back(std::stoll(v.substr(p, e - p)));
+    p = e + 1;
+  }
+  return out;
+}
 
 // Time of `fn` per call on the backend: warm-up, then the median of `reps` synchronized runs.
 template <typename Fn>
@@ -51,6 +73,132 @@ double time_op(vv::Backend& be, int reps, Fn fn) {
   return t[t.size() / 2];
 }
 
+// --attn-bench: paged_attention of decode steps alone, at the model's attention shape (7B: 28 query
+// heads, 4 KV heads, head_dim 128) over a bf16 cache of 16-position blocks (the engine's), every
+// row attending `ctx` positions of its own sequence through a shuffled block table padded as the
+// decoder pads it. `--attn-layers` caches are used in turn, so a call does not find the previous
+// call's K/V in L2 (a step reads 28 layers' caches). Prints the time per call (graph-replayed
+// bursts, see below), the bytes of K and V the rows read, and their ratio to the H200's 4.23 TB/s. The
+// tensor-core kernel runs at every row count (VV_CUDA_DECODE_ATTN=mma) unless the environment says otherwise;
+// VV_CUDA_MMA_DECODE* pick its variant (decode_attention.h), and VV_CUDA_PROFILE=1 adds the backend's per-op
+// event times (each op synchronised).
+int attn_bench(const Args& a, const vv::ModelSpec& spec) {
+  setenv("VV_CUDA_DECODE_ATTN", "mma", 0);
+  vv::BackendOptions bo;
+  bo.gpu_bf16_gemm = true;  // bf16 mode: the mode the tensor-core kernel serves
+  auto made = vv::make_backend("cuda:0", bo);
+  if (!made.is_ok()) {
+    std::fprintf(stderr, "backend: %s\n", made.status().to_string().c_str());
+    return 1;
+  }
+  vv::Backend& be = **made;
+  const vv::DecoderSpec& d = spec.decoder;
+  const int heads = d.num_heads, kvh = d.num_kv_heads, D = d.head_dim, bs = 16;
+  const int64_t max_rows = *std::max_element(a.attn_rows.begin(), a.attn_rows.end());
+  const int64_t max_ctx = *std::max_element(a.attn_ctx.begin(), a.attn_ctx.end());
+  const int64_t row_blocks = (max_ctx + bs - 1) / bs;
+  const int64_t pool = max_rows * row_blocks, slots = pool * bs, kvw = int64_t{kvh} * D,
+                qw = int64_t{heads} * D;
+  const size_t cache_bytes = static_cast<size_t>(slots * kvw) * 2;
+  std::printf("%s: decode attention %d/%dx%d, bf16 cache, block size %d, %d caches of %.0f MB (K and V)\n",
+              be.name().c_str(), heads, kvh, D, bs, a.attn_layers, 2.0 * cache_bytes / 1e6);
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<uint16_t> noise(size_t{8} << 20);  // 16 MB of random bf16, tiled over the caches
+  for (auto& v : noise) v = vv::f32_to_bf16(u(rng));
+  std::vector<vv::Buffer> caches;
+  for (int i = 0; i < 2 * a.attn_layers; ++i) {
+    caches.push_back(be.allocate(cache_bytes));
+    auto* base = static_cast<char*>(caches.back().data());
+    const size_t step = noise.size() * 2 - 2048;  // each cache starts at another offset of the noise
+    for (size_t off = 0; off < cache_bytes; off += step)
+      be.upload(base + off, noise.data() + (i * 4099) % 1024, std::min(step, cache_bytes - off));
+  }
+  std::vector<float> qh(static_cast<size_t>(max_rows * qw));
+  for (auto& v : qh) v = u(rng);
+  vv::Buffer qb = be.allocate(qh.size() * 4), ob = be.allocate(qh.size() * 4);
+  be.upload(qb.data(), qh.data(), qh.size() * 4);
+  const int64_t max_width = row_blocks * 2;  // above any padded width
+  vv::Buffer tb = be.allocate(static_cast<size_t>(max_rows * max_width) * 4);
+  vv::Buffer sb = be.allocate(static_cast<size_t>(max_rows) * 4),
+             pb = be.allocate(static_cast<size_t>(max_rows) * 4);
+  std::vector<int32_t> perm(static_cast<size_t>(pool));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  const vv::AttentionShape shape{heads, kvh, D, 1.0f / std::sqrt(static_cast<float>(D))};
+  std::string json;
+  for (int64_t n : a.attn_rows) {
+    for (int64_t ctx : a.attn_ctx) {
+      // The decoder's table width for a decode step: rounded up to 4 blocks, then to a quarter of
+      // the power of two below it (qwen2_decoder.cpp).
+      int64_t width = (ctx + bs - 1) / bs, g = 4;
+      while (g * 8 <= width) g *= 2;
+      width = (width + g - 1) / g * g;
+      std::vector<int32_t> tables(static_cast<size_t>(n * width), 0), seq(static_cast<size_t>(n)),
+          pos(static_cast<size_t>(n), static_cast<int32_t>(ctx - 1));
+      for (int64_t r = 0; r < n; ++r) {
+        seq[r] = static_cast<int32_t>(r);
+        for (int64_t b = 0; b < (ctx + bs - 1) / bs; ++b) tables[r * width + b] = perm[r * row_blocks + b];
+      }
+      be.upload(tb.data(), tables.data(), tables.size() * 4);
+      be.upload(sb.data(), seq.data(), seq.size() * 4);
+      be.upload(pb.data(), pos.data(), pos.size() * 4);
+      vv::AttentionRows rows;
+      rows.row_seq = vv::Tensor::vector(sb.data(), vv::DType::kI32, n);
+      rows.row_pos = vv::Tensor::vector(pb.data(), vv::DType::kI32, n);
+      rows.block_tables = vv::Tensor::matrix(tb.data(), vv::DType::kI32, n, width);
+      rows.block_size = bs;
+      const vv::Tensor q = vv::Tensor::matrix(qb.data(), vv::DType::kF32, n, qw);
+      vv::Tensor o = vv::Tensor::matrix(ob.data(), vv::DType::kF32, n, qw);
+      // Bursts of kBurst calls, one synchronize each: the backend captures a repeated burst into a
+      // CUDA graph on its second sight and replays it after (as it replays the decode step), so the
+      // time is the GPU's, not the host's launch path. The median burst of 7, per call.
+      constexpr int kBurst = 64;
+      auto burst = [&] {
+        for (int i = 0; i < kBurst; ++i) {
+          const int layer = i % a.attn_layers;
+          const vv::KvLayer cache{
+              vv::Tensor::matrix(caches[2 * layer].data(), vv::DType::kBF16, slots, kvw),
+              vv::Tensor::matrix(caches[2 * layer + 1].data(), vv::DType::kBF16, slots, kvw)};
+          be.paged_attention(q, rows, cache, shape, o);
+        }
+        be.synchronize();
+      };
+      burst();
+      burst();
+      std::vector<double> runs;
+      for (int i = 0; i < 7; ++i) {
+        const auto t0 = Clock::now();
+        burst();
+        runs.push_back(seconds_since(t0) / kBurst);
+      }
+      std::sort(runs.begin(), runs.end());
+      const double t = runs[runs.size() / 2];
+      const double bytes = 2.0 * static_cast<double>(n * ctx * kvw) * 2;
+      const double gbs = bytes / t / 1e9;
+      std::printf("attn rows %4lld ctx %5lld: %8.2f us/layer  %7.1f MB K+V  %6.0f GB/s  %.2f of 4.23 TB/s\n",
+                  static_cast<long long>(n), static_cast<long long>(ctx), t * 1e6, bytes / 1e6, gbs,
+                  gbs / 4230);
+      json += std::string(json.empty() ? "" : ",") + "{\"rows\":" + std::to_string(n) +
+              ",\"ctx\":" + std::to_string(ctx) + ",\"us\":" + std::to_string(t * 1e6) +
+              ",\"gbps\":" + std::to_string(gbs) + "}";
+    }
+  }
+  const std::string rep = vv::backend_profile_report(be);
+  if (!rep.empty()) std::printf("per-op time:\n%s", rep.c_str());
+  auto env = [](const char* k) {
+    const char* v = std::getenv(k);
+    return std::string(v ? v : "");
+  };
+  std::printf(
+      "{\"device\":\"%s\",\"decode_attn\":\"%s\",\"mma_decode\":\"%s\",\"stages\":\"%s\",\"warps\":\"%s\","
+      "\"chunk\":\"%s\",\"attn\":[%s]}\n",
+      be.name().c_str(), env("VV_CUDA_DECODE_ATTN").c_str(), env("VV_CUDA_MMA_DECODE").c_str(),
+      env("VV_CUDA_MMA_DECODE_STAGES").c_str(), env("VV_CUDA_MMA_DECODE_WARPS").c_str(),
+      env("VV_CUDA_MMA_DECODE_CHUNK").c_str(), json.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -58,26 +206,37 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
     auto next = [&]() { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
-    if (k == "--preset") a.preset = next();
-    else if (k == "--prompt") a.prompt = std::stoll(next());
-    else if (k == "--tokens") a.tokens = std::stoi(next());
-    else if (k == "--bf16") a.bf16 = true;
-    else if (k == "--job-tokens") a.job_tokens = std::stoi(next());
-    else if (k == "--job-audio") a.job_audio_s = std::stod(next());
-    else if (k == "--enc-audio") a.enc_audio_s = std::stod(next());
-    else if (k == "--enc-reps") a.enc_reps = std::stoi(next());
-    else if (k == "--no-gemv") a.gemv_table = false;
-    else if (k == "--gemv-m") {  // comma-separated row counts of the GEMM table
-      a.gemv_rows.clear();
-      const std::string v = next();
-      for (size_t p = 0; p < v.size();) {
-        const size_t e = std::min(v.find(',', p), v.size());
-        a.gemv_rows.push_back(std::stoll(v.substr(p, e - p)));
-        p = e + 1;
-      }
-    }
+    if (k == "--preset")
+      a.preset = next();
+    else if (k == "--prompt")
+      a.prompt = std::stoll(next());
+    else if (k == "--tokens")
+      a.tokens = std::stoi(next());
+    else if (k == "--bf16")
+      a.bf16 = true;
+    else if (k == "--job-tokens")
+      a.job_tokens = std::stoi(next());
+    else if (k == "--job-audio")
+      a.job_audio_s = std::stod(next());
+    else if (k == "--enc-audio")
+      a.enc_audio_s = std::stod(next());
+    else if (k == "--enc-reps")
+      a.enc_reps = std::stoi(next());
+    else if (k == "--no-gemv")
+      a.gemv_table = false;
+    else if (k == "--gemv-m")
+      a.gemv_rows = parse_list(next());  // row counts of the GEMM table
+    else if (k == "--attn-bench")
+      a.attn_bench = true;
+    else if (k == "--attn-rows")
+      a.attn_rows = parse_list(next());
+    else if (k == "--attn-ctx")
+      a.attn_ctx = parse_list(next());
+    else if (k == "--attn-layers")
+      a.attn_layers = std::max(1, std::stoi(next()));
   }
   const vv::ModelSpec spec = a.preset == "tiny" ? vv::tiny_spec() : vv::qwen7b_asr_spec();
+  if (a.attn_bench) return attn_bench(a, spec);
   auto t0 = Clock::now();
   auto ckpt = vv::Checkpoint::random(spec, 20260126, vv::DType::kBF16);
   if (!ckpt.is_ok()) {
@@ -119,8 +278,8 @@ int main(int argc, char** argv) {
     const char* name;
     int64_t n, k;
   };
-  const Shape shapes[] = {{"q", qd, H}, {"k/v", kvd, H}, {"o", H, qd}, {"gate_up", 2 * I, H}, {"down", H, I},
-                          {"lm_head", d.vocab_size, H}};
+  const Shape shapes[] = {{"q", qd, H},          {"k/v", kvd, H}, {"o", H, qd},
+                          {"gate_up", 2 * I, H}, {"down", H, I},  {"lm_head", d.vocab_size, H}};
   std::string gemv_json;
   for (const Shape& s : shapes) {
     if (!a.gemv_table) break;
@@ -139,9 +298,9 @@ int main(int argc, char** argv) {
       vv::Tensor o = vv::Tensor::matrix(ob.data(), vv::DType::kF32, m, s.n);
       const double t = time_op(be, 7, [&] { be.gemm(x, wt, nullptr, o, vv::Epilogue::kNone); });
       const double gbs = (s.n * s.k * 2.0 + m * s.k * 4.0 + m * s.n * 4.0) / t / 1e9;
-      std::printf("gemm %-8s M=%-3lld N=%-6lld K=%-6lld %8.1f us %7.0f GB/s (%.0f%% of copy) %6.1f TFLOP/s\n", s.name,
-                  static_cast<long long>(m), static_cast<long long>(s.n), static_cast<long long>(s.k), t * 1e6, gbs,
-                  100 * gbs / hbm, 2.0 * m * s.n * s.k / t / 1e12);
+      std::printf("gemm %-8s M=%-3lld N=%-6lld K=%-6lld %8.1f us %7.0f GB/s (%.0f%% of copy) %6.1f TFLOP/s\n",
+                  s.name, static_cast<long long>(m), static_cast<long long>(s.n), static_cast<long long>(s.k),
+                  t * 1e6, gbs, 100 * gbs / hbm, 2.0 * m * s.n * s.k / t / 1e12);
       if (m == 1) {
         gemv_json += std::string(gemv_json.empty() ? "" : ",") + "\"" + s.name + "\":" + std::to_string(gbs);
       }
@@ -154,7 +313,8 @@ int main(int argc, char** argv) {
   std::mt19937 rng(7);
   std::uniform_int_distribution<int32_t> tok(0, 150000);
   std::vector<vv::BlockId> blocks;
-  auto run_prefill = [&](int64_t n, const vv::Tensor* speech, std::vector<int32_t> ids, int64_t decode) -> double {
+  auto run_prefill = [&](int64_t n, const vv::Tensor* speech, std::vector<int32_t> ids,
+                         int64_t decode) -> double {
     blocks.clear();
     if (!r.kv().reserve(blocks, n + decode).is_ok()) {
       std::fprintf(stderr, "KV pool too small for %lld positions\n", static_cast<long long>(n + decode));
@@ -220,7 +380,8 @@ int main(int argc, char** argv) {
     double b = 0;
     for (const vv::HostTensor* t : (*ckpt)->bound_tensors()) {
       if (t->name.find("tokenizer") != std::string::npos || t->name.find("connector") != std::string::npos ||
-          t->name.find("multi_modal") != std::string::npos || t->name.find("embed_tokens") != std::string::npos)
+          t->name.find("multi_modal") != std::string::npos ||
+          t->name.find("embed_tokens") != std::string::npos)
         continue;
       b += static_cast<double>(t->bytes());
     }
@@ -228,16 +389,19 @@ int main(int argc, char** argv) {
   }();
   const double dec_tps = a.tokens / dec_s, pre_tps = a.prompt / pre_s;
   const double bound_tps = hbm * 1e9 / bytes_per_token;
-  std::printf("prefill %lld rows: %.1f ms, %.0f tok/s\n", static_cast<long long>(a.prompt), pre_s * 1e3, pre_tps);
-  std::printf("decode batch 1: %.3f ms/token, %.1f tok/s; weights read per token %.2f GB -> bound %.1f tok/s at the "
-              "measured copy bandwidth (%.0f%%)\n",
-              dec_s / a.tokens * 1e3, dec_tps, bytes_per_token / 1e9, bound_tps, 100 * dec_tps / bound_tps);
+  std::printf("prefill %lld rows: %.1f ms, %.0f tok/s\n", static_cast<long long>(a.prompt), pre_s * 1e3,
+              pre_tps);
+  std::printf(
+      "decode batch 1: %.3f ms/token, %.1f tok/s; weights read per token %.2f GB -> bound %.1f tok/s at the "
+      "measured copy bandwidth (%.0f%%)\n",
+      dec_s / a.tokens * 1e3, dec_tps, bytes_per_token / 1e9, bound_tps, 100 * dec_tps / bound_tps);
 
   // --- encoders and the standard job ---------------------------------------------------------
   std::normal_distribution<float> g(0.f, 0.1f);
   std::vector<float> audio(static_cast<size_t>(std::max(a.enc_audio_s, a.job_audio_s) * 24000));
   for (auto& v : audio) v = g(rng);
-  const int64_t enc_n = static_cast<int64_t>(a.enc_audio_s * 24000) / spec.acoustic.hop() * spec.acoustic.hop();
+  const int64_t enc_n =
+      static_cast<int64_t>(a.enc_audio_s * 24000) / spec.acoustic.hop() * spec.acoustic.hop();
   auto warm = r.encode(audio.data(), enc_n);
   if (!warm.is_ok()) {
     std::fprintf(stderr, "encode: %s\n", warm.status().to_string().c_str());
@@ -264,8 +428,8 @@ int main(int argc, char** argv) {
   }
   std::sort(enc_runs.begin(), enc_runs.end());
   const double enc_s = enc_runs[enc_runs.size() / 2];
-  std::printf("encoders over %.0f s of audio: %.1f ms (%.2f ms per audio second)\n", a.enc_audio_s, enc_s * 1e3,
-              enc_s * 1e3 / a.enc_audio_s);
+  std::printf("encoders over %.0f s of audio: %.1f ms (%.2f ms per audio second)\n", a.enc_audio_s,
+              enc_s * 1e3, enc_s * 1e3 / a.enc_audio_s);
 
   const int64_t job_n = job_frames * spec.acoustic.hop();
   t0 = Clock::now();
@@ -277,17 +441,21 @@ int main(int argc, char** argv) {
   for (int64_t f = 0; f < speech->frames(); ++f) job_ids.push_back(spec.audio_token_id);
   job_ids.push_back(spec.audio_eos_token_id);
   for (int i = 0; i < 20; ++i) job_ids.push_back(tok(rng));
-  const double job_pre = run_prefill(static_cast<int64_t>(job_ids.size()), &speech->rows.t, job_ids, a.job_tokens);
+  const double job_pre =
+      run_prefill(static_cast<int64_t>(job_ids.size()), &speech->rows.t, job_ids, a.job_tokens);
   const double job_dec = run_decode(static_cast<int64_t>(job_ids.size()), a.job_tokens);
   r.kv().release(blocks);
   const double job_s = seconds_since(t0);
-  std::printf("standard job (%.0f s audio, %zu prompt rows, %d tokens): %.2f s, RTF %.4f (prefill %.1f ms, decode "
-              "%.1f ms)\n",
-              a.job_audio_s, job_ids.size(), a.job_tokens, job_s, job_s / a.job_audio_s, job_pre * 1e3, job_dec * 1e3);
-  std::printf("{\"device\":\"%s\",\"preset\":\"%s\",\"copy_gbps\":%.1f,\"gemv_m1_gbps\":{%s},\"prefill_rows\":%lld,"
-              "\"prefill_tok_s\":%.1f,\"decode_tok_s\":%.2f,\"decode_bound_tok_s\":%.1f,\"encoder_ms_%.0fs\":%.2f,"
-              "\"job_rtf\":%.5f}\n",
-              be.name().c_str(), a.preset.c_str(), hbm, gemv_json.c_str(), static_cast<long long>(a.prompt), pre_tps,
-              dec_tps, bound_tps, a.enc_audio_s, enc_s * 1e3, job_s / a.job_audio_s);
+  std::printf(
+      "standard job (%.0f s audio, %zu prompt rows, %d tokens): %.2f s, RTF %.4f (prefill %.1f ms, decode "
+      "%.1f ms)\n",
+      a.job_audio_s, job_ids.size(), a.job_tokens, job_s, job_s / a.job_audio_s, job_pre * 1e3,
+      job_dec * 1e3);
+  std::printf(
+      "{\"device\":\"%s\",\"preset\":\"%s\",\"copy_gbps\":%.1f,\"gemv_m1_gbps\":{%s},\"prefill_rows\":%lld,"
+      "\"prefill_tok_s\":%.1f,\"decode_tok_s\":%.2f,\"decode_bound_tok_s\":%.1f,\"encoder_ms_%.0fs\":%.2f,"
+      "\"job_rtf\":%.5f}\n",
+      be.name().c_str(), a.preset.c_str(), hbm, gemv_json.c_str(), static_cast<long long>(a.prompt), pre_tps,
+      dec_tps, bound_tps, a.enc_audio_s, enc_s * 1e3, job_s / a.job_audio_s);
   return 0;
 }

@@ -1,9 +1,12 @@
-// The tensor-core decode attention (bf16 mode, mma_decode_kernel in kernels/cuda/decode_ops.cu)
-// against the CPU's scalar reference: one row per sequence over a shuffled paged cache, rows 1, 2,
-// 3, 7, 64 and 128, lengths 1, 17, 63, 64, 65, 600 and 1,031 (one and several 64-key units, a unit
-// boundary ±1), GQA groups of 1, 4, 7 and 8, head_dim 64 and 128, bf16 and f16 caches, block sizes
-// 16 and 32, and a block table wider than any row needs (as the decoder pads it). Then batch
-// invariance: a row's output is bit for bit the same alone, in a batch of 2 and in a batch of 64.
+// The tensor-core decode attention (bf16 mode, decode_ops.cu: mma_decode_kernel, the default, and
+// mma_decode_stream_kernel, VV_CUDA_MMA_DECODE=stream) against the CPU's scalar reference: one
+// row per sequence over a shuffled paged cache, rows 1, 2, 3, 5, 7, 13, 64 and 128, lengths 1, 17,
+// 63, 64, 65, 600 and 1,031 (one and several 64-key units, a unit boundary ±1) and primes, GQA
+// groups of 1, 4, 7 and 8, head_dim 64 and 128, bf16 and f16 caches, block sizes 16 and 32 (a
+// 16-key step within one block) and 8 and 24 (steps across blocks), and a block table wider than
+// any row needs (as the decoder pads it); the stream kernel also with 4 stages, 1 and 2 warps per
+// block and 128-key units. Then batch invariance: a row's output is bit for bit the same alone, in
+// a batch of 2 and in a batch of 64, for each kernel.
 //
 // Tolerance (as the flash prefill's test): the kernel rounds q, the cached k/v and the softmax
 // weights P to bf16 (f32 scores, softmax and sums). The reference gets the same bf16-rounded q and
@@ -85,6 +88,30 @@ std::unique_ptr<Backend> mma_backend() {
   return be.is_ok() ? std::move(be).value() : nullptr;
 }
 
+// The tensor-core kernel's variant for a scope (decode_attention.h); the previous one after it.
+struct MmaVariant {
+  cuda::MmaDecodeConfig saved = cuda::mma_decode_config();
+  explicit MmaVariant(const cuda::MmaDecodeConfig& c) { cuda::set_mma_decode_config(c); }
+  ~MmaVariant() { cuda::set_mma_decode_config(saved); }
+  MmaVariant(const MmaVariant&) = delete;
+  MmaVariant& operator=(const MmaVariant&) = delete;
+};
+cuda::MmaDecodeConfig stream_kernel(int stages = 2, int warps = 4, int chunk = cuda::kMmaDecodeChunk) {
+  return cuda::MmaDecodeConfig{true, stages, warps, chunk};
+}
+cuda::MmaDecodeConfig register_kernel() {
+  return cuda::MmaDecodeConfig{false, 2, 4, cuda::kMmaDecodeChunk};
+}
+std::string describe(const cuda::MmaDecodeConfig& c) {
+  std::ostringstream w;
+  if (c.stream) {
+    w << "stream kernel, " << c.stages << " stages, " << c.warps << " warps, " << c.chunk << "-key units";
+  } else {
+    w << "register kernel, " << c.chunk << "-key units";
+  }
+  return w.str();
+}
+
 AttentionShape shape_of(const Step& st) {
   return AttentionShape{st.heads, st.kv_heads, st.D, 1.0f / std::sqrt(static_cast<float>(st.D))};
 }
@@ -147,7 +174,8 @@ void check_step(Backend& gpu, const Step& st, uint32_t seed) {
   ref::paged_attention(qr.view(), rows, KvLayer{kr.view(), vr.view()}, shape_of(st), want_t);
   std::vector<int> all(static_cast<size_t>(n));
   std::iota(all.begin(), all.end(), 0);
-  expect_close(run_gpu(gpu, st, d, all), host_rows(want_t), 4e-3, describe(st), 1.0);
+  expect_close(run_gpu(gpu, st, d, all), host_rows(want_t), 4e-3,
+               describe(st) + ", " + describe(cuda::mma_decode_config()), 1.0);
 }
 
 TEST(CudaDecodeAttention, ProductionShapeSixtyFourAndOneTwentyEightRows) {
@@ -155,40 +183,74 @@ TEST(CudaDecodeAttention, ProductionShapeSixtyFourAndOneTwentyEightRows) {
   const std::unique_ptr<Backend> gpu = mma_backend();
   ASSERT_NE(gpu, nullptr);
   const std::vector<int> pattern = {1, 17, 63, 64, 65, 600, 1031, 599, 601, 640, 128, 129, 300};
-  for (int n : {64, 128}) {
-    Step st{28, 4, 128, DType::kBF16, 16, {}};
-    for (int i = 0; i < n; ++i) st.lens.push_back(pattern[i % pattern.size()] + (i / 13) * 7 % 40);
-    check_step(*gpu, st, 100 + n);
+  for (const cuda::MmaDecodeConfig& k : {stream_kernel(), register_kernel()}) {
+    MmaVariant v(k);
+    for (int n : {64, 128}) {
+      Step st{28, 4, 128, DType::kBF16, 16, {}};
+      for (int i = 0; i < n; ++i) st.lens.push_back(pattern[i % pattern.size()] + (i / 13) * 7 % 40);
+      check_step(*gpu, st, 100 + n);
+    }
   }
+}
+
+// The stream kernel's shapes (2 and 4 stages: with 4 a 64-key unit's copies are all in flight at
+// once; 1, 2 and 4 warps per block; 128- and 256-key units, whose steps refill the stages) and block
+// sizes that split a 16-key step across blocks, at odd and prime row counts and lengths.
+TEST(CudaDecodeAttention, StreamKernelStagesWarpsUnitsAndBlockSizes) {
+  VV_CUDA_BACKEND_OR_SKIP(probe, true);
+  const std::unique_ptr<Backend> gpu = mma_backend();
+  ASSERT_NE(gpu, nullptr);
+  const std::vector<int> primes = {2, 3, 31, 97, 257, 509, 1021, 1031, 13, 61, 67, 127, 131};
+  for (const cuda::MmaDecodeConfig& k :
+       {stream_kernel(), stream_kernel(4), stream_kernel(2, 1), stream_kernel(4, 2), stream_kernel(2, 4, 128),
+        stream_kernel(4, 1, 256)}) {
+    MmaVariant v(k);
+    Step st{28, 4, 128, DType::kBF16, 16, {}};
+    for (int i = 0; i < 13; ++i) st.lens.push_back(primes[i]);
+    check_step(*gpu, st, 41);
+    check_step(*gpu, {28, 4, 128, DType::kBF16, 8, {1, 16, 17, 33, 600, 1031, 97}}, 42);
+    check_step(*gpu, {14, 2, 64, DType::kF16, 24, {5, 23, 24, 25, 257, 1021}}, 43);
+  }
+  MmaVariant v(register_kernel());  // the register kernel at the block sizes that split a step
+  check_step(*gpu, {28, 4, 128, DType::kBF16, 8, {1, 16, 17, 33, 600, 1031, 97}}, 44);
+  check_step(*gpu, {28, 4, 128, DType::kF16, 24, {5, 23, 24, 25, 257, 1021}}, 45);
+  check_step(*gpu, {28, 4, 128, DType::kBF16, 16, {509, 2, 1021, 3, 97}}, 46);
 }
 
 TEST(CudaDecodeAttention, FewRowsOddAndPrimeLengths) {
   VV_CUDA_BACKEND_OR_SKIP(probe, true);
   const std::unique_ptr<Backend> gpu = mma_backend();
   ASSERT_NE(gpu, nullptr);
-  check_step(*gpu, {28, 4, 128, DType::kBF16, 16, {1031}}, 11);
-  check_step(*gpu, {28, 4, 128, DType::kBF16, 16, {1}}, 12);
-  check_step(*gpu, {28, 4, 128, DType::kBF16, 16, {64, 65}}, 13);
-  check_step(*gpu, {28, 4, 128, DType::kBF16, 32, {17, 1031, 63}}, 14);
-  check_step(*gpu, {28, 4, 128, DType::kBF16, 16, {1, 17, 63, 64, 65, 600, 1031}, 9, 8.0f}, 15);  // peaky
+  for (const cuda::MmaDecodeConfig& k : {stream_kernel(), register_kernel()}) {
+    MmaVariant v(k);
+    check_step(*gpu, {28, 4, 128, DType::kBF16, 16, {1031}}, 11);
+    check_step(*gpu, {28, 4, 128, DType::kBF16, 16, {1}}, 12);
+    check_step(*gpu, {28, 4, 128, DType::kBF16, 16, {64, 65}}, 13);
+    check_step(*gpu, {28, 4, 128, DType::kBF16, 32, {17, 1031, 63}}, 14);
+    check_step(*gpu, {28, 4, 128, DType::kBF16, 16, {1, 17, 63, 64, 65, 600, 1031}, 9, 8.0f}, 15);  // peaky
+    check_step(*gpu, {28, 4, 128, DType::kBF16, 16, {2, 3, 5, 7, 11}}, 16);
+  }
 }
 
 TEST(CudaDecodeAttention, GroupsOfOneFourSevenEightHeadDimsAndCacheDtypes) {
   VV_CUDA_BACKEND_OR_SKIP(probe, true);
   const std::unique_ptr<Backend> gpu = mma_backend();
   ASSERT_NE(gpu, nullptr);
-  check_step(*gpu, {8, 8, 128, DType::kF16, 16, {1, 65, 1031}}, 21);                    // G = 1
-  check_step(*gpu, {16, 4, 64, DType::kBF16, 16, {1, 17, 63, 64, 65, 600, 1031}}, 22);  // G = 4, D = 64
-  check_step(*gpu, {14, 2, 64, DType::kF16, 32, {600, 1, 17, 63, 64, 65, 1031}}, 23);   // G = 7, D = 64
-  check_step(*gpu, {16, 2, 128, DType::kBF16, 16, {63, 1031}}, 24);                     // G = 8
-  Step st{14, 2, 64, DType::kBF16, 16, {}};
-  for (int i = 0; i < 128; ++i) st.lens.push_back(1 + (i * 37) % 700);
-  check_step(*gpu, st, 25);
+  for (const cuda::MmaDecodeConfig& k : {stream_kernel(), register_kernel()}) {
+    MmaVariant v(k);
+    check_step(*gpu, {8, 8, 128, DType::kF16, 16, {1, 65, 1031}}, 21);                    // G = 1
+    check_step(*gpu, {16, 4, 64, DType::kBF16, 16, {1, 17, 63, 64, 65, 600, 1031}}, 22);  // G = 4, D = 64
+    check_step(*gpu, {14, 2, 64, DType::kF16, 32, {600, 1, 17, 63, 64, 65, 1031}}, 23);   // G = 7, D = 64
+    check_step(*gpu, {16, 2, 128, DType::kBF16, 16, {63, 1031}}, 24);                     // G = 8
+    Step st{14, 2, 64, DType::kBF16, 16, {}};
+    for (int i = 0; i < 128; ++i) st.lens.push_back(1 + (i * 37) % 700);
+    check_step(*gpu, st, 25);
+  }
 }
 
 // The same rows alone (with a table as wide as the batch's, and as narrow as the row allows), in a
 // batch of 2 and in the batch of 64 give the same bits (issue 13: a request's ids do not depend on
-// what else shares its steps).
+// what else shares its steps), with each kernel and block shape.
 TEST(CudaDecodeAttention, RowResultsDoNotDependOnTheOtherRows) {
   VV_CUDA_BACKEND_OR_SKIP(probe, true);
   const std::unique_ptr<Backend> gpu = mma_backend();
@@ -199,18 +261,24 @@ TEST(CudaDecodeAttention, RowResultsDoNotDependOnTheOtherRows) {
   StepData d = make_step(st, 31);
   std::vector<int> all(64);
   std::iota(all.begin(), all.end(), 0);
-  const std::vector<float> batch = run_gpu(*gpu, st, d, all);
   const int64_t qw = d.qw;
-  for (int r : {0, 5, 21, 63}) {
-    const std::vector<float> alone = run_gpu(*gpu, st, d, {r});
-    const std::vector<float> narrow = run_gpu(*gpu, st, d, {r}, (st.lens[r] + st.bs - 1) / st.bs);
-    const std::vector<float> pair = run_gpu(*gpu, st, d, {(r + 1) % 64, r});
-    EXPECT_EQ(std::memcmp(alone.data(), batch.data() + r * qw, static_cast<size_t>(qw) * 4), 0)
-        << "row " << r << " (length " << st.lens[r] << ") alone differs from the batch of 64";
-    EXPECT_EQ(std::memcmp(narrow.data(), batch.data() + r * qw, static_cast<size_t>(qw) * 4), 0)
-        << "row " << r << " (length " << st.lens[r] << ") alone with a narrow table differs from the batch";
-    EXPECT_EQ(std::memcmp(pair.data() + qw, batch.data() + r * qw, static_cast<size_t>(qw) * 4), 0)
-        << "row " << r << " (length " << st.lens[r] << ") in a batch of 2 differs from the batch of 64";
+  for (const cuda::MmaDecodeConfig& k : {stream_kernel(), stream_kernel(4, 1), register_kernel()}) {
+    MmaVariant v(k);
+    const std::vector<float> batch = run_gpu(*gpu, st, d, all);
+    for (int r : {0, 5, 21, 63}) {
+      const std::vector<float> alone = run_gpu(*gpu, st, d, {r});
+      const std::vector<float> narrow = run_gpu(*gpu, st, d, {r}, (st.lens[r] + st.bs - 1) / st.bs);
+      const std::vector<float> pair = run_gpu(*gpu, st, d, {(r + 1) % 64, r});
+      EXPECT_EQ(std::memcmp(alone.data(), batch.data() + r * qw, static_cast<size_t>(qw) * 4), 0)
+          << "row " << r << " (length " << st.lens[r] << ") alone differs from the batch of 64, "
+          << describe(k);
+      EXPECT_EQ(std::memcmp(narrow.data(), batch.data() + r * qw, static_cast<size_t>(qw) * 4), 0)
+          << "row " << r << " (length " << st.lens[r]
+          << ") alone with a narrow table differs from the batch, " << describe(k);
+      EXPECT_EQ(std::memcmp(pair.data() + qw, batch.data() + r * qw, static_cast<size_t>(qw) * 4), 0)
+          << "row " << r << " (length " << st.lens[r] << ") in a batch of 2 differs from the batch of 64, "
+          << describe(k);
+    }
   }
 }
 
