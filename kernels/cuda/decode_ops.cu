@@ -8,6 +8,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <initializer_list>
@@ -1393,10 +1394,15 @@ void launch_mma_stream(cudaLaunchConfig_t cfg, int warps, const Tensor& q, const
                        const CT* kc, const CT* vc, const KvLayer& cache, const AttentionShape& shape,
                        Tensor& out, const MmaDecodePlan& p, float scale_log2, float* ws, unsigned* counters) {
   auto* kern = mma_decode_stream_kernel<CT, D, S>;
-  static bool raised = false;  // per instantiation: up to 4 warps' rings (128 KB at D 128, S 4)
-  if (!raised) {
+  // Per instantiation and device (an attribute of the device's copy of the kernel): room for up to
+  // 4 warps' rings, 128 KB at D 128 and S 4.
+  static std::atomic<uint64_t> raised{0};
+  int dev = 0;
+  cudaGetDevice(&dev);
+  const uint64_t bit = uint64_t{1} << (dev & 63);
+  if (!(raised.load(std::memory_order_relaxed) & bit)) {
     cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, 4 * mma_stream_warp_bytes(D, S));
-    raised = true;
+    raised.fetch_or(bit, std::memory_order_relaxed);
   }
   cfg.gridDim.x = static_cast<unsigned>((p.splits + warps - 1) / warps);
   cfg.blockDim = dim3(static_cast<unsigned>(warps * 32));
