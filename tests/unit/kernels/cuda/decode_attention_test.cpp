@@ -4,8 +4,9 @@
 // 63, 64, 65, 600 and 1,031 (one and several 64-key units, a unit boundary ±1) and primes, GQA
 // groups of 1, 4, 7 and 8, head_dim 64 and 128, bf16 and f16 caches, block sizes 16 and 32 (a
 // 16-key step within one block) and 8 and 24 (steps across blocks), and a block table wider than
-// any row needs (as the decoder pads it); the stream kernel also with 4 stages, 1 and 2 warps per
-// block and 128-key units. Then batch invariance: a row's output is bit for bit the same alone, in
+// any row needs (as the decoder pads it), rows of up to 4,093 keys (more than 32 units) and a table
+// wider than 16,384 keys; the stream kernel also with 4 stages, 1 and 2 warps per block and 128-
+// and 256-key units. Then batch invariance: a row's output is bit for bit the same alone, in
 // a batch of 2 and in a batch of 64, for each kernel.
 //
 // Tolerance (as the flash prefill's test): the kernel rounds q, the cached k/v and the softmax
@@ -215,6 +216,21 @@ TEST(CudaDecodeAttention, StreamKernelStagesWarpsUnitsAndBlockSizes) {
   check_step(*gpu, {28, 4, 128, DType::kBF16, 8, {1, 16, 17, 33, 600, 1031, 97}}, 44);
   check_step(*gpu, {28, 4, 128, DType::kF16, 24, {5, 23, 24, 25, 257, 1021}}, 45);
   check_step(*gpu, {28, 4, 128, DType::kBF16, 16, {509, 2, 1021, 3, 97}}, 46);
+}
+
+// Long rows: more than 32 units to merge (the merge's lanes take several units each), and a table
+// wider than 16,384 keys (the units widen to bound the workspace), with both kernels.
+TEST(CudaDecodeAttention, ManyUnitsAndVeryWideTables) {
+  VV_CUDA_BACKEND_OR_SKIP(probe, true);
+  const std::unique_ptr<Backend> gpu = mma_backend();
+  ASSERT_NE(gpu, nullptr);
+  for (const cuda::MmaDecodeConfig& k : {stream_kernel(), stream_kernel(4, 1), register_kernel()}) {
+    MmaVariant v(k);
+    check_step(*gpu, {28, 4, 128, DType::kBF16, 16, {2100, 4093, 65}}, 51);
+    Step wide{28, 4, 128, DType::kBF16, 16, {600, 5, 2049}};
+    wide.extra = 1040;  // (129 + 1040) blocks of 16 = 18,704 keys of table width
+    check_step(*gpu, wide, 52);
+  }
 }
 
 TEST(CudaDecodeAttention, FewRowsOddAndPrimeLengths) {
