@@ -1402,6 +1402,10 @@ void launch_mma_stream(cudaLaunchConfig_t cfg, int warps, const Tensor& q, const
   const uint64_t bit = uint64_t{1} << (dev & 63);
   if (!(raised.load(std::memory_order_relaxed) & bit)) {
     cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, 4 * mma_stream_warp_bytes(D, S));
+    // A hint: the largest shared-memory carveout, so that 3 blocks of 64 KB fit on an SM (the
+    // kernel reads K and V past L1; only q and the block table go through it).
+    cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
+                         cudaSharedmemCarveoutMaxShared);
     raised.fetch_or(bit, std::memory_order_relaxed);
   }
   cfg.gridDim.x = static_cast<unsigned>((p.splits + warps - 1) / warps);
