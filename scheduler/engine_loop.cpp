@@ -441,6 +441,7 @@ bool EngineLoop::encode_segments() {
   Status s = runner_.speech().step(jobs);
   const double seconds = seconds_between(t0, Clock::now());
   ++encode_local_.launches;
+  encode_local_.seconds += seconds;
   encode_local_.segments += static_cast<std::int64_t>(pack.size());
   encode_local_.samples += samples;
   encode_local_.most_segments = std::max<std::int64_t>(encode_local_.most_segments, pack.size());

@@ -54,6 +54,7 @@ struct EncodeStats {
   std::int64_t samples = 0;        // samples encoded
   std::int64_t most_segments = 0;  // the most segments one launch carried
   std::int64_t most_samples = 0;   // the most samples one launch carried
+  double seconds = 0;              // summed host time of the launch calls (a GPU may still run them)
 };
 
 struct EngineLoopOptions {
