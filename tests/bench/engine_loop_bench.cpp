@@ -17,9 +17,10 @@
 // no graphs), the per-op time of a mean pure-decode step.
 // "full" columns: only the steps in which all N requests decoded (no prefill rows; none still
 // encoding or prefilling): the cost of an N-row step. Requests start decoding one after another
-// (the loop encodes one segment per step), so the mixed "decode tok/s" averages 1..N-row steps and
-// the encoder work recorded before them; with few forced tokens there may be no full step at all
-// (then the full columns read 0: raise --tokens).
+// (each step runs one encoder launch, which packs the next segment of several requests up to
+// EngineLoopOptions::encode_pack_samples, 40 s of audio by default), so the mixed "decode tok/s"
+// averages 1..N-row steps and the encoder work recorded before them; with few forced tokens there
+// may be no full step at all (then the full columns read 0: raise --tokens).
 // The curve's requests turn repetition handling off: their forced ids repeat one token, which the
 // loop detector (256-token window) would cut back and resample with logits downloaded every step.
 // --ttft-probe: instead of the curve, issue 13's time-to-first-token check: a short request (--audio
