@@ -1133,24 +1133,64 @@ __global__ void __launch_bounds__(128, 3)
   if (lane == 0) counters[pair] = 0;  // ready for the next launch
   // The last unit merges units 0..ns−1: per head the maximum M and the sum Σ l_u·2^(m_u − M) over
   // the units (lanes over units, then the fixed xor tree), then acc = Σ_u acc_u·2^(m_u − M) in unit
-  // order (lanes over dims), all G heads' loads of a unit issued together. The order depends on the
-  // row's unit count only, so not on which unit finished last.
+  // order (lanes over dims), all G heads' loads of a unit issued together. The first round issues,
+  // together, what does not wait on M: the maxima and sums of the lane's unit (u = lane) and the
+  // partials of unit 0 (a second unit's too would spill registers). The order depends on the row's
+  // unit count only, so not on which unit finished last.
   const float* wp = ws + pair * splits * UF;
+  auto load_unit = [&](int u, float(&x)[8][VEC]) {
+    const float* src = wp + u * UF + lane * VEC;
+#pragma unroll
+    for (int gg = 0; gg < 8; ++gg) {
+      if (gg < G) {
+        if constexpr (VEC == 4) {
+          const float4 f = __ldcg(reinterpret_cast<const float4*>(src + gg * D));
+          x[gg][0] = f.x, x[gg][1] = f.y, x[gg][2] = f.z, x[gg][3] = f.w;
+        } else {
+          const float2 f = __ldcg(reinterpret_cast<const float2*>(src + gg * D));
+          x[gg][0] = f.x, x[gg][1] = f.y;
+        }
+      }
+    }
+  };
+  float acc[8][VEC];
+#pragma unroll
+  for (int gg = 0; gg < 8; ++gg)
+#pragma unroll
+    for (int v = 0; v < VEC; ++v) acc[gg][v] = 0.f;
+  // acc += x·w_u for the unit u0 + i (its weight from lane i).
+  auto add_unit = [&](const float(&x)[8][VEC], const float(&wl)[8], int i) {
+#pragma unroll
+    for (int gg = 0; gg < 8; ++gg) {
+      if (gg < G) {  // G is the same in every lane
+        const float w = __shfl_sync(0xffffffffu, wl[gg], i);
+#pragma unroll
+        for (int v = 0; v < VEC; ++v) acc[gg][v] = fmaf(x[gg][v], w, acc[gg][v]);
+      }
+    }
+  };
+  float mu[8], lu[8];  // unit `lane`'s maxima and sums
+  float x0[8][VEC] = {};
+#pragma unroll
+  for (int gg = 0; gg < 8; ++gg) {
+    mu[gg] = -INFINITY;
+    lu[gg] = 0.f;
+    if (gg < G && lane < ns) {
+      mu[gg] = __ldcg(wp + lane * UF + G * D + gg);
+      lu[gg] = __ldcg(wp + lane * UF + G * D + 8 + gg);
+    }
+  }
+  load_unit(0, x0);
   float M[8], Ls[8];
 #pragma unroll
-  for (int gg = 0; gg < 8; ++gg) M[gg] = -INFINITY, Ls[gg] = 0.f;
-  for (int u = lane; u < ns; u += 32) {
+  for (int gg = 0; gg < 8; ++gg) M[gg] = mu[gg], Ls[gg] = 0.f;
+  for (int u = lane + 32; u < ns; u += 32) {
 #pragma unroll
     for (int gg = 0; gg < 8; ++gg)
       if (gg < G) M[gg] = fmaxf(M[gg], __ldcg(wp + u * UF + G * D + gg));
   }
 #pragma unroll
   for (int gg = 0; gg < 8; ++gg) M[gg] = warp_max(M[gg]);
-  float acc[8][VEC];
-#pragma unroll
-  for (int gg = 0; gg < 8; ++gg)
-#pragma unroll
-    for (int v = 0; v < VEC; ++v) acc[gg][v] = 0.f;
   for (int u0 = 0; u0 < ns; u0 += 32) {
     const int u = u0 + lane;
     float wl[8];
@@ -1158,35 +1198,23 @@ __global__ void __launch_bounds__(128, 3)
     for (int gg = 0; gg < 8; ++gg) {
       wl[gg] = 0.f;
       if (gg < G && u < ns) {
-        wl[gg] = exp2f(__ldcg(wp + u * UF + G * D + gg) - M[gg]);
-        Ls[gg] = fmaf(__ldcg(wp + u * UF + G * D + 8 + gg), wl[gg], Ls[gg]);
+        const float mg = u0 == 0 ? mu[gg] : __ldcg(wp + u * UF + G * D + gg);
+        const float lg = u0 == 0 ? lu[gg] : __ldcg(wp + u * UF + G * D + 8 + gg);
+        wl[gg] = exp2f(mg - M[gg]);
+        Ls[gg] = fmaf(lg, wl[gg], Ls[gg]);
       }
+    }
+    int i = 0;
+    if (u0 == 0) {
+      add_unit(x0, wl, 0);
+      i = 1;
     }
     const int cnt = min(32, ns - u0);
 #pragma unroll 2
-    for (int i = 0; i < cnt; ++i) {
-      const float* src = wp + (u0 + i) * UF + lane * VEC;
+    for (; i < cnt; ++i) {
       float x[8][VEC] = {};
-#pragma unroll
-      for (int gg = 0; gg < 8; ++gg) {
-        if (gg < G) {
-          if constexpr (VEC == 4) {
-            const float4 f = __ldcg(reinterpret_cast<const float4*>(src + gg * D));
-            x[gg][0] = f.x, x[gg][1] = f.y, x[gg][2] = f.z, x[gg][3] = f.w;
-          } else {
-            const float2 f = __ldcg(reinterpret_cast<const float2*>(src + gg * D));
-            x[gg][0] = f.x, x[gg][1] = f.y;
-          }
-        }
-      }
-#pragma unroll
-      for (int gg = 0; gg < 8; ++gg) {
-        if (gg < G) {  // G is the same in every lane
-          const float w = __shfl_sync(0xffffffffu, wl[gg], i);
-#pragma unroll
-          for (int v = 0; v < VEC; ++v) acc[gg][v] = fmaf(x[gg][v], w, acc[gg][v]);
-        }
-      }
+      load_unit(u0 + i, x);
+      add_unit(x, wl, i);
     }
   }
   float* orow = out + r * ldo + static_cast<int64_t>(kvh) * G * D + lane * VEC;
