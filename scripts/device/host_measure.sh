@@ -10,6 +10,7 @@
 #   profile      the same at 64 requests with VV_CUDA_PROFILE=1 (per-op times, synced)
 #   ttft         engine_loop_bench --ttft-probe 300
 #   invariance   engine_loop_bench --invariance 8 --audio 10 --tokens 32
+#   attn         cuda_decode_bench --attn-bench: the register and stream mma kernels (NOTES decattn2)
 #   deterministic  the same with --deterministic, and the curve's 1/64/128 points with it (its cost)
 # Usage: OUT=... scripts/device/host_measure.sh step...
 set -uo pipefail
@@ -49,6 +50,12 @@ for step in "$@"; do
     ttft) run ttft $B/engine_loop_bench --preset 7b --device cuda --bf16 --audio 5 --tokens 256 --ttft-probe 300 ;;
     invariance) run invariance $B/engine_loop_bench --preset 7b --device cuda --bf16 --invariance 8 --audio 10 \
       --tokens 32 ;;
+    attn)
+      for cfg in "regs" "stream" "stream VV_CUDA_MMA_DECODE_STAGES=4" "stream VV_CUDA_MMA_DECODE_WARPS=2"; do
+        read -ra kv <<<"$cfg"
+        run "attn_${cfg//[^A-Za-z0-9]/_}" env VV_CUDA_MMA_DECODE="${kv[0]}" "${kv[@]:1}" \
+          $B/cuda_decode_bench --attn-bench
+      done ;;
     deterministic)
       run invariance_det $B/engine_loop_bench --preset 7b --device cuda --bf16 --deterministic --invariance 8 \
         --audio 10 --tokens 32
