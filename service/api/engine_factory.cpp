@@ -98,6 +98,15 @@ Result<std::shared_ptr<EngineHandle>> make_engine(AppState& state, std::shared_p
   // engine.max_step_tokens: the rows one step may hold (prefill chunks + one decode row per running
   // request); the workspaces are sized for it.
   ro.max_rows = static_cast<int>(s.i("engine.max_step_tokens"));
+  // Encoder launches (MODEL.md §5.7: any multiple of the hop segments exactly): one request's
+  // segment and the packed launch; the workspace holds the larger (≈ 512 B per sample past 60 s).
+  const std::int64_t hop = spec.acoustic.hop();
+  const auto samples = [&](const char* key) {
+    return static_cast<std::int64_t>(s.f(key) * spec.sample_rate) / hop * hop;
+  };
+  const std::int64_t encode_segment = std::max<std::int64_t>(samples("engine.encoder_segment_s"), hop);
+  const std::int64_t encode_pack = samples("engine.encoder_pack_s");
+  if (encode_pack > spec.chunk_size) ro.encoder_pack_samples = encode_pack;
   ro.max_seqs = static_cast<int>(s.i("engine.max_running_requests"));
   // The KV pool holds one full-context request (prefix sharing and preemption stretch it further).
   ro.kv_positions = s.i("model.max_model_len");
@@ -119,6 +128,8 @@ Result<std::shared_ptr<EngineHandle>> make_engine(AppState& state, std::shared_p
   h->runner = h->runners.front();
   progress(0.9);
   EngineLoopOptions eo;
+  eo.encode_segment = encode_segment;
+  eo.encode_pack_samples = encode_pack;
   eo.max_running = static_cast<int>(s.i("engine.max_running_requests"));
   eo.max_waiting = static_cast<int>(s.i("engine.max_waiting_requests"));
   eo.pause_file = state.hooks.pause_file;

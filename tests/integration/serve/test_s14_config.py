@@ -79,3 +79,16 @@ def test_c106_gpustack_command_line(make_server, model_dir_with_tokenizer):
     r = vvhttp.request(port, "GET", "/v1/models")
     assert r.status == 200
     assert [m["id"] for m in r.json()["data"]] == ["asr-a"]
+
+
+def test_engine_encoder_launch_settings(make_server, audio):
+    """engine.encoder_segment_s / engine.encoder_pack_s reach the engine loop: a server encoding in
+    0.5 s segments one request per launch, and one whose packed launches exceed the model's 60 s
+    chunk (a larger encoder workspace), both transcribe, with the scripted decoder's text."""
+    script = '[{"Start":0.0,"End":0.9,"Speaker":0,"Content":"Hello there."}]'
+    for cfg in ({"engine.encoder_segment_s": 0.5, "engine.encoder_pack_s": 0},
+                {"engine.encoder_segment_s": 1, "engine.encoder_pack_s": 90}):
+        s = make_server(script=script, config=cfg)
+        r = s.transcribe(file=audio.bytes("tiny.wav"), fields=[("response_format", "json")])
+        assert r.status == 200, (cfg, r.text)
+        assert r.json()["text"] == "Hello there.", (cfg, r.json())
