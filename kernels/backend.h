@@ -174,6 +174,10 @@ class Backend {
   virtual void upload(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void download(void* host_dst, const void* src, size_t bytes) = 0;
   virtual void synchronize() = 0;
+  // The first device error since creation ("" = none): a launch or library call that failed (the
+  // CUDA backend records it; CUDA errors are sticky). Work issued since cannot be trusted, so the
+  // runner fails the step rather than return its ids.
+  virtual std::string device_error() const { return {}; }
 
   // --- memory accounting and streaming (memory caps, layer streaming: engine/runner) -------------
   // Bytes held now by Buffers from allocate(), and the most held at once since creation or the

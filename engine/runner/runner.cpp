@@ -215,6 +215,17 @@ Result<SpeechRows> Runner::encode(const float* samples, int64_t n, const EncodeO
 }
 
 Result<StepOutput> Runner::execute(const StepPlan& plan) {
+  VV_ASSIGN_OR_RETURN(StepOutput out, execute_shards(plan));
+  // The ids were downloaded (a sync): any device error of the step (or of the encoder launches
+  // before it) has been recorded by now. Its results cannot be trusted.
+  for (const Shard& s : shards_) {
+    const std::string e = s.backend->device_error();
+    if (!e.empty()) return internal_error("device " + s.backend->name() + ": " + e);
+  }
+  return out;
+}
+
+Result<StepOutput> Runner::execute_shards(const StepPlan& plan) {
   VV_ASSIGN_OR_RETURN(StepOutput out, shards_[0].decoder->forward(plan, shards_[0].kv->view()));
   if (shards_.size() == 1) return out;
   int64_t n = 0;

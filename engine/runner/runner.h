@@ -96,7 +96,8 @@ class Runner {
 
   // Normalised 24 kHz mono samples → speech rows on this device.
   Result<SpeechRows> encode(const float* samples, int64_t n, const EncodeOptions& opt = {});
-  // One decoder step over the plan's rows against this runner's KV pool.
+  // One decoder step over the plan's rows against this runner's KV pool. A device error recorded by
+  // any shard's backend (Backend::device_error) fails the step with kInternal naming the device.
   Result<StepOutput> execute(const StepPlan& plan);
 
   // Runs the requests together (prefill chunks and decode rows of all of them in each step until
@@ -109,6 +110,7 @@ class Runner {
   void set_capture(CaptureFn fn);
 
  private:
+  Result<StepOutput> execute_shards(const StepPlan& plan);
   struct Shard {
     std::unique_ptr<Backend> backend;
     // Declared after the backend, so destroyed before it.

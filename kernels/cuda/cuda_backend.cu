@@ -225,6 +225,7 @@ class CudaBackend final : public Backend {
     flush();
     check(cudaStreamSynchronize(stream_), "synchronize");
   }
+  std::string device_error() const override { return first_error_; }
 
   // ---- ops: recorded, then launched at the next host sync (see flush) ---------------------------
   void gemm(const Tensor& a, const Tensor& w, const Tensor* bias, Tensor& out, Epilogue ep) override {
