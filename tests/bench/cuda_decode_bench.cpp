@@ -287,9 +287,15 @@ int main(int argc, char** argv) {
     std::mt19937 rng(1);
     std::uniform_real_distribution<float> u(-0.05f, 0.05f);
     for (auto& v : w) v = vv::f32_to_bf16(u(rng));
-    vv::Buffer wb = be.allocate(w.size() * 2), xb = be.allocate(64 * s.k * 4), ob = be.allocate(64 * s.n * 4);
+    // Room for the table's largest row count (buffers of 64 rows made --gemv-m ...,128 read and write
+    // past them: "cublasLtMatmul failed with status 13", then figures from failed launches).
+    const int64_t rows =
+        a.gemv_rows.empty() ? 1
+                            : std::max<int64_t>(1, *std::max_element(a.gemv_rows.begin(), a.gemv_rows.end()));
+    vv::Buffer wb = be.allocate(w.size() * 2), xb = be.allocate(static_cast<size_t>(rows * s.k * 4)),
+               ob = be.allocate(static_cast<size_t>(rows * s.n * 4));
     be.upload(wb.data(), w.data(), w.size() * 2);
-    std::vector<float> xs(static_cast<size_t>(64 * s.k));  // not zeros: time real data
+    std::vector<float> xs(static_cast<size_t>(rows * s.k));  // not zeros: time real data
     for (auto& v : xs) v = u(rng);
     be.upload(xb.data(), xs.data(), xs.size() * 4);
     vv::Tensor wt = vv::Tensor::matrix(wb.data(), vv::DType::kBF16, s.n, s.k);
@@ -297,6 +303,11 @@ int main(int argc, char** argv) {
       vv::Tensor x = vv::Tensor::matrix(xb.data(), vv::DType::kF32, m, s.k);
       vv::Tensor o = vv::Tensor::matrix(ob.data(), vv::DType::kF32, m, s.n);
       const double t = time_op(be, 7, [&] { be.gemm(x, wt, nullptr, o, vv::Epilogue::kNone); });
+      if (!be.device_error().empty()) {
+        std::fprintf(stderr, "gemm %s M=%lld: device error: %s\n", s.name, static_cast<long long>(m),
+                     be.device_error().c_str());
+        return 1;
+      }
       const double gbs = (s.n * s.k * 2.0 + m * s.k * 4.0 + m * s.n * 4.0) / t / 1e9;
       std::printf("gemm %-8s M=%-3lld N=%-6lld K=%-6lld %8.1f us %7.0f GB/s (%.0f%% of copy) %6.1f TFLOP/s\n",
                   s.name, static_cast<long long>(m), static_cast<long long>(s.n), static_cast<long long>(s.k),
