@@ -808,19 +808,8 @@ void RealtimeSession::maybe_interim() {
 
 void RealtimeSession::start_interim(std::uint64_t seq, const std::string& item_id, std::int64_t end_sample,
                                     audio::PreparedAudio audio) {
-  Request req;
-  req.kind = Request::Kind::kTranscription;
-  req.request_id = id_ + "/" + item_id + "/interim";
-  req.audio.push_back(std::move(audio));
-  const std::string hint =
-      state_.settings.b("asr.language_hint") && settings_.language ? *settings_.language : "";
-  req.context = compose_context(settings_.prompt, settings_.keywords, "", hint);
-  req.sampling.temperature = 0.0f;
-  req.sampling.max_new_tokens = static_cast<std::int32_t>(state_.settings.i("asr.max_new_tokens"));
-  req.forced_ids = state_.script_ids;
+  Request req = transcription_request(item_id + "/interim", std::move(audio));
   req.priority = -1;  // after every HTTP request and committed item
-  req.repetition_detection = state_.settings.b("asr.repetition_detection");
-  req.arrival = std::chrono::steady_clock::now();
   std::weak_ptr<RealtimeSession> weak = shared_from_this();
   auto transport = transport_;
   auto sink = [weak, transport, seq, item_id, end_sample](RequestEvent&& ev) {
@@ -955,6 +944,24 @@ void RealtimeSession::pump() {
   });
 }
 
+// What an item's transcription and an interim one share: the session's prompt, keywords and
+// language hint, greedy decoding, the scripted ids of the test hooks.
+Request RealtimeSession::transcription_request(const std::string& suffix, audio::PreparedAudio audio) const {
+  Request req;
+  req.kind = Request::Kind::kTranscription;
+  req.request_id = id_ + "/" + suffix;
+  req.audio.push_back(std::move(audio));
+  const std::string hint =
+      state_.settings.b("asr.language_hint") && settings_.language ? *settings_.language : "";
+  req.context = compose_context(settings_.prompt, settings_.keywords, "", hint);
+  req.sampling.temperature = 0.0f;
+  req.sampling.max_new_tokens = static_cast<std::int32_t>(state_.settings.i("asr.max_new_tokens"));
+  req.forced_ids = state_.script_ids;
+  req.repetition_detection = state_.settings.b("asr.repetition_detection");
+  req.arrival = std::chrono::steady_clock::now();
+  return req;
+}
+
 void RealtimeSession::start_item(audio::PreparedAudio audio) {
   if (shutdown_) {
     item_failed(err("shutting_down", "The server is shutting down.", std::nullopt, 503));
@@ -962,22 +969,11 @@ void RealtimeSession::start_item(audio::PreparedAudio audio) {
   }
   const double seconds = static_cast<double>(audio.samples) / state_.prepare.sample_rate;
   state_.metrics.audio_input_seconds->Add({{"endpoint", "realtime"}}).Increment(seconds);
-  Request req;
-  req.kind = Request::Kind::kTranscription;
-  req.request_id = id_ + "/" + current_->id;
-  req.audio.push_back(std::move(audio));
-  const std::string hint =
-      state_.settings.b("asr.language_hint") && settings_.language ? *settings_.language : "";
-  req.context = compose_context(settings_.prompt, settings_.keywords, "", hint);
-  req.sampling.temperature = 0.0f;
-  req.sampling.max_new_tokens = static_cast<std::int32_t>(state_.settings.i("asr.max_new_tokens"));
+  Request req = transcription_request(current_->id, std::move(audio));
   req.sampling.logprobs = settings_.logprobs;
-  req.forced_ids = state_.script_ids;
   req.stream = true;
   req.priority = 1;  // §13.1: WebSocket items before queued HTTP work
-  req.repetition_detection = state_.settings.b("asr.repetition_detection");
   req.repetition_retries = static_cast<int>(state_.settings.i("asr.repetition_retries"));
-  req.arrival = std::chrono::steady_clock::now();
   req.queue_deadline = req.arrival + std::chrono::microseconds(static_cast<std::int64_t>(
                                          state_.settings.f("limits.max_queue_wait_s") * 1e6));
   std::weak_ptr<RealtimeSession> weak = shared_from_this();

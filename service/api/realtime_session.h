@@ -112,6 +112,7 @@ class RealtimeSession : public std::enable_shared_from_this<RealtimeSession> {
   void trim_idle_buffer();
   void pump();
   void start_item(audio::PreparedAudio audio);
+  Request transcription_request(const std::string& suffix, audio::PreparedAudio audio) const;
   void on_engine_event(const RequestEvent& ev);
   void item_failed(const ApiError& e);
   void item_finished();

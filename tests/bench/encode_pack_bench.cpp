@@ -22,6 +22,7 @@
 #include "engine/text/tokenizer.h"
 #include "kernels/device/backend_factory.h"
 #include "scheduler/engine_loop.h"
+#include "tests/bench/engine_bench_util.h"
 #include "tests/support/test_paths.h"
 
 namespace {
@@ -54,22 +55,6 @@ struct Point {
   double encoded_s = 0, ttft_mean = 0, ttft_max = 0, wall = 0, e2e_tps = 0;
 };
 
-vv::Request make_request(double seconds, int tokens, std::uint64_t seed, int hop) {
-  vv::Request r;
-  vv::audio::PreparedAudio a;
-  a.samples = static_cast<std::int64_t>(seconds * 24000);
-  a.frames = (a.samples + hop - 1) / hop;
-  a.input_values.assign(static_cast<std::size_t>(a.frames * hop), 0.0f);
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> g(0.0f, 0.1f);
-  for (std::int64_t i = 0; i < a.samples; ++i) a.input_values[static_cast<std::size_t>(i)] = g(rng);
-  r.audio.push_back(std::move(a));
-  r.sampling.max_new_tokens = tokens;
-  r.forced_ids.assign(static_cast<std::size_t>(tokens), 1000 + static_cast<int>(seed % 1000));
-  r.repetition_detection = false;  // one token repeated would be cut back as a loop
-  return r;
-}
-
 Point run_point(vv::Runner& runner, const vv::Tokenizer& tok, std::int64_t n, std::int64_t pack,
                 const Args& args) {
   std::mutex mu;
@@ -99,7 +84,8 @@ Point run_point(vv::Runner& runner, const vv::Tokenizer& tok, std::int64_t n, st
   const int hop = runner.spec().acoustic.hop();
   std::vector<vv::Request> reqs;
   for (std::int64_t i = 0; i < n; ++i) {
-    reqs.push_back(make_request(args.audio_s, args.tokens, static_cast<std::uint64_t>(i + 1), hop));
+    reqs.push_back(
+        vv::bench::forced_request(args.audio_s, args.tokens, static_cast<std::uint64_t>(i + 1), hop));
   }
   (*loop)->pause();  // every request is admitted in the same step
   {
@@ -168,17 +154,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  const vv::ModelSpec spec = args.preset == "7b" ? vv::qwen7b_asr_spec() : vv::tiny_spec();
-  auto ckpt = vv::Checkpoint::random(spec, 1234, args.bf16 ? vv::DType::kBF16 : vv::DType::kF32);
-  if (!ckpt.is_ok()) {
-    std::fprintf(stderr, "random weights: %s\n", ckpt.status().to_string().c_str());
-    return 1;
-  }
-  auto tok = vv::Tokenizer::load_file(vv::test::tokenizer_path());
-  if (!tok.is_ok()) {
-    std::fprintf(stderr, "tokenizer: %s\n", tok.status().to_string().c_str());
-    return 1;
-  }
+  const vv::bench::RandomModel model = vv::bench::random_model(args.preset, args.bf16);
+  const vv::ModelSpec& spec = model.spec;
   const std::int64_t max_n = *std::max_element(args.concurrency.begin(), args.concurrency.end());
   const std::int64_t max_pack = *std::max_element(args.pack.begin(), args.pack.end());
   vv::RunnerOptions ro;
@@ -191,7 +168,7 @@ int main(int argc, char** argv) {
   vv::BackendOptions bo;
   bo.cpu_threads = args.threads;
   bo.gpu_bf16_gemm = args.bf16;
-  auto runner = vv::make_runner(**ckpt, ro, args.device, bo);
+  auto runner = vv::make_runner(*model.ckpt, ro, args.device, bo);
   if (!runner.is_ok()) {
     std::fprintf(stderr, "runner: %s\n", runner.status().to_string().c_str());
     return 1;
@@ -205,7 +182,7 @@ int main(int argc, char** argv) {
   std::vector<Point> pts;
   for (std::int64_t n : args.concurrency) {
     for (std::int64_t pack : args.pack) {
-      const Point p = run_point(**runner, **tok, n, pack, args);
+      const Point p = run_point(**runner, *model.tok, n, pack, args);
       std::printf("%6lld %9lld %9lld %9lld %8lld %11.3f %11.3f %10.3f %10.3f %9.2f %10.1f\n",
                   static_cast<long long>(p.n), static_cast<long long>(p.pack),
                   static_cast<long long>(p.enc.launches), static_cast<long long>(p.enc.segments),

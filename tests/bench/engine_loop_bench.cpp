@@ -46,6 +46,7 @@
 #include "engine/text/tokenizer.h"
 #include "kernels/device/backend_factory.h"
 #include "scheduler/engine_loop.h"
+#include "tests/bench/engine_bench_util.h"
 #include "tests/support/test_paths.h"
 
 namespace {
@@ -132,17 +133,6 @@ struct DecodeProfile {
   }
 };
 
-vv::audio::PreparedAudio noise(double seconds, std::uint64_t seed, int hop) {
-  vv::audio::PreparedAudio a;
-  a.samples = static_cast<std::int64_t>(seconds * 24000);
-  a.frames = (a.samples + hop - 1) / hop;
-  a.input_values.resize(static_cast<std::size_t>(a.frames * hop), 0.0f);
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> g(0.0f, 0.1f);
-  for (std::int64_t i = 0; i < a.samples; ++i) a.input_values[static_cast<std::size_t>(i)] = g(rng);
-  return a;
-}
-
 Point run_point(vv::Runner& runner, const vv::Tokenizer& tok, int n, const Args& args) {
   vv::EngineLoopOptions opt;
   opt.max_running = n;
@@ -191,7 +181,7 @@ Point run_point(vv::Runner& runner, const vv::Tokenizer& tok, int n, const Args&
   std::vector<vv::Request> reqs;
   for (int i = 0; i < n; ++i) {
     vv::Request r;
-    r.audio.push_back(noise(args.audio_s, static_cast<std::uint64_t>(i + 1), hop));
+    r.audio.push_back(vv::bench::noise(args.audio_s, static_cast<std::uint64_t>(i + 1), hop));
     r.sampling.max_new_tokens = args.tokens;
     r.forced_ids.assign(static_cast<std::size_t>(args.tokens), 1000 + i);
     r.repetition_detection = false;  // see the top of the file
@@ -239,15 +229,6 @@ Point run_point(vv::Runner& runner, const vv::Tokenizer& tok, int n, const Args&
   prof.print(n, "all pure-decode steps");
   full.print(n, "full steps");
   return p;
-}
-
-vv::Request make_request(double seconds, int tokens, std::uint64_t seed, int hop) {
-  vv::Request r;
-  r.audio.push_back(noise(seconds, seed, hop));
-  r.sampling.max_new_tokens = tokens;
-  r.forced_ids.assign(static_cast<std::size_t>(tokens), 1000 + static_cast<int>(seed % 1000));
-  r.repetition_detection = false;  // one token repeated: see the top of the file
-  return r;
 }
 
 // Submits `r` and returns a future-like handle: wait() gives its time to first token (s).
@@ -303,7 +284,7 @@ int run_ttft_probe(vv::Runner& runner, const vv::Tokenizer& tok, const Args& arg
   std::vector<double> solo;
   for (int i = 0; i < 4; ++i) {
     Pending p;
-    submit(**loop, make_request(args.audio_s, short_tokens, 100 + i, hop), p);
+    submit(**loop, vv::bench::forced_request(args.audio_s, short_tokens, 100 + i, hop), p);
     p.wait();
     if (i > 0) solo.push_back(p.ttft);
   }
@@ -323,13 +304,13 @@ int run_ttft_probe(vv::Runner& runner, const vv::Tokenizer& tok, const Args& arg
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     const long base = decode_steps.load();
     Pending lp, sp;
-    submit(**loop, make_request(args.ttft_probe_long_s, args.tokens, 7, hop), lp);
+    submit(**loop, vv::bench::forced_request(args.ttft_probe_long_s, args.tokens, 7, hop), lp);
     if (wait_decode) {
       while (decode_steps.load() < base + 2) std::this_thread::sleep_for(std::chrono::microseconds(200));
     } else {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
-    submit(**loop, make_request(args.audio_s, short_tokens, 200, hop), sp);
+    submit(**loop, vv::bench::forced_request(args.audio_s, short_tokens, 200, hop), sp);
     sp.wait();
     lp.wait();
     worst = std::max(worst, sp.ttft / solo_ttft);
@@ -361,7 +342,7 @@ int run_invariance(vv::Runner& runner, const vv::Tokenizer& tok, const Args& arg
     vv::Request r;
     // Different lengths too, so that rows sit at different positions in every step.
     r.audio.push_back(
-        noise(args.audio_s * (0.5 + 0.5 * (i % 4) / 3.0), static_cast<std::uint64_t>(i + 1), hop));
+        vv::bench::noise(args.audio_s * (0.5 + 0.5 * (i % 4) / 3.0), static_cast<std::uint64_t>(i + 1), hop));
     r.sampling.max_new_tokens = args.tokens;
     r.sampling.ignore_eos = true;
     r.repetition_detection = false;
@@ -456,17 +437,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  const vv::ModelSpec spec = args.preset == "7b" ? vv::qwen7b_asr_spec() : vv::tiny_spec();
-  auto ckpt = vv::Checkpoint::random(spec, 1234, args.bf16 ? vv::DType::kBF16 : vv::DType::kF32);
-  if (!ckpt.is_ok()) {
-    std::fprintf(stderr, "random weights: %s\n", ckpt.status().to_string().c_str());
-    return 1;
-  }
-  auto tok = vv::Tokenizer::load_file(vv::test::tokenizer_path());
-  if (!tok.is_ok()) {
-    std::fprintf(stderr, "tokenizer: %s\n", tok.status().to_string().c_str());
-    return 1;
-  }
+  const vv::bench::RandomModel model = vv::bench::random_model(args.preset, args.bf16);
+  const vv::ModelSpec& spec = model.spec;
   const int max_n =
       std::max(args.invariance, *std::max_element(args.concurrency.begin(), args.concurrency.end()));
   vv::RunnerOptions ro;
@@ -484,20 +456,20 @@ int main(int argc, char** argv) {
   bo.cpu_threads = args.threads;
   bo.gpu_bf16_gemm = args.bf16;
   bo.deterministic = args.deterministic;
-  auto runner = vv::make_runner(**ckpt, ro, args.device, bo);
+  auto runner = vv::make_runner(*model.ckpt, ro, args.device, bo);
   if (!runner.is_ok()) {
     std::fprintf(stderr, "runner: %s\n", runner.status().to_string().c_str());
     return 1;
   }
-  if (args.ttft_probe_long_s > 0) return run_ttft_probe(**runner, **tok, args);
-  if (args.invariance > 0) return run_invariance(**runner, **tok, args);
+  if (args.ttft_probe_long_s > 0) return run_ttft_probe(**runner, *model.tok, args);
+  if (args.invariance > 0) return run_invariance(**runner, *model.tok, args);
   std::printf("engine_loop_bench: preset %s on %s, %g s of audio and %d forced tokens per request\n",
               args.preset.c_str(), (*runner)->backend().name().c_str(), args.audio_s, args.tokens);
   std::printf("%6s %14s %12s %10s %10s %9s %10s %12s %11s %10s\n", "N", "decode tok/s", "e2e tok/s",
               "rows/step", "TTFT s", "wall s", "x first N", "full tok/s", "full steps", "full ms");
   std::vector<Point> pts;
   for (int n : args.concurrency) {
-    Point p = run_point(**runner, **tok, n, args);
+    Point p = run_point(**runner, *model.tok, n, args);
     const double first = pts.empty() ? p.decode_tps : pts.front().decode_tps;
     std::printf("%6d %14.1f %12.1f %10.2f %10.3f %9.2f %10.2f %12.1f %11lld %10.3f\n", p.n, p.decode_tps,
                 p.e2e_tps, p.rows_per_step, p.ttft, p.wall, first > 0 ? p.decode_tps / first : 0.0,

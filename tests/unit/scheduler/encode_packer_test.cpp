@@ -18,34 +18,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-struct Golden {
-  std::vector<TokenId> prompt, generated;
-  std::string context;
-};
-
-Golden golden(const std::string& name) {
-  Golden g;
-  simdjson::dom::parser parser;
-  simdjson::padded_string json =
-      simdjson::padded_string::load(golden_dir() + "/cases/" + name + "/golden.json");
-  simdjson::dom::element doc = parser.parse(json);
-  for (auto v : doc["prompt_ids"].get_array()) g.prompt.push_back(static_cast<TokenId>(int64_t(v)));
-  for (auto v : doc["generated_ids"].get_array()) g.generated.push_back(static_cast<TokenId>(int64_t(v)));
-  std::string_view ci;
-  if (!doc["context_info"].get_string().get(ci)) g.context = std::string(ci);
-  return g;
-}
-
-Request transcription(const audio::PreparedAudio& a, const std::string& context, int max_new_tokens) {
-  Request r;
-  r.kind = Request::Kind::kTranscription;
-  r.audio.push_back(a);
-  r.context = compose_context(context, {}, "");
-  r.sampling.max_new_tokens = max_new_tokens;
-  r.sampling.ignore_eos = true;
-  return r;
-}
-
 class EncodePacker : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -88,7 +60,7 @@ TEST_F(EncodePacker, SeveralRequestsShareLaunchesWithTheUnpackedIdsAndTranscript
     Collector c;
     std::vector<RequestId> ids;
     for (const auto& name : names) {
-      Golden g = golden(name);
+      GoldenIds g = golden_ids(name);
       Request r = transcription(golden_audio(name, spec()), g.context, static_cast<int>(g.generated.size()));
       r.stream = true;
       auto id = lp->submit(std::move(r), c.sink());
@@ -134,7 +106,7 @@ TEST_F(EncodePacker, SeveralRequestsShareLaunchesWithTheUnpackedIdsAndTranscript
     const RequestEvent& b = packed.done[i];
     ASSERT_EQ(a.type, RequestEvent::Type::kDone) << names[i] << ": " << a.error.to_string();
     ASSERT_EQ(b.type, RequestEvent::Type::kDone) << names[i] << ": " << b.error.to_string();
-    const Golden g = golden(names[i]);
+    const GoldenIds g = golden_ids(names[i]);
     EXPECT_EQ(b.prompt_ids, g.prompt) << names[i];
     EXPECT_EQ(b.generated_ids, g.generated) << names[i];
     EXPECT_EQ(a.generated_ids, b.generated_ids) << names[i];
@@ -160,12 +132,12 @@ TEST_F(EncodePacker, CancelBetweenPackedLaunchesEndsOnlyThatRequest) {
   std::string longest, shortest;
   for (const auto& n : golden_cases()) {
     if (n == "long") continue;
-    const std::size_t len = golden(n).prompt.size();
-    if (longest.empty() || len > golden(longest).prompt.size()) longest = n;
-    if (shortest.empty() || len < golden(shortest).prompt.size()) shortest = n;
+    const std::size_t len = golden_ids(n).prompt.size();
+    if (longest.empty() || len > golden_ids(longest).prompt.size()) longest = n;
+    if (shortest.empty() || len < golden_ids(shortest).prompt.size()) shortest = n;
   }
   ASSERT_NE(longest, shortest);
-  const Golden g = golden(shortest);
+  const GoldenIds g = golden_ids(shortest);
   auto a = lp->submit(transcription(golden_audio(longest, spec()), "", 5000), c.sink());
   ASSERT_TRUE(a.is_ok());
   victim = *a;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <simdjson.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -18,6 +19,7 @@
 #include "engine/audio/audio_preparer.h"
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/runner/cpu_runner.h"
+#include "engine/text/prompt_builder.h"
 #include "engine/text/tokenizer.h"
 #include "scheduler/engine_loop.h"
 #include "tests/support/test_paths.h"
@@ -109,6 +111,36 @@ inline audio::PreparedAudio golden_audio(const std::string& name, const ModelSpe
 
 inline const RequestEvent* terminal_of(const std::vector<RequestEvent>& events) {
   return events.empty() || !events.back().terminal() ? nullptr : &events.back();
+}
+
+// A golden case's prompt and generated ids and its context (golden.json).
+struct GoldenIds {
+  std::vector<TokenId> prompt, generated;
+  std::string context;
+};
+
+inline GoldenIds golden_ids(const std::string& name) {
+  GoldenIds g;
+  simdjson::dom::parser parser;
+  simdjson::padded_string json =
+      simdjson::padded_string::load(golden_dir() + "/cases/" + name + "/golden.json");
+  simdjson::dom::element doc = parser.parse(json);
+  for (auto v : doc["prompt_ids"].get_array()) g.prompt.push_back(static_cast<TokenId>(int64_t(v)));
+  for (auto v : doc["generated_ids"].get_array()) g.generated.push_back(static_cast<TokenId>(int64_t(v)));
+  std::string_view ci;
+  if (!doc["context_info"].get_string().get(ci)) g.context = std::string(ci);
+  return g;
+}
+
+// A transcription of `a` with `context` that generates exactly max_new_tokens (EOS ignored).
+inline Request transcription(const audio::PreparedAudio& a, const std::string& context, int max_new_tokens) {
+  Request r;
+  r.kind = Request::Kind::kTranscription;
+  r.audio.push_back(a);
+  r.context = compose_context(context, {}, "");
+  r.sampling.max_new_tokens = max_new_tokens;
+  r.sampling.ignore_eos = true;
+  return r;
 }
 
 }  // namespace vv::test

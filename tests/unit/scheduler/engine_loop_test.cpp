@@ -19,24 +19,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-struct GoldenIds {
-  std::vector<TokenId> prompt, generated;
-  std::string context;
-};
-
-GoldenIds golden_ids(const std::string& name) {
-  GoldenIds g;
-  simdjson::dom::parser parser;
-  simdjson::padded_string json =
-      simdjson::padded_string::load(golden_dir() + "/cases/" + name + "/golden.json");
-  simdjson::dom::element doc = parser.parse(json);
-  for (auto v : doc["prompt_ids"].get_array()) g.prompt.push_back(static_cast<TokenId>(int64_t(v)));
-  for (auto v : doc["generated_ids"].get_array()) g.generated.push_back(static_cast<TokenId>(int64_t(v)));
-  std::string_view ci;
-  if (!doc["context_info"].get_string().get(ci)) g.context = std::string(ci);
-  return g;
-}
-
 // Cases short enough for many runs (the `long` one is left to the runner tests).
 std::vector<std::string> cases() {
   std::vector<std::string> out;
@@ -44,16 +26,6 @@ std::vector<std::string> cases() {
     if (n != "long") out.push_back(n);
   }
   return out;
-}
-
-Request transcription(const audio::PreparedAudio& a, const std::string& context, int max_new_tokens) {
-  Request r;
-  r.kind = Request::Kind::kTranscription;
-  r.audio.push_back(a);
-  r.context = compose_context(context, {}, "");
-  r.sampling.max_new_tokens = max_new_tokens;
-  r.sampling.ignore_eos = true;
-  return r;
 }
 
 // Stats are published after each step, a moment after the step's events: wait for the loop to go idle.
