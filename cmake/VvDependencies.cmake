@@ -41,11 +41,25 @@ else()
   message(STATUS "Boost >= 1.81 not found: the HTTP service is off (install libboost1.81-dev)")
 endif()
 find_package(prometheus-cpp CONFIG QUIET)
+if(NOT prometheus-cpp_FOUND)
+  # Debian's package config also requires civetweb, zlib and curl (for the pull and push
+  # libraries); we link only prometheus-cpp-core, so take the core library and headers directly.
+  find_path(VV_PROMETHEUS_INCLUDE_DIR prometheus/registry.h)
+  find_library(VV_PROMETHEUS_CORE_LIBRARY prometheus-cpp-core)
+  if(VV_PROMETHEUS_INCLUDE_DIR AND VV_PROMETHEUS_CORE_LIBRARY)
+    add_library(prometheus-cpp::core UNKNOWN IMPORTED)
+    set_target_properties(prometheus-cpp::core PROPERTIES
+      IMPORTED_LOCATION "${VV_PROMETHEUS_CORE_LIBRARY}"
+      INTERFACE_INCLUDE_DIRECTORIES "${VV_PROMETHEUS_INCLUDE_DIR}")
+    set(prometheus-cpp_FOUND ON)
+    message(STATUS "prometheus-cpp: core library ${VV_PROMETHEUS_CORE_LIBRARY} (package config unusable)")
+  endif()
+endif()
 if(prometheus-cpp_FOUND)
   set(VV_HAVE_PROMETHEUS ON)
 else()
-  set(VV_HAVE_PROMETHEUS OFF)
-  message(STATUS "prometheus-cpp not found: metrics are off (install prometheus-cpp-dev)")
+  message(FATAL_ERROR "prometheus-cpp (core) not found; the service's /metrics needs it: "
+                      "install prometheus-cpp-dev (scripts/setup.sh does)")
 endif()
 
 if(VV_BUILD_TESTS)
