@@ -1,10 +1,14 @@
 # There (the GPU host), sourced at the start of a command run from the repository root:
 #   . scripts/device/host_env.sh
-# Unpacks .device/debs into /tmp/deps, puts ninja and the reference wheels on the path, and sets
+# Unpacks .device/debs into /tmp/deps (their .pc files re-prefixed), puts ninja and the reference wheels on the path, and sets
 # VV_SRC to the tree to build: /tmp/vvsrc, the committed snapshot (.device/src.tar.gz, with this
 # tree's tests/data beside it) when there is one, else this tree.
 if [ ! -d /tmp/deps/usr ]; then
   mkdir -p /tmp/deps && for f in .device/debs/*.deb; do dpkg -x "$f" /tmp/deps; done
+  # Debian's .pc files say prefix=/usr; point them at the unpacked tree (pkg-config would otherwise
+  # hand out -I/usr/include, where the host has none of these headers)
+  sed -i 's|^prefix=/usr$|prefix=/tmp/deps/usr|' /tmp/deps/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc \
+    /tmp/deps/usr/share/pkgconfig/*.pc 2>/dev/null || true
 fi
 export CMAKE_PREFIX_PATH=/tmp/deps/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}
 export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
