@@ -8,7 +8,7 @@ targets=("$@")
 ninja_bin=$(command -v ninja || true)
 gen=(-G Ninja)
 [ -n "$ninja_bin" ] || gen=()
-cmake -S "$VV_SRC" -B /tmp/vvbuild "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DVV_WITH_CUDA=ON \
+cmake -S "$VV_SRC" -B /tmp/vvbuild "${gen[@]}" -U '__pkg_config_*' -DCMAKE_BUILD_TYPE=Release -DVV_WITH_CUDA=ON \
   -DVV_CUDA_ARCHS=90a -DCMAKE_CUDA_ARCHITECTURES=90a >/tmp/vvbuild.configure.log 2>&1 ||
   { tail -40 /tmp/vvbuild.configure.log; exit 1; }
 cmake --build /tmp/vvbuild -j 16 --target "${targets[@]}" >/tmp/vvbuild.log 2>&1 ||

@@ -5,11 +5,11 @@
 # tree's tests/data beside it) when there is one, else this tree.
 if [ ! -d /tmp/deps/usr ]; then
   mkdir -p /tmp/deps && for f in .device/debs/*.deb; do dpkg -x "$f" /tmp/deps; done
-  # Debian's .pc files say prefix=/usr; point them at the unpacked tree (pkg-config would otherwise
-  # hand out -I/usr/include, where the host has none of these headers)
-  sed -i 's|^prefix=/usr$|prefix=/tmp/deps/usr|' /tmp/deps/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc \
-    /tmp/deps/usr/share/pkgconfig/*.pc 2>/dev/null || true
 fi
+# Debian's .pc files say prefix=/usr; point them at the unpacked tree (pkg-config would otherwise
+# hand out -I/usr/include, where the host has none of these headers)
+sed -i 's|^prefix=/usr$|prefix=/tmp/deps/usr|' /tmp/deps/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc \
+  /tmp/deps/usr/share/pkgconfig/*.pc 2>/dev/null || true
 export CMAKE_PREFIX_PATH=/tmp/deps/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}
 export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PKG_CONFIG_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu/pkgconfig:/tmp/deps/usr/share/pkgconfig
@@ -20,8 +20,10 @@ if [ -d .device/wheels ] && [ ! -d /tmp/refpy ]; then
 fi
 export VV_REF_PYTHONPATH=/tmp/refpy
 if [ -f .device/src.tar.gz ]; then
-  if [ ! -d /tmp/vvsrc ]; then
-    mkdir -p /tmp/vvsrc && tar -xzf .device/src.tar.gz -C /tmp/vvsrc && cp -r tests/data /tmp/vvsrc/tests/
+  # a warm machine keeps /tmp/vvsrc from an earlier call: take the snapshot again when it changed
+  if [ ! -d /tmp/vvsrc ] || ! cmp -s .device/src.rev /tmp/vvsrc.rev; then
+    rm -rf /tmp/vvsrc && mkdir -p /tmp/vvsrc && tar -xzf .device/src.tar.gz -C /tmp/vvsrc &&
+      cp -r tests/data /tmp/vvsrc/tests/ && cp .device/src.rev /tmp/vvsrc.rev
   fi
   export VV_SRC=/tmp/vvsrc
 else
