@@ -18,16 +18,17 @@ inline bool mma_decode_applies(int heads, int kv_heads, int head_dim) {
   return G >= 1 && G <= 8;
 }
 
-// Which tensor-core decode kernel runs, and its shape (decode_ops.cu). `stream`: each warp streams
-// its K and V through a ring of shared-memory stages (cp.async, mma_decode_stream_kernel); not the
-// default until it has been measured and tested on the GPU (kernels/cuda/NOTES.md, "decattn2").
-// Otherwise the first kernel (mma_decode_kernel), which loads one 16-key step at a time into
+// Which tensor-core decode kernel runs, and its shape (decode_ops.cu). `stream` (the default): each
+// warp streams its K and V through a ring of shared-memory stages (cp.async,
+// mma_decode_stream_kernel); on the H200 at the 7B shape it takes half the register kernel's time
+// at 1-128 rows (kernels/cuda/NOTES.md, "Session 6"), and 2 warps per block beat 4 at 64 and 128
+// rows. Otherwise the first kernel (mma_decode_kernel), which loads one 16-key step at a time into
 // registers. Every setting keeps a row's arithmetic independent of the other rows; the kernel and
 // the chunk change a row's bits (the mma's k order, the units), the stages and warps do not.
 struct MmaDecodeConfig {
-  bool stream = false;
+  bool stream = true;
   int stages = 2;               // 16-key stages in flight per warp: 2 or 4
-  int warps = 4;                // warps (units) per block of the stream kernel: 1, 2 or 4
+  int warps = 2;                // warps (units) per block of the stream kernel: 1, 2 or 4
   int chunk = kMmaDecodeChunk;  // keys per unit: 64, 128 or 256
 };
 // Taken from the environment at the first use (benchmarks, A/B runs): VV_CUDA_MMA_DECODE=stream|regs,

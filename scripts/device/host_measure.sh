@@ -11,6 +11,7 @@
 #   ttft         engine_loop_bench --ttft-probe 300
 #   invariance   engine_loop_bench --invariance 8 --audio 10 --tokens 32
 #   attn         cuda_decode_bench --attn-bench: the register and stream mma kernels (NOTES decattn2)
+# Everything written under $OUT ends in $OUT/logs.tgz (the device returns at most 8 files).
 #   deterministic  the same with --deterministic, and the curve's 1/64/128 points with it (its cost)
 # Usage: OUT=... scripts/device/host_measure.sh step...
 set -uo pipefail
@@ -51,7 +52,7 @@ for step in "$@"; do
     invariance) run invariance $B/engine_loop_bench --preset 7b --device cuda --bf16 --invariance 8 --audio 10 \
       --tokens 32 ;;
     attn)
-      for cfg in "regs" "stream" "stream VV_CUDA_MMA_DECODE_STAGES=4" "stream VV_CUDA_MMA_DECODE_WARPS=2"; do
+      for cfg in "regs" "stream" "stream VV_CUDA_MMA_DECODE_WARPS=4" "stream VV_CUDA_MMA_DECODE_WARPS=1"; do
         read -ra kv <<<"$cfg"
         run "attn_${cfg//[^A-Za-z0-9]/_}" env VV_CUDA_MMA_DECODE="${kv[0]}" "${kv[@]:1}" \
           $B/cuda_decode_bench --attn-bench
@@ -64,3 +65,6 @@ for step in "$@"; do
     *) echo "unknown step $step" | tee -a "$OUT/steps.txt" ;;
   esac
 done
+# At most 8 files come back from $OUT: everything goes into one archive, steps.txt stays beside it.
+(cd "$OUT" && tar -czf /tmp/vvlogs.tgz --exclude=logs.tgz . && find . -type f ! -name steps.txt -delete &&
+  mv /tmp/vvlogs.tgz logs.tgz)

@@ -78,8 +78,9 @@ StepData make_step(const Step& st, uint32_t seed) {
   return d;
 }
 
-// The backend with the tensor-core kernel for every row count: its default (VV_CUDA_DECODE_ATTN=auto)
-// takes the SIMT kernel for one-row steps, which the one-row cases here would then test instead.
+// The backend with the tensor-core kernel for every row count: with the register kernel its default
+// (VV_CUDA_DECODE_ATTN=auto) takes the SIMT kernel for one-row steps, which the one-row cases here
+// would then test instead.
 std::unique_ptr<Backend> mma_backend() {
   ::setenv("VV_CUDA_DECODE_ATTN", "mma", 1);
   BackendOptions opt;
