@@ -14,7 +14,8 @@ export CMAKE_PREFIX_PATH=/tmp/deps/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}
 export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PKG_CONFIG_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu/pkgconfig:/tmp/deps/usr/share/pkgconfig
 py=$(command -v python3)
-export PATH="$(dirname "$(readlink -f "$py")"):$PATH"
+# the venv's bin (its ninja); not the resolved interpreter's folder, whose python3 has no torch
+export PATH="$(dirname "$py"):$PATH"
 if [ -d .device/wheels ] && [ ! -d /tmp/refpy ]; then
   python3 -m pip install -q --no-deps --target /tmp/refpy .device/wheels/*.whl >/dev/null 2>&1 || true
 fi
