@@ -100,18 +100,43 @@ Result<DeviceTensor> upload_matrix(Backend& be, const HostTensor& w) {
 }
 
 Result<DeviceTensor> upload_stacked_rows(Backend& be, const HostTensor& a, const HostTensor& b) {
-  VV_RETURN_IF_ERROR(check_float(a));
-  VV_RETURN_IF_ERROR(check_float(b));
-  if (a.dtype != b.dtype || tail_product(a.shape) != tail_product(b.shape)) {
-    return invalid_argument("tensors " + a.name + " " + shape_str(a.shape) + " and " + b.name + " " +
-                            shape_str(b.shape) + " cannot be stacked (dtype or columns differ)");
+  return upload_stacked_rows(be, {&a, &b});
+}
+
+Result<DeviceTensor> upload_stacked_rows(Backend& be, std::initializer_list<const HostTensor*> parts) {
+  if (parts.size() == 0) return invalid_argument("upload_stacked_rows: no tensors");
+  const HostTensor& first = **parts.begin();
+  size_t bytes = 0;
+  int64_t rows = 0;
+  for (const HostTensor* t : parts) {
+    VV_RETURN_IF_ERROR(check_float(*t));
+    if (t->dtype != first.dtype || tail_product(t->shape) != tail_product(first.shape)) {
+      return invalid_argument("tensors " + first.name + " " + shape_str(first.shape) + " and " + t->name + " " +
+                              shape_str(t->shape) + " cannot be stacked (dtype or columns differ)");
+    }
+    bytes += t->bytes();
+    rows += t->shape[0];
   }
-  std::vector<char> host(a.bytes() + b.bytes());
-  std::memcpy(host.data(), a.data, a.bytes());
-  std::memcpy(host.data() + a.bytes(), b.data, b.bytes());
-  uploaded(a);
-  uploaded(b);
-  return upload_bytes(be, host.data(), host.size(), a.dtype, a.shape[0] + b.shape[0], tail_product(a.shape), false);
+  std::vector<char> host(bytes);
+  size_t at = 0;
+  for (const HostTensor* t : parts) {
+    std::memcpy(host.data() + at, t->data, t->bytes());
+    at += t->bytes();
+  }
+  for (const HostTensor* t : parts) uploaded(*t);
+  return upload_bytes(be, host.data(), host.size(), first.dtype, rows, tail_product(first.shape), false);
+}
+
+Result<DeviceTensor> upload_joined_f32(Backend& be, std::initializer_list<const HostTensor*> parts) {
+  std::vector<float> host;
+  for (const HostTensor* t : parts) {
+    VV_RETURN_IF_ERROR(check_float(*t));
+    const int64_t n = t->numel();
+    for (int64_t i = 0; i < n; ++i) host.push_back(element_as_f32(*t, i));
+  }
+  for (const HostTensor* t : parts) uploaded(*t);
+  return upload_bytes(be, host.data(), host.size() * sizeof(float), DType::kF32, 1,
+                      static_cast<int64_t>(host.size()), true);
 }
 
 Result<DeviceTensor> upload_f32(Backend& be, const HostTensor& w) {

@@ -37,6 +37,10 @@ UploadedFn set_upload_hook(UploadedFn fn);
 Result<DeviceTensor> upload_matrix(Backend& be, const HostTensor& w);
 // Rows of a then rows of b (same dtype and columns): e.g. gate and up as one [2I, H] weight.
 Result<DeviceTensor> upload_stacked_rows(Backend& be, const HostTensor& a, const HostTensor& b);
+// The same for any number of tensors, in order: e.g. q, k and v as one [qd + 2·kvd, H] weight.
+Result<DeviceTensor> upload_stacked_rows(Backend& be, std::initializer_list<const HostTensor*> parts);
+// Vectors converted to F32 and joined end to end (e.g. the q, k and v biases as one vector).
+Result<DeviceTensor> upload_joined_f32(Backend& be, std::initializer_list<const HostTensor*> parts);
 // A small tensor converted to F32 (norm weights, biases, layer scales, depthwise kernels), viewed
 // as a vector (1-D input) or as [shape0, prod(rest)].
 Result<DeviceTensor> upload_f32(Backend& be, const HostTensor& w);

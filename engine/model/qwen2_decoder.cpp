@@ -87,12 +87,8 @@ Status Qwen2Decoder::load(const DecoderWeights& w) {
     if (li < opt_.layer_begin || li >= opt_.layer_end) continue;  // another shard's layer
     Layer& l = layers_[static_cast<size_t>(li)];
     VV_ASSIGN_OR_RETURN(l.input_norm, upload_f32(be_, lw.input_norm));
-    VV_ASSIGN_OR_RETURN(l.q_w, upload_matrix(be_, lw.q_w));
-    VV_ASSIGN_OR_RETURN(l.q_b, upload_f32(be_, lw.q_b));
-    VV_ASSIGN_OR_RETURN(l.k_w, upload_matrix(be_, lw.k_w));
-    VV_ASSIGN_OR_RETURN(l.k_b, upload_f32(be_, lw.k_b));
-    VV_ASSIGN_OR_RETURN(l.v_w, upload_matrix(be_, lw.v_w));
-    VV_ASSIGN_OR_RETURN(l.v_b, upload_f32(be_, lw.v_b));
+    VV_ASSIGN_OR_RETURN(l.qkv_w, upload_stacked_rows(be_, {&lw.q_w, &lw.k_w, &lw.v_w}));  // [qd + 2kvd, H]
+    VV_ASSIGN_OR_RETURN(l.qkv_b, upload_joined_f32(be_, {&lw.q_b, &lw.k_b, &lw.v_b}));
     VV_ASSIGN_OR_RETURN(l.o_w, upload_matrix(be_, lw.o_w));
     VV_ASSIGN_OR_RETURN(l.post_norm, upload_f32(be_, lw.post_norm));
     VV_ASSIGN_OR_RETURN(l.gate_up_w, upload_stacked_rows(be_, lw.gate_w, lw.up_w));  // [2I, H]: silu_mul halves
@@ -107,9 +103,7 @@ Status Qwen2Decoder::load(const DecoderWeights& w) {
   const int64_t R = opt_.max_rows, S = opt_.max_seqs;
   x_ = alloc_f32(be_, R, H);
   a_ = alloc_f32(be_, R, H);
-  q_ = alloc_f32(be_, R, qd);
-  k_ = alloc_f32(be_, R, kvd);
-  v_ = alloc_f32(be_, R, kvd);
+  qkv_ = alloc_f32(be_, R, qd + 2 * kvd);
   attn_ = alloc_f32(be_, R, qd);
   gu_ = alloc_f32(be_, R, 2 * I);
   m_ = alloc_f32(be_, R, I);
@@ -128,7 +122,7 @@ Status Qwen2Decoder::load(const DecoderWeights& w) {
 std::vector<DeviceTensor*> Qwen2Decoder::layer_tensors(int l) {
   if (l < opt_.layer_begin || l >= opt_.layer_end) return {};
   Layer& w = layers_[static_cast<size_t>(l)];
-  return {&w.input_norm, &w.q_w, &w.q_b, &w.k_w, &w.k_b, &w.v_w, &w.v_b, &w.o_w, &w.post_norm, &w.gate_up_w, &w.down_w};
+  return {&w.input_norm, &w.qkv_w, &w.qkv_b, &w.o_w, &w.post_norm, &w.gate_up_w, &w.down_w};
 }
 
 Status Qwen2Decoder::stage_rows(const StepPlan& plan, KvView& kv, int64_t* rows, AttentionRows* attn) {
@@ -250,15 +244,16 @@ void Qwen2Decoder::run_layer(int l, Tensor& x, const AttentionRows& rows, KvLaye
   const int64_t n = x.rows();
   const float eps = spec_.rms_norm_eps;
   const AttentionShape shape = attention_shape();
-  Tensor a = a_.t.row_slice(0, n), q = q_.t.row_slice(0, n), k = k_.t.row_slice(0, n), v = v_.t.row_slice(0, n);
+  const int64_t qd = static_cast<int64_t>(spec_.num_heads) * spec_.head_dim;
+  const int64_t kvd = static_cast<int64_t>(spec_.num_kv_heads) * spec_.head_dim;
+  Tensor a = a_.t.row_slice(0, n), qkv = qkv_.t.row_slice(0, n);
+  Tensor q = qkv.col_slice(0, qd), k = qkv.col_slice(qd, kvd), v = qkv.col_slice(qd + kvd, kvd);
   Tensor attn = attn_.t.row_slice(0, n), gu = gu_.t.row_slice(0, n), m = m_.t.row_slice(0, n);
   Tensor pos = rows.row_pos;
   const float theta = static_cast<float>(spec_.rope_theta);
   // Attention block: x += o(attention(rope(q), rope(k), v)) over the paged cache.
   be_.rms_norm(x, w.input_norm.t, eps, a);
-  be_.gemm(a, w.q_w.t, &w.q_b.t, q, Epilogue::kNone);
-  be_.gemm(a, w.k_w.t, &w.k_b.t, k, Epilogue::kNone);
-  be_.gemm(a, w.v_w.t, &w.v_b.t, v, Epilogue::kNone);
+  be_.gemm(a, w.qkv_w.t, &w.qkv_b.t, qkv, Epilogue::kNone);  // q | k | v side by side in each row
   be_.rope(q, pos, spec_.num_heads, spec_.head_dim, theta);
   be_.rope(k, pos, spec_.num_kv_heads, spec_.head_dim, theta);
   be_.kv_write(k, v, rows, kv, shape);

@@ -40,16 +40,16 @@ DecoderBytes decoder_bytes(const DecoderSpec& s, const DecoderWeights& w, int ma
   if (last) b.head = as_f32(w.final_norm) + (tied ? (first ? 0 : table) : as_bound(w.lm_head));
   for (int l = layer_begin; l < layer_end && l < static_cast<int>(w.layers.size()); ++l) {
     const DecoderLayerWeights& x = w.layers[static_cast<size_t>(l)];
-    b.layers.push_back(as_f32(x.input_norm) + as_bound(x.q_w) + as_f32(x.q_b) + as_bound(x.k_w) +
-                       as_f32(x.k_b) + as_bound(x.v_w) + as_f32(x.v_b) + as_bound(x.o_w) +
+    b.layers.push_back(as_f32(x.input_norm) + aligned(x.q_w.bytes() + x.k_w.bytes() + x.v_w.bytes()) +
+                       f32s(x.q_b.numel() + x.k_b.numel() + x.v_b.numel()) + as_bound(x.o_w) +
                        as_f32(x.post_norm) + aligned(x.gate_w.bytes() + x.up_w.bytes()) + as_bound(x.down_w));
   }
-  // Qwen2Decoder::load's workspace: x, a, q, k, v, attn, gate_up, mlp rows; ids, pos, seq; tables;
-  // and on the last shard the head's rows, logits and next ids.
+  // Qwen2Decoder::load's workspace: x, a, qkv, attn, gate_up, mlp rows; ids, pos, seq; tables; and on
+  // the last shard the head's rows, logits and next ids.
   const int64_t R = max_rows, S = max_seqs, H = s.hidden_size, I = s.intermediate_size, V = s.vocab_size;
   const int64_t qd = static_cast<int64_t>(s.num_heads) * s.head_dim,
                 kvd = static_cast<int64_t>(s.num_kv_heads) * s.head_dim;
-  b.workspace = 2 * f32s(R * H) + 2 * f32s(R * qd) + 2 * f32s(R * kvd) + f32s(R * 2 * I) + f32s(R * I) +
+  b.workspace = 2 * f32s(R * H) + f32s(R * (qd + 2 * kvd)) + f32s(R * qd) + f32s(R * 2 * I) + f32s(R * I) +
                 3 * f32s(R) + f32s(S * std::max(max_blocks_per_seq, 1));
   if (last) b.workspace += f32s(S * H) + f32s(S * V) + f32s(S);
   return b;

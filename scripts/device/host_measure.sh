@@ -4,6 +4,8 @@
 #   tests        unit_kernels_cuda, VV_REQUIRE_GPU=1 ($GTEST_FILTER narrows it)
 #   golden       make_golden.py --preset full (bf16 reference on the GPU, ~17 GB under /tmp) + gpu_full_golden
 #   decode       cuda_decode_bench --preset 7b --bf16 (decode b1, prefill, encoders, standard job)
+#   decode_tuned, curve_tuned  decode, and the curve's 64/128 points, with VV_CUDA_LT_ALGOS=16 (each GEMM
+#                shape times the heuristic's first 16 cuBLASLt algorithms and keeps the fastest)
 #   roofline     decode_roofline.py 1 8 64 128 (plain cuBLAS, weights only, graph-replayed)
 #   reference    the PyTorch reference's batched decode (bench_reference.py's method) at $REF_BATCHES
 #   curve        engine_loop_bench 7b bf16 --audio 30 --tokens $CURVE_TOKENS at $CURVE_N (1,2,..,128) requests
@@ -40,6 +42,9 @@ for step in "$@"; do
         --device cuda --skip-fp64 --out /tmp/goldfull
       run golden_check env VV_GOLDEN_DIR=/tmp/goldfull VV_REQUIRE_GPU=1 $B/gpu_full_golden ;;
     decode) run decode $B/cuda_decode_bench --preset 7b --bf16 ;;
+    decode_tuned) run decode_tuned env VV_CUDA_LT_ALGOS=16 $B/cuda_decode_bench --preset 7b --bf16 ;;
+    curve_tuned) run curve_tuned env VV_CUDA_LT_ALGOS=16 $B/engine_loop_bench --preset 7b --device cuda --bf16 \
+      --audio 30 --tokens "$CURVE_TOKENS" --concurrency 64,128 ;;
     roofline) run roofline python3 $VV_DEV/golden/decode_roofline.py 1 8 64 128 ;;
     reference)
       run reference env PYTHONPATH=$VV_REF_PYTHONPATH:$VV_DEV/golden python3 scripts/device/reference_batched.py \
