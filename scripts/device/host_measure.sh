@@ -40,7 +40,7 @@ for step in "$@"; do
     golden)
       run golden_make env PYTHONPATH=$VV_REF_PYTHONPATH python3 $VV_DEV/golden/make_golden.py --preset full \
         --device cuda --skip-fp64 --out /tmp/goldfull
-      run golden_check env VV_GOLDEN_DIR=/tmp/goldfull VV_REQUIRE_GPU=1 $B/gpu_full_golden ;;
+      run golden_check env -u GTEST_FILTER VV_GOLDEN_DIR=/tmp/goldfull VV_REQUIRE_GPU=1 $B/gpu_full_golden ;;
     decode) run decode $B/cuda_decode_bench --preset 7b --bf16 ;;
     decode_tuned) run decode_tuned env VV_CUDA_LT_ALGOS=16 $B/cuda_decode_bench --preset 7b --bf16 ;;
     curve_tuned) run curve_tuned env VV_CUDA_LT_ALGOS=16 $B/engine_loop_bench --preset 7b --device cuda --bf16 \
