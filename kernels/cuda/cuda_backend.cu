@@ -28,9 +28,10 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_ops.cuh"
 #include "kernels/cuda/decode_attention.h"
-#include "kernels/cuda/encoder_ops.cuh"
 #include "kernels/cuda/decode_ops.cuh"
+#include "kernels/cuda/encoder_ops.cuh"
 #include "kernels/cuda/prefill_attention.cuh"
+#include "kernels/cuda/skinny_gemm.cuh"
 
 namespace vv {
 namespace {
@@ -99,6 +100,7 @@ class CudaBackend final : public Backend {
     for (auto& [key, plan] : plans_) destroy_plan(plan);
     if (lt_) lt_api_->destroy(lt_);
     if (lt_ws_) cudaFree(lt_ws_);
+    if (sk_ws_) cudaFree(sk_ws_);
     if (pack_) cudaFree(pack_);
     if (attn_ws_) cudaFree(attn_ws_);
     if (argmax_ws_) cudaFree(argmax_ws_);
@@ -149,6 +151,13 @@ class CudaBackend final : public Backend {
         if (cudaMalloc(&b->lt_ws_, b->lt_ws_bytes_) != cudaSuccess) {
           return internal_error("CUDA backend: cannot allocate the cuBLASLt workspace");
         }
+      }
+    }
+    if (b->skinny_gemm_ && b->compute_ == CudaCompute::kBF16) {
+      b->sk_ws_bytes_ = cuda::skinny_gemm_ws_max_bytes(b->sms_);
+      if (cudaMalloc(&b->sk_ws_, b->sk_ws_bytes_) != cudaSuccess) {
+        return internal_error("CUDA backend: cannot allocate the skinny GEMM's partials (" +
+                              std::to_string(b->sk_ws_bytes_ >> 20) + " MiB)");
       }
     }
     return std::unique_ptr<Backend>(std::move(b));
@@ -598,8 +607,9 @@ class CudaBackend final : public Backend {
         launched(norm ? "rms_norm" : "silu_mul");
       }
       for (const OpRec& g : gemms) {
-        OpTimer timer(this, "gemm.cublaslt_packed");
         Tensor o = g.out;
+        OpTimer timer(this,
+                      skinny_takes(g.a, g.w, o, g.ep) ? "gemm.skinny_mma_packed" : "gemm.cublaslt_packed");
         gemm_lt_packed(g.a, g.w, g.hb ? g.b.ptr<const float>() : nullptr, o, g.ep);
         launched("gemm");
       }
@@ -729,7 +739,7 @@ class CudaBackend final : public Backend {
       OpTimer timer(this, "gemm.skinny");
       cuda::gemv(a, w, bp, out, ep, stream_);
     } else if (compute_ == CudaCompute::kBF16 && half_w) {
-      OpTimer timer(this, "gemm.cublaslt");
+      OpTimer timer(this, skinny_takes(a, w, out, ep) ? "gemm.skinny_mma" : "gemm.cublaslt");
       gemm_lt(a, w, bp, out, ep);
     } else {
       OpTimer timer(this, "gemm.simt_f32");
@@ -1154,9 +1164,25 @@ class CudaBackend final : public Backend {
     gemm_lt_packed(a, w, bias, out, ep);
   }
 
+  // Whether gemm_lt_packed takes the split-K skinny kernel (VV_CUDA_SKINNY_GEMM=1; skinny_gemm.cuh):
+  // bf16 weights, 2..128 rows, no GELU epilogue.
+  bool skinny_takes(const Tensor& a, const Tensor& w, const Tensor& out, Epilogue ep) const {
+    return skinny_gemm_ && sk_ws_ && w.dtype == DType::kBF16 && out.rows() >= 2 && ep != Epilogue::kGelu &&
+           out.dtype == DType::kF32 &&
+           cuda::skinny_gemm_fits(out.rows(), a.cols(), pack_, w.data, w.row_stride()) &&
+           cuda::skinny_gemm_ws_bytes(out.rows(), out.cols(),
+                                      cuda::plan_skinny_gemm(out.cols(), a.cols(), sms_)) <= sk_ws_bytes_;
+  }
+
   // gemm_lt once pack_ holds a's rows in w's 16-bit type (a itself is read only by the fallback).
   void gemm_lt_packed(const Tensor& a, const Tensor& w, const float* bias, Tensor& out, Epilogue ep) {
     const int64_t M = out.rows(), N = out.cols(), K = a.cols();
+    if (skinny_takes(a, w, out, ep)) {
+      cuda::skinny_gemm(pack_, M, K, w.data, w.row_stride(), N, bias, ep == Epilogue::kAddResidual,
+                        out.ptr<float>(), out.row_stride(), cuda::plan_skinny_gemm(N, K, sms_),
+                        static_cast<float*>(sk_ws_), stream_);
+      return;
+    }
     Plan* p = plan_for(M, N, K, out.row_stride(), w.dtype, bias != nullptr, static_cast<int>(ep));
     if (!p) {  // no cuBLASLt algorithm for this shape/alignment: the SIMT path is always valid
       cuda::gemm_f32(a, w, bias, out, ep, stream_);
@@ -1225,6 +1251,12 @@ class CudaBackend final : public Backend {
     return n < 1 ? 1 : (n > kMaxLtAlgos ? kMaxLtAlgos : n);
   }
   int lt_algos_ = lt_algos_from_env();
+  // VV_CUDA_SKINNY_GEMM=1: bf16 GEMMs of 2..128 rows on the split-K kernel (skinny_gemm.cuh), an
+  // experiment until measured; its partials' buffer (sized for any such shape) is allocated at creation.
+  bool skinny_gemm_ =
+      std::getenv("VV_CUDA_SKINNY_GEMM") && std::string(std::getenv("VV_CUDA_SKINNY_GEMM")) == "1";
+  void* sk_ws_ = nullptr;
+  size_t sk_ws_bytes_ = 0;
 
   int device_ = 0;
   CudaCompute compute_ = CudaCompute::kF32;

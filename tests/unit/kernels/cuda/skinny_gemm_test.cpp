@@ -1,0 +1,183 @@
+// The split-K skinny GEMM (kernels/cuda/skinny_gemm.cuh; VV_CUDA_SKINNY_GEMM=1): bf16 GEMMs of 2..128
+// rows against a double-precision reference on the same bf16-rounded operands, over odd, prime and
+// the 7B's production shapes (one slice and many; a K shorter than a stage; N not a multiple of the
+// block's 128 columns), with bias, residual and strided outputs; every output written, the kernel
+// really taken (the profiler's table names it), and each row's bits independent of how many rows
+// share the launch. Labelled gpu: skipped with the reason where no GPU is usable.
+#include "kernels/cuda/skinny_gemm.cuh"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "tests/unit/kernels/cuda/cuda_test_util.h"
+
+namespace vv::test {
+namespace {
+
+Result<std::unique_ptr<Backend>> sk_backend(bool profile) {
+  ::setenv("VV_CUDA_SKINNY_GEMM", "1", 1);
+  if (profile) ::setenv("VV_CUDA_PROFILE", "1", 1);
+  BackendOptions opt;
+  opt.gpu_bf16_gemm = true;
+  auto be = make_backend("cuda:0", opt);
+  ::unsetenv("VV_CUDA_SKINNY_GEMM");
+  ::unsetenv("VV_CUDA_PROFILE");
+  return be;
+}
+
+struct SkCase {
+  int64_t M, N, K;
+  bool bias, residual;
+  int64_t ldo_pad;  // extra columns of the output's row stride
+};
+
+// The GEMM on the backend: out (=|+=) bf16(a) · wᵀ + bias; the output rows, packed.
+std::vector<float> sk_run(Backend& be, HostMatrix& a, HostMatrix& w, HostMatrix* bias, HostMatrix& res,
+                          const SkCase& c) {
+  DeviceMatrix da = to_device(be, a), dw = to_device(be, w);
+  DeviceMatrix out = poisoned(be, c.M, c.N, c.N + c.ldo_pad);
+  if (c.residual) {
+    for (int64_t r = 0; r < c.M; ++r)
+      be.upload(static_cast<float*>(out.t.data) + r * out.t.row_stride(), res.f32() + r * c.N,
+                static_cast<size_t>(c.N) * 4);
+  }
+  DeviceMatrix db;
+  Tensor bv;
+  if (bias) {
+    db = to_device(be, *bias);
+    bv = Tensor::vector(db.buf.data(), DType::kF32, c.N);
+  }
+  be.gemm(da.t, dw.t, bias ? &bv : nullptr, out.t, c.residual ? Epilogue::kAddResidual : Epilogue::kNone);
+  return download_f32(be, out.t);
+}
+
+// The reference in double over the bf16-rounded a, and the size of each element's terms (for the
+// tolerance: f32 accumulation over K).
+void sk_reference(const HostMatrix& a, const HostMatrix& w, const HostMatrix* bias, const HostMatrix& res,
+                  const SkCase& c, std::vector<double>* want, std::vector<double>* scale) {
+  want->assign(static_cast<size_t>(c.M * c.N), 0.0);
+  scale->assign(static_cast<size_t>(c.M * c.N), 0.0);
+  std::vector<float> ab(static_cast<size_t>(c.M * c.K));
+  for (int64_t i = 0; i < c.M * c.K; ++i) ab[i] = bf16_to_f32(f32_to_bf16(a.f[i]));
+  for (int64_t m = 0; m < c.M; ++m) {
+    for (int64_t n = 0; n < c.N; ++n) {
+      double s = 0, t = 0;
+      for (int64_t k = 0; k < c.K; ++k) {
+        const double p = static_cast<double>(ab[m * c.K + k]) * w.at(n, k);
+        s += p;
+        t += std::fabs(p);
+      }
+      if (bias) s += bias->at(0, n), t += std::fabs(bias->at(0, n));
+      if (c.residual) s += res.at(m, n), t += std::fabs(res.at(m, n));
+      (*want)[m * c.N + n] = s;
+      (*scale)[m * c.N + n] = t;
+    }
+  }
+}
+
+TEST(CudaSkinnyGemm, MatchesReferenceOverOddPrimeAndProductionShapes) {
+  VV_CUDA_BACKEND_OR_SKIP(any, true);
+  auto be = sk_backend(true);
+  ASSERT_TRUE(be.is_ok()) << be.status().to_string();
+  const SkCase cases[] = {
+      {2, 8, 8, false, false, 0},               // the smallest: one 16-byte chunk of K, 8 columns
+      {3, 129, 72, true, false, 3},             // one column past a block, a K of one stage and a bit
+      {5, 257, 1000, true, true, 0},            // prime rows, K not a multiple of 64, residual
+      {13, 511, 4104, false, true, 1},          // several slices with a short last one
+      {17, 1031, 2056, true, false, 0},         // 17 rows: two 16-row tiles
+      {31, 640, 3584, true, true, 0},           // 31 rows, many slices
+      {64, 3584, 3584, false, true, 0},         // 7B o_proj at a 64-row step, residual
+      {64, 4608, 3584, true, false, 0},         // 7B q|k|v with bias
+      {100, 3584, 18944, false, true, 0},       // 7B down, 100 rows: the 128-row form
+      {127, 1024, 3584, true, false, 5},        // prime rows near the limit, strided output
+      {128, 37888 / 8, 3584, false, false, 0},  // an eighth of 7B gate_up: one slice, 37 blocks
+  };
+  uint32_t seed = 4100;
+  for (const SkCase& c : cases) {
+    const std::string what =
+        "M=" + std::to_string(c.M) + " N=" + std::to_string(c.N) + " K=" + std::to_string(c.K);
+    HostMatrix a = random_matrix(c.M, c.K, DType::kF32, seed, 1.5f);
+    HostMatrix w = random_matrix(c.N, c.K, DType::kBF16, seed + 1, 1.0f / std::sqrt(static_cast<float>(c.K)));
+    HostMatrix bias = random_matrix(1, c.N, DType::kF32, seed + 2, 0.5f);
+    HostMatrix res = random_matrix(c.M, c.N, DType::kF32, seed + 3, 2.0f);
+    seed += 10;
+    (void)backend_profile_report(**be);
+    const std::vector<float> got = sk_run(**be, a, w, c.bias ? &bias : nullptr, res, c);
+    const std::string table = backend_profile_report(**be);
+    EXPECT_NE(table.find("gemm.skinny_mma"), std::string::npos) << what << ": the skinny kernel did not run\n"
+                                                                << table;
+    std::vector<double> want, scale;
+    sk_reference(a, w, c.bias ? &bias : nullptr, res, c, &want, &scale);
+    size_t bad = 0, nan = 0, worst = 0;
+    double worst_ratio = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      if (!std::isfinite(got[i])) {
+        ++nan;
+        continue;
+      }
+      const double tol = 1e-4 * scale[i] + 1e-30;
+      const double r = std::fabs(got[i] - want[i]) / tol;
+      if (r > 1) ++bad;
+      if (r > worst_ratio) worst_ratio = r, worst = i;
+    }
+    EXPECT_EQ(nan, 0u) << what << ": unwritten or non-finite outputs";
+    EXPECT_EQ(bad, 0u) << what << ": worst at row " << worst / c.N << " column " << worst % c.N << " got "
+                       << got[worst] << " want " << want[worst] << " (" << worst_ratio << "x the tolerance)";
+  }
+}
+
+// A row's bits do not depend on the rows beside it: the split of K is chosen from N and K only.
+TEST(CudaSkinnyGemm, RowsAreBitwiseIndependentOfRowCount) {
+  VV_CUDA_BACKEND_OR_SKIP(any, true);
+  auto be = sk_backend(false);
+  ASSERT_TRUE(be.is_ok()) << be.status().to_string();
+  struct Shape {
+    int64_t N, K;
+  };
+  for (const Shape sh : {Shape{3584, 3584}, Shape{512, 3584}, Shape{3584, 18944}, Shape{300, 776}}) {
+    const int64_t M = 128;
+    HostMatrix a = random_matrix(M, sh.K, DType::kF32, 77, 1.0f);
+    HostMatrix w = random_matrix(sh.N, sh.K, DType::kBF16, 78, 0.05f);
+    HostMatrix bias = random_matrix(1, sh.N, DType::kF32, 79, 0.5f);
+    HostMatrix res = random_matrix(M, sh.N, DType::kF32, 80, 1.0f);
+    const SkCase all{M, sh.N, sh.K, true, true, 0};
+    const std::vector<float> full = sk_run(**be, a, w, &bias, res, all);
+    for (const int64_t rows : {2, 5, 16, 17, 64, 100}) {
+      const int64_t first = (M - rows) / 3;  // a window of the rows, at another offset than in the full run
+      HostMatrix as = random_matrix(rows, sh.K, DType::kF32, 1, 1.0f);
+      HostMatrix rs = random_matrix(rows, sh.N, DType::kF32, 1, 1.0f);
+      std::memcpy(as.f32(), a.f32() + first * sh.K, static_cast<size_t>(rows * sh.K) * 4);
+      std::memcpy(rs.f32(), res.f32() + first * sh.N, static_cast<size_t>(rows * sh.N) * 4);
+      const std::vector<float> part = sk_run(**be, as, w, &bias, rs, SkCase{rows, sh.N, sh.K, true, true, 0});
+      const bool same = std::memcmp(part.data(), full.data() + first * sh.N, part.size() * 4) == 0;
+      EXPECT_TRUE(same) << "N=" << sh.N << " K=" << sh.K << ": rows " << first << ".." << first + rows - 1
+                        << " alone differ from the same rows in a launch of " << M;
+    }
+  }
+}
+
+// The plan depends on N, K and the SM count only, covers K, and fits the preallocated partials.
+TEST(CudaSkinnyGemm, PlanCoversKAndFitsTheWorkspace) {
+  for (const int sms : {1, 78, 132}) {
+    for (const int64_t N : {1, 8, 127, 512, 3584, 4608, 37888, 152064}) {
+      for (const int64_t K : {8, 64, 200, 3584, 18944}) {
+        const cuda::SkinnyGemmPlan p = cuda::plan_skinny_gemm(N, K, sms);
+        const std::string what =
+            "sms " + std::to_string(sms) + " N " + std::to_string(N) + " K " + std::to_string(K);
+        EXPECT_GE(p.splits, 1) << what;
+        EXPECT_EQ(p.ks % 64, 0) << what;
+        EXPECT_GE(p.splits * p.ks, K) << what;
+        EXPECT_LT((p.splits - 1) * p.ks, K) << what << ": an empty slice";
+        EXPECT_LE(cuda::skinny_gemm_ws_bytes(cuda::kSkinnyGemmMaxRows, N, p),
+                  cuda::skinny_gemm_ws_max_bytes(sms))
+            << what;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace vv::test
