@@ -17,9 +17,9 @@ from emulate_decode_attention import bf16, ldsm, mma  # noqa: E402
 BN, BK, LD, THREADS = 128, 64, 72, 128
 
 
-def plan(N, K, sms):
+def plan(N, K, sms, per_sm=2):
     tiles = max((N + BN - 1) // BN, 1)
-    slots = 2 * max(sms, 1)
+    slots = max(per_sm, 1) * max(sms, 1)
     splits = max(1, (slots + tiles - 1) // tiles)
     splits = min(splits, max(1, K // 256))
     ks = max(((K + splits - 1) // splits + BK - 1) // BK * BK, BK)

@@ -154,7 +154,7 @@ class CudaBackend final : public Backend {
       }
     }
     if (b->skinny_gemm_ && b->compute_ == CudaCompute::kBF16) {
-      b->sk_ws_bytes_ = cuda::skinny_gemm_ws_max_bytes(b->sms_);
+      b->sk_ws_bytes_ = cuda::skinny_gemm_ws_max_bytes(b->sms_, b->sk_per_sm_);
       if (cudaMalloc(&b->sk_ws_, b->sk_ws_bytes_) != cudaSuccess) {
         return internal_error("CUDA backend: cannot allocate the skinny GEMM's partials (" +
                               std::to_string(b->sk_ws_bytes_ >> 20) + " MiB)");
@@ -1171,7 +1171,8 @@ class CudaBackend final : public Backend {
            out.dtype == DType::kF32 &&
            cuda::skinny_gemm_fits(out.rows(), a.cols(), pack_, w.data, w.row_stride()) &&
            cuda::skinny_gemm_ws_bytes(out.rows(), out.cols(),
-                                      cuda::plan_skinny_gemm(out.cols(), a.cols(), sms_)) <= sk_ws_bytes_;
+                                      cuda::plan_skinny_gemm(out.cols(), a.cols(), sms_, sk_per_sm_)) <=
+               sk_ws_bytes_;
   }
 
   // gemm_lt once pack_ holds a's rows in w's 16-bit type (a itself is read only by the fallback).
@@ -1179,7 +1180,7 @@ class CudaBackend final : public Backend {
     const int64_t M = out.rows(), N = out.cols(), K = a.cols();
     if (skinny_takes(a, w, out, ep)) {
       cuda::skinny_gemm(pack_, M, K, w.data, w.row_stride(), N, bias, ep == Epilogue::kAddResidual,
-                        out.ptr<float>(), out.row_stride(), cuda::plan_skinny_gemm(N, K, sms_),
+                        out.ptr<float>(), out.row_stride(), cuda::plan_skinny_gemm(N, K, sms_, sk_per_sm_),
                         static_cast<float*>(sk_ws_), stream_);
       return;
     }
@@ -1255,6 +1256,12 @@ class CudaBackend final : public Backend {
   // experiment until measured; its partials' buffer (sized for any such shape) is allocated at creation.
   bool skinny_gemm_ =
       std::getenv("VV_CUDA_SKINNY_GEMM") && std::string(std::getenv("VV_CUDA_SKINNY_GEMM")) == "1";
+  // VV_CUDA_SKINNY_PER_SM=1..4 (default 2): blocks per SM its K slices aim at (an A/B knob).
+  int sk_per_sm_ = [] {
+    const char* e = std::getenv("VV_CUDA_SKINNY_PER_SM");
+    const int v = e ? std::atoi(e) : 2;
+    return v >= 1 && v <= 4 ? v : 2;
+  }();
   void* sk_ws_ = nullptr;
   size_t sk_ws_bytes_ = 0;
 

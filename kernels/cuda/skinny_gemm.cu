@@ -185,9 +185,9 @@ void launch(const __nv_bfloat16* a, int M, int K, const __nv_bfloat16* w, int64_
 
 }  // namespace
 
-SkinnyGemmPlan plan_skinny_gemm(int64_t N, int64_t K, int sms) {
+SkinnyGemmPlan plan_skinny_gemm(int64_t N, int64_t K, int sms, int per_sm) {
   const int64_t tiles = std::max<int64_t>((N + kBN - 1) / kBN, 1);
-  const int64_t slots = 2 * static_cast<int64_t>(std::max(sms, 1));
+  const int64_t slots = std::max(per_sm, 1) * static_cast<int64_t>(std::max(sms, 1));
   int64_t splits = std::max<int64_t>(1, (slots + tiles - 1) / tiles);
   splits = std::min(splits, std::max<int64_t>(1, K / 256));
   SkinnyGemmPlan p;
@@ -200,9 +200,9 @@ size_t skinny_gemm_ws_bytes(int64_t M, int64_t N, const SkinnyGemmPlan& p) {
   return p.splits > 1 ? static_cast<size_t>(p.splits) * static_cast<size_t>(M * N) * sizeof(float) : 0;
 }
 
-size_t skinny_gemm_ws_max_bytes(int sms) {
+size_t skinny_gemm_ws_max_bytes(int sms, int per_sm) {
   // More than one slice only while tiles < slots, where splits·N ≤ (slots + tiles)·128 < 2·slots·128.
-  const size_t slots = 2 * static_cast<size_t>(std::max(sms, 1));
+  const size_t slots = static_cast<size_t>(std::max(per_sm, 1)) * static_cast<size_t>(std::max(sms, 1));
   return static_cast<size_t>(kSkinnyGemmMaxRows) * 2 * slots * kBN * sizeof(float);
 }
 

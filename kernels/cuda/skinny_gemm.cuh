@@ -24,14 +24,14 @@ struct SkinnyGemmPlan {
   int64_t ks = 0;  // K per slice (a multiple of 64; the last slice may be shorter)
 };
 
-// The slices for an [N, K] weight on a device with `sms` SMs: enough blocks for two per SM, each
-// slice at least 256 deep.
-SkinnyGemmPlan plan_skinny_gemm(int64_t N, int64_t K, int sms);
+// The slices for an [N, K] weight on a device with `sms` SMs: enough blocks for `per_sm` per SM
+// (fewer slices: less partial traffic; more: more bytes in flight), each slice at least 256 deep.
+SkinnyGemmPlan plan_skinny_gemm(int64_t N, int64_t K, int sms, int per_sm = 2);
 
 // f32 partials the launch needs (0 with one slice).
 size_t skinny_gemm_ws_bytes(int64_t M, int64_t N, const SkinnyGemmPlan& p);
 // The largest partial buffer any shape with M ≤ kSkinnyGemmMaxRows can need on `sms` SMs.
-size_t skinny_gemm_ws_max_bytes(int sms);
+size_t skinny_gemm_ws_max_bytes(int sms, int per_sm = 2);
 
 // Whether the kernel takes these operands: 1 ≤ M ≤ kSkinnyGemmMaxRows, K % 8 == 0, a packed bf16
 // [M, K] and w bf16 [N, K] with ldw % 8 == 0 and 16-byte aligned bases.

@@ -161,19 +161,21 @@ TEST(CudaSkinnyGemm, RowsAreBitwiseIndependentOfRowCount) {
 
 // The plan depends on N, K and the SM count only, covers K, and fits the preallocated partials.
 TEST(CudaSkinnyGemm, PlanCoversKAndFitsTheWorkspace) {
-  for (const int sms : {1, 78, 132}) {
-    for (const int64_t N : {1, 8, 127, 512, 3584, 4608, 37888, 152064}) {
-      for (const int64_t K : {8, 64, 200, 3584, 18944}) {
-        const cuda::SkinnyGemmPlan p = cuda::plan_skinny_gemm(N, K, sms);
-        const std::string what =
-            "sms " + std::to_string(sms) + " N " + std::to_string(N) + " K " + std::to_string(K);
-        EXPECT_GE(p.splits, 1) << what;
-        EXPECT_EQ(p.ks % 64, 0) << what;
-        EXPECT_GE(p.splits * p.ks, K) << what;
-        EXPECT_LT((p.splits - 1) * p.ks, K) << what << ": an empty slice";
-        EXPECT_LE(cuda::skinny_gemm_ws_bytes(cuda::kSkinnyGemmMaxRows, N, p),
-                  cuda::skinny_gemm_ws_max_bytes(sms))
-            << what;
+  for (const int per_sm : {1, 2, 4}) {
+    for (const int sms : {1, 78, 132}) {
+      for (const int64_t N : {1, 8, 127, 512, 3584, 4608, 37888, 152064}) {
+        for (const int64_t K : {8, 64, 200, 3584, 18944}) {
+          const cuda::SkinnyGemmPlan p = cuda::plan_skinny_gemm(N, K, sms, per_sm);
+          const std::string what = std::to_string(per_sm) + " per SM, sms " + std::to_string(sms) + " N " +
+                                   std::to_string(N) + " K " + std::to_string(K);
+          EXPECT_GE(p.splits, 1) << what;
+          EXPECT_EQ(p.ks % 64, 0) << what;
+          EXPECT_GE(p.splits * p.ks, K) << what;
+          EXPECT_LT((p.splits - 1) * p.ks, K) << what << ": an empty slice";
+          EXPECT_LE(cuda::skinny_gemm_ws_bytes(cuda::kSkinnyGemmMaxRows, N, p),
+                    cuda::skinny_gemm_ws_max_bytes(sms, per_sm))
+              << what;
+        }
       }
     }
   }
