@@ -153,7 +153,7 @@ class CudaBackend final : public Backend {
         }
       }
     }
-    if (b->skinny_gemm_ && b->compute_ == CudaCompute::kBF16) {
+    if ((b->skinny_gemm_ || b->deterministic_) && b->compute_ == CudaCompute::kBF16) {
       b->sk_ws_bytes_ = cuda::skinny_gemm_ws_max_bytes(b->sms_, b->sk_per_sm_);
       if (cudaMalloc(&b->sk_ws_, b->sk_ws_bytes_) != cudaSuccess) {
         return internal_error("CUDA backend: cannot allocate the skinny GEMM's partials (" +
@@ -1164,13 +1164,18 @@ class CudaBackend final : public Backend {
     gemm_lt_packed(a, w, bias, out, ep);
   }
 
-  // Whether gemm_lt_packed takes the split-K skinny kernel (VV_CUDA_SKINNY_GEMM=1; skinny_gemm.cuh):
-  // bf16 weights, 2..128 rows, no GELU epilogue.
+  // Whether gemm_lt_packed takes the split-K skinny kernel (skinny_gemm.cuh): bf16 weights, no GELU
+  // epilogue, and 2..128 rows with VV_CUDA_SKINNY_GEMM=1, or any row count in 128-row launches in
+  // deterministic mode (its K slices depend on the weight's shape only, so a row's bits do not depend
+  // on the rows beside it or on where it sits).
   bool skinny_takes(const Tensor& a, const Tensor& w, const Tensor& out, Epilogue ep) const {
-    return skinny_gemm_ && sk_ws_ && w.dtype == DType::kBF16 && out.rows() >= 2 && ep != Epilogue::kGelu &&
+    const int64_t M = out.rows();
+    const bool rows_ok = deterministic_ ? M >= 1 : (skinny_gemm_ && M >= 2 && M <= cuda::kSkinnyGemmMaxRows);
+    return rows_ok && sk_ws_ && w.dtype == DType::kBF16 && ep != Epilogue::kGelu &&
            out.dtype == DType::kF32 &&
-           cuda::skinny_gemm_fits(out.rows(), a.cols(), pack_, w.data, w.row_stride()) &&
-           cuda::skinny_gemm_ws_bytes(out.rows(), out.cols(),
+           cuda::skinny_gemm_fits(std::min(M, cuda::kSkinnyGemmMaxRows), a.cols(), pack_, w.data,
+                                  w.row_stride()) &&
+           cuda::skinny_gemm_ws_bytes(std::min(M, cuda::kSkinnyGemmMaxRows), out.cols(),
                                       cuda::plan_skinny_gemm(out.cols(), a.cols(), sms_, sk_per_sm_)) <=
                sk_ws_bytes_;
   }
@@ -1179,9 +1184,13 @@ class CudaBackend final : public Backend {
   void gemm_lt_packed(const Tensor& a, const Tensor& w, const float* bias, Tensor& out, Epilogue ep) {
     const int64_t M = out.rows(), N = out.cols(), K = a.cols();
     if (skinny_takes(a, w, out, ep)) {
-      cuda::skinny_gemm(pack_, M, K, w.data, w.row_stride(), N, bias, ep == Epilogue::kAddResidual,
-                        out.ptr<float>(), out.row_stride(), cuda::plan_skinny_gemm(N, K, sms_, sk_per_sm_),
-                        static_cast<float*>(sk_ws_), stream_);
+      const cuda::SkinnyGemmPlan plan = cuda::plan_skinny_gemm(N, K, sms_, sk_per_sm_);
+      for (int64_t r = 0; r < M; r += cuda::kSkinnyGemmMaxRows) {  // one launch unless deterministic
+        const int64_t m = std::min(cuda::kSkinnyGemmMaxRows, M - r);
+        cuda::skinny_gemm(static_cast<const char*>(pack_) + r * K * 2, m, K, w.data, w.row_stride(), N, bias,
+                          ep == Epilogue::kAddResidual, out.ptr<float>() + r * out.row_stride(),
+                          out.row_stride(), plan, static_cast<float*>(sk_ws_), stream_);
+      }
       return;
     }
     Plan* p = plan_for(M, N, K, out.row_stride(), w.dtype, bias != nullptr, static_cast<int>(ep));

@@ -30,10 +30,12 @@ struct CudaBackendOptions {
   int device = 0;
   CudaCompute compute = CudaCompute::kF32;
   // Batch-invariant arithmetic: a row's results do not depend on how many other rows share its
-  // launches, so a request gives the same bits alone and batched (issue 13's --deterministic). Every
-  // GEMM of a weight takes one cuBLASLt algorithm whatever M is (chosen once per weight shape, no
-  // split-K), one-row GEMMs included (no GEMV kernels); decode attention is the tensor-core kernel
-  // for every row count. Costs the GEMV path's batch-1 speed. Also VV_CUDA_DETERMINISTIC=1.
+  // launches, so a request gives the same bits alone and batched (issue 13's --deterministic). A
+  // bf16 GEMM runs on the split-K skinny kernel in launches of up to 128 rows (skinny_gemm.cuh: its
+  // K slices depend on the weight's shape only), one-row GEMMs included (no GEMV kernels); other
+  // 16-bit GEMMs (f16 weights, the GELU epilogue) take one cuBLASLt algorithm whatever M is (chosen
+  // once per weight shape, no split-K); decode attention is the tensor-core kernel for every row
+  // count. Also VV_CUDA_DETERMINISTIC=1.
   bool deterministic = false;
 };
 
