@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -943,6 +944,11 @@ class CudaBackend final : public Backend {
                     static_cast<long long>(gstat_.clears));
       out += line;
     }
+    if (gstat_.lt_plans > 0) {
+      std::snprintf(line, sizeof line, "  cublaslt plans: %lld new, %.3f ms host\n",
+                    static_cast<long long>(gstat_.lt_plans), gstat_.lt_plan_ms);
+      out += line;
+    }
     gstat_ = {};
     return out;
   }
@@ -1072,6 +1078,16 @@ class CudaBackend final : public Backend {
     const PlanKey key{M, N, K, ldd, static_cast<int>(wt), bias, ep};
     auto it = plans_.find(key);
     if (it != plans_.end()) return it->second.ok ? &it->second : nullptr;
+    // A new shape asks cuBLASLt's heuristic on the host (the report's "cublaslt plans" line).
+    struct PlanClock {
+      GraphStats& g;
+      std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+      ~PlanClock() {
+        ++g.lt_plans;
+        g.lt_plan_ms +=
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      }
+    } clock{gstat_};
     Plan& p = plans_[key];
     const cudaDataType_t in = wt == DType::kF16 ? CUDA_R_16F : CUDA_R_16BF;
     bool ok = lt_api_->desc_create(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS;
@@ -1330,6 +1346,8 @@ class CudaBackend final : public Backend {
   bool lt_fuse_ = !(std::getenv("VV_CUDA_LT_FUSE") && std::string(std::getenv("VV_CUDA_LT_FUSE")) == "0");
   struct GraphStats {
     int64_t replayed = 0, captured = 0, first = 0, ungraphed = 0, clears = 0;
+    int64_t lt_plans = 0;   // cuBLASLt plans made for new GEMM shapes (heuristic queries)
+    double lt_plan_ms = 0;  // host time they took
   } gstat_;
   std::map<std::string, std::pair<double, int64_t>> prof_;  // op -> (ms, calls)
 };

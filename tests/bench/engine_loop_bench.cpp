@@ -293,6 +293,15 @@ int run_ttft_probe(vv::Runner& runner, const vv::Tokenizer& tok, const Args& arg
   std::printf("ttft probe: short = %g s audio, %d tokens; long = %g s audio, %d tokens\n", args.audio_s,
               short_tokens, args.ttft_probe_long_s, args.tokens);
   std::printf("  short alone:                       TTFT %.4f s (median of 3)\n", solo_ttft);
+  // New GEMM shapes cost cuBLASLt heuristic queries on the engine thread; the report (read while the
+  // loop is idle) says how many each scenario made and their host time.
+  (void)vv::backend_profile_report(runner.backend());
+  auto plans_line = [&] {
+    const std::string rep = vv::backend_profile_report(runner.backend());
+    const auto at = rep.find("cublaslt plans:");
+    return at == std::string::npos ? std::string("no new cuBLASLt plans")
+                                   : rep.substr(at, rep.find('\n', at) - at);
+  };
   double worst = 0;
   for (const char* when : {"during the long one's encode/prefill", "during the long one's decode"}) {
     const bool wait_decode = std::string(when).find("decode") != std::string::npos;
@@ -319,6 +328,10 @@ int run_ttft_probe(vv::Runner& runner, const vv::Tokenizer& tok, const Args& arg
         "TTFT %.3f s)\n",
         when, sp.ttft, sp.ttft / solo_ttft, sp.timings.queue_seconds, sp.timings.encode_seconds,
         sp.timings.prefill_seconds, lp.ttft);
+    while ((*loop)->load().running + (*loop)->load().waiting > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    std::printf("    (this scenario: %s)\n", plans_line().c_str());
   }
   std::printf("{\"bench\":\"ttft_probe\",\"device\":\"%s\",\"solo_ttft_s\":%.4f,\"worst_ratio\":%.3f}\n",
               args.device.c_str(), solo_ttft, worst);
