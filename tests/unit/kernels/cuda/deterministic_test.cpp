@@ -115,6 +115,7 @@ TEST_P(CudaDeterministic, GemmRowsDoNotDependOnTheRowCountOrOffset) {
       {509, 1031, DType::kF16, Epilogue::kNone, true},             // prime, f16 weights
       {4608, 3584, DType::kBF16, Epilogue::kNone, true},           // 7B q/k/v fused
       {3584, 18944, DType::kBF16, Epilogue::kAddResidual, false},  // 7B down projection
+      {152064, 3584, DType::kBF16, Epilogue::kNone, false},        // 7B LM head (the first token's logits)
   };
   for (const DetGemmCase& c : cases) det_check_gemm(be, c, bf16);
 }

@@ -137,7 +137,8 @@ TEST(CudaSkinnyGemm, RowsAreBitwiseIndependentOfRowCount) {
   struct Shape {
     int64_t N, K;
   };
-  for (const Shape sh : {Shape{3584, 3584}, Shape{512, 3584}, Shape{3584, 18944}, Shape{300, 776}}) {
+  for (const Shape sh : {Shape{3584, 3584}, Shape{512, 3584}, Shape{3584, 18944}, Shape{300, 776},
+                         Shape{152064, 3584}}) {  // ... and the 7B LM head
     const int64_t M = 128;
     HostMatrix a = random_matrix(M, sh.K, DType::kF32, 77, 1.0f);
     HostMatrix w = random_matrix(sh.N, sh.K, DType::kBF16, 78, 0.05f);
