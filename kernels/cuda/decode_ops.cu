@@ -909,18 +909,9 @@ __global__ void __launch_bounds__(kMmaDecWarps * 32, 3)
 // standard mma layouts (an XOR swizzle of the 16-byte chunks keeps ldmatrix's eight rows on eight
 // bank groups). The merge of a row's units issues the loads of all G heads of two units at a time
 // (the first kernel's merge waited on one head's loads at a time).
-__device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(mma::smem_addr(smem)), "l"(gmem),
-               "r"(valid ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit_group() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait_group() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
+using mma::cp_async16_zfill;
+using mma::cp_async_commit;
+using mma::cp_async_wait;
 // Two 16-bit cache values (one fragment register) as bf16, rounded as f16x8_to_bf16x8 does.
 __device__ __forceinline__ uint32_t as_bf16x2(uint32_t u, __nv_bfloat16*) {
   return u;
@@ -1003,7 +994,7 @@ __global__ void __launch_bounds__(128, 3)
 #pragma unroll
   for (int s = 0; s < S; ++s) {
     if (s < nsteps) issue(s, s);
-    cp_async_commit_group();  // empty groups too: the wait below counts groups
+    cp_async_commit();  // empty groups too: the wait below counts groups
   }
 
   // q as the A fragments (rows g < G; a1 = a3 = 0, rows 8..15 of the tile are empty): k-step kk
@@ -1031,7 +1022,7 @@ __global__ void __launch_bounds__(128, 3)
 
 #pragma unroll 1
   for (int st = 0; st < nsteps; ++st) {
-    cp_async_wait_group<S - 1>();  // this step's group has landed (this lane's copies)
+    cp_async_wait<S - 1>();        // this step's group has landed (this lane's copies)
     __syncwarp();                  // and every lane's
     const int stage = st % S;
     const CT* ks = sm + stage * 2 * ROWS;
@@ -1097,7 +1088,7 @@ __global__ void __launch_bounds__(128, 3)
     }
     __syncwarp();  // every lane's ldmatrix of this stage is done before it is refilled
     if (st + S < nsteps) issue(st + S, stage);
-    cp_async_commit_group();
+    cp_async_commit();
   }
   l = quad_sum(l);
   if (ns == 1) {

@@ -25,6 +25,9 @@
 namespace vv::cuda {
 namespace {
 
+using mma::cp_async16;
+using mma::cp_async_commit;
+using mma::cp_async_wait;
 using mma::ldsm_a;
 using mma::ldsm_b_nmajor;
 using mma::mma_bf16;
@@ -38,18 +41,6 @@ constexpr int kHid = 64;                       // hidden columns per chunk
 
 __device__ __forceinline__ float gelu_erf(float x) {
   return x * 0.5f * (1.0f + erff(x * 0.70710678118654752440f));
-}
-
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(mma::smem_addr(smem)), "l"(gmem)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 // RMSNorm (f32, as rms_norm computes it) of the 16 rows r0.. into Uw [16][LDU], rounded to bf16;

@@ -74,6 +74,25 @@ __device__ __forceinline__ uint4 f16x8_to_bf16x8(uint4 u) {
   return make_uint4(o[0], o[1], o[2], o[3]);
 }
 
+// cp.async: 16 bytes global → shared without a register round trip (L2 only, .cg); the _zfill form
+// copies nothing and writes zeros when !valid (gmem must still be a valid address). Groups are
+// committed per thread, and cp_async_wait<N>() waits until at most N of this thread's are in flight.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(smem)), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
+               "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
 // Max and sum over the four lanes of a quad (the threads sharing an accumulator row of a fragment).
 __device__ __forceinline__ float quad_max(float v) {
   v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));

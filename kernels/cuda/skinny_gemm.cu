@@ -16,6 +16,9 @@
 namespace vv::cuda {
 namespace {
 
+using mma::cp_async16_zfill;
+using mma::cp_async_commit;
+using mma::cp_async_wait;
 using mma::ldsm_a;
 using mma::ldsm_b_nmajor;
 using mma::mma_bf16;
@@ -27,19 +30,6 @@ constexpr int kLD = kBK + 8;  // shared-memory row stride in elements (144 bytes
 
 constexpr size_t smem_bytes(int MT, int S) {
   return static_cast<size_t>(S) * (kBN + 16 * MT) * kLD * sizeof(__nv_bfloat16);
-}
-
-__device__ __forceinline__ void cp16(void* smem, const void* gmem, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(mma::smem_addr(smem)), "l"(gmem),
-               "r"(valid ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void cp_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void cp_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 template <int MT, int S>
@@ -67,14 +57,15 @@ __global__ void __launch_bounds__(kThreads)
     for (int i = 0; i < kBN * 8 / kThreads; ++i) {
       const int c = tid + i * kThreads, r = c >> 3, k = k0 + (c & 7) * 8;
       const bool valid = n0 + r < N && k < k_end;
-      cp16(wst + r * kLD + (c & 7) * 8, valid ? w + static_cast<int64_t>(n0 + r) * ldw + k : w, valid);
+      cp_async16_zfill(wst + r * kLD + (c & 7) * 8, valid ? w + static_cast<int64_t>(n0 + r) * ldw + k : w,
+                       valid);
     }
     __nv_bfloat16* ast = As + stage * MR * kLD;
 #pragma unroll
     for (int i = 0; i < MR * 8 / kThreads; ++i) {
       const int c = tid + i * kThreads, r = c >> 3, k = k0 + (c & 7) * 8;
       const bool valid = r < M && k < k_end;
-      cp16(ast + r * kLD + (c & 7) * 8, valid ? a + static_cast<int64_t>(r) * K + k : a, valid);
+      cp_async16_zfill(ast + r * kLD + (c & 7) * 8, valid ? a + static_cast<int64_t>(r) * K + k : a, valid);
     }
   };
 
@@ -89,13 +80,13 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int st = 0; st < S - 1; ++st) {
     if (st < steps) load(st, st);
-    cp_commit();  // empty groups too: the wait below counts groups
+    cp_async_commit();  // empty groups too: the wait below counts groups
   }
   for (int i = 0; i < steps; ++i) {
-    cp_wait<S - 2>();  // step i's group has landed (this thread's copies)...
+    cp_async_wait<S - 2>();  // step i's group has landed (this thread's copies)...
     __syncthreads();   // ...and everyone's; and every warp is done with step i - 1's stage
     if (i + S - 1 < steps) load((i + S - 1) % S, i + S - 1);
-    cp_commit();
+    cp_async_commit();
     const __nv_bfloat16* wst = Ws + (i % S) * kBN * kLD + warp * 32 * kLD;
     const __nv_bfloat16* ast = As + (i % S) * MR * kLD;
 #pragma unroll
@@ -112,7 +103,7 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   }
-  cp_wait<0>();
+  cp_async_wait<0>();
 
   // C fragment: c0, c1 at (row g, columns 2t, 2t + 1) of the 16 × 8 tile, c2, c3 at row g + 8.
   const bool single = gridDim.y == 1;
