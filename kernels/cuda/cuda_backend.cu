@@ -609,8 +609,9 @@ class CudaBackend final : public Backend {
       }
       for (const OpRec& g : gemms) {
         Tensor o = g.out;
-        OpTimer timer(this,
-                      skinny_takes(g.a, g.w, o, g.ep) ? "gemm.skinny_mma_packed" : "gemm.cublaslt_packed");
+        // (the label is only read when profiling: skip the check otherwise)
+        OpTimer timer(this, profiling_ && skinny_takes(g.a, g.w, o, g.ep) ? "gemm.skinny_mma_packed"
+                                                                          : "gemm.cublaslt_packed");
         gemm_lt_packed(g.a, g.w, g.hb ? g.b.ptr<const float>() : nullptr, o, g.ep);
         launched("gemm");
       }
@@ -740,7 +741,7 @@ class CudaBackend final : public Backend {
       OpTimer timer(this, "gemm.skinny");
       cuda::gemv(a, w, bp, out, ep, stream_);
     } else if (compute_ == CudaCompute::kBF16 && half_w) {
-      OpTimer timer(this, skinny_takes(a, w, out, ep) ? "gemm.skinny_mma" : "gemm.cublaslt");
+      OpTimer timer(this, profiling_ && skinny_takes(a, w, out, ep) ? "gemm.skinny_mma" : "gemm.cublaslt");
       gemm_lt(a, w, bp, out, ep);
     } else {
       OpTimer timer(this, "gemm.simt_f32");

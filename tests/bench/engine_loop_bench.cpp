@@ -296,6 +296,11 @@ int run_ttft_probe(vv::Runner& runner, const vv::Tokenizer& tok, const Args& arg
   // New GEMM shapes cost cuBLASLt heuristic queries on the engine thread; the report (read while the
   // loop is idle) says how many each scenario made and their host time.
   (void)vv::backend_profile_report(runner.backend());
+  auto wait_idle = [&] {
+    while ((*loop)->load().running + (*loop)->load().waiting > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  };
   auto plans_line = [&] {
     const std::string rep = vv::backend_profile_report(runner.backend());
     const auto at = rep.find("cublaslt plans:");
@@ -307,9 +312,7 @@ int run_ttft_probe(vv::Runner& runner, const vv::Tokenizer& tok, const Args& arg
     const bool wait_decode = std::string(when).find("decode") != std::string::npos;
     // Start from an idle engine (the last scenario's steps all reported), so that every pure decode
     // step counted from here on is the long request's.
-    while ((*loop)->load().running + (*loop)->load().waiting > 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    wait_idle();
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     const long base = decode_steps.load();
     Pending lp, sp;
@@ -328,9 +331,7 @@ int run_ttft_probe(vv::Runner& runner, const vv::Tokenizer& tok, const Args& arg
         "TTFT %.3f s)\n",
         when, sp.ttft, sp.ttft / solo_ttft, sp.timings.queue_seconds, sp.timings.encode_seconds,
         sp.timings.prefill_seconds, lp.ttft);
-    while ((*loop)->load().running + (*loop)->load().waiting > 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    wait_idle();
     std::printf("    (this scenario: %s)\n", plans_line().c_str());
   }
   std::printf("{\"bench\":\"ttft_probe\",\"device\":\"%s\",\"solo_ttft_s\":%.4f,\"worst_ratio\":%.3f}\n",
