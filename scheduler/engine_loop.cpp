@@ -375,7 +375,11 @@ bool EngineLoop::encode_segments() {
   // kMaxSkips launches in a row goes first, so a stream of short clips cannot starve a long one.
   // Then, in that order, every request whose next segment still fits the launch's samples budget:
   // one launch per step encodes the next segment of several requests (a request's segments depend
-  // on each other through the carried convolution state, so one each).
+  // on each other through the carried convolution state, so one each). A launch that completes the
+  // first request's audio (it is prefilled, and gets its first token, right after) takes only
+  // requests it also completes: a long request's segment riding along would add its own encode time
+  // to their time to first token, while the long one only waits one launch (and kMaxSkips bounds
+  // how often).
   constexpr int kMaxSkips = 3;
   const std::int64_t hop = runner_.speech().hop();
   auto remaining = [hop](const Live& l) {
@@ -406,12 +410,16 @@ bool EngineLoop::encode_segments() {
   const std::int64_t budget =
       opt_.encode_pack_samples > 0 ? std::min(opt_.encode_pack_samples, runner_.speech().max_pack()) : 0;
   std::vector<Live*> pack;
-  std::int64_t samples = 0;
+  std::int64_t samples = 0, finishing = 0;
+  double start_seconds = 0;
+  bool finishing_only = false;  // the first request in the pack completes its audio in this launch
   for (const Candidate& c : encoding) {
     Live& l = *c.l;
     const std::int64_t len = next_encode_samples(l);
-    if (!pack.empty() && (budget == 0 || samples + len > budget)) continue;
+    const bool completes = c.left <= len;
+    if (!pack.empty() && (budget == 0 || samples + len > budget || (finishing_only && !completes))) continue;
     if (!l.job) {
+      const auto ts = Clock::now();
       const audio::PreparedAudio& clip = l.req.audio[l.clip];
       auto job = runner_.speech().start(
           clip.input_values.data(), static_cast<std::int64_t>(clip.input_values.size()), encode_options(l));
@@ -421,13 +429,16 @@ bool EngineLoop::encode_segments() {
         continue;
       }
       l.job = std::move(job).value();
+      start_seconds += seconds_between(ts, Clock::now());
     }
     // The started job's own cut decides (the estimate above mirrors it; a launch never exceeds
     // the budget, which the workspace holds).
     const std::int64_t next = l.job->next_samples();
     if (!pack.empty() && samples + next > budget) continue;
+    if (pack.empty()) finishing_only = completes;
     pack.push_back(&l);
     samples += next;
+    finishing += completes ? 1 : 0;
   }
   for (const Candidate& c : encoding) {
     const bool in = std::find(pack.begin(), pack.end(), c.l) != pack.end();
@@ -458,6 +469,9 @@ bool EngineLoop::encode_segments() {
                      l.job->frames_done(), l.job->frames(), 0});
     }
     if (l.job->done()) finish_clip(l);
+  }
+  if (opt_.on_encode) {
+    opt_.on_encode({static_cast<std::int64_t>(pack.size()), samples, finishing, start_seconds, seconds});
   }
   return true;
 }

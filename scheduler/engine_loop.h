@@ -47,6 +47,16 @@ struct StepReport {
 };
 using StepObserverFn = std::function<void(const StepReport&)>;
 
+// What one encoder launch did (the packer's choice and its host time), for timelines.
+struct EncodeReport {
+  std::int64_t segments = 0;   // request segments in the launch
+  std::int64_t samples = 0;    // samples encoded
+  std::int64_t finishing = 0;  // requests whose audio the launch completed
+  double start_seconds = 0;    // SpeechJob creation for requests starting their first clip
+  double seconds = 0;          // the launch call's host time (a GPU may still run it)
+};
+using EncodeObserverFn = std::function<void(const EncodeReport&)>;
+
 // The encoder packer's counters since the loop started.
 struct EncodeStats {
   std::int64_t launches = 0;       // encoder launches (SpeechEmbedder::step calls)
@@ -74,6 +84,7 @@ struct EngineLoopOptions {
   std::int64_t encode_pack_samples = 4 * 240000;
   RequestProgressFn progress;  // optional
   StepObserverFn on_step;      // optional; called on the engine thread after every step, must be quick
+  EncodeObserverFn on_encode;  // optional; the same after every encoder launch
 
   // Test hooks (API.md §15 "test hooks"); all off by default. The service maps them to test-only
   // environment variables.

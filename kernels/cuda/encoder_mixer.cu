@@ -171,11 +171,14 @@ __global__ void __launch_bounds__(kMixThreads)
     if (i < n4) {
       const int row = i / C4, c = (i - row * C4) * 4;
       const float iv = inv[row];
+      // The per-channel vectors are read as float4 (c % 4 == 0, C % 4 == 0: 16-byte aligned); as
+      // scalars at a 4-float stride per thread they were 4-way bank conflicts.
+      const float4 nw = *reinterpret_cast<const float4*>(nws + c);
       float4 uu;
-      uu.x = (xr[k].x * iv) * nws[c];
-      uu.y = (xr[k].y * iv) * nws[c + 1];
-      uu.z = (xr[k].z * iv) * nws[c + 2];
-      uu.w = (xr[k].w * iv) * nws[c + 3];
+      uu.x = (xr[k].x * iv) * nw.x;
+      uu.y = (xr[k].y * iv) * nw.y;
+      uu.z = (xr[k].z * iv) * nw.z;
+      uu.w = (xr[k].w * iv) * nw.w;
       *reinterpret_cast<float4*>(us + (kHalo + row) * C + c) = uu;
       // Only the last rows of u leave the block: the caller carries them as the next segment's history.
       if (t0 + row >= T - kHalo) *reinterpret_cast<float4*>(u + (t0 + row) * ldu + c) = uu;
@@ -191,17 +194,20 @@ __global__ void __launch_bounds__(kMixThreads)
 #pragma unroll
       for (int kk = 0; kk < kTaps; ++kk) {
         const float4 v = *reinterpret_cast<const float4*>(us + (row + kk) * C + c);
-        a0 = fmaf(wk[kk * C + c], v.x, a0);
-        a1 = fmaf(wk[kk * C + c + 1], v.y, a1);
-        a2 = fmaf(wk[kk * C + c + 2], v.z, a2);
-        a3 = fmaf(wk[kk * C + c + 3], v.w, a3);
+        const float4 wt = *reinterpret_cast<const float4*>(wk + kk * C + c);
+        a0 = fmaf(wt.x, v.x, a0);
+        a1 = fmaf(wt.y, v.y, a1);
+        a2 = fmaf(wt.z, v.z, a2);
+        a3 = fmaf(wt.w, v.w, a3);
       }
-      const float y0 = a0 + bs[c], y1 = a1 + bs[c + 1], y2 = a2 + bs[c + 2], y3 = a3 + bs[c + 3];
+      const float4 b4 = *reinterpret_cast<const float4*>(bs + c);
+      const float4 g4 = *reinterpret_cast<const float4*>(gs + c);
+      const float y0 = a0 + b4.x, y1 = a1 + b4.y, y2 = a2 + b4.z, y3 = a3 + b4.w;
       float4 o = xr[k];
-      o.x += gs[c] * y0;
-      o.y += gs[c + 1] * y1;
-      o.z += gs[c + 2] * y2;
-      o.w += gs[c + 3] * y3;
+      o.x += g4.x * y0;
+      o.y += g4.y * y1;
+      o.z += g4.z * y2;
+      o.w += g4.w * y3;
       *reinterpret_cast<float4*>(x + (t0 + row) * ldx + c) = o;
     }
   }

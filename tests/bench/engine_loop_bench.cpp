@@ -266,11 +266,28 @@ void submit(vv::EngineLoop& loop, vv::Request r, Pending& p) {
 
 int run_ttft_probe(vv::Runner& runner, const vv::Tokenizer& tok, const Args& args) {
   std::atomic<long> decode_steps{0};
+  // The engine thread's timeline (steps and encoder launches, stamped at their end), printed per
+  // scenario up to the short request's first token: what the short one waited for.
+  struct Mark {
+    Clock::time_point at;
+    bool encode;
+    std::int64_t rows, prefill_rows, segments, samples, finishing;
+    double seconds, start_seconds;
+  };
+  std::mutex marks_mu;
+  std::vector<Mark> marks;
   vv::EngineLoopOptions opt;
   opt.max_running = 4;
   opt.max_waiting = 4;
   opt.on_step = [&](const vv::StepReport& r) {
     if (r.prefill_rows == 0 && r.decode_rows > 0) ++decode_steps;
+    std::lock_guard<std::mutex> lk(marks_mu);
+    marks.push_back({Clock::now(), false, r.rows, r.prefill_rows, 0, 0, 0, r.seconds, 0});
+  };
+  opt.on_encode = [&](const vv::EncodeReport& r) {
+    std::lock_guard<std::mutex> lk(marks_mu);
+    marks.push_back(
+        {Clock::now(), true, 0, 0, r.segments, r.samples, r.finishing, r.seconds, r.start_seconds});
   };
   auto loop = vv::EngineLoop::create(runner, tok, opt);
   if (!loop.is_ok()) {
@@ -316,15 +333,56 @@ int run_ttft_probe(vv::Runner& runner, const vv::Tokenizer& tok, const Args& arg
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     const long base = decode_steps.load();
     Pending lp, sp;
+    {
+      std::lock_guard<std::mutex> lk(marks_mu);
+      marks.clear();
+    }
+    const auto t_long = Clock::now();
     submit(**loop, vv::bench::forced_request(args.ttft_probe_long_s, args.tokens, 7, hop), lp);
     if (wait_decode) {
       while (decode_steps.load() < base + 2) std::this_thread::sleep_for(std::chrono::microseconds(200));
     } else {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
+    const auto t_short = Clock::now();
     submit(**loop, vv::bench::forced_request(args.audio_s, short_tokens, 200, hop), sp);
     sp.wait();
     lp.wait();
+    {
+      // From the last event before the short one arrived to its first token (times in ms from the
+      // long one's submission; a step or launch is stamped at its end).
+      auto ms = [&](Clock::time_point t) {
+        return std::chrono::duration<double, std::milli>(t - t_long).count();
+      };
+      const double first_token = ms(t_short) + sp.ttft * 1e3;
+      std::lock_guard<std::mutex> lk(marks_mu);
+      std::size_t from = 0;
+      for (std::size_t i = 0; i < marks.size(); ++i) {
+        if (marks[i].at < t_short) from = i;
+      }
+      std::printf(
+          "    timeline (ms from the long one's submission; short arrives at %.2f, first token at %.2f):\n",
+          ms(t_short), first_token);
+      int shown = 0;
+      for (std::size_t i = from; i < marks.size() && shown < 24; ++i) {
+        const Mark& m = marks[i];
+        ++shown;
+        // Up to the step that gave the short one its first token (stamped just after it).
+        if (!m.encode && ms(m.at) >= first_token) i = marks.size();
+        if (m.encode) {
+          std::printf(
+              "      %8.2f  encode  %lld segment(s), %.2f s audio, %lld completed: %.2f ms (job start %.2f "
+              "ms)\n",
+              ms(m.at), static_cast<long long>(m.segments),
+              static_cast<double>(m.samples) / runner.spec().sample_rate, static_cast<long long>(m.finishing),
+              m.seconds * 1e3, m.start_seconds * 1e3);
+        } else {
+          std::printf("      %8.2f  step    %lld rows (%lld prefill): %.2f ms\n", ms(m.at),
+                      static_cast<long long>(m.rows), static_cast<long long>(m.prefill_rows),
+                      m.seconds * 1e3);
+        }
+      }
+    }
     worst = std::max(worst, sp.ttft / solo_ttft);
     std::printf(
         "  short arriving %-36s TTFT %.4f s = %.2fx alone (queued %.4f, encode %.4f, prefill %.4f s; long: "

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <mutex>
 #include <thread>
 
 #include "engine/text/prompt_builder.h"
@@ -27,9 +28,11 @@ class EncodePacker : public ::testing::Test {
   }
   // A loop that starts paused, so that every request submitted before resume() is admitted in the
   // same step and encoded side by side.
-  std::unique_ptr<EngineLoop> loop(std::int64_t pack_samples, RequestProgressFn progress = {}) {
+  std::unique_ptr<EngineLoop> loop(std::int64_t pack_samples, RequestProgressFn progress = {},
+                                   EncodeObserverFn on_encode = {}) {
     EngineLoopOptions opt;
     opt.progress = std::move(progress);
+    opt.on_encode = std::move(on_encode);
     opt.encode_segment = static_cast<std::int64_t>(hop_) * 8;  // several segments per request
     opt.encode_pack_samples = pack_samples;
     opt.start_paused = true;
@@ -158,6 +161,61 @@ TEST_F(EncodePacker, CancelBetweenPackedLaunchesEndsOnlyThatRequest) {
   EXPECT_EQ(tb->generated_ids, g.generated);
   for (int i = 0; i < 1000 && lp->stats().busy; ++i) std::this_thread::sleep_for(1ms);
   EXPECT_GE(lp->encode_stats().most_segments, 2) << "both requests shared the first launch";
+}
+
+// A short request (its audio fits one segment) admitted with a long one (several segments): the
+// launch that completes the short one's audio carries nothing else, so the long one's segment does
+// not delay its first token; the long one's segments still share launches (budget permitting) and
+// both finish.
+TEST_F(EncodePacker, ALaunchCompletingAShortRequestCarriesNoLongSegment) {
+  std::mutex mu;
+  std::vector<EncodeReport> launches;
+  auto lp = loop(static_cast<std::int64_t>(hop_) * 8 * 4, {}, [&](const EncodeReport& r) {
+    std::lock_guard<std::mutex> lk(mu);
+    launches.push_back(r);
+  });
+  std::string longest;
+  for (const auto& n : golden_cases()) {
+    if (n == "long") continue;
+    if (longest.empty() || golden_ids(n).prompt.size() > golden_ids(longest).prompt.size()) longest = n;
+  }
+  audio::PreparedAudio long_audio = golden_audio(longest, spec());
+  ASSERT_GT(long_audio.input_values.size(), static_cast<std::size_t>(hop_) * 16) << "several segments";
+  audio::PreparedAudio short_audio = long_audio;
+  short_audio.input_values.resize(static_cast<std::size_t>(hop_) * 5);  // one 8-frame segment
+  short_audio.samples = static_cast<std::int64_t>(hop_) * 5;
+  short_audio.frames = 5;
+  short_audio.duration = audio::format_duration(short_audio.samples, spec().sample_rate);
+  Collector c;
+  auto a = lp->submit(transcription(long_audio, "", 4), c.sink());
+  auto b = lp->submit(transcription(short_audio, "", 4), c.sink());
+  ASSERT_TRUE(a.is_ok() && b.is_ok());
+  lp->resume();
+  auto ea = c.wait(*a), eb = c.wait(*b);
+  const RequestEvent* ta = terminal_of(ea);
+  const RequestEvent* tb = terminal_of(eb);
+  ASSERT_TRUE(ta && tb);
+  EXPECT_EQ(ta->type, RequestEvent::Type::kDone) << ta->error.to_string();
+  EXPECT_EQ(tb->type, RequestEvent::Type::kDone) << tb->error.to_string();
+  for (int i = 0; i < 1000 && lp->stats().busy; ++i) std::this_thread::sleep_for(1ms);
+  std::lock_guard<std::mutex> lk(mu);
+  ASSERT_FALSE(launches.empty());
+  // The first launch: the short one (shortest remaining audio first), completed, alone.
+  EXPECT_EQ(launches[0].segments, 1);
+  EXPECT_EQ(launches[0].finishing, 1);
+  EXPECT_EQ(launches[0].samples, static_cast<std::int64_t>(hop_) * 5);
+  std::int64_t samples = 0, finishing = 0;
+  for (const EncodeReport& r : launches) {
+    samples += r.samples;
+    finishing += r.finishing;
+    if (r.finishing > 0) {
+      EXPECT_EQ(r.segments, r.finishing) << "a completing launch carries only completions";
+    }
+  }
+  EXPECT_EQ(finishing, 2);
+  const std::int64_t long_padded =
+      (static_cast<std::int64_t>(long_audio.input_values.size()) + hop_ - 1) / hop_ * hop_;
+  EXPECT_EQ(samples, long_padded + static_cast<std::int64_t>(hop_) * 5) << "every sample encoded once";
 }
 
 }  // namespace
