@@ -102,7 +102,6 @@ class CudaBackend final : public Backend {
     if (lt_) lt_api_->destroy(lt_);
     if (lt_ws_) cudaFree(lt_ws_);
     if (sk_ws_) cudaFree(sk_ws_);
-    if (rs_) cudaFree(rs_);
     if (pack_) cudaFree(pack_);
     if (attn_ws_) cudaFree(attn_ws_);
     if (argmax_ws_) cudaFree(argmax_ws_);
@@ -153,12 +152,6 @@ class CudaBackend final : public Backend {
         if (cudaMalloc(&b->lt_ws_, b->lt_ws_bytes_) != cudaSuccess) {
           return internal_error("CUDA backend: cannot allocate the cuBLASLt workspace");
         }
-      }
-    }
-    if (b->resid_scratch_ != 0 && b->compute_ == CudaCompute::kBF16) {
-      b->rs_bytes_ = static_cast<size_t>(kResidScratchRows) * kResidScratchCols * 4;
-      if (cudaMalloc(&b->rs_, b->rs_bytes_) != cudaSuccess) {
-        return internal_error("CUDA backend: cannot allocate the residual GEMMs' scratch");
       }
     }
     if ((b->skinny_gemm_ || b->deterministic_) && b->compute_ == CudaCompute::kBF16) {
@@ -1067,7 +1060,7 @@ class CudaBackend final : public Backend {
     int ncands = 0;
     bool tuned = false;
   };
-  using PlanKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int, bool, int, bool>;
+  using PlanKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int, bool, int>;
   // Deterministic mode: (N, K, ldd, weight dtype, bias, epilogue) -> the algorithm every M uses.
   using FixedKey = std::tuple<int64_t, int64_t, int64_t, int, bool, int>;
   static constexpr int64_t kFixedAlgoRows = 128;
@@ -1082,9 +1075,8 @@ class CudaBackend final : public Backend {
 
   // Column-major view: Dᵀ[N,M] = W[N,K] · Aᵀ: W is a K×N column-major matrix (ld K) taken
   // transposed, A a K×M one (ld K, packed), D an N×M one (ld = out's row stride).
-  Plan* plan_for(int64_t M, int64_t N, int64_t K, int64_t ldd, DType wt, bool bias, int ep,
-                 bool bf16_out = false) {
-    const PlanKey key{M, N, K, ldd, static_cast<int>(wt), bias, ep, bf16_out};
+  Plan* plan_for(int64_t M, int64_t N, int64_t K, int64_t ldd, DType wt, bool bias, int ep) {
+    const PlanKey key{M, N, K, ldd, static_cast<int>(wt), bias, ep};
     auto it = plans_.find(key);
     if (it != plans_.end()) return it->second.ok ? &it->second : nullptr;
     // A new shape asks cuBLASLt's heuristic on the host (the report's "cublaslt plans" line).
@@ -1111,7 +1103,7 @@ class CudaBackend final : public Backend {
     }
     ok = ok && lt_api_->layout_create(&p.wl, in, K, N, K) == 0;
     ok = ok && lt_api_->layout_create(&p.al, in, K, M, K) == 0;
-    ok = ok && lt_api_->layout_create(&p.dl, bf16_out ? CUDA_R_16BF : CUDA_R_32F, N, M, ldd) == 0;
+    ok = ok && lt_api_->layout_create(&p.dl, CUDA_R_32F, N, M, ldd) == 0;
     cublasLtMatmulPreference_t pref = nullptr;
     ok = ok && lt_api_->pref_create(&pref) == 0;
     ok = ok && lt_api_->pref_set_attribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &lt_ws_bytes_,
@@ -1218,25 +1210,6 @@ class CudaBackend final : public Backend {
       }
       return;
     }
-    if (ep == Epilogue::kAddResidual && resid_scratch_ != 0 && !deterministic_ && !bias &&
-        w.dtype == DType::kBF16 && M >= 2 && M <= kResidScratchRows && N <= kResidScratchCols &&
-        out.dtype == DType::kF32) {
-      // VV_CUDA_RESID_SCRATCH: the product into a scratch (beta 0; bf16 or f32), then added to the
-      // residual by a small kernel, instead of cuBLASLt's beta = 1 into the f32 rows.
-      const bool b16 = resid_scratch_ == 2;
-      if (Plan* q = plan_for(M, N, K, N, w.dtype, false, static_cast<int>(Epilogue::kNone), b16)) {
-        const float alpha = 1.0f, beta = 0.0f;
-        const cublasStatus_t st =
-            lt_api_->matmul(lt_, q->desc, &alpha, w.data, q->wl, pack_, q->al, &beta, rs_, q->dl, rs_, q->dl,
-                            &q->algo, lt_ws_, lt_ws_bytes_, stream_);
-        if (st != CUBLAS_STATUS_SUCCESS && first_error_.empty()) {
-          first_error_ = "cublasLtMatmul failed with status " + std::to_string(static_cast<int>(st));
-          std::fprintf(stderr, "vibevoice: %s\n", first_error_.c_str());
-        }
-        cuda::add_rows_into(out, rs_, b16 ? DType::kBF16 : DType::kF32, stream_);
-        return;
-      }
-    }
     Plan* p = plan_for(M, N, K, out.row_stride(), w.dtype, bias != nullptr, static_cast<int>(ep));
     if (!p) {  // no cuBLASLt algorithm for this shape/alignment: the SIMT path is always valid
       cuda::gemm_f32(a, w, bias, out, ep, stream_);
@@ -1317,18 +1290,6 @@ class CudaBackend final : public Backend {
   }();
   void* sk_ws_ = nullptr;
   size_t sk_ws_bytes_ = 0;
-  // VV_CUDA_RESID_SCRATCH=bf16|f32 (an experiment, off by default): residual-adding bf16 GEMMs of
-  // 2..128 rows write their product to a scratch with beta 0 (cuBLASLt picks among other algorithms
-  // for that, split-K ones at narrow N among them) and a small kernel adds it to the residual.
-  static constexpr int64_t kResidScratchRows = 128, kResidScratchCols = 8192;
-  int resid_scratch_ = [] {
-    const char* e = std::getenv("VV_CUDA_RESID_SCRATCH");
-    if (!e) return 0;
-    const std::string v(e);
-    return v == "f32" ? 1 : v == "bf16" ? 2 : 0;
-  }();
-  void* rs_ = nullptr;
-  size_t rs_bytes_ = 0;
 
   int device_ = 0;
   CudaCompute compute_ = CudaCompute::kF32;

@@ -474,16 +474,6 @@ __global__ void add_kernel(const float* a, int64_t lda, const float* b, int64_t 
   out[r * ldo + c] = a[r * lda + c] + b[r * ldb + c];
 }
 
-template <typename ST>
-__global__ void add_rows_into_kernel(float* __restrict__ out, int64_t ldo, const ST* __restrict__ src,
-                                     int64_t R, int64_t C) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= R * C) return;
-  int64_t r, c;
-  row_col(i, C, r, c);
-  out[r * ldo + c] += to_f32(src[i]);
-}
-
 __global__ void silu_mul_kernel(const float* __restrict__ g, int64_t ldg, float* __restrict__ out, int64_t ldo,
                                 int64_t R, int64_t I) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -987,18 +977,6 @@ void add(const Tensor& a, const Tensor& b, Tensor& out, cudaStream_t s) {
   add_kernel<<<blocks_for(n, 256), 256, 0, s>>>(a.ptr<const float>(), a.row_stride(), b.ptr<const float>(),
                                                 b.row_stride(), out.ptr<float>(), out.row_stride(), out.rows(),
                                                 out.cols());
-}
-
-void add_rows_into(Tensor& out, const void* src, DType src_t, cudaStream_t s) {
-  const int64_t n = out.rows() * out.cols();
-  if (n == 0) return;
-  if (src_t == DType::kBF16) {
-    add_rows_into_kernel<<<blocks_for(n, 256), 256, 0, s>>>(
-        out.ptr<float>(), out.row_stride(), static_cast<const __nv_bfloat16*>(src), out.rows(), out.cols());
-  } else {
-    add_rows_into_kernel<<<blocks_for(n, 256), 256, 0, s>>>(
-        out.ptr<float>(), out.row_stride(), static_cast<const float*>(src), out.rows(), out.cols());
-  }
 }
 
 void silu_mul(const Tensor& gate_up, Tensor& out, cudaStream_t s) {

@@ -46,8 +46,6 @@ void depthwise_conv1d_causal(const Tensor& x, const Tensor& history, const Tenso
                              Tensor& out, cudaStream_t s);
 void add_scaled(Tensor& x, const Tensor& scale, const Tensor& y, cudaStream_t s);
 void add(const Tensor& a, const Tensor& b, Tensor& out, cudaStream_t s);
-// out[r][c] += src[r * out.cols() + c], src contiguous f32 or bf16 (src_t).
-void add_rows_into(Tensor& out, const void* src, DType src_t, cudaStream_t s);
 void silu_mul(const Tensor& gate_up, Tensor& out, cudaStream_t s);
 // silu_mul that also writes its output rounded to pack_t into `pack` [rows, cols] contiguous.
 void silu_mul_pack(const Tensor& gate_up, Tensor& out, void* pack, DType pack_t, cudaStream_t s);

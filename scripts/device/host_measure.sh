@@ -6,7 +6,6 @@
 #   decode       cuda_decode_bench --preset 7b --bf16 (decode b1, prefill, encoders, standard job)
 #   decode_tuned, curve_tuned  decode, and the curve's 64/128 points, with VV_CUDA_LT_ALGOS=16 (each GEMM
 #                shape times the heuristic's first 16 cuBLASLt algorithms and keeps the fastest)
-#   resid        VV_CUDA_RESID_SCRATCH=bf16 and f32: decode (GEMM table); bf16: the curve's 64/128 points
 #   skinny       VV_CUDA_SKINNY_GEMM=1: its gpu tests, decode (GEMM table) and the curve's 64/128 points
 #   opprofile    cuda_decode_bench with VV_CUDA_PROFILE=1: per-op times of prefill, b1 decode, encoders
 #   roofline     decode_roofline.py 1 8 64 128 (plain cuBLAS, weights only, graph-replayed)
@@ -53,12 +52,6 @@ for step in "$@"; do
       run decode_skinny env VV_CUDA_SKINNY_GEMM=1 $B/cuda_decode_bench --preset 7b --bf16
       run decode_skinny1 env VV_CUDA_SKINNY_GEMM=1 VV_CUDA_SKINNY_PER_SM=1 $B/cuda_decode_bench --preset 7b --bf16
       run curve_skinny env VV_CUDA_SKINNY_GEMM=1 $B/engine_loop_bench --preset 7b --device cuda --bf16 \
-        --audio 30 --tokens "$CURVE_TOKENS" --concurrency 64,128 ;;
-    resid)  # VV_CUDA_RESID_SCRATCH=bf16|f32: residual GEMMs into a scratch (beta 0), then added
-      for m in bf16 f32; do
-        run "decode_resid_$m" env VV_CUDA_RESID_SCRATCH=$m $B/cuda_decode_bench --preset 7b --bf16
-      done
-      run curve_resid env VV_CUDA_RESID_SCRATCH=bf16 $B/engine_loop_bench --preset 7b --device cuda --bf16 \
         --audio 30 --tokens "$CURVE_TOKENS" --concurrency 64,128 ;;
     opprofile) run opprofile env VV_CUDA_PROFILE=1 $B/cuda_decode_bench --preset 7b --bf16 ;;
     roofline) run roofline python3 $VV_DEV/golden/decode_roofline.py 1 8 64 128 ;;
