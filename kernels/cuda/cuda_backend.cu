@@ -666,13 +666,24 @@ class CudaBackend final : public Backend {
     auto run_all = [&] {
       for (auto& f : ops) f();
     };
+    // Host time of the flushes that did not replay (the report's "host ms" of the flushes line).
+    struct FlushClock {
+      double* into = nullptr;
+      std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+      ~FlushClock() {
+        if (into)
+          *into += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      }
+    } fclock;
     if (!use_graphs_ || ops.size() < kGraphMinOps || ops.size() > kGraphMaxOps) {
       ++gstat_.ungraphed;
+      fclock.into = &gstat_.ungraphed_ms;
       return run_all();
     }
     auto it = graphs_.find(sig);
     if (it == graphs_.end()) {  // first sight: run, remember
       ++gstat_.first;
+      fclock.into = &gstat_.first_ms;
       run_all();
       if (graphs_.size() >= kMaxGraphs) {
         ++gstat_.clears;
@@ -688,6 +699,7 @@ class CudaBackend final : public Backend {
       return;
     }
     ++gstat_.captured;
+    fclock.into = &gstat_.captured_ms;
     if (e.failed) return run_all();
     capture_broken_ = false;
     cudaError_t st = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal);
@@ -832,11 +844,17 @@ class CudaBackend final : public Backend {
     cuda::paged_attention(q, rows, cache, shape, out, plan, static_cast<float*>(attn_ws_), stream_);
     launched("paged_attention");
   }
-  // bf16 mode only (f32 mode must match the CPU to f32 rounding); 16-byte aligned K/V rows.
+  // bf16 mode only (f32 mode must match the CPU to f32 rounding); 16-byte aligned K/V rows. In
+  // deterministic mode every call whose shape it takes, whatever its row count: a row's result then
+  // does not depend on the rows beside it (a decode row in a step with a long prefill took the flash
+  // kernel, alone the decode kernel; their sums differ in order). Without key splits, a row's keys
+  // go through the same tiles in the same order in any call.
   bool flash_prefill_takes(const Tensor& q, const KvLayer& cache, const AttentionShape& shape) const {
     auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
     return compute_ == CudaCompute::kBF16 &&
-           cuda::flash_prefill_applies(q.rows(), shape.heads, shape.kv_heads, shape.head_dim, sms_) &&
+           (deterministic_
+                ? cuda::flash_prefill_shape_ok(shape.heads, shape.kv_heads, shape.head_dim)
+                : cuda::flash_prefill_applies(q.rows(), shape.heads, shape.kv_heads, shape.head_dim, sms_)) &&
            cache.k.row_stride() % 8 == 0 && cache.v.row_stride() == cache.k.row_stride() &&
            aligned(cache.k.data) && aligned(cache.v.data);
   }
@@ -943,6 +961,9 @@ class CudaBackend final : public Backend {
                     static_cast<long long>(gstat_.replayed), static_cast<long long>(gstat_.captured),
                     static_cast<long long>(gstat_.first), static_cast<long long>(gstat_.ungraphed),
                     static_cast<long long>(gstat_.clears));
+      out += line;
+      std::snprintf(line, sizeof line, "  flush host ms: captured %.3f, first sight %.3f, eager %.3f\n",
+                    gstat_.captured_ms, gstat_.first_ms, gstat_.ungraphed_ms);
       out += line;
     }
     if (gstat_.lt_plans > 0) {
@@ -1347,6 +1368,7 @@ class CudaBackend final : public Backend {
   bool lt_fuse_ = !(std::getenv("VV_CUDA_LT_FUSE") && std::string(std::getenv("VV_CUDA_LT_FUSE")) == "0");
   struct GraphStats {
     int64_t replayed = 0, captured = 0, first = 0, ungraphed = 0, clears = 0;
+    double captured_ms = 0, first_ms = 0, ungraphed_ms = 0;  // host time of those flushes
     int64_t lt_plans = 0;   // cuBLASLt plans made for new GEMM shapes (heuristic queries)
     double lt_plan_ms = 0;  // host time they took
   } gstat_;

@@ -17,10 +17,12 @@ inline int flash_rows_per_tile(int heads, int kv_heads) {
 // Whether paged_attention in bf16 mode takes the flash kernel for n rows on a GPU of `sms` SMs:
 // head_dim 64 or 128, a GQA group of at most 64 query heads, and enough (row tile, kv head) blocks to
 // fill the GPU (fewer rows, e.g. decode, keep the key-split SIMT kernel, which fills it by splitting keys).
+inline bool flash_prefill_shape_ok(int heads, int kv_heads, int head_dim) {
+  return kv_heads > 0 && heads % kv_heads == 0 && (head_dim == 64 || head_dim == 128) &&
+         heads / kv_heads <= kFlashQueryVectors;
+}
 inline bool flash_prefill_applies(int64_t n, int heads, int kv_heads, int head_dim, int sms) {
-  if (kv_heads <= 0 || heads % kv_heads != 0 || (head_dim != 64 && head_dim != 128)) return false;
-  const int G = heads / kv_heads;
-  if (G > kFlashQueryVectors) return false;
+  if (!flash_prefill_shape_ok(heads, kv_heads, head_dim)) return false;
   const int64_t qt = flash_rows_per_tile(heads, kv_heads);
   return (n + qt - 1) / qt * kv_heads >= sms;
 }

@@ -320,9 +320,12 @@ int run_ttft_probe(vv::Runner& runner, const vv::Tokenizer& tok, const Args& arg
   };
   auto plans_line = [&] {
     const std::string rep = vv::backend_profile_report(runner.backend());
-    const auto at = rep.find("cublaslt plans:");
-    return at == std::string::npos ? std::string("no new cuBLASLt plans")
-                                   : rep.substr(at, rep.find('\n', at) - at);
+    std::string out;
+    for (const char* key : {"flushes:", "flush host ms:", "cublaslt plans:"}) {
+      const auto at = rep.find(key);
+      if (at != std::string::npos) out += (out.empty() ? "" : "; ") + rep.substr(at, rep.find('\n', at) - at);
+    }
+    return out.empty() ? std::string("no graph flushes, no new cuBLASLt plans") : out;
   };
   double worst = 0;
   for (const char* when : {"during the long one's encode/prefill", "during the long one's decode"}) {

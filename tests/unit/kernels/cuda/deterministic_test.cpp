@@ -5,6 +5,8 @@
 //    rows of one big launch, for f32 and bf16 compute, BF16/F16 weights, bias and residual
 //    epilogues, odd, prime and production shapes; the big launch itself within the GEMM tests'
 //    tolerance of the CPU reference.
+//  - Attention (bf16): a decode row alone and beside a long prefill, a prefill chunk whole and in
+//    pieces: bitwise the same rows (every call takes the flash kernel in deterministic mode).
 //  - The runner: the tiny golden cases' greedy ids alone equal their ids in one batch, bf16 compute.
 // Labelled gpu: skipped with the reason where no GPU is usable.
 #include <gtest/gtest.h>
@@ -13,6 +15,7 @@
 #include <cstring>
 
 #include "engine/runner/device_runner.h"
+#include "kernels/cpu/reference_ops.h"
 #include "tests/unit/engine/model/golden_fixture.h"
 #include "tests/unit/kernels/cuda/cuda_test_util.h"
 
@@ -118,6 +121,80 @@ TEST_P(CudaDeterministic, GemmRowsDoNotDependOnTheRowCountOrOffset) {
       {152064, 3584, DType::kBF16, Epilogue::kNone, false},        // 7B LM head (the first token's logits)
   };
   for (const DetGemmCase& c : cases) det_check_gemm(be, c, bf16);
+}
+
+// Attention, bf16 compute, 7B heads: a sequence's rows give the same bits whatever else shares the
+// call. A decode row alone and beside a 300-row prefill (which alone would pick another kernel), and
+// a prefill chunk in one call and in two halves, over a shuffled paged cache.
+TEST(CudaDeterministicAttention, RowsDoNotDependOnTheRowsBesideThem) {
+  VV_DET_BACKEND_OR_SKIP(be, true);
+  const int heads = 28, kv_heads = 4, D = 128, bs = 16;
+  const AttentionShape shape{heads, kv_heads, D, 1.0f / std::sqrt(static_cast<float>(D))};
+  // Sequences: 0 and 1 decode one row at positions 517 and 44; 2 prefills rows [96, 396).
+  const int pos0 = 517, pos1 = 44, start2 = 96, len2 = 300;
+  const int ends[3] = {pos0 + 1, pos1 + 1, start2 + len2};
+  const int width_blocks =
+      (ends[0] + bs - 1) / bs > (ends[2] + bs - 1) / bs ? (ends[0] + bs - 1) / bs : (ends[2] + bs - 1) / bs;
+  int total_blocks = 0;
+  for (int e : ends) total_blocks += (e + bs - 1) / bs;
+  std::vector<int32_t> perm(static_cast<size_t>(total_blocks));
+  for (int i = 0; i < total_blocks; ++i) perm[static_cast<size_t>(i)] = (i * 37 + 11) % total_blocks;
+  std::vector<int32_t> tables(static_cast<size_t>(3 * width_blocks), 0);
+  int used = 0;
+  for (int sq = 0; sq < 3; ++sq)
+    for (int b = 0; b < (ends[sq] + bs - 1) / bs; ++b)
+      tables[static_cast<size_t>(sq * width_blocks + b)] = perm[used++];
+  const int64_t kvw = static_cast<int64_t>(kv_heads) * D, qw = static_cast<int64_t>(heads) * D;
+  const int64_t slots = static_cast<int64_t>(total_blocks) * bs;
+  HostMatrix kc = random_matrix(slots, kvw, DType::kBF16, 81),
+             vc = random_matrix(slots, kvw, DType::kBF16, 82);
+  DeviceMatrix dkc = to_device(be, kc), dvc = to_device(be, vc), dtab = to_device_i32(be, tables);
+  const KvLayer cache{Tensor::matrix(dkc.buf.data(), DType::kBF16, slots, kvw),
+                      Tensor::matrix(dvc.buf.data(), DType::kBF16, slots, kvw)};
+  // All rows of the big call: seq 0's row, seq 1's row, then seq 2's chunk.
+  std::vector<int32_t> seq_all = {0, 1}, pos_all = {pos0, pos1};
+  for (int p = start2; p < start2 + len2; ++p) seq_all.push_back(2), pos_all.push_back(p);
+  const int64_t n = static_cast<int64_t>(seq_all.size());
+  HostMatrix q = random_matrix(n, qw, DType::kF32, 83, 2.0f);
+  DeviceMatrix dq = to_device(be, q);
+  // Attention over rows [first, first + m) of the big call's rows.
+  auto attend = [&](int64_t first, int64_t m) {
+    std::vector<int32_t> sq(seq_all.begin() + first, seq_all.begin() + first + m);
+    std::vector<int32_t> ps(pos_all.begin() + first, pos_all.begin() + first + m);
+    DeviceMatrix ds = to_device_i32(be, sq), dp = to_device_i32(be, ps);
+    AttentionRows rows;
+    rows.row_seq = ds.t;
+    rows.row_pos = dp.t;
+    rows.block_tables = Tensor::matrix(dtab.buf.data(), DType::kI32, 3, width_blocks);
+    rows.block_size = bs;
+    Tensor qv = Tensor::matrix(static_cast<char*>(dq.buf.data()) + first * qw * 4, DType::kF32, m, qw, qw);
+    DeviceMatrix out = poisoned(be, m, qw);
+    be.paged_attention(qv, rows, cache, shape, out.t);
+    return download_f32(be, out.t);
+  };
+  auto differ = [](const std::vector<float>& a, const std::vector<float>& b, size_t at) {
+    int64_t d = 0;
+    for (size_t i = 0; i < a.size(); ++i) d += std::memcmp(&a[i], &b[at + i], sizeof(float)) != 0;
+    return d;
+  };
+  const std::vector<float> all = attend(0, n);
+  EXPECT_EQ(differ(attend(0, 1), all, 0), 0) << "decode row alone vs beside a 300-row prefill";
+  EXPECT_EQ(differ(attend(0, 2), all, 0), 0) << "two decode rows vs the big call";
+  EXPECT_EQ(differ(attend(2, 150), all, static_cast<size_t>(2 * qw)), 0) << "first half of the chunk";
+  EXPECT_EQ(differ(attend(152, 150), all, static_cast<size_t>(152 * qw)), 0) << "second half of the chunk";
+  EXPECT_EQ(differ(attend(151, 3), all, static_cast<size_t>(151 * qw)), 0) << "three rows mid-chunk";
+  // And the big call is attention: the CPU reference on the same bf16-rounded q and cache, within
+  // the flash kernel's tolerance (prefill_attention_test.cpp: P rounded to bf16 for P·V).
+  AttentionRows hrows;
+  hrows.row_seq = Tensor::vector(seq_all.data(), DType::kI32, n);
+  hrows.row_pos = Tensor::vector(pos_all.data(), DType::kI32, n);
+  hrows.block_tables = Tensor::matrix(tables.data(), DType::kI32, 3, width_blocks);
+  hrows.block_size = bs;
+  HostMatrix qr = bf16_rounded_f32(q), kr = bf16_rounded_f32(kc), vr = bf16_rounded_f32(vc);
+  HostMatrix want = random_matrix(n, qw, DType::kF32, 84);
+  Tensor want_t = want.view();
+  ref::paged_attention(qr.view(), hrows, KvLayer{kr.view(), vr.view()}, shape, want_t);
+  expect_close(all, host_rows(want_t), 4e-3, "deterministic attention, 2 decode rows + a 300-row chunk", 1.0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Compute, CudaDeterministic, ::testing::Values(false, true),
