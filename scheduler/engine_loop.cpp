@@ -344,6 +344,34 @@ bool EngineLoop::paused_now() {
   return paused_ || pause_file_present_;
 }
 
+void EngineLoop::warm_up() {
+  SpeechEmbedder& speech = runner_.speech();
+  const std::int64_t hop = speech.hop();
+  const std::int64_t seg =
+      std::min(opt_.encode_segment > 0 ? opt_.encode_segment : speech.acoustic().max_segment(),
+               speech.acoustic().max_segment()) /
+      hop * hop;
+  if (seg <= 0) return;
+  const std::int64_t budget =
+      opt_.encode_pack_samples > 0 ? std::min(opt_.encode_pack_samples, speech.max_pack()) : seg;
+  const std::vector<float> silence(static_cast<std::size_t>(seg), 0.f);
+  EncodeOptions eo;
+  eo.segment = seg;
+  for (std::int64_t k = 1; k * seg <= std::max(budget, seg); ++k) {
+    std::vector<std::unique_ptr<SpeechJob>> jobs;
+    std::vector<SpeechJob*> ptrs;
+    for (std::int64_t j = 0; j < k; ++j) {
+      auto job = speech.start(silence.data(), seg, eo);
+      if (!job.is_ok()) return;  // a request will report the same error
+      jobs.push_back(std::move(job).value());
+      ptrs.push_back(jobs.back().get());
+    }
+    if (!speech.step(ptrs).is_ok()) return;
+    ++encode_local_.warmup_launches;
+  }
+  runner_.backend().synchronize();
+}
+
 EncodeOptions EngineLoop::encode_options(const Live& l) const {
   EncodeOptions eo = l.req.encode;
   if (eo.segment == 0 && opt_.encode_segment > 0) {
@@ -930,6 +958,7 @@ void EngineLoop::run() {
     std::unique_lock<std::mutex> lk(mu_);
     if (opt_.ready_delay.count() > 0) cv_.wait_for(lk, opt_.ready_delay, [&] { return stop_; });
   }
+  if (opt_.warmup) warm_up();
   ready_ = true;
   local_.last_step = Clock::now();
   publish_stats();

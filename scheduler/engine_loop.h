@@ -65,6 +65,7 @@ struct EncodeStats {
   std::int64_t most_segments = 0;  // the most segments one launch carried
   std::int64_t most_samples = 0;   // the most samples one launch carried
   double seconds = 0;              // summed host time of the launch calls (a GPU may still run them)
+  std::int64_t warmup_launches = 0;  // EngineLoopOptions::warmup's launches (not counted above)
 };
 
 struct EngineLoopOptions {
@@ -82,6 +83,12 @@ struct EngineLoopOptions {
   // 60 s by default). 0 = one request's segment per launch. The default, four 10 s segments, keeps
   // a launch short enough for cancels and deadlines while filling the GPU far better than one.
   std::int64_t encode_pack_samples = 4 * 240000;
+  // Before reporting ready: one encoder launch of silence for each count of standard segments a
+  // launch packs (1 .. encode_pack_samples / encode_segment), so that the first requests do not pay
+  // what a new launch shape costs once (on CUDA: cuBLASLt plans, workspace growth; ~35 ms for the
+  // first 10 s segment on the H200 against a few ms after). Off by default (on the CPU it is only
+  // time); the service turns it on for GPU backends.
+  bool warmup = false;
   RequestProgressFn progress;  // optional
   StepObserverFn on_step;      // optional; called on the engine thread after every step, must be quick
   EncodeObserverFn on_encode;  // optional; the same after every encoder launch
@@ -126,6 +133,7 @@ class EngineLoop : public EngineClient {
   void take_inbox(std::vector<std::unique_ptr<Live>>& added, std::vector<RequestId>& cancelled, bool& stop);
   void admit_new(std::vector<std::unique_ptr<Live>>& added);
   void check_deadlines();
+  void warm_up();
   bool paused_now();
   // The packer: the next segment of several encoding requests in one launch (false: none waited).
   bool encode_segments();

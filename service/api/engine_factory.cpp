@@ -128,6 +128,9 @@ Result<std::shared_ptr<EngineHandle>> make_engine(AppState& state, std::shared_p
   h->runner = h->runners.front();
   progress(0.9);
   EngineLoopOptions eo;
+  // GPU backends: the encoder's standard launch shapes are made once before the server reports
+  // ready (cuBLASLt plans and workspaces), not on the first requests' time to first token.
+  eo.warmup = h->runner->backend().name().rfind("cuda", 0) == 0;
   eo.encode_segment = encode_segment;
   eo.encode_pack_samples = encode_pack;
   eo.max_running = static_cast<int>(s.i("engine.max_running_requests"));

@@ -135,6 +135,7 @@ struct DecodeProfile {
 
 Point run_point(vv::Runner& runner, const vv::Tokenizer& tok, int n, const Args& args) {
   vv::EngineLoopOptions opt;
+  opt.warmup = args.device.rfind("cuda", 0) == 0;  // as the service does on GPU backends
   opt.max_running = n;
   opt.max_waiting = n;
   std::mutex mu;
@@ -277,6 +278,7 @@ int run_ttft_probe(vv::Runner& runner, const vv::Tokenizer& tok, const Args& arg
   std::mutex marks_mu;
   std::vector<Mark> marks;
   vv::EngineLoopOptions opt;
+  opt.warmup = args.device.rfind("cuda", 0) == 0;  // as the service does on GPU backends
   opt.max_running = 4;
   opt.max_waiting = 4;
   opt.on_step = [&](const vv::StepReport& r) {
@@ -404,6 +406,7 @@ int run_ttft_probe(vv::Runner& runner, const vv::Tokenizer& tok, const Args& arg
 int run_invariance(vv::Runner& runner, const vv::Tokenizer& tok, const Args& args) {
   const int n = args.invariance;
   vv::EngineLoopOptions opt;
+  opt.warmup = args.device.rfind("cuda", 0) == 0;  // as the service does on GPU backends
   opt.max_running = n;
   opt.max_waiting = n;
   auto loop = vv::EngineLoop::create(runner, tok, opt);

@@ -29,8 +29,9 @@ class EncodePacker : public ::testing::Test {
   // A loop that starts paused, so that every request submitted before resume() is admitted in the
   // same step and encoded side by side.
   std::unique_ptr<EngineLoop> loop(std::int64_t pack_samples, RequestProgressFn progress = {},
-                                   EncodeObserverFn on_encode = {}) {
+                                   EncodeObserverFn on_encode = {}, bool warmup = false) {
     EngineLoopOptions opt;
+    opt.warmup = warmup;
     opt.progress = std::move(progress);
     opt.on_encode = std::move(on_encode);
     opt.encode_segment = static_cast<std::int64_t>(hop_) * 8;  // several segments per request
@@ -216,6 +217,29 @@ TEST_F(EncodePacker, ALaunchCompletingAShortRequestCarriesNoLongSegment) {
   const std::int64_t long_padded =
       (static_cast<std::int64_t>(long_audio.input_values.size()) + hop_ - 1) / hop_ * hop_;
   EXPECT_EQ(samples, long_padded + static_cast<std::int64_t>(hop_) * 5) << "every sample encoded once";
+}
+
+// The warm-up (one launch of silence per packed segment count, before ready) leaves requests their
+// golden ids, and the packer's counters start from zero.
+TEST_F(EncodePacker, WarmUpLaunchesEachPackedCountOnceAndChangesNoIds) {
+  auto lp = loop(static_cast<std::int64_t>(hop_) * 8 * 3, {}, {}, /*warmup=*/true);
+  lp->resume();
+  const EncodeStats before = lp->encode_stats();
+  EXPECT_EQ(before.warmup_launches, 3) << "1, 2 and 3 segments of silence";
+  EXPECT_EQ(before.launches, 0);
+  EXPECT_EQ(before.samples, 0);
+  Collector c;
+  const std::string name = golden_cases().front();
+  const GoldenIds g = golden_ids(name);
+  auto id = lp->submit(
+      transcription(golden_audio(name, spec()), g.context, static_cast<int>(g.generated.size())), c.sink());
+  ASSERT_TRUE(id.is_ok()) << id.status().to_string();
+  auto ev = c.wait(*id);
+  const RequestEvent* t = terminal_of(ev);
+  ASSERT_NE(t, nullptr);
+  ASSERT_EQ(t->type, RequestEvent::Type::kDone) << t->error.to_string();
+  EXPECT_EQ(t->prompt_ids, g.prompt);
+  EXPECT_EQ(t->generated_ids, g.generated);
 }
 
 }  // namespace
