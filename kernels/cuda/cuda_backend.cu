@@ -822,7 +822,7 @@ class CudaBackend final : public Backend {
                        Tensor& out) {
     if (flash_prefill_takes(q, cache, shape)) {  // prefill in bf16 mode: the tensor-core kernel
       OpTimer timer(this, "paged_attention.flash");
-      cuda::flash_prefill_attention(q, rows, cache, shape, out, stream_);
+      cuda::flash_prefill_attention(q, rows, cache, shape, out, stream_, sms_);
       launched("paged_attention");
       return;
     }

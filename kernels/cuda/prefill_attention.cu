@@ -238,7 +238,7 @@ __global__ void __launch_bounds__(kThreads)
 
 template <typename CT, int D>
 void launch(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, const AttentionShape& shape,
-            Tensor& out, cudaStream_t s) {
+            Tensor& out, int sms, cudaStream_t s) {
   constexpr size_t smem = flash_smem_bytes<D>();
   static bool raised = false;  // per instantiation: allow > 48 KB of dynamic shared memory
   if (!raised) {
@@ -247,8 +247,14 @@ void launch(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, co
     raised = true;
   }
   const int G = shape.heads / shape.kv_heads;
-  const int QT = flash_rows_per_tile(shape.heads, shape.kv_heads);
   const int64_t n = q.rows();
+  // A decode-shaped call (at most one row per sequence: deterministic mode sends those here too)
+  // too small to fill the GPU takes one row per block instead of a tile of QT rows from several
+  // sequences, taken in passes. A row's bits do not change: its query vectors are computed alone
+  // (the mma rows of others do not mix in) and the keys past it that its tile mates brought in are
+  // masked to exact zeros (scale 1, P = 0).
+  int QT = flash_rows_per_tile(shape.heads, shape.kv_heads);
+  if (sms > 0 && (n + QT - 1) / QT * shape.kv_heads < sms && n <= rows.block_tables.rows()) QT = 1;
   const dim3 grid(static_cast<unsigned>((n + QT - 1) / QT), static_cast<unsigned>(shape.kv_heads));
   const float scale_log2 = shape.scale * 1.4426950408889634f;
   flash_prefill_kernel<CT, D><<<grid, kThreads, smem, s>>>(
@@ -261,28 +267,28 @@ void launch(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, co
 
 template <typename CT>
 void launch_d(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, const AttentionShape& shape,
-              Tensor& out, cudaStream_t s) {
+              Tensor& out, int sms, cudaStream_t s) {
   if (shape.head_dim == 64) {
-    launch<CT, 64>(q, rows, cache, shape, out, s);
+    launch<CT, 64>(q, rows, cache, shape, out, sms, s);
   } else {
-    launch<CT, 128>(q, rows, cache, shape, out, s);
+    launch<CT, 128>(q, rows, cache, shape, out, sms, s);
   }
 }
 
 }  // namespace
 
 void flash_prefill_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
-                             const AttentionShape& shape, Tensor& out, cudaStream_t s) {
+                             const AttentionShape& shape, Tensor& out, cudaStream_t s, int sms) {
   if (q.rows() == 0) return;
   switch (cache.k.dtype) {
     case DType::kBF16:
-      launch_d<__nv_bfloat16>(q, rows, cache, shape, out, s);
+      launch_d<__nv_bfloat16>(q, rows, cache, shape, out, sms, s);
       break;
     case DType::kF16:
-      launch_d<__half>(q, rows, cache, shape, out, s);
+      launch_d<__half>(q, rows, cache, shape, out, sms, s);
       break;
     default:
-      launch_d<float>(q, rows, cache, shape, out, s);
+      launch_d<float>(q, rows, cache, shape, out, sms, s);
       break;
   }
 }

@@ -11,7 +11,9 @@ namespace vv::cuda {
 // paged_attention for many rows on the tensor cores (flash_prefill_applies said yes): q and the
 // cached K/V are rounded to bf16, scores and the online softmax stay f32, P is rounded to bf16 for
 // P·V, accumulation is f32. K/V rows must be 16-byte aligned (kv_heads·head_dim a multiple of 8).
+// `sms` (the GPU's SM count; 0: not given) lets a decode-shaped call too small to fill the GPU run
+// one row per block (the same bits per row).
 void flash_prefill_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
-                             const AttentionShape& shape, Tensor& out, cudaStream_t s);
+                             const AttentionShape& shape, Tensor& out, cudaStream_t s, int sms = 0);
 
 }  // namespace vv::cuda
