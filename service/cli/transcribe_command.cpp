@@ -365,7 +365,8 @@ void register_transcribe(CLI::App& app, CommandContext& ctx) {
                 "On a GPU: large GEMMs on bf16 tensor cores (activations rounded to bf16; default f32, exact)");
   sub->add_flag("--deterministic", args->deterministic,
                 "On a GPU: batch-invariant arithmetic (a request's results do not depend on the others "
-                "sharing its steps; one-row GEMMs lose the GEMV path's speed). The CPU always is");
+                "sharing its steps). Costs decode throughput: on an H200 at the 7B shape 19% at 1 "
+                "request, 34% at 64, 51% at 128. The CPU always is batch-invariant");
   sub->add_option("--threads", args->threads,
                   "Worker threads (default: $VIBEVOICE_THREADS, else physical cores)");
   sub->add_option("--gpu-memory", args->gpu_memory,
