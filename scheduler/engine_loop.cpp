@@ -959,9 +959,9 @@ void EngineLoop::run() {
     if (opt_.ready_delay.count() > 0) cv_.wait_for(lk, opt_.ready_delay, [&] { return stop_; });
   }
   if (opt_.warmup) warm_up();
-  ready_ = true;
   local_.last_step = Clock::now();
-  publish_stats();
+  publish_stats();  // before ready: whoever sees ready also sees the warm-up's counters
+  ready_ = true;
   std::vector<std::unique_ptr<Live>> added;
   std::vector<RequestId> cancelled;
   bool stop = false;

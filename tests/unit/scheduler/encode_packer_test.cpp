@@ -40,7 +40,9 @@ class EncodePacker : public ::testing::Test {
     auto l = EngineLoop::create(*engine_->runner, *engine_->tokenizer, std::move(opt));
     EXPECT_TRUE(l.is_ok()) << l.status().to_string();
     auto lp = std::move(l).value();
-    for (int i = 0; i < 500 && !lp->load().ready; ++i) std::this_thread::sleep_for(2ms);
+    // Ready once the thread runs (after the warm-up, when asked: seconds under the sanitizers).
+    for (int i = 0; i < 30000 && !lp->load().ready; ++i) std::this_thread::sleep_for(2ms);
+    EXPECT_TRUE(lp->load().ready);
     return lp;
   }
   const ModelSpec& spec() const { return engine_->runner->spec(); }
