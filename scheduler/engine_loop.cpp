@@ -225,7 +225,7 @@ Result<RequestId> EngineLoop::submit(Request request, EventSink sink) {
   l->sampler->observe_prompt(l->prompt);
   l->stop = std::make_unique<StopCondition>(sp);
   l->text = std::make_unique<IncrementalDecoder>(tokenizer_);
-  l->needs_logits = adjusts_logits(sp);
+  l->needs_logits = adjusts_logits(sp) || (opt_.on_logits && !request.forced_ids.empty());
   if (l->transcription) {
     l->repetition = std::make_unique<RepetitionDetector>();
     l->segment_repetition = std::make_unique<SegmentRepetitionDetector>();
@@ -769,6 +769,7 @@ void EngineLoop::handle_output(Live& l, TokenId next, const std::vector<float>* 
   const std::size_t k = l.generated.size();
   if (!l.req.forced_ids.empty() && k < l.req.forced_ids.size()) {
     next = l.req.forced_ids[k];
+    if (logits && opt_.on_logits) opt_.on_logits(l.id, k, *logits);
     if (logits) {
       logprob = token_logprob(*logits, next);
       if (sp.top_logprobs > 0) top = top_logprobs(*logits, static_cast<std::size_t>(sp.top_logprobs));

@@ -92,6 +92,9 @@ struct EngineLoopOptions {
   RequestProgressFn progress;  // optional
   StepObserverFn on_step;      // optional; called on the engine thread after every step, must be quick
   EncodeObserverFn on_encode;  // optional; the same after every encoder launch
+  // Test and bench hook: each generated position of a request with forced_ids (teacher forcing)
+  // downloads its logits and passes them here (RequestId, position, logits; engine thread, quick).
+  std::function<void(RequestId, std::size_t, const std::vector<float>&)> on_logits;
 
   // Test hooks (API.md §15 "test hooks"); all off by default. The service maps them to test-only
   // environment variables.

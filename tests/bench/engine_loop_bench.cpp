@@ -30,6 +30,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
@@ -403,12 +404,55 @@ int run_ttft_probe(vv::Runner& runner, const vv::Tokenizer& tok, const Args& arg
   return 0;
 }
 
+// Logits of one request, position by position (teacher-forced runs of --invariance).
+using LogitsByPosition = std::map<std::size_t, std::vector<float>>;
+
+// The golden README's bf16 comparison of two logits rows: cosine, max|a−b| / max|ref|, top-5 overlap.
+struct LogitsAgreement {
+  double worst_cosine = 1, worst_rel_max = 0;
+  int worst_top5 = 5, positions = 0, argmax_equal = 0;
+  void add(const std::vector<float>& ref, const std::vector<float>& got) {
+    double dot = 0, nr = 0, ng = 0, maxref = 0, maxdiff = 0;
+    for (std::size_t v = 0; v < ref.size() && v < got.size(); ++v) {
+      dot += static_cast<double>(ref[v]) * got[v];
+      nr += static_cast<double>(ref[v]) * ref[v];
+      ng += static_cast<double>(got[v]) * got[v];
+      maxref = std::max(maxref, std::fabs(static_cast<double>(ref[v])));
+      maxdiff = std::max(maxdiff, std::fabs(static_cast<double>(ref[v]) - got[v]));
+    }
+    auto top5 = [](const std::vector<float>& x) {
+      std::vector<std::size_t> idx(x.size());
+      for (std::size_t v = 0; v < idx.size(); ++v) idx[v] = v;
+      std::partial_sort(idx.begin(), idx.begin() + std::min<std::size_t>(5, idx.size()), idx.end(),
+                        [&](std::size_t a, std::size_t b) { return x[a] > x[b]; });
+      idx.resize(std::min<std::size_t>(5, idx.size()));
+      return idx;
+    };
+    const auto tr = top5(ref), tg = top5(got);
+    int overlap = 0;
+    for (std::size_t a : tr) overlap += std::count(tg.begin(), tg.end(), a) > 0 ? 1 : 0;
+    worst_cosine = std::min(worst_cosine, dot / std::max(std::sqrt(nr * ng), 1e-30));
+    worst_rel_max = std::max(worst_rel_max, maxdiff / std::max(maxref, 1e-30));
+    worst_top5 = std::min(worst_top5, overlap);
+    argmax_equal += !tr.empty() && !tg.empty() && tr[0] == tg[0] ? 1 : 0;
+    ++positions;
+  }
+  bool within_bf16() const { return worst_cosine >= 0.999 && worst_rel_max <= 0.1; }
+};
+
 int run_invariance(vv::Runner& runner, const vv::Tokenizer& tok, const Args& args) {
   const int n = args.invariance;
   vv::EngineLoopOptions opt;
   opt.warmup = args.device.rfind("cuda", 0) == 0;  // as the service does on GPU backends
   opt.max_running = n;
   opt.max_waiting = n;
+  // Teacher-forced runs (below): every forced position's logits, by request id.
+  std::mutex logits_mu;
+  std::map<vv::RequestId, LogitsByPosition> logits;
+  opt.on_logits = [&](vv::RequestId id, std::size_t pos, const std::vector<float>& row) {
+    std::lock_guard<std::mutex> lk(logits_mu);
+    logits[id][pos] = row;
+  };
   auto loop = vv::EngineLoop::create(runner, tok, opt);
   if (!loop.is_ok()) {
     std::fprintf(stderr, "engine loop: %s\n", loop.status().to_string().c_str());
@@ -431,14 +475,18 @@ int run_invariance(vv::Runner& runner, const vv::Tokenizer& tok, const Args& arg
     std::condition_variable cv;
     int left = 0;
     std::vector<std::vector<vv::TokenId>> ids;
+    std::vector<vv::RequestId> rid;
   } out;
-  auto run = [&](const std::vector<int>& which) {
+  // forced: each request's ids forced to forced[i] (teacher forcing), its logits captured.
+  auto run = [&](const std::vector<int>& which,
+                 const std::vector<std::vector<vv::TokenId>>* forced = nullptr) {
     {
       std::lock_guard<std::mutex> lk(out.mu);
       out.left = static_cast<int>(which.size());
     }
     for (int i : which) {
       vv::Request r = request(i);
+      if (forced) r.forced_ids = (*forced)[static_cast<std::size_t>(i)];
       r.arrival = Clock::now();
       auto id = (*loop)->submit(std::move(r), [&out, i](vv::RequestEvent&& e) {
         if (!e.terminal()) return;
@@ -455,28 +503,84 @@ int run_invariance(vv::Runner& runner, const vv::Tokenizer& tok, const Args& arg
         std::fprintf(stderr, "submit: %s\n", id.status().to_string().c_str());
         std::exit(1);
       }
+      std::lock_guard<std::mutex> lk(out.mu);
+      out.rid[static_cast<std::size_t>(i)] = *id;
     }
     std::unique_lock<std::mutex> lk(out.mu);
     out.cv.wait(lk, [&] { return out.left == 0; });
   };
+  // The captured logits of request i's last run (moved out).
+  auto take_logits = [&](int i) {
+    std::lock_guard<std::mutex> lk(logits_mu);
+    auto it = logits.find(out.rid[static_cast<std::size_t>(i)]);
+    LogitsByPosition l;
+    if (it != logits.end()) {
+      l = std::move(it->second);
+      logits.erase(it);
+    }
+    return l;
+  };
   std::vector<int> all(static_cast<std::size_t>(n));
   for (int i = 0; i < n; ++i) all[static_cast<std::size_t>(i)] = i;
   out.ids.assign(static_cast<std::size_t>(n), {});
+  out.rid.assign(static_cast<std::size_t>(n), 0);
   run(all);
   const auto together = out.ids;
+  std::vector<std::vector<vv::TokenId>> alone(static_cast<std::size_t>(n));
   int same = 0;
   for (int i = 0; i < n; ++i) {
     run({i});
     const auto& a = together[static_cast<std::size_t>(i)];
     const auto& b = out.ids[static_cast<std::size_t>(i)];
+    alone[static_cast<std::size_t>(i)] = b;
     std::size_t agree = 0;
     while (agree < a.size() && agree < b.size() && a[agree] == b[agree]) ++agree;
     same += a == b ? 1 : 0;
     std::printf("  request %2d: %zu ids together, %zu alone, %s (first difference at %zu)\n", i, a.size(),
                 b.size(), a == b ? "identical" : "DIFFERENT", agree);
   }
-  std::printf("{\"bench\":\"invariance\",\"device\":\"%s\",\"requests\":%d,\"identical\":%d}\n",
-              args.device.c_str(), n, same);
+  // Teacher-forced: every request forced to its solo ids, together and then alone, so that both
+  // runs see the same tokens; each position's logits compared as the golden README compares bf16
+  // logits (cosine >= 0.999, max|a-b| <= 0.1 max|ref|, top-5 overlap; equal ids not required).
+  run(all, &alone);
+  std::vector<LogitsByPosition> forced_together(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) forced_together[static_cast<std::size_t>(i)] = take_logits(i);
+  LogitsAgreement overall;
+  int bitwise = 0;
+  for (int i = 0; i < n; ++i) {
+    run({i}, &alone);
+    const LogitsByPosition solo = take_logits(i);
+    const LogitsByPosition& batched = forced_together[static_cast<std::size_t>(i)];
+    LogitsAgreement one;
+    bool equal = !solo.empty() && solo.size() == batched.size();
+    for (const auto& [pos, ref] : solo) {
+      auto it = batched.find(pos);
+      if (it == batched.end()) {
+        equal = false;
+        continue;
+      }
+      one.add(ref, it->second);
+      overall.add(ref, it->second);
+      equal = equal && ref == it->second;
+    }
+    bitwise += equal ? 1 : 0;
+    std::printf(
+        "  request %2d teacher-forced: %d positions, logits %s; worst cosine %.6f, max|a-b|/max|ref| %.2e, "
+        "top-5 overlap >= %d, argmax equal %d/%d\n",
+        i, one.positions, equal ? "bitwise equal" : "differ", one.worst_cosine, one.worst_rel_max,
+        one.worst_top5, one.argmax_equal, one.positions);
+  }
+  std::printf(
+      "  teacher-forced logits, together vs alone: %s bf16 tolerance (worst cosine %.6f, max|a-b|/max|ref| "
+      "%.2e, top-5 overlap >= %d of 5); %d of %d requests bitwise equal\n",
+      overall.within_bf16() ? "within" : "OUTSIDE", overall.worst_cosine, overall.worst_rel_max,
+      overall.worst_top5, bitwise, n);
+  std::printf(
+      "{\"bench\":\"invariance\",\"device\":\"%s\",\"requests\":%d,\"identical\":%d,"
+      "\"forced_logits_bitwise\":%d,\"forced_worst_cosine\":%.6f,\"forced_worst_rel_max\":%.3e,"
+      "\"forced_worst_top5\":%d,\"forced_within_bf16\":%s}\n",
+      args.device.c_str(), n, same, bitwise, overall.worst_cosine, overall.worst_rel_max, overall.worst_top5,
+      overall.within_bf16() ? "true" : "false");
   (*loop)->shutdown();
   return same == n ? 0 : 3;
 }

@@ -7,8 +7,11 @@
 #include <gtest/gtest.h>
 #include <simdjson.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <thread>
 
 #include "engine/text/prompt_builder.h"
@@ -370,6 +373,51 @@ TEST_F(EngineLoopTest, ShutdownEndsUnfinishedRequestsWithTheirCause) {
   auto after = lp->submit(transcription(golden_audio(cases().front(), spec()), "", 4), c.sink());
   ASSERT_FALSE(after.is_ok());
   EXPECT_EQ(after.status().code(), StatusCode::kCancelled);
+}
+
+// The teacher-forcing logits hook (engine_loop_bench --invariance): a request with forced ids gets
+// every generated position's logits (vocabulary-wide, the forced id's logprob among them), the same
+// bits alone and beside other requests on the CPU; a request without forced ids gets none.
+TEST_F(EngineLoopTest, LogitsHookGivesForcedPositionsTheSameBitsAloneAndBatched) {
+  std::mutex mu;
+  std::map<RequestId, std::map<std::size_t, std::vector<float>>> got;
+  EngineLoopOptions opt;
+  opt.on_logits = [&](RequestId id, std::size_t pos, const std::vector<float>& row) {
+    std::lock_guard<std::mutex> lk(mu);
+    got[id][pos] = row;
+  };
+  auto lp = loop(opt);
+  const std::vector<std::string> names = cases();
+  ASSERT_GE(names.size(), 2u);
+  const GoldenIds g = golden_ids(names[0]);
+  auto forced = [&] {
+    Request r =
+        transcription(golden_audio(names[0], spec()), g.context, static_cast<int>(g.generated.size()));
+    r.forced_ids = g.generated;
+    return r;
+  };
+  Collector c;
+  auto alone = lp->submit(forced(), c.sink());
+  ASSERT_TRUE(alone.is_ok());
+  ASSERT_NE(terminal_of(c.wait(*alone)), nullptr);
+  auto batched = lp->submit(forced(), c.sink());
+  auto other = lp->submit(transcription(golden_audio(names[1], spec()), "", 6), c.sink());
+  ASSERT_TRUE(batched.is_ok() && other.is_ok());
+  ASSERT_NE(terminal_of(c.wait(*batched)), nullptr);
+  ASSERT_NE(terminal_of(c.wait(*other)), nullptr);
+  std::lock_guard<std::mutex> lk(mu);
+  EXPECT_EQ(got.count(*other), 0u) << "no forced ids, no logits";
+  const auto& a = got[*alone];
+  const auto& b = got[*batched];
+  ASSERT_EQ(a.size(), g.generated.size());
+  ASSERT_EQ(b.size(), g.generated.size());
+  for (const auto& [pos, row] : a) {
+    ASSERT_EQ(row.size(), static_cast<std::size_t>(spec().decoder.vocab_size)) << pos;
+    EXPECT_EQ(row, b.at(pos)) << "position " << pos;
+    // Greedy on the golden logits: the forced (golden) id is this row's argmax.
+    EXPECT_EQ(static_cast<TokenId>(std::max_element(row.begin(), row.end()) - row.begin()), g.generated[pos])
+        << "position " << pos;
+  }
 }
 
 }  // namespace
