@@ -134,9 +134,14 @@ struct DecodeProfile {
   }
 };
 
+// The loops warm the encoder up on a GPU, as the service does there.
+bool on_gpu(const Args& args) {
+  return args.device.rfind("cuda", 0) == 0;
+}
+
 Point run_point(vv::Runner& runner, const vv::Tokenizer& tok, int n, const Args& args) {
   vv::EngineLoopOptions opt;
-  opt.warmup = args.device.rfind("cuda", 0) == 0;  // as the service does on GPU backends
+  opt.warmup = on_gpu(args);
   opt.max_running = n;
   opt.max_waiting = n;
   std::mutex mu;
@@ -279,7 +284,7 @@ int run_ttft_probe(vv::Runner& runner, const vv::Tokenizer& tok, const Args& arg
   std::mutex marks_mu;
   std::vector<Mark> marks;
   vv::EngineLoopOptions opt;
-  opt.warmup = args.device.rfind("cuda", 0) == 0;  // as the service does on GPU backends
+  opt.warmup = on_gpu(args);
   opt.max_running = 4;
   opt.max_waiting = 4;
   opt.on_step = [&](const vv::StepReport& r) {
@@ -343,8 +348,9 @@ int run_ttft_probe(vv::Runner& runner, const vv::Tokenizer& tok, const Args& arg
       std::lock_guard<std::mutex> lk(marks_mu);
       marks.clear();
     }
-    const auto t_long = Clock::now();
-    submit(**loop, vv::bench::forced_request(args.ttft_probe_long_s, args.tokens, 7, hop), lp);
+    vv::Request long_request = vv::bench::forced_request(args.ttft_probe_long_s, args.tokens, 7, hop);
+    const auto t_long = Clock::now();  // after its audio is made: the timeline starts at the submit
+    submit(**loop, std::move(long_request), lp);
     if (wait_decode) {
       while (decode_steps.load() < base + 2) std::this_thread::sleep_for(std::chrono::microseconds(200));
     } else {
@@ -443,7 +449,7 @@ struct LogitsAgreement {
 int run_invariance(vv::Runner& runner, const vv::Tokenizer& tok, const Args& args) {
   const int n = args.invariance;
   vv::EngineLoopOptions opt;
-  opt.warmup = args.device.rfind("cuda", 0) == 0;  // as the service does on GPU backends
+  opt.warmup = on_gpu(args);
   opt.max_running = n;
   opt.max_waiting = n;
   // Teacher-forced runs (below): every forced position's logits, by request id.
