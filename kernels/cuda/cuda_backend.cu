@@ -23,6 +23,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "kernels/cuda/cublaslt_loader.h"
@@ -33,6 +34,7 @@
 #include "kernels/cuda/encoder_ops.cuh"
 #include "kernels/cuda/prefill_attention.cuh"
 #include "kernels/cuda/skinny_gemm.cuh"
+#include "kernels/cuda/stream_gemm.cuh"
 
 namespace vv {
 namespace {
@@ -610,8 +612,10 @@ class CudaBackend final : public Backend {
       for (const OpRec& g : gemms) {
         Tensor o = g.out;
         // (the label is only read when profiling: skip the check otherwise)
-        OpTimer timer(this, profiling_ && skinny_takes(g.a, g.w, o, g.ep) ? "gemm.skinny_mma_packed"
-                                                                          : "gemm.cublaslt_packed");
+        OpTimer timer(this, !profiling_                       ? ""
+                            : skinny_takes(g.a, g.w, o, g.ep) ? "gemm.skinny_mma_packed"
+                            : stream_takes(g.a, g.w, o, g.ep) ? "gemm.stream_packed"
+                                                              : "gemm.cublaslt_packed");
         gemm_lt_packed(g.a, g.w, g.hb ? g.b.ptr<const float>() : nullptr, o, g.ep);
         launched("gemm");
       }
@@ -734,7 +738,11 @@ class CudaBackend final : public Backend {
     if (M == 0 || out.cols() == 0) return;
     const float* bp = bias && bias->data ? bias->ptr<const float>() : nullptr;
     const bool half_w = w.dtype == DType::kBF16 || w.dtype == DType::kF16;
-    if (decode_gemv_ && M == 1 && ep != Epilogue::kGelu && out.data != a.data && cuda::decode_gemv_fits(a, w)) {
+    // VV_CUDA_STREAM_GEMM=1-...: one-row GEMMs too (those the decode flush fuses keep decode_gemv).
+    const bool stream = compute_ == CudaCompute::kBF16 && half_w && stream_rows_.first == 1 && M == 1 &&
+                        stream_takes(a, w, out, ep);
+    if (!stream && decode_gemv_ && M == 1 && ep != Epilogue::kGelu && out.data != a.data &&
+        cuda::decode_gemv_fits(a, w)) {
       OpTimer timer(this, "decode_gemv");
       cuda::DecodeGemv d;
       d.x = a.ptr<const float>();
@@ -749,11 +757,15 @@ class CudaBackend final : public Backend {
       d.j[0].out = out.ptr<float>();
       d.j[0].ep = static_cast<int>(ep);
       cuda::decode_gemv(d, stream_);
-    } else if (!deterministic_ && M <= (compute_ == CudaCompute::kBF16 ? kSkinnyRowsBf16 : kSkinnyRowsF32)) {
+    } else if (!stream && !deterministic_ &&
+               M <= (compute_ == CudaCompute::kBF16 ? kSkinnyRowsBf16 : kSkinnyRowsF32)) {
       OpTimer timer(this, "gemm.skinny");
       cuda::gemv(a, w, bp, out, ep, stream_);
     } else if (compute_ == CudaCompute::kBF16 && half_w) {
-      OpTimer timer(this, profiling_ && skinny_takes(a, w, out, ep) ? "gemm.skinny_mma" : "gemm.cublaslt");
+      OpTimer timer(this, !profiling_                   ? ""
+                          : skinny_takes(a, w, out, ep) ? "gemm.skinny_mma"
+                          : stream_takes(a, w, out, ep) ? "gemm.stream"
+                                                        : "gemm.cublaslt");
       gemm_lt(a, w, bp, out, ep);
     } else {
       OpTimer timer(this, "gemm.simt_f32");
@@ -1218,6 +1230,16 @@ class CudaBackend final : public Backend {
                sk_ws_bytes_;
   }
 
+  // Whether gemm_lt_packed takes the weight-streaming kernel (stream_gemm.cuh): bf16 weights, no GELU
+  // epilogue, not deterministic (tiles shared by blocks are summed with atomics), and a row count in
+  // the VV_CUDA_STREAM_GEMM range.
+  bool stream_takes(const Tensor& a, const Tensor& w, const Tensor& out, Epilogue ep) const {
+    const int64_t M = out.rows();
+    return !deterministic_ && M >= stream_rows_.first && M <= stream_rows_.second &&
+           w.dtype == DType::kBF16 && ep != Epilogue::kGelu && out.dtype == DType::kF32 &&
+           cuda::stream_gemm_fits(M, a.cols(), pack_, w.data, w.row_stride());
+  }
+
   // gemm_lt once pack_ holds a's rows in w's 16-bit type (a itself is read only by the fallback).
   void gemm_lt_packed(const Tensor& a, const Tensor& w, const float* bias, Tensor& out, Epilogue ep) {
     const int64_t M = out.rows(), N = out.cols(), K = a.cols();
@@ -1229,6 +1251,11 @@ class CudaBackend final : public Backend {
                           ep == Epilogue::kAddResidual, out.ptr<float>() + r * out.row_stride(),
                           out.row_stride(), plan, static_cast<float*>(sk_ws_), stream_);
       }
+      return;
+    }
+    if (stream_takes(a, w, out, ep)) {
+      cuda::stream_gemm(pack_, M, K, w.data, w.row_stride(), N, bias, ep == Epilogue::kAddResidual,
+                        out.ptr<float>(), out.row_stride(), sms_, stream_);
       return;
     }
     Plan* p = plan_for(M, N, K, out.row_stride(), w.dtype, bias != nullptr, static_cast<int>(ep));
@@ -1303,6 +1330,17 @@ class CudaBackend final : public Backend {
   // experiment until measured; its partials' buffer (sized for any such shape) is allocated at creation.
   bool skinny_gemm_ =
       std::getenv("VV_CUDA_SKINNY_GEMM") && std::string(std::getenv("VV_CUDA_SKINNY_GEMM")) == "1";
+  // VV_CUDA_STREAM_GEMM=LO-HI: bf16 GEMMs of LO..HI rows (within 1..128) on the weight-streaming
+  // kernel (stream_gemm.cuh); "0" turns it off. Default: off until measured against cuBLASLt.
+  std::pair<int64_t, int64_t> stream_rows_ = [] {
+    std::pair<int64_t, int64_t> r{1, 0};
+    const char* e = std::getenv("VV_CUDA_STREAM_GEMM");
+    long long lo = 0, hi = 0;
+    if (e && std::sscanf(e, "%lld-%lld", &lo, &hi) == 2 && lo >= 1 && hi >= lo) {
+      r = {lo, std::min<int64_t>(hi, cuda::kStreamGemmMaxRows)};
+    }
+    return r;
+  }();
   // VV_CUDA_SKINNY_PER_SM=1..4 (default 2): blocks per SM its K slices aim at (an A/B knob).
   int sk_per_sm_ = [] {
     const char* e = std::getenv("VV_CUDA_SKINNY_PER_SM");

@@ -19,23 +19,10 @@
 #include "kernels/cuda/decode_attention.h"
 #include "kernels/cuda/decode_ops.cuh"
 #include "kernels/cuda/mma_util.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 namespace vv::cuda {
 namespace {
-
-// Programmatic dependent launch: wait until the previous kernel in the stream has finished and its
-// writes are visible; let the next kernel start its own prologue. No-ops before sm_90 and when the
-// kernel was launched without the attribute.
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_trigger() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" :::);
-#endif
-}
 
 // A 16-byte weight load that skips L1 (weights are read once; L1 keeps the activation row). volatile
 // keeps the loads issued before the dependency wait that follows them.
@@ -243,35 +230,6 @@ __global__ void __launch_bounds__(kGemvThreads, R == 1 && !kNorm ? 4 : 3)
 #pragma unroll
     for (int r = 0; r < R; ++r) rowp[r] = rowp2[r];
   }
-}
-
-bool pdl_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("VV_CUDA_PDL");
-    if (e && std::string(e) == "0") return false;
-    int dev = 0, major = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return false;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
-    return major >= 9;
-  }();
-  return on;
-}
-
-// Launch with the programmatic-serialization attribute (when enabled): the kernel may start while
-// the previous one finishes, and waits for it (pdl_wait) before touching what it wrote.
-template <typename... KArgs, typename... Args>
-void launch_pdl(void (*kern)(KArgs...), unsigned grid, unsigned block, cudaStream_t s, Args... args) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(block);
-  cfg.dynamicSmemBytes = 0;
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl_enabled() ? 1 : 0;
-  cudaLaunchKernelEx(&cfg, kern, args...);
 }
 
 // VV_CUDA_GEMV_ROLL=0|1 picks the GEMV's load schedule (see decode_gemv_kernel); default below.
@@ -1522,6 +1480,18 @@ void mma_decode_attention(const Tensor& q, const AttentionRows& rows, const KvLa
   } else {
     by_d(static_cast<const __half*>(cache.k.data), static_cast<const __half*>(cache.v.data));
   }
+}
+
+bool pdl_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("VV_CUDA_PDL");
+    if (e && std::string(e) == "0") return false;
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
+    return major >= 9;
+  }();
+  return on;
 }
 
 }  // namespace vv::cuda

@@ -7,6 +7,7 @@
 #   decode_tuned, curve_tuned  decode, and the curve's 64/128 points, with VV_CUDA_LT_ALGOS=16 (each GEMM
 #                shape times the heuristic's first 16 cuBLASLt algorithms and keeps the fastest)
 #   skinny       VV_CUDA_SKINNY_GEMM=1: its gpu tests, decode (GEMM table) and the curve's 64/128 points
+#   stream       VV_CUDA_STREAM_GEMM: its gpu tests, the GEMM table with and without it, curve points with it
 #   opprofile    cuda_decode_bench with VV_CUDA_PROFILE=1: per-op times of prefill, b1 decode, encoders
 #   roofline     decode_roofline.py 1 8 64 128 (plain cuBLAS, weights only, graph-replayed)
 #   reference    the PyTorch reference's batched decode (bench_reference.py's method) at $REF_BATCHES
@@ -53,6 +54,14 @@ for step in "$@"; do
       run decode_skinny1 env VV_CUDA_SKINNY_GEMM=1 VV_CUDA_SKINNY_PER_SM=1 $B/cuda_decode_bench --preset 7b --bf16
       run curve_skinny env VV_CUDA_SKINNY_GEMM=1 $B/engine_loop_bench --preset 7b --device cuda --bf16 \
         --audio 30 --tokens "$CURVE_TOKENS" --concurrency 64,128 ;;
+    stream)  # the weight-streaming GEMM (VV_CUDA_STREAM_GEMM): its gpu tests, the GEMM table with and
+      # without it, and the curve's 8/64/128 points with it ($STREAM_ROWS, default 2-128)
+      run stream_tests env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda --gtest_filter='CudaStreamGemm*'
+      run table_default $B/cuda_decode_bench --preset 7b --bf16 --table-only --gemv-m 1,2,8,16,32,64,128
+      run table_stream env VV_CUDA_STREAM_GEMM=1-128 $B/cuda_decode_bench --preset 7b --bf16 --table-only \
+        --gemv-m 1,2,8,16,32,64,128
+      run curve_stream env VV_CUDA_STREAM_GEMM="${STREAM_ROWS:-2-128}" $B/engine_loop_bench --preset 7b \
+        --device cuda --bf16 --audio 30 --tokens "$CURVE_TOKENS" --concurrency "${CURVE_N:-8,64,128}" ;;
     opprofile) run opprofile env VV_CUDA_PROFILE=1 $B/cuda_decode_bench --preset 7b --bf16 ;;
     roofline) run roofline python3 $VV_DEV/golden/decode_roofline.py 1 8 64 128 ;;
     reference)

@@ -3,11 +3,12 @@
 // tok/s, the two encoders over N seconds of audio, and the standard job (120 s of audio, 1000
 // tokens generated). Prints a table and, last, one JSON line.
 //   cuda_decode_bench [--preset 7b|tiny] [--prompt 1024] [--tokens 256] [--bf16] [--job-tokens 1000]
-//   [--no-gemv]
+//   [--no-gemv] [--table-only]
 //                     [--gemv-m 1,2,4,16,64] [--enc-audio 60] [--enc-reps 1] [--job-audio 120]
 //   cuda_decode_bench --attn-bench [--preset 7b] [--attn-rows 1,8,64,128] [--attn-ctx 300,600,1031]
 //                     [--attn-layers 4]
-// --attn-bench times the decode attention alone (see attn_bench) and nothing else.
+// --table-only stops after the GEMM table. --attn-bench times the decode attention alone (see attn_bench) and
+// nothing else.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -40,6 +41,7 @@ struct Args {
   double enc_audio_s = 60;
   int enc_reps = 1;
   bool gemv_table = true;
+  bool table_only = false;  // --table-only: the copy bandwidth and the GEMM table, then exit
   std::vector<int64_t> gemv_rows{1, 2, 4, 16, 64};
   bool attn_bench = false;
   std::vector<int64_t> attn_rows{1, 8, 64, 128};
@@ -224,6 +226,8 @@ int main(int argc, char** argv) {
       a.enc_reps = std::stoi(next());
     else if (k == "--no-gemv")
       a.gemv_table = false;
+    else if (k == "--table-only")
+      a.table_only = true;
     else if (k == "--gemv-m")
       a.gemv_rows = parse_list(next());  // row counts of the GEMM table
     else if (k == "--attn-bench")
@@ -319,6 +323,7 @@ int main(int argc, char** argv) {
   }
   c0.reset();
   c1.reset();
+  if (a.table_only) return 0;
 
   // --- prefill and batch-1 decode on text rows -----------------------------------------------
   std::mt19937 rng(7);

@@ -3,7 +3,8 @@
 // the 7B's production shapes (one slice and many; a K shorter than a stage; N not a multiple of the
 // block's 128 columns), with bias, residual and strided outputs; every output written, the kernel
 // really taken (the profiler's table names it), and each row's bits independent of how many rows
-// share the launch. Labelled gpu: skipped with the reason where no GPU is usable.
+// share the launch. The weight-streaming GEMM (stream_gemm.cuh) over the same kind of cases. Labelled
+// gpu: skipped with the reason where no GPU is usable.
 #include "kernels/cuda/skinny_gemm.cuh"
 
 #include <gtest/gtest.h>
@@ -11,21 +12,27 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
+#include "kernels/cuda/stream_gemm.cuh"
 #include "tests/unit/kernels/cuda/cuda_test_util.h"
 
 namespace vv::test {
 namespace {
 
-Result<std::unique_ptr<Backend>> sk_backend(bool profile) {
-  ::setenv("VV_CUDA_SKINNY_GEMM", "1", 1);
+// A bf16 backend with `env`=`value` set while it is made (the switches are read at creation).
+Result<std::unique_ptr<Backend>> sk_backend_with(const char* env, const char* value, bool profile) {
+  ::setenv(env, value, 1);
   if (profile) ::setenv("VV_CUDA_PROFILE", "1", 1);
   BackendOptions opt;
   opt.gpu_bf16_gemm = true;
   auto be = make_backend("cuda:0", opt);
-  ::unsetenv("VV_CUDA_SKINNY_GEMM");
+  ::unsetenv(env);
   ::unsetenv("VV_CUDA_PROFILE");
   return be;
+}
+Result<std::unique_ptr<Backend>> sk_backend(bool profile) {
+  return sk_backend_with("VV_CUDA_SKINNY_GEMM", "1", profile);
 }
 
 struct SkCase {
@@ -78,24 +85,9 @@ void sk_reference(const HostMatrix& a, const HostMatrix& w, const HostMatrix* bi
   }
 }
 
-TEST(CudaSkinnyGemm, MatchesReferenceOverOddPrimeAndProductionShapes) {
-  VV_CUDA_BACKEND_OR_SKIP(any, true);
-  auto be = sk_backend(true);
-  ASSERT_TRUE(be.is_ok()) << be.status().to_string();
-  const SkCase cases[] = {
-      {2, 8, 8, false, false, 0},               // the smallest: one 16-byte chunk of K, 8 columns
-      {3, 129, 72, true, false, 3},             // one column past a block, a K of one stage and a bit
-      {5, 257, 1000, true, true, 0},            // prime rows, K not a multiple of 64, residual
-      {13, 511, 4104, false, true, 1},          // several slices with a short last one
-      {17, 1031, 2056, true, false, 0},         // 17 rows: two 16-row tiles
-      {31, 640, 3584, true, true, 0},           // 31 rows, many slices
-      {64, 3584, 3584, false, true, 0},         // 7B o_proj at a 64-row step, residual
-      {64, 4608, 3584, true, false, 0},         // 7B q|k|v with bias
-      {100, 3584, 18944, false, true, 0},       // 7B down, 100 rows: the 128-row form
-      {127, 1024, 3584, true, false, 5},        // prime rows near the limit, strided output
-      {128, 37888 / 8, 3584, false, false, 0},  // an eighth of 7B gate_up: one slice, 37 blocks
-  };
-  uint32_t seed = 4100;
+// Runs each case on `be` and checks it against the float64 reference (1e-4 of the terms' size: f32
+// accumulation over K), that every output was written, and that the kernel named `label` ran.
+void sk_check_cases(Backend& be, const std::vector<SkCase>& cases, const char* label, uint32_t seed) {
   for (const SkCase& c : cases) {
     const std::string what =
         "M=" + std::to_string(c.M) + " N=" + std::to_string(c.N) + " K=" + std::to_string(c.K);
@@ -104,11 +96,10 @@ TEST(CudaSkinnyGemm, MatchesReferenceOverOddPrimeAndProductionShapes) {
     HostMatrix bias = random_matrix(1, c.N, DType::kF32, seed + 2, 0.5f);
     HostMatrix res = random_matrix(c.M, c.N, DType::kF32, seed + 3, 2.0f);
     seed += 10;
-    (void)backend_profile_report(**be);
-    const std::vector<float> got = sk_run(**be, a, w, c.bias ? &bias : nullptr, res, c);
-    const std::string table = backend_profile_report(**be);
-    EXPECT_NE(table.find("gemm.skinny_mma"), std::string::npos) << what << ": the skinny kernel did not run\n"
-                                                                << table;
+    (void)backend_profile_report(be);
+    const std::vector<float> got = sk_run(be, a, w, c.bias ? &bias : nullptr, res, c);
+    const std::string table = backend_profile_report(be);
+    EXPECT_NE(table.find(label), std::string::npos) << what << ": " << label << " did not run\n" << table;
     std::vector<double> want, scale;
     sk_reference(a, w, c.bias ? &bias : nullptr, res, c, &want, &scale);
     size_t bad = 0, nan = 0, worst = 0;
@@ -127,6 +118,50 @@ TEST(CudaSkinnyGemm, MatchesReferenceOverOddPrimeAndProductionShapes) {
     EXPECT_EQ(bad, 0u) << what << ": worst at row " << worst / c.N << " column " << worst % c.N << " got "
                        << got[worst] << " want " << want[worst] << " (" << worst_ratio << "x the tolerance)";
   }
+}
+
+TEST(CudaSkinnyGemm, MatchesReferenceOverOddPrimeAndProductionShapes) {
+  VV_CUDA_BACKEND_OR_SKIP(any, true);
+  auto be = sk_backend(true);
+  ASSERT_TRUE(be.is_ok()) << be.status().to_string();
+  const std::vector<SkCase> cases = {
+      {2, 8, 8, false, false, 0},               // the smallest: one 16-byte chunk of K, 8 columns
+      {3, 129, 72, true, false, 3},             // one column past a block, a K of one stage and a bit
+      {5, 257, 1000, true, true, 0},            // prime rows, K not a multiple of 64, residual
+      {13, 511, 4104, false, true, 1},          // several slices with a short last one
+      {17, 1031, 2056, true, false, 0},         // 17 rows: two 16-row tiles
+      {31, 640, 3584, true, true, 0},           // 31 rows, many slices
+      {64, 3584, 3584, false, true, 0},         // 7B o_proj at a 64-row step, residual
+      {64, 4608, 3584, true, false, 0},         // 7B q|k|v with bias
+      {100, 3584, 18944, false, true, 0},       // 7B down, 100 rows: the 128-row form
+      {127, 1024, 3584, true, false, 5},        // prime rows near the limit, strided output
+      {128, 37888 / 8, 3584, false, false, 0},  // an eighth of 7B gate_up: one slice, 37 blocks
+  };
+  sk_check_cases(**be, cases, "gemm.skinny_mma", 4100);
+}
+
+// The weight-streaming GEMM (stream_gemm.cuh; VV_CUDA_STREAM_GEMM=LO-HI): tiles whole and shared by
+// blocks (atomics into a zeroed or residual output), every row-count form (16, 32, 64, 128 padded
+// rows), K not a multiple of the 64-deep step, N not a multiple of the 128-row tile, strided outputs.
+TEST(CudaStreamGemm, MatchesReferenceOverOddPrimeAndProductionShapes) {
+  VV_CUDA_BACKEND_OR_SKIP(any, true);
+  auto be = sk_backend_with("VV_CUDA_STREAM_GEMM", "2-128", true);
+  ASSERT_TRUE(be.is_ok()) << be.status().to_string();
+  const std::vector<SkCase> cases = {
+      {2, 8, 8, false, false, 0},          // one unit: one block, a whole tile
+      {3, 129, 72, true, false, 3},        // two tiles, a K of one step and a bit, strided output
+      {5, 257, 1000, true, true, 0},       // prime rows, K not a multiple of 64, residual
+      {13, 511, 4104, false, false, 1},    // tiles shared by blocks, zeroed output
+      {17, 1031, 2056, true, false, 0},    // the 32-row form
+      {31, 640, 3584, true, true, 0},      // 31 rows, residual
+      {37, 3584, 3584, false, true, 0},    // the 64-row form at 7B o_proj, residual
+      {64, 4608, 3584, true, false, 0},    // 7B q|k|v with bias
+      {100, 3584, 18944, false, true, 0},  // 7B down in the 128-row form
+      {127, 1024, 3584, true, false, 5},   // prime rows near the limit, strided output
+      {40, 37888, 3584, false, false, 0},  // 7B gate_up
+      {3, 152064, 3584, false, false, 0},  // 7B LM head
+  };
+  sk_check_cases(**be, cases, "gemm.stream", 5100);
 }
 
 // A row's bits do not depend on the rows beside it: the split of K is chosen from N and K only.
