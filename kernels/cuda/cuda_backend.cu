@@ -137,6 +137,12 @@ class CudaBackend final : public Backend {
     cudaDeviceProp prop{};
     cudaGetDeviceProperties(&prop, o.device);
     b->device_name_ = prop.name;
+    {
+      const char* k = std::getenv("VV_CUDA_STREAM_GEMM_KIND");
+      const bool hopper = prop.major == 9 && prop.minor == 0;
+      b->stream_kind_ = hopper && !(k && std::string(k) == "mma") ? cuda::StreamGemmKind::kWgmma
+                                                                  : cuda::StreamGemmKind::kMma;
+    }
     b->sms_ = prop.multiProcessorCount;
     if (cudaStreamCreateWithFlags(&b->stream_, cudaStreamNonBlocking) != cudaSuccess) {
       return internal_error("CUDA backend: cannot create a stream on device " + std::to_string(o.device));
@@ -614,7 +620,7 @@ class CudaBackend final : public Backend {
         // (the label is only read when profiling: skip the check otherwise)
         OpTimer timer(this, !profiling_                       ? ""
                             : skinny_takes(g.a, g.w, o, g.ep) ? "gemm.skinny_mma_packed"
-                            : stream_takes(g.a, g.w, o, g.ep) ? "gemm.stream_packed"
+                            : stream_takes(g.a, g.w, o, g.ep) ? stream_label(true)
                                                               : "gemm.cublaslt_packed");
         gemm_lt_packed(g.a, g.w, g.hb ? g.b.ptr<const float>() : nullptr, o, g.ep);
         launched("gemm");
@@ -764,7 +770,7 @@ class CudaBackend final : public Backend {
     } else if (compute_ == CudaCompute::kBF16 && half_w) {
       OpTimer timer(this, !profiling_                   ? ""
                           : skinny_takes(a, w, out, ep) ? "gemm.skinny_mma"
-                          : stream_takes(a, w, out, ep) ? "gemm.stream"
+                          : stream_takes(a, w, out, ep) ? stream_label(false)
                                                         : "gemm.cublaslt");
       gemm_lt(a, w, bp, out, ep);
     } else {
@@ -1240,6 +1246,12 @@ class CudaBackend final : public Backend {
            cuda::stream_gemm_fits(M, a.cols(), pack_, w.data, w.row_stride());
   }
 
+  const char* stream_label(bool packed) const {
+    const bool wg = stream_kind_ == cuda::StreamGemmKind::kWgmma;
+    return packed ? (wg ? "gemm.stream_wgmma_packed" : "gemm.stream_mma_packed")
+                  : (wg ? "gemm.stream_wgmma" : "gemm.stream_mma");
+  }
+
   // gemm_lt once pack_ holds a's rows in w's 16-bit type (a itself is read only by the fallback).
   void gemm_lt_packed(const Tensor& a, const Tensor& w, const float* bias, Tensor& out, Epilogue ep) {
     const int64_t M = out.rows(), N = out.cols(), K = a.cols();
@@ -1254,8 +1266,13 @@ class CudaBackend final : public Backend {
       return;
     }
     if (stream_takes(a, w, out, ep)) {
-      cuda::stream_gemm(pack_, M, K, w.data, w.row_stride(), N, bias, ep == Epilogue::kAddResidual,
-                        out.ptr<float>(), out.row_stride(), sms_, stream_);
+      if (cuda::stream_gemm(pack_, M, K, w.data, w.row_stride(), N, bias, ep == Epilogue::kAddResidual,
+                            out.ptr<float>(), out.row_stride(), sms_, stream_kind_,
+                            stream_) != stream_kind_) {
+        std::fprintf(stderr,
+                     "vibevoice: no tensor-map entry point in the driver: the stream GEMM uses mma.sync\n");
+        stream_kind_ = cuda::StreamGemmKind::kMma;
+      }
       return;
     }
     Plan* p = plan_for(M, N, K, out.row_stride(), w.dtype, bias != nullptr, static_cast<int>(ep));
@@ -1341,6 +1358,8 @@ class CudaBackend final : public Backend {
     }
     return r;
   }();
+  // VV_CUDA_STREAM_GEMM_KIND=mma|wgmma: the stream GEMM's compute; default wgmma on sm_90 (set at creation).
+  cuda::StreamGemmKind stream_kind_ = cuda::StreamGemmKind::kMma;
   // VV_CUDA_SKINNY_PER_SM=1..4 (default 2): blocks per SM its K slices aim at (an A/B knob).
   int sk_per_sm_ = [] {
     const char* e = std::getenv("VV_CUDA_SKINNY_PER_SM");

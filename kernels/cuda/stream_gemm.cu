@@ -6,10 +6,13 @@
 // flight while the warps work on the oldest. A block walks its contiguous run of units, and at the
 // end of a tile (or of its run) writes the tile's sums: plainly when it covered all of K, with f32
 // atomics when the tile is shared.
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <atomic>
+#include <mutex>
 
 #include "kernels/cuda/mma_util.cuh"
 #include "kernels/cuda/pdl.cuh"
@@ -170,6 +173,257 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   cp_async_wait<0>();
 }
 
+// ---- The Hopper form (sm_90a): TMA loads into 128-byte-swizzled stages, wgmma from shared memory --
+// A block is one warpgroup. A unit's 128 weight rows are two m64 wgmma A operands, a's rows (16·NT
+// of them, the TMA box; rows past M read as zeros) the B operand with N = 16·NT. Each stage has an
+// mbarrier that the TMA completes (both boxes' bytes); thread 0 refills a stage once every warp has
+// passed the barrier after reading it. Accumulator fragment (PTX, wgmma m64nNk16 f32): thread t of
+// the warpgroup, warp w = t/32, g = lane/4, q = lane%4: d[4j + r] at row 16w + g + 8·(r/2), column
+// 8j + 2q + r%2.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define VV_WGMMA 1
+#endif
+
+template <int N>
+__device__ __forceinline__ void wgmma_bf16(float* d, uint64_t da, uint64_t db);
+#ifdef VV_WGMMA
+template <>
+__device__ __forceinline__ void wgmma_bf16<16>(float* d, uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, "
+      "1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+      : "l"(da), "l"(db), "r"(1));
+}
+template <>
+__device__ __forceinline__ void wgmma_bf16<32>(float* d, uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, "
+      "%11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "l"(da), "l"(db), "r"(1));
+}
+template <>
+__device__ __forceinline__ void wgmma_bf16<64>(float* d, uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, "
+      "%11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, "
+      "%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
+        "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31])
+      : "l"(da), "l"(db), "r"(1));
+}
+template <>
+__device__ __forceinline__ void wgmma_bf16<128>(float* d, uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, "
+      "%11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, "
+      "%31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, "
+      "%51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
+        "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
+        "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
+        "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]),
+        "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),
+        "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(da), "l"(db), "r"(1));
+}
+#endif
+
+#ifdef VV_WGMMA
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// A K-major operand in 128-byte-swizzled rows (the TMA's SWIZZLE_128B layout): rows of 128 bytes,
+// eight-row groups 1,024 bytes apart (SBO); LBO unused; swizzle mode 1 in bits 62-63.
+__device__ __forceinline__ uint64_t sw128_desc(uint32_t addr) {
+  return (static_cast<uint64_t>((addr & 0x3FFFF) >> 4)) | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32) |
+         (uint64_t{1} << 62);
+}
+#endif
+
+template <int NT>
+__host__ __device__ constexpr int wg_stages() {
+  return NT >= 8 ? 3 : NT >= 4 ? 4 : NT >= 2 ? 5 : 6;
+}
+template <int NT>
+constexpr size_t wg_smem_bytes() {
+  // the stages (1,024-aligned), their mbarriers, and 1,024 bytes of slack to align the base
+  return static_cast<size_t>(wg_stages<NT>()) * (kBN + 16 * NT) * 128 + 64 + 1024;
+}
+
+template <int NT>
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
+    stream_gemm_wg_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap,
+                          int M, int N, int ksteps, int64_t units, const float* __restrict__ bias,
+                          int accumulate, float* __restrict__ out, int64_t ldo) {
+#ifdef VV_WGMMA
+  constexpr int S = wg_stages<NT>();
+  constexpr int XR = 16 * NT;
+  constexpr uint32_t kWBytes = kBN * 128, kXBytes = XR * 128, kStage = kWBytes + kXBytes;
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t raw = smem_u32(smem_raw);
+  const uint32_t base = (raw + 1023) & ~1023u;  // stage s: W at base + s·kStage, X after it
+  const uint32_t bars = base + S * kStage;      // S mbarriers, 8 bytes each
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, q = lane & 3;
+  const int64_t u0 = unit_begin(blockIdx.x, gridDim.x, units),
+                u1 = unit_begin(blockIdx.x + 1, gridDim.x, units);
+
+  auto tma = [&](uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+        "[%4];\n" ::"r"(dst),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+        : "memory");
+  };
+  auto expect = [&](int st) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bars + 8 * st), "r"(kStage)
+                 : "memory");
+  };
+  auto load_w = [&](int st, int64_t u) {
+    tma(base + st * kStage, &wmap, static_cast<int>(u % ksteps) * kBK, static_cast<int>(u / ksteps) * kBN,
+        bars + 8 * st);
+  };
+  auto load_x = [&](int st, int64_t u) {
+    tma(base + st * kStage + kWBytes, &xmap, static_cast<int>(u % ksteps) * kBK, 0, bars + 8 * st);
+  };
+
+  if (tid == 0) {
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&wmap)) : "memory");
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&xmap)) : "memory");
+    for (int st = 0; st < S; ++st)
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bars + 8 * st));
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    // The weights do not depend on the previous kernel: start streaming them before waiting for it.
+    for (int st = 0; st < S && u0 + st < u1; ++st) {
+      expect(st);
+      load_w(st, u0 + st);
+    }
+  }
+  __syncthreads();
+  pdl_wait();
+  if (tid == 0) {
+    for (int st = 0; st < S && u0 + st < u1; ++st) load_x(st, u0 + st);
+  }
+  pdl_trigger();
+
+  constexpr int R = 8 * NT;  // accumulator floats per thread per 64-row half
+  float acc[2][R];
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int e = 0; e < R; ++e) acc[h][e] = 0.f;
+
+  int64_t seg = u0;
+  for (int64_t u = u0; u < u1; ++u) {
+    const int i = static_cast<int>(u - u0), st = i % S;
+    const uint32_t phase = static_cast<uint32_t>(i / S) & 1u;
+    asm volatile(
+        "{\n.reg .pred p;\nWAIT_%=:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra "
+        "WAIT_%=;\n}\n" ::"r"(bars + 8 * st),
+        "r"(phase)
+        : "memory");
+    const uint32_t w_addr = base + st * kStage, x_addr = w_addr + kWBytes;
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+    for (int kk = 0; kk < kBK / 16; ++kk) {  // 32 bytes of each 128-byte row per k16 step
+      const uint64_t db = sw128_desc(x_addr + 32 * kk);
+      wgmma_bf16<16 * NT>(acc[0], sw128_desc(w_addr + 32 * kk), db);
+      wgmma_bf16<16 * NT>(acc[1], sw128_desc(w_addr + 64 * 128 + 32 * kk), db);
+    }
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    __syncthreads();  // every warp is done reading stage st: refill it
+    if (tid == 0 && u + S < u1) {
+      expect(st);
+      load_w(st, u + S);
+      load_x(st, u + S);
+    }
+    if (u + 1 != u1 && (u + 1) % ksteps != 0) continue;
+    const bool first = seg % ksteps == 0;
+    const bool whole = first && (u + 1) % ksteps == 0;
+    const int nb = static_cast<int>(u / ksteps) * kBN + 16 * warp + g;
+    // (the accumulators are read unconditionally: a read under a thread-dependent branch makes the
+    // compiler serialize the wgmmas)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int r2 = 0; r2 < 2; ++r2) {
+        const int n = nb + 64 * h + 8 * r2;
+        const bool n_ok = n < N;
+        const float bv = first && bias && n_ok ? bias[n] : 0.f;
+#pragma unroll
+        for (int j = 0; j < 2 * NT; ++j) {
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const int m = 8 * j + 2 * q + c;
+            const float v = acc[h][4 * j + 2 * r2 + c] + bv;
+            if (!n_ok || m >= M) continue;
+            float* o = out + static_cast<int64_t>(m) * ldo + n;
+            if (whole) {
+              *o = accumulate ? *o + v : v;
+            } else {
+              atomicAdd(o, v);
+            }
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int e = 0; e < R; ++e) acc[h][e] = 0.f;
+    seg = u + 1;
+  }
+#else
+  (void)wmap, (void)xmap, (void)M, (void)N, (void)ksteps, (void)units, (void)bias, (void)accumulate,
+      (void)out, (void)ldo;
+  __trap();
+#endif
+}
+
+// cuTensorMapEncodeTiled through the runtime's driver entry point (no link against libcuda).
+PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) !=
+            cudaSuccess ||
+        q != cudaDriverEntryPointSuccess) {
+      cudaGetLastError();
+      f = nullptr;
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+// A 2-D bf16 map over [rows, cols] (row stride ld elements) with a box of 64 columns × box_rows rows,
+// 128-byte swizzle, zeros outside.
+bool encode_map(CUtensorMap* m, const void* p, int64_t rows, int64_t cols, int64_t ld, int box_rows) {
+  auto fn = encode_fn();
+  if (!fn) return false;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld) * 2};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(kBK), static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t estr[2] = {1, 1};
+  return fn(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(p), dims, strides, box, estr,
+            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 struct Geometry {
   int ksteps;
   int64_t units;
@@ -202,6 +456,28 @@ void launch(const __nv_bfloat16* a, int M, int K, const __nv_bfloat16* w, int64_
              geo.ksteps, geo.units, bias, accumulate ? 1 : 0, out, ldo);
 }
 
+template <int NT>
+bool launch_wg(const void* a, int M, int K, const void* w, int64_t ldw, int N, const float* bias,
+               bool accumulate, float* out, int64_t ldo, const Geometry& geo, cudaStream_t s) {
+  CUtensorMap wmap, xmap;
+  if (!encode_map(&wmap, w, N, K, ldw, kBN) || !encode_map(&xmap, a, M, K, K, 16 * NT)) return false;
+  auto* kern = stream_gemm_wg_kernel<NT>;
+  static std::atomic<uint64_t> raised{0};  // per instantiation and device
+  int dev = 0;
+  cudaGetDevice(&dev);
+  const uint64_t bit = uint64_t{1} << (dev & 63);
+  if (!(raised.load(std::memory_order_relaxed) & bit)) {
+    cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         static_cast<int>(wg_smem_bytes<NT>()));
+    cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
+                         cudaSharedmemCarveoutMaxShared);
+    raised.fetch_or(bit, std::memory_order_relaxed);
+  }
+  launch_pdl(kern, dim3(static_cast<unsigned>(geo.grid)), kThreads, wg_smem_bytes<NT>(), s, wmap, xmap, M, N,
+             geo.ksteps, geo.units, bias, accumulate ? 1 : 0, out, ldo);
+  return true;
+}
+
 }  // namespace
 
 int stream_gemm_split_tiles(int64_t N, int64_t K, int sms) {
@@ -217,17 +493,25 @@ bool stream_gemm_fits(int64_t M, int64_t K, const void* a, const void* w, int64_
          aligned(w) && K <= (int64_t{1} << 30);
 }
 
-void stream_gemm(const void* a, int64_t M, int64_t K, const void* w, int64_t ldw, int64_t N,
-                 const float* bias, bool accumulate, float* out, int64_t ldo, int sms, cudaStream_t s) {
-  if (M <= 0 || N <= 0) return;
+StreamGemmKind stream_gemm(const void* a, int64_t M, int64_t K, const void* w, int64_t ldw, int64_t N,
+                           const float* bias, bool accumulate, float* out, int64_t ldo, int sms,
+                           StreamGemmKind kind, cudaStream_t s) {
+  if (M <= 0 || N <= 0) return kind;
   const Geometry geo = geometry(N, K, sms);
   if (!accumulate && stream_gemm_split_tiles(N, K, sms) > 0) {
     cudaMemset2DAsync(out, static_cast<size_t>(ldo) * sizeof(float), 0,
                       static_cast<size_t>(N) * sizeof(float), static_cast<size_t>(M), s);
   }
+  const int m = static_cast<int>(M), k = static_cast<int>(K), n = static_cast<int>(N);
+  if (kind == StreamGemmKind::kWgmma) {
+    const bool ok = M <= 16   ? launch_wg<1>(a, m, k, w, ldw, n, bias, accumulate, out, ldo, geo, s)
+                    : M <= 32 ? launch_wg<2>(a, m, k, w, ldw, n, bias, accumulate, out, ldo, geo, s)
+                    : M <= 64 ? launch_wg<4>(a, m, k, w, ldw, n, bias, accumulate, out, ldo, geo, s)
+                              : launch_wg<8>(a, m, k, w, ldw, n, bias, accumulate, out, ldo, geo, s);
+    if (ok) return kind;  // else (no tensor-map entry point): the mma form below
+  }
   const auto* ab = static_cast<const __nv_bfloat16*>(a);
   const auto* wb = static_cast<const __nv_bfloat16*>(w);
-  const int m = static_cast<int>(M), k = static_cast<int>(K), n = static_cast<int>(N);
   if (M <= 16) {
     launch<1>(ab, m, k, wb, ldw, n, bias, accumulate, out, ldo, geo, s);
   } else if (M <= 32) {
@@ -237,6 +521,7 @@ void stream_gemm(const void* a, int64_t M, int64_t K, const void* w, int64_t ldw
   } else {
     launch<8>(ab, m, k, wb, ldw, n, bias, accumulate, out, ldo, geo, s);
   }
+  return StreamGemmKind::kMma;
 }
 
 }  // namespace vv::cuda

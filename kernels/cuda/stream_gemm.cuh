@@ -23,10 +23,16 @@ constexpr int64_t kStreamGemmMaxRows = 128;
 // [M, K] and w bf16 [N, K] with ldw % 8 == 0, ldw ≥ K and 16-byte aligned bases.
 bool stream_gemm_fits(int64_t M, int64_t K, const void* a, const void* w, int64_t ldw);
 
+// The compute of a unit: mma.sync from ldmatrix fragments (cp.async loads; any sm_80+), or the Hopper
+// form: TMA loads into 128-byte-swizzled stages and wgmma (sm_90a only; the caller checks the device).
+enum class StreamGemmKind { kMma, kWgmma };
+
 // out[m, n] = (accumulate ? out[m, n] : 0) + Σ_k a[m, k] · w[n, k] + bias[n]; bias may be null.
-// `sms`: the device's SM count (the grid is two blocks per SM).
-void stream_gemm(const void* a, int64_t M, int64_t K, const void* w, int64_t ldw, int64_t N,
-                 const float* bias, bool accumulate, float* out, int64_t ldo, int sms, cudaStream_t s);
+// `sms`: the device's SM count (the grid is two blocks per SM). Returns the form that ran (kMma when
+// kWgmma was asked for but the driver has no tensor-map entry point).
+StreamGemmKind stream_gemm(const void* a, int64_t M, int64_t K, const void* w, int64_t ldw, int64_t N,
+                           const float* bias, bool accumulate, float* out, int64_t ldo, int sms,
+                           StreamGemmKind kind, cudaStream_t s);
 
 // How many of the launch's block boundaries fall inside an output tile for an [N, K] weight (0: every
 // tile is one block's, and no atomics or zeroing are needed).

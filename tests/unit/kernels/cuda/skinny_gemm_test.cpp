@@ -7,6 +7,7 @@
 // gpu: skipped with the reason where no GPU is usable.
 #include "kernels/cuda/skinny_gemm.cuh"
 
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -143,11 +144,9 @@ TEST(CudaSkinnyGemm, MatchesReferenceOverOddPrimeAndProductionShapes) {
 // The weight-streaming GEMM (stream_gemm.cuh; VV_CUDA_STREAM_GEMM=LO-HI): tiles whole and shared by
 // blocks (atomics into a zeroed or residual output), every row-count form (16, 32, 64, 128 padded
 // rows), K not a multiple of the 64-deep step, N not a multiple of the 128-row tile, strided outputs.
-TEST(CudaStreamGemm, MatchesReferenceOverOddPrimeAndProductionShapes) {
-  VV_CUDA_BACKEND_OR_SKIP(any, true);
-  auto be = sk_backend_with("VV_CUDA_STREAM_GEMM", "2-128", true);
-  ASSERT_TRUE(be.is_ok()) << be.status().to_string();
-  const std::vector<SkCase> cases = {
+const std::vector<SkCase>& stream_cases() {
+  static const std::vector<SkCase> cases = {
+      {1, 3584, 3584, true, false, 0},     // one row (VV_CUDA_STREAM_GEMM=1-...)
       {2, 8, 8, false, false, 0},          // one unit: one block, a whole tile
       {3, 129, 72, true, false, 3},        // two tiles, a K of one step and a bit, strided output
       {5, 257, 1000, true, true, 0},       // prime rows, K not a multiple of 64, residual
@@ -161,7 +160,28 @@ TEST(CudaStreamGemm, MatchesReferenceOverOddPrimeAndProductionShapes) {
       {40, 37888, 3584, false, false, 0},  // 7B gate_up
       {3, 152064, 3584, false, false, 0},  // 7B LM head
   };
-  sk_check_cases(**be, cases, "gemm.stream", 5100);
+  return cases;
+}
+
+// The Hopper form (TMA + wgmma): the default on sm_90 devices. Elsewhere the mma form runs and the
+// label check fails, so this test is skipped there with the reason.
+TEST(CudaStreamGemm, WgmmaFormMatchesReference) {
+  VV_CUDA_BACKEND_OR_SKIP(any, true);
+  cudaDeviceProp prop{};
+  cudaGetDeviceProperties(&prop, 0);
+  if (prop.major != 9 || prop.minor != 0) GTEST_SKIP() << "the wgmma form needs an sm_90 device";
+  auto be = sk_backend_with("VV_CUDA_STREAM_GEMM", "1-128", true);
+  ASSERT_TRUE(be.is_ok()) << be.status().to_string();
+  sk_check_cases(**be, stream_cases(), "gemm.stream_wgmma", 5100);
+}
+
+TEST(CudaStreamGemm, MmaFormMatchesReference) {
+  VV_CUDA_BACKEND_OR_SKIP(any, true);
+  ::setenv("VV_CUDA_STREAM_GEMM_KIND", "mma", 1);
+  auto be = sk_backend_with("VV_CUDA_STREAM_GEMM", "1-128", true);
+  ::unsetenv("VV_CUDA_STREAM_GEMM_KIND");
+  ASSERT_TRUE(be.is_ok()) << be.status().to_string();
+  sk_check_cases(**be, stream_cases(), "gemm.stream_mma", 6100);
 }
 
 // A row's bits do not depend on the rows beside it: the split of K is chosen from N and K only.
