@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <mutex>
 
 #include "kernels/cuda/mma_util.cuh"
@@ -338,7 +339,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     const uint32_t w_addr = base + st * kStage, x_addr = w_addr + kWBytes;
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
-    for (int kk = 0; kk < kBK / 16; ++kk) {  // 32 bytes of each 128-byte row per k16 step
+    for (int kk = 0; kk < ((accumulate & 4) ? 0 : kBK / 16);
+         ++kk) {  // 32 bytes of each 128-byte row per k16 step
       const uint64_t db = sw128_desc(x_addr + 32 * kk);
       wgmma_bf16<16 * NT>(acc[0], sw128_desc(w_addr + 32 * kk), db);
       wgmma_bf16<16 * NT>(acc[1], sw128_desc(w_addr + 64 * 128 + 32 * kk), db);
@@ -372,8 +374,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
             const float v = acc[h][4 * j + 2 * r2 + c] + bv;
             if (!n_ok || m >= M) continue;
             float* o = out + static_cast<int64_t>(m) * ldo + n;
-            if (whole) {
-              *o = accumulate ? *o + v : v;
+            if (whole || (accumulate & 2)) {
+              *o = (accumulate & 1) ? *o + v : v;
             } else {
               atomicAdd(o, v);
             }
@@ -433,7 +435,12 @@ Geometry geometry(int64_t N, int64_t K, int sms) {
   Geometry g;
   g.ksteps = static_cast<int>((K + kBK - 1) / kBK);
   g.units = (N + kBN - 1) / kBN * g.ksteps;
-  g.grid = static_cast<int>(std::min<int64_t>(g.units, int64_t{kBlocksPerSm} * std::max(sms, 1)));
+  // VV_CUDA_STREAM_PER_SM=1: one block per SM (half the tiles shared, half the bytes in flight; an A/B knob)
+  static const int per_sm = [] {
+    const char* e = std::getenv("VV_CUDA_STREAM_PER_SM");
+    return e && std::atoi(e) == 1 ? 1 : kBlocksPerSm;
+  }();
+  g.grid = static_cast<int>(std::min<int64_t>(g.units, int64_t{per_sm} * std::max(sms, 1)));
   return g;
 }
 
@@ -473,8 +480,14 @@ bool launch_wg(const void* a, int M, int K, const void* w, int64_t ldw, int N, c
                          cudaSharedmemCarveoutMaxShared);
     raised.fetch_or(bit, std::memory_order_relaxed);
   }
+  // VV_CUDA_STREAM_PROBE (a measurement knob; results are wrong with it): 2 = plain stores instead of
+  // atomics, 4 = no wgmma, 6 = both.
+  static const int probe = [] {
+    const char* e = std::getenv("VV_CUDA_STREAM_PROBE");
+    return e ? (std::atoi(e) & 6) : 0;
+  }();
   launch_pdl(kern, dim3(static_cast<unsigned>(geo.grid)), kThreads, wg_smem_bytes<NT>(), s, wmap, xmap, M, N,
-             geo.ksteps, geo.units, bias, accumulate ? 1 : 0, out, ldo);
+             geo.ksteps, geo.units, bias, (accumulate ? 1 : 0) | probe, out, ldo);
   return true;
 }
 

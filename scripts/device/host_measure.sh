@@ -62,6 +62,14 @@ for step in "$@"; do
         --gemv-m 1,2,8,16,32,64,128
       run curve_stream env VV_CUDA_STREAM_GEMM="${STREAM_ROWS:-2-128}" $B/engine_loop_bench --preset 7b \
         --device cuda --bf16 --audio 30 --tokens "$CURVE_TOKENS" --concurrency "${CURVE_N:-8,64,128}" ;;
+    streamprobe)  # where the stream GEMM's time goes: the table with plain stores for atomics, without
+      # wgmma, and 1 block per SM (results wrong by design in the first two)
+      for pr in 2 4 6; do
+        run "table_probe$pr" env VV_CUDA_STREAM_GEMM=1-128 VV_CUDA_STREAM_PROBE=$pr $B/cuda_decode_bench --preset 7b \
+          --bf16 --table-only --gemv-m 1,16,64,128
+      done
+      run table_per_sm1 env VV_CUDA_STREAM_GEMM=1-128 VV_CUDA_STREAM_PER_SM=1 $B/cuda_decode_bench --preset 7b \
+        --bf16 --table-only --gemv-m 1,16,64,128 ;;
     opprofile) run opprofile env VV_CUDA_PROFILE=1 $B/cuda_decode_bench --preset 7b --bf16 ;;
     roofline) run roofline python3 $VV_DEV/golden/decode_roofline.py 1 8 64 128 ;;
     reference)
