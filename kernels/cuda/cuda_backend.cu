@@ -104,6 +104,7 @@ class CudaBackend final : public Backend {
     if (lt_) lt_api_->destroy(lt_);
     if (lt_ws_) cudaFree(lt_ws_);
     if (sk_ws_) cudaFree(sk_ws_);
+    if (stream_flags_) cudaFree(stream_flags_);
     if (pack_) cudaFree(pack_);
     if (attn_ws_) cudaFree(attn_ws_);
     if (argmax_ws_) cudaFree(argmax_ws_);
@@ -161,6 +162,10 @@ class CudaBackend final : public Backend {
           return internal_error("CUDA backend: cannot allocate the cuBLASLt workspace");
         }
       }
+    }
+    if (b->stream_rows_.second >= b->stream_rows_.first && b->compute_ == CudaCompute::kBF16 &&
+        cudaMalloc(&b->stream_flags_, kStreamFlags * sizeof(int)) != cudaSuccess) {
+      return internal_error("CUDA backend: cannot allocate the stream GEMM's tile flags");
     }
     if ((b->skinny_gemm_ || b->deterministic_) && b->compute_ == CudaCompute::kBF16) {
       b->sk_ws_bytes_ = cuda::skinny_gemm_ws_max_bytes(b->sms_, b->sk_per_sm_);
@@ -1267,8 +1272,8 @@ class CudaBackend final : public Backend {
     }
     if (stream_takes(a, w, out, ep)) {
       if (cuda::stream_gemm(pack_, M, K, w.data, w.row_stride(), N, bias, ep == Epilogue::kAddResidual,
-                            out.ptr<float>(), out.row_stride(), sms_, stream_kind_,
-                            stream_) != stream_kind_) {
+                            out.ptr<float>(), out.row_stride(), sms_, stream_kind_, stream_flags_,
+                            kStreamFlags, stream_) != stream_kind_) {
         std::fprintf(stderr,
                      "vibevoice: no tensor-map entry point in the driver: the stream GEMM uses mma.sync\n");
         stream_kind_ = cuda::StreamGemmKind::kMma;
@@ -1358,6 +1363,9 @@ class CudaBackend final : public Backend {
     }
     return r;
   }();
+  // The stream GEMM's per-tile flags (allocated with the backend when VV_CUDA_STREAM_GEMM is set).
+  static constexpr size_t kStreamFlags = 4096;
+  int* stream_flags_ = nullptr;
   // VV_CUDA_STREAM_GEMM_KIND=mma|wgmma: the stream GEMM's compute; default wgmma on sm_90 (set at creation).
   cuda::StreamGemmKind stream_kind_ = cuda::StreamGemmKind::kMma;
   // VV_CUDA_SKINNY_PER_SM=1..4 (default 2): blocks per SM its K slices aim at (an A/B knob).

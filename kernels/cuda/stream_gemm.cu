@@ -255,30 +255,42 @@ __device__ __forceinline__ uint64_t sw128_desc(uint32_t addr) {
 }
 #endif
 
-template <int NT>
+// WG warpgroups per block share each stage's rows of a; a unit is 128·WG weight rows (one TMA box),
+// each warpgroup computing 128 of them. Two warpgroups (one block per SM) read a's rows from L2 half
+// as often per weight byte as one (two blocks per SM): at 64-128 rows those re-reads, not the HBM
+// stream, bound the one-warpgroup form (H200: ~5.6 TB/s of L2-to-SM traffic at its limit).
+constexpr size_t kWgBudget = 220 * 1024;  // dynamic shared memory per SM for the blocks of one SM
+template <int NT, int WG>
 __host__ __device__ constexpr int wg_stages() {
-  return NT >= 8 ? 3 : NT >= 4 ? 4 : NT >= 2 ? 5 : 6;
+  const int stage = (128 * WG + 16 * NT) * 128;
+  const int fit = static_cast<int>((kWgBudget / (2 / WG) - 1088) / stage);
+  return fit < 8 ? fit : 8;
 }
-template <int NT>
+template <int NT, int WG>
 constexpr size_t wg_smem_bytes() {
   // the stages (1,024-aligned), their mbarriers, and 1,024 bytes of slack to align the base
-  return static_cast<size_t>(wg_stages<NT>()) * (kBN + 16 * NT) * 128 + 64 + 1024;
+  return static_cast<size_t>(wg_stages<NT, WG>()) * (128 * WG + 16 * NT) * 128 + 64 + 1024;
 }
 
-template <int NT>
-__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
+// flags (non-accumulating calls with shared tiles; else null): one int per tile, zero at entry. The
+// segment holding a shared tile's last K step stores its sums plainly and then raises the flag; the
+// tile's other segments wait for it and add theirs atomically. That segment opens its block's run, so
+// it is done early, and the waits (at the ends of the other blocks' runs) rarely spin.
+template <int NT, int WG>
+__global__ void __launch_bounds__(128 * WG, 2 / WG)
     stream_gemm_wg_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap,
                           int M, int N, int ksteps, int64_t units, const float* __restrict__ bias,
-                          int accumulate, float* __restrict__ out, int64_t ldo) {
+                          int accumulate, float* __restrict__ out, int64_t ldo, int* __restrict__ flags) {
 #ifdef VV_WGMMA
-  constexpr int S = wg_stages<NT>();
-  constexpr int XR = 16 * NT;
-  constexpr uint32_t kWBytes = kBN * 128, kXBytes = XR * 128, kStage = kWBytes + kXBytes;
+  constexpr int S = wg_stages<NT, WG>();
+  constexpr int XR = 16 * NT, BN = 128 * WG;
+  constexpr uint32_t kWBytes = BN * 128, kXBytes = XR * 128, kStage = kWBytes + kXBytes;
   extern __shared__ unsigned char smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
   const uint32_t base = (raw + 1023) & ~1023u;  // stage s: W at base + s·kStage, X after it
   const uint32_t bars = base + S * kStage;      // S mbarriers, 8 bytes each
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, q = lane & 3;
+  const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2,
+            q = lane & 3;
   const int64_t u0 = unit_begin(blockIdx.x, gridDim.x, units),
                 u1 = unit_begin(blockIdx.x + 1, gridDim.x, units);
 
@@ -294,7 +306,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
                  : "memory");
   };
   auto load_w = [&](int st, int64_t u) {
-    tma(base + st * kStage, &wmap, static_cast<int>(u % ksteps) * kBK, static_cast<int>(u / ksteps) * kBN,
+    tma(base + st * kStage, &wmap, static_cast<int>(u % ksteps) * kBK, static_cast<int>(u / ksteps) * BN,
         bars + 8 * st);
   };
   auto load_x = [&](int st, int64_t u) {
@@ -336,7 +348,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
         "WAIT_%=;\n}\n" ::"r"(bars + 8 * st),
         "r"(phase)
         : "memory");
-    const uint32_t w_addr = base + st * kStage, x_addr = w_addr + kWBytes;
+    const uint32_t w_addr = base + st * kStage + wg * 128 * 128, x_addr = base + st * kStage + kWBytes;
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
     for (int kk = 0; kk < ((accumulate & 4) ? 0 : kBK / 16);
@@ -356,7 +368,19 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     if (u + 1 != u1 && (u + 1) % ksteps != 0) continue;
     const bool first = seg % ksteps == 0;
     const bool whole = first && (u + 1) % ksteps == 0;
-    const int nb = static_cast<int>(u / ksteps) * kBN + 16 * warp + g;
+    const int tile = static_cast<int>(u / ksteps);
+    const int nb = tile * BN + 128 * wg + 16 * warp + g;
+    // A shared tile of a non-accumulating call: its last segment stores, the others wait and add.
+    const bool shared = !whole && flags && !(accumulate & 3);
+    const bool finisher = shared && (u + 1) % ksteps == 0;
+    if (shared && !finisher) {
+      if (tid == 0) {
+        while (*reinterpret_cast<volatile int*>(flags + tile) == 0) {
+        }
+        __threadfence();
+      }
+      __syncthreads();
+    }
     // (the accumulators are read unconditionally: a read under a thread-dependent branch makes the
     // compiler serialize the wgmmas)
 #pragma unroll
@@ -374,13 +398,20 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
             const float v = acc[h][4 * j + 2 * r2 + c] + bv;
             if (!n_ok || m >= M) continue;
             float* o = out + static_cast<int64_t>(m) * ldo + n;
-            if (whole || (accumulate & 2)) {
+            if (whole || finisher || (accumulate & 2)) {
               *o = (accumulate & 1) ? *o + v : v;
             } else {
               atomicAdd(o, v);
             }
           }
         }
+      }
+    }
+    if (finisher) {
+      __syncthreads();  // every thread's stores are issued...
+      if (tid == 0) {
+        __threadfence();  // ...and visible before the flag
+        atomicExch(flags + tile, 1);
       }
     }
 #pragma unroll
@@ -430,18 +461,31 @@ struct Geometry {
   int ksteps;
   int64_t units;
   int grid;
+  int split;  // block boundaries inside a tile (0: every tile is one block's)
 };
-Geometry geometry(int64_t N, int64_t K, int sms) {
+// Units of `bn` weight rows × 64 of K over `per_sm` blocks per SM.
+Geometry geometry(int64_t N, int64_t K, int sms, int bn, int per_sm) {
   Geometry g;
   g.ksteps = static_cast<int>((K + kBK - 1) / kBK);
-  g.units = (N + kBN - 1) / kBN * g.ksteps;
-  // VV_CUDA_STREAM_PER_SM=1: one block per SM (half the tiles shared, half the bytes in flight; an A/B knob)
-  static const int per_sm = [] {
-    const char* e = std::getenv("VV_CUDA_STREAM_PER_SM");
-    return e && std::atoi(e) == 1 ? 1 : kBlocksPerSm;
-  }();
+  g.units = (N + bn - 1) / bn * g.ksteps;
   g.grid = static_cast<int>(std::min<int64_t>(g.units, int64_t{per_sm} * std::max(sms, 1)));
+  g.split = 0;
+  for (int b = 1; b < g.grid; ++b) g.split += unit_begin(b, g.grid, g.units) % g.ksteps != 0;
   return g;
+}
+
+template <typename Kern>
+void raise_smem(Kern* kern, size_t bytes) {
+  static std::atomic<uint64_t> raised{0};  // per kernel instantiation and device
+  int dev = 0;
+  cudaGetDevice(&dev);
+  const uint64_t bit = uint64_t{1} << (dev & 63);
+  if (!(raised.load(std::memory_order_relaxed) & bit)) {
+    cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+    cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
+                         cudaSharedmemCarveoutMaxShared);
+    raised.fetch_or(bit, std::memory_order_relaxed);
+  }
 }
 
 template <int NT>
@@ -449,56 +493,65 @@ void launch(const __nv_bfloat16* a, int M, int K, const __nv_bfloat16* w, int64_
             const float* bias, bool accumulate, float* out, int64_t ldo, const Geometry& geo,
             cudaStream_t s) {
   auto* kern = stream_gemm_kernel<NT>;
-  static std::atomic<uint64_t> raised{0};  // per instantiation and device
-  int dev = 0;
-  cudaGetDevice(&dev);
-  const uint64_t bit = uint64_t{1} << (dev & 63);
-  if (!(raised.load(std::memory_order_relaxed) & bit)) {
-    cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes(NT)));
-    cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
-                         cudaSharedmemCarveoutMaxShared);
-    raised.fetch_or(bit, std::memory_order_relaxed);
-  }
+  raise_smem(kern, smem_bytes(NT));
   launch_pdl(kern, dim3(static_cast<unsigned>(geo.grid)), kThreads, smem_bytes(NT), s, a, M, K, w, ldw, N,
              geo.ksteps, geo.units, bias, accumulate ? 1 : 0, out, ldo);
 }
 
-template <int NT>
-bool launch_wg(const void* a, int M, int K, const void* w, int64_t ldw, int N, const float* bias,
-               bool accumulate, float* out, int64_t ldo, const Geometry& geo, cudaStream_t s) {
-  CUtensorMap wmap, xmap;
-  if (!encode_map(&wmap, w, N, K, ldw, kBN) || !encode_map(&xmap, a, M, K, K, 16 * NT)) return false;
-  auto* kern = stream_gemm_wg_kernel<NT>;
-  static std::atomic<uint64_t> raised{0};  // per instantiation and device
-  int dev = 0;
-  cudaGetDevice(&dev);
-  const uint64_t bit = uint64_t{1} << (dev & 63);
-  if (!(raised.load(std::memory_order_relaxed) & bit)) {
-    cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         static_cast<int>(wg_smem_bytes<NT>()));
-    cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
-                         cudaSharedmemCarveoutMaxShared);
-    raised.fetch_or(bit, std::memory_order_relaxed);
-  }
-  // VV_CUDA_STREAM_PROBE (a measurement knob; results are wrong with it): 2 = plain stores instead of
-  // atomics, 4 = no wgmma, 6 = both.
+// VV_CUDA_STREAM_PROBE (a measurement knob; results are wrong with it): 2 = plain stores instead of
+// atomics, 4 = no wgmma, 6 = both.
+int probe_bits() {
   static const int probe = [] {
     const char* e = std::getenv("VV_CUDA_STREAM_PROBE");
     return e ? (std::atoi(e) & 6) : 0;
   }();
-  launch_pdl(kern, dim3(static_cast<unsigned>(geo.grid)), kThreads, wg_smem_bytes<NT>(), s, wmap, xmap, M, N,
-             geo.ksteps, geo.units, bias, (accumulate ? 1 : 0) | probe, out, ldo);
+  return probe;
+}
+
+template <int NT, int WG>
+bool launch_wg(const void* a, int M, int K, const void* w, int64_t ldw, int N, const float* bias,
+               bool accumulate, float* out, int64_t ldo, int sms, int* flags, size_t flag_count,
+               cudaStream_t s) {
+  CUtensorMap wmap, xmap;
+  if (!encode_map(&wmap, w, N, K, ldw, 128 * WG) || !encode_map(&xmap, a, M, K, K, 16 * NT)) return false;
+  const Geometry geo = geometry(N, K, sms, 128 * WG, 2 / WG);
+  const int64_t tiles = (N + 128 * WG - 1) / (128 * WG);
+  int* f = nullptr;
+  if (!accumulate && geo.split > 0) {
+    if (flags && static_cast<size_t>(tiles) <= flag_count) {
+      f = flags;
+      cudaMemsetAsync(flags, 0, static_cast<size_t>(tiles) * sizeof(int), s);
+    } else {
+      cudaMemset2DAsync(out, static_cast<size_t>(ldo) * sizeof(float), 0,
+                        static_cast<size_t>(N) * sizeof(float), static_cast<size_t>(M), s);
+    }
+  }
+  auto* kern = stream_gemm_wg_kernel<NT, WG>;
+  raise_smem(kern, wg_smem_bytes<NT, WG>());
+  launch_pdl(kern, dim3(static_cast<unsigned>(geo.grid)), 128 * WG, wg_smem_bytes<NT, WG>(), s, wmap, xmap, M,
+             N, geo.ksteps, geo.units, bias, (accumulate ? 1 : 0) | probe_bits(), out, ldo, f);
   return true;
 }
 
-}  // namespace
-
-int stream_gemm_split_tiles(int64_t N, int64_t K, int sms) {
-  const Geometry g = geometry(N, K, sms);
-  int split = 0;
-  for (int b = 1; b < g.grid; ++b) split += unit_begin(b, g.grid, g.units) % g.ksteps != 0;
-  return split;
+// VV_CUDA_STREAM_WG=1|2: warpgroups per block of the Hopper form (an A/B knob; default 2).
+int wg_per_block() {
+  static const int wg = [] {
+    const char* e = std::getenv("VV_CUDA_STREAM_WG");
+    return e && std::atoi(e) == 1 ? 1 : 2;
+  }();
+  return wg;
 }
+
+template <int NT>
+bool launch_wg_any(const void* a, int M, int K, const void* w, int64_t ldw, int N, const float* bias,
+                   bool accumulate, float* out, int64_t ldo, int sms, int* flags, size_t flag_count,
+                   cudaStream_t s) {
+  return wg_per_block() == 1
+             ? launch_wg<NT, 1>(a, M, K, w, ldw, N, bias, accumulate, out, ldo, sms, flags, flag_count, s)
+             : launch_wg<NT, 2>(a, M, K, w, ldw, N, bias, accumulate, out, ldo, sms, flags, flag_count, s);
+}
+
+}  // namespace
 
 bool stream_gemm_fits(int64_t M, int64_t K, const void* a, const void* w, int64_t ldw) {
   auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
@@ -508,20 +561,28 @@ bool stream_gemm_fits(int64_t M, int64_t K, const void* a, const void* w, int64_
 
 StreamGemmKind stream_gemm(const void* a, int64_t M, int64_t K, const void* w, int64_t ldw, int64_t N,
                            const float* bias, bool accumulate, float* out, int64_t ldo, int sms,
-                           StreamGemmKind kind, cudaStream_t s) {
+                           StreamGemmKind kind, int* flags, size_t flag_count, cudaStream_t s) {
   if (M <= 0 || N <= 0) return kind;
-  const Geometry geo = geometry(N, K, sms);
-  if (!accumulate && stream_gemm_split_tiles(N, K, sms) > 0) {
-    cudaMemset2DAsync(out, static_cast<size_t>(ldo) * sizeof(float), 0,
-                      static_cast<size_t>(N) * sizeof(float), static_cast<size_t>(M), s);
-  }
   const int m = static_cast<int>(M), k = static_cast<int>(K), n = static_cast<int>(N);
   if (kind == StreamGemmKind::kWgmma) {
-    const bool ok = M <= 16   ? launch_wg<1>(a, m, k, w, ldw, n, bias, accumulate, out, ldo, geo, s)
-                    : M <= 32 ? launch_wg<2>(a, m, k, w, ldw, n, bias, accumulate, out, ldo, geo, s)
-                    : M <= 64 ? launch_wg<4>(a, m, k, w, ldw, n, bias, accumulate, out, ldo, geo, s)
-                              : launch_wg<8>(a, m, k, w, ldw, n, bias, accumulate, out, ldo, geo, s);
+    const bool ok =
+        M <= 16 ? launch_wg_any<1>(a, m, k, w, ldw, n, bias, accumulate, out, ldo, sms, flags, flag_count, s)
+        : M <= 32
+            ? launch_wg_any<2>(a, m, k, w, ldw, n, bias, accumulate, out, ldo, sms, flags, flag_count, s)
+        : M <= 64
+            ? launch_wg_any<4>(a, m, k, w, ldw, n, bias, accumulate, out, ldo, sms, flags, flag_count, s)
+            : launch_wg_any<8>(a, m, k, w, ldw, n, bias, accumulate, out, ldo, sms, flags, flag_count, s);
     if (ok) return kind;  // else (no tensor-map entry point): the mma form below
+  }
+  // VV_CUDA_STREAM_PER_SM=1: one block per SM for the mma form (an A/B knob)
+  static const int per_sm = [] {
+    const char* e = std::getenv("VV_CUDA_STREAM_PER_SM");
+    return e && std::atoi(e) == 1 ? 1 : kBlocksPerSm;
+  }();
+  const Geometry geo = geometry(N, K, sms, kBN, per_sm);
+  if (!accumulate && geo.split > 0) {
+    cudaMemset2DAsync(out, static_cast<size_t>(ldo) * sizeof(float), 0,
+                      static_cast<size_t>(N) * sizeof(float), static_cast<size_t>(M), s);
   }
   const auto* ab = static_cast<const __nv_bfloat16*>(a);
   const auto* wb = static_cast<const __nv_bfloat16*>(w);

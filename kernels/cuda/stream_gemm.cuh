@@ -3,12 +3,14 @@
 // (kernels/cuda/stream_gemm.cu). Where cuBLASLt loses bandwidth at these shapes: its tiles are
 // M-sized, so a narrow weight (N = 3,584) gives too few blocks, and a wide one a partial last wave.
 //
-// Work is cut stream-K style: the (128-row weight tile × 64-deep K step) units, tile by tile, are
-// divided evenly over a persistent grid of two blocks per SM, so every SM streams the same number of
+// Work is cut stream-K style: the (weight tile × 64-deep K step) units, tile by tile, are divided
+// evenly over a persistent grid (one or two blocks per SM), so every SM streams the same number of
 // weight bytes whatever N and K. A tile that falls to several blocks is summed with f32 atomics into
-// `out` (zeroed first by the launcher when not accumulating), so the bits of a row can depend on the
-// timing: deterministic mode keeps the skinny GEMM (skinny_gemm.cuh). Launched with programmatic
-// dependent launch: a block loads its first weight stages before waiting for the previous kernel.
+// `out` (after a plain store by one of them, or a zeroing, when not accumulating), so the bits of a
+// row can depend on the timing: deterministic mode keeps the skinny GEMM (skinny_gemm.cuh). Launched
+// with programmatic dependent launch: a block loads its first weight stages before waiting for the
+// previous kernel. Opt-in (VV_CUDA_STREAM_GEMM): measured on the H200 against cuBLASLt in
+// kernels/cuda/NOTES.md (session 8).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -28,14 +30,11 @@ bool stream_gemm_fits(int64_t M, int64_t K, const void* a, const void* w, int64_
 enum class StreamGemmKind { kMma, kWgmma };
 
 // out[m, n] = (accumulate ? out[m, n] : 0) + Σ_k a[m, k] · w[n, k] + bias[n]; bias may be null.
-// `sms`: the device's SM count (the grid is two blocks per SM). Returns the form that ran (kMma when
-// kWgmma was asked for but the driver has no tensor-map entry point).
+// `sms`: the device's SM count. `flags` (may be null): `flag_count` ints of device memory the Hopper
+// form uses instead of zeroing `out` when it does not accumulate (one per 256-row tile). Returns the
+// form that ran (kMma when kWgmma was asked for but the driver has no tensor-map entry point).
 StreamGemmKind stream_gemm(const void* a, int64_t M, int64_t K, const void* w, int64_t ldw, int64_t N,
                            const float* bias, bool accumulate, float* out, int64_t ldo, int sms,
-                           StreamGemmKind kind, cudaStream_t s);
-
-// How many of the launch's block boundaries fall inside an output tile for an [N, K] weight (0: every
-// tile is one block's, and no atomics or zeroing are needed).
-int stream_gemm_split_tiles(int64_t N, int64_t K, int sms);
+                           StreamGemmKind kind, int* flags, size_t flag_count, cudaStream_t s);
 
 }  // namespace vv::cuda

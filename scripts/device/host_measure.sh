@@ -60,6 +60,8 @@ for step in "$@"; do
       run table_default $B/cuda_decode_bench --preset 7b --bf16 --table-only --gemv-m 1,2,8,16,32,64,128
       run table_stream env VV_CUDA_STREAM_GEMM=1-128 $B/cuda_decode_bench --preset 7b --bf16 --table-only \
         --gemv-m 1,2,8,16,32,64,128
+      run table_stream_wg1 env VV_CUDA_STREAM_GEMM=1-128 VV_CUDA_STREAM_WG=1 $B/cuda_decode_bench --preset 7b \
+        --bf16 --table-only --gemv-m 1,8,64,128
       run curve_stream env VV_CUDA_STREAM_GEMM="${STREAM_ROWS:-2-128}" $B/engine_loop_bench --preset 7b \
         --device cuda --bf16 --audio 30 --tokens "$CURVE_TOKENS" --concurrency "${CURVE_N:-8,64,128}" ;;
     streamprobe)  # where the stream GEMM's time goes: the table with plain stores for atomics, without
