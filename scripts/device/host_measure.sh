@@ -8,6 +8,7 @@
 #                shape times the heuristic's first 16 cuBLASLt algorithms and keeps the fastest)
 #   skinny       VV_CUDA_SKINNY_GEMM=1: its gpu tests, decode (GEMM table) and the curve's 64/128 points
 #   stream       VV_CUDA_STREAM_GEMM: its gpu tests, the GEMM table with and without it, curve points with it
+#   ncu          Nsight Compute sections of the stream GEMM and of cuBLASLt on gate_up at 64 rows
 #   opprofile    cuda_decode_bench with VV_CUDA_PROFILE=1: per-op times of prefill, b1 decode, encoders
 #   roofline     decode_roofline.py 1 8 64 128 (plain cuBLAS, weights only, graph-replayed)
 #   reference    the PyTorch reference's batched decode (bench_reference.py's method) at $REF_BATCHES
@@ -72,6 +73,16 @@ for step in "$@"; do
       done
       run table_per_sm1 env VV_CUDA_STREAM_GEMM=1-128 VV_CUDA_STREAM_PER_SM=1 $B/cuda_decode_bench --preset 7b \
         --bf16 --table-only --gemv-m 1,16,64,128 ;;
+    ncu)  # Nsight Compute on gate_up at 64 rows: the stream GEMM (Hopper form) and cuBLASLt's kernel
+      # (the table's 4th shape: 71 launches per shape, so skip into its timed repetitions)
+      NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+      SECTIONS="--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
+        --section SchedulerStats --section LaunchStats --section Occupancy"
+      run ncu_stream env VV_CUDA_STREAM_GEMM=1-128 $NCU --clock-control none --kernel-name regex:stream_gemm_wg \
+        --launch-skip 220 --launch-count 1 $SECTIONS $B/cuda_decode_bench --preset 7b --bf16 --table-only --gemv-m 64
+      run ncu_cublas $NCU --clock-control none --kernel-name regex:'nvjet|xmma|sm90|cutlass|gemm' \
+        --launch-skip 220 --launch-count 1 $SECTIONS $B/cuda_decode_bench --preset 7b --bf16 --table-only \
+        --gemv-m 64 ;;
     opprofile) run opprofile env VV_CUDA_PROFILE=1 $B/cuda_decode_bench --preset 7b --bf16 ;;
     roofline) run roofline python3 $VV_DEV/golden/decode_roofline.py 1 8 64 128 ;;
     reference)
