@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
-#include <mutex>
 
 #include "kernels/cuda/mma_util.cuh"
 #include "kernels/cuda/pdl.cuh"

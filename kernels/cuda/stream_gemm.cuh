@@ -1,7 +1,9 @@
 // A weight-streaming tensor-core GEMM for few rows (1..128: the decode steps of a batch), built to
 // read the weights at HBM speed: out (=|+=) a · wᵀ + bias, bf16 operands, f32 accumulation
-// (kernels/cuda/stream_gemm.cu). Where cuBLASLt loses bandwidth at these shapes: its tiles are
-// M-sized, so a narrow weight (N = 3,584) gives too few blocks, and a wide one a partial last wave.
+// (kernels/cuda/stream_gemm.cu). The hypothesis it tests: cuBLASLt's tiles are M-sized, so a narrow
+// weight (N = 3,584) gives it too few blocks and a wide one a partial last wave. Measured on the H200
+// (kernels/cuda/NOTES.md, session 8): faster than cuBLASLt only at one row on the widest weights
+// (the LM head: 4.18 TB/s); from 2 rows up cuBLASLt wins, so it is opt-in (VV_CUDA_STREAM_GEMM).
 //
 // Work is cut stream-K style: the (weight tile × 64-deep K step) units, tile by tile, are divided
 // evenly over a persistent grid (one or two blocks per SM), so every SM streams the same number of
@@ -9,8 +11,7 @@
 // `out` (after a plain store by one of them, or a zeroing, when not accumulating), so the bits of a
 // row can depend on the timing: deterministic mode keeps the skinny GEMM (skinny_gemm.cuh). Launched
 // with programmatic dependent launch: a block loads its first weight stages before waiting for the
-// previous kernel. Opt-in (VV_CUDA_STREAM_GEMM): measured on the H200 against cuBLASLt in
-// kernels/cuda/NOTES.md (session 8).
+// previous kernel.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -31,7 +32,7 @@ enum class StreamGemmKind { kMma, kWgmma };
 
 // out[m, n] = (accumulate ? out[m, n] : 0) + Σ_k a[m, k] · w[n, k] + bias[n]; bias may be null.
 // `sms`: the device's SM count. `flags` (may be null): `flag_count` ints of device memory the Hopper
-// form uses instead of zeroing `out` when it does not accumulate (one per 256-row tile). Returns the
+// form uses instead of zeroing `out` when it does not accumulate (one per weight tile). Returns the
 // form that ran (kMma when kWgmma was asked for but the driver has no tensor-map entry point).
 StreamGemmKind stream_gemm(const void* a, int64_t M, int64_t K, const void* w, int64_t ldw, int64_t N,
                            const float* bias, bool accumulate, float* out, int64_t ldo, int sms,
