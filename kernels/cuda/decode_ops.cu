@@ -1245,28 +1245,19 @@ void decode_argmax(const Tensor& logits, Tensor& out, void* ws, cudaStream_t s) 
   float* wsv = static_cast<float*>(ws);
   int32_t* wsi = reinterpret_cast<int32_t*>(wsv + R * kArgParts);
   const dim3 grid(kArgParts, static_cast<unsigned>(R));
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(kArgThreads);
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl_enabled() ? 1 : 0;
   switch (logits.dtype) {
     case DType::kBF16:
-      cudaLaunchKernelEx(&cfg, argmax_part_kernel<__nv_bfloat16>,
-                         static_cast<const __nv_bfloat16*>(logits.data), logits.row_stride(), logits.cols(),
-                         wsv, wsi);
+      launch_pdl(argmax_part_kernel<__nv_bfloat16>, grid, kArgThreads, 0, s,
+                 static_cast<const __nv_bfloat16*>(logits.data), logits.row_stride(), logits.cols(), wsv,
+                 wsi);
       break;
     case DType::kF16:
-      cudaLaunchKernelEx(&cfg, argmax_part_kernel<__half>, static_cast<const __half*>(logits.data),
-                         logits.row_stride(), logits.cols(), wsv, wsi);
+      launch_pdl(argmax_part_kernel<__half>, grid, kArgThreads, 0, s, static_cast<const __half*>(logits.data),
+                 logits.row_stride(), logits.cols(), wsv, wsi);
       break;
     default:
-      cudaLaunchKernelEx(&cfg, argmax_part_kernel<float>, logits.ptr<const float>(), logits.row_stride(),
-                         logits.cols(), wsv, wsi);
+      launch_pdl(argmax_part_kernel<float>, grid, kArgThreads, 0, s, logits.ptr<const float>(),
+                 logits.row_stride(), logits.cols(), wsv, wsi);
       break;
   }
   launch_pdl(argmax_final_kernel, static_cast<unsigned>((R + 127) / 128), 128, s,
