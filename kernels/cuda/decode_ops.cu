@@ -1294,17 +1294,8 @@ void decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer&
                       unsigned* counters, cudaStream_t s) {
   const int64_t n = q.rows();
   if (n == 0) return;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim =
-      dim3(static_cast<unsigned>(p.splits), static_cast<unsigned>(shape.kv_heads), static_cast<unsigned>(n));
-  cfg.blockDim = dim3(kAttnThreads);
-  cfg.dynamicSmemBytes = p.smem;
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(shape.kv_heads),
+                  static_cast<unsigned>(n));
   auto go = [&](auto* kc, auto* vc) {
     using CT = std::remove_const_t<std::remove_pointer_t<decltype(kc)>>;
     static bool raised = false;  // per cache type: allow more than 48 KB of shared memory
@@ -1312,12 +1303,11 @@ void decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer&
       cudaFuncSetAttribute(decode_attn_kernel<CT>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
       raised = true;
     }
-    cudaLaunchKernelEx(&cfg, decode_attn_kernel<CT>, q.ptr<const float>(), q.row_stride(),
-                       rows.row_seq.ptr<const int32_t>(), rows.row_pos.ptr<const int32_t>(),
-                       rows.block_tables.ptr<const int32_t>(), rows.block_tables.row_stride(),
-                       rows.block_size, kc, vc, cache.k.row_stride(), n, shape.heads, shape.kv_heads,
-                       static_cast<int>(shape.head_dim), shape.scale, p.chunk, p.pstride, out.ptr<float>(),
-                       out.row_stride(), ws, counters);
+    launch_pdl(decode_attn_kernel<CT>, grid, kAttnThreads, p.smem, s, q.ptr<const float>(), q.row_stride(),
+               rows.row_seq.ptr<const int32_t>(), rows.row_pos.ptr<const int32_t>(),
+               rows.block_tables.ptr<const int32_t>(), rows.block_tables.row_stride(), rows.block_size, kc,
+               vc, cache.k.row_stride(), n, shape.heads, shape.kv_heads, static_cast<int>(shape.head_dim),
+               shape.scale, p.chunk, p.pstride, out.ptr<float>(), out.row_stride(), ws, counters);
   };
   switch (cache.k.dtype) {
     case DType::kBF16:
