@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/mma_util.cuh"
 #include "kernels/cuda/prefill_attention.cuh"
@@ -36,19 +37,63 @@ __device__ __forceinline__ uint4 load8_bf16(const float* p) {
   const float4 b = *reinterpret_cast<const float4*>(p + 4);
   return make_uint4(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w), pack_bf16(b.x, b.y), pack_bf16(b.z, b.w));
 }
-__device__ __forceinline__ uint4 load8_bf16(const __nv_bfloat16* p) {
-  return *reinterpret_cast<const uint4*>(p);
-}
 __device__ __forceinline__ uint4 load8_bf16(const __half* p) {
   return mma::f16x8_to_bf16x8(*reinterpret_cast<const uint4*>(p));
 }
 
-
-// Shared memory: Q [64][D+8], K [64][D+8], V [64][D+8] bf16 (8 elements of padding per row keep
-// ldmatrix's eight row addresses on distinct banks), then the tile's 64 cache slots.
+// Shared memory: two stages of K [64][D+8] and V [64][D+8] bf16 (8 elements of padding per row keep
+// ldmatrix's eight row addresses on distinct banks); a pass's Q [64][D+8] is staged in the second
+// stage's K before the key loop starts (its fragments then live in registers).
 template <int D>
 constexpr size_t flash_smem_bytes() {
-  return static_cast<size_t>(3) * 64 * (D + 8) * 2 + kKeys * sizeof(int64_t);
+  return static_cast<size_t>(4) * kKeys * (D + 8) * 2;
+}
+
+// Issues the loads of keys [j0, j0 + 64) of the kv head into one stage. A bf16 cache goes through
+// cp.async (nothing waits here; zeros past kend); other cache types are rounded to bf16 through
+// registers, every load of the thread issued before its first store.
+template <typename CT, int D>
+__device__ __forceinline__ void flash_load_tile(const int32_t* __restrict__ tables, int64_t ldt, int bs,
+                                                int seq, int j0, int kend, const CT* __restrict__ kc,
+                                                const CT* __restrict__ vc, int64_t ldc, int kvh,
+                                                __nv_bfloat16* Ks, __nv_bfloat16* Vs) {
+  constexpr int LD = D + 8;
+  constexpr int kChunks = kKeys * (D / 8) / kThreads;  // 16-byte chunks per thread (8 or 4)
+  int64_t off[kChunks];
+  bool valid[kChunks];
+#pragma unroll
+  for (int u = 0; u < kChunks; ++u) {
+    const int c = threadIdx.x + u * kThreads;
+    const int jj = c / (D / 8), d8 = (c % (D / 8)) * 8;
+    const int j = j0 + jj;
+    valid[u] = j < kend;
+    const int64_t sl = valid[u] ? static_cast<int64_t>(tables[seq * ldt + j / bs]) * bs + j % bs : 0;
+    off[u] = sl * ldc + static_cast<int64_t>(kvh) * D + d8;
+  }
+  if constexpr (std::is_same_v<CT, __nv_bfloat16>) {
+#pragma unroll
+    for (int u = 0; u < kChunks; ++u) {
+      const int c = threadIdx.x + u * kThreads;
+      const int jj = c / (D / 8), d8 = (c % (D / 8)) * 8;
+      mma::cp_async16_zfill(Ks + jj * LD + d8, kc + off[u], valid[u]);
+      mma::cp_async16_zfill(Vs + jj * LD + d8, vc + off[u], valid[u]);
+    }
+  } else {
+    uint4 kv[kChunks], vv[kChunks];
+#pragma unroll
+    for (int u = 0; u < kChunks; ++u) {
+      kv[u] = valid[u] ? load8_bf16(kc + off[u]) : make_uint4(0, 0, 0, 0);
+      vv[u] = valid[u] ? load8_bf16(vc + off[u]) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < kChunks; ++u) {
+      const int c = threadIdx.x + u * kThreads;
+      const int jj = c / (D / 8), d8 = (c % (D / 8)) * 8;
+      *reinterpret_cast<uint4*>(Ks + jj * LD + d8) = kv[u];
+      *reinterpret_cast<uint4*>(Vs + jj * LD + d8) = vv[u];
+    }
+  }
+  mma::cp_async_commit();  // an empty group for the register path: the waits below count groups
 }
 
 // One kernel for the whole data flow of a tile (load, scores, softmax, P·V): splitting it would
@@ -64,13 +109,14 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int DT = D / 8;      // 8-wide output tiles per row
   constexpr int NT = kKeys / 8;  // 8-wide score tiles per row
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  __nv_bfloat16* Qs = reinterpret_cast<__nv_bfloat16*>(smem_raw);
-  __nv_bfloat16* Ks = Qs + 64 * LD;
-  __nv_bfloat16* Vs = Ks + kKeys * LD;
-  int64_t* slots = reinterpret_cast<int64_t*>(Vs + kKeys * LD);
+  // Stage st's K at stage + 2 * st * kKeys * LD, its V right after; Q shares stage 1's K.
+  __nv_bfloat16* stage = reinterpret_cast<__nv_bfloat16*>(smem_raw);
+  __nv_bfloat16* Qs = stage + 2 * kKeys * LD;
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
-  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * QT;
+  // The last row tiles (the most keys: rows of a prompt chunk come in position order) start first,
+  // so that the light ones fill the tail of a grid larger than one wave.
+  const int64_t r0 = static_cast<int64_t>(gridDim.x - 1 - blockIdx.x) * QT;
   const int kvh = blockIdx.y;
   const int rows_here = static_cast<int>(n - r0 < QT ? n - r0 : QT);
   const int nq = QT * G;
@@ -95,7 +141,7 @@ __global__ void __launch_bounds__(kThreads)
     }
     done |= active;
 
-    __syncthreads();  // the previous pass is done with Qs
+    __syncthreads();  // the previous pass is done with Qs and both stages
     for (int idx = threadIdx.x; idx < 64 * (D / 2); idx += kThreads) {
       const int qv = idx / (D / 2), d = (idx % (D / 2)) * 2;
       const int i = qv / G, gg = qv % G;
@@ -129,30 +175,24 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int dt = 0; dt < DT; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-
-    for (int j0 = 0; j0 < kend; j0 += kKeys) {
-      __syncthreads();  // the previous K/V tile is consumed
-      if (threadIdx.x < kKeys) {
-        const int j = j0 + threadIdx.x;
-        slots[threadIdx.x] = j < kend ? static_cast<int64_t>(tables[seq * ldt + j / bs]) * bs + j % bs : -1;
+    __syncthreads();  // every warp holds its Q fragments: stage 1 may be loaded
+    // Two stages: the loads of tile t + 1 are in flight while tile t is computed.
+    flash_load_tile<CT, D>(tables, ldt, bs, seq, 0, kend, kc, vc, ldc, kvh, stage, stage + kKeys * LD);
+    for (int j0 = 0, st = 0; j0 < kend; j0 += kKeys, st ^= 1) {
+      if (j0 + kKeys < kend) {
+        __nv_bfloat16* nk = stage + 2 * (st ^ 1) * kKeys * LD;
+        flash_load_tile<CT, D>(tables, ldt, bs, seq, j0 + kKeys, kend, kc, vc, ldc, kvh, nk, nk + kKeys * LD);
+        mma::cp_async_wait<1>();  // this thread's copies of tile t have landed
+      } else {
+        mma::cp_async_wait<0>();
       }
-      __syncthreads();
-      for (int c = threadIdx.x; c < kKeys * (D / 8); c += kThreads) {
-        const int jj = c / (D / 8), d8 = (c % (D / 8)) * 8;
-        const int64_t sl = slots[jj];
-        uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
-        if (sl >= 0) {
-          const int64_t off = sl * ldc + static_cast<int64_t>(kvh) * D + d8;
-          kv = load8_bf16(kc + off);
-          vv = load8_bf16(vc + off);
-        }
-        *reinterpret_cast<uint4*>(Ks + jj * LD + d8) = kv;
-        *reinterpret_cast<uint4*>(Vs + jj * LD + d8) = vv;
-      }
-      __syncthreads();
-      if (j0 > wmax) continue;  // warp-uniform: every key of the tile lies after every query of the warp
+      __syncthreads();  // everyone's copies of tile t have landed
+      const __nv_bfloat16* Ks = stage + 2 * st * kKeys * LD;
+      const __nv_bfloat16* Vs = Ks + kKeys * LD;
+      // (the barrier at the end of the iteration keeps stage st intact until every warp is done)
+      if (j0 <= wmax) {  // warp-uniform: else every key of the tile lies after every query of the warp
 
-      float s[NT][4];
+        float s[NT][4];
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
 #pragma unroll
@@ -217,6 +257,8 @@ __global__ void __launch_bounds__(kThreads)
           mma_bf16(o[2 * dp + 1], a, b2, b3);
         }
       }
+      }
+      __syncthreads();  // stage st is consumed: the next iteration loads tile t + 2 into it
     }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {

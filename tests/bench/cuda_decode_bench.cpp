@@ -316,6 +316,14 @@ int main(int argc, char** argv) {
       std::printf("gemm %-8s M=%-3lld N=%-6lld K=%-6lld %8.1f us %7.0f GB/s (%.0f%% of copy) %6.1f TFLOP/s\n",
                   s.name, static_cast<long long>(m), static_cast<long long>(s.n), static_cast<long long>(s.k),
                   t * 1e6, gbs, 100 * gbs / hbm, 2.0 * m * s.n * s.k / t / 1e12);
+      if (m >= 256 && (std::string(s.name) == "o" || std::string(s.name) == "down")) {
+        // The prefill's residual form (beta = 1 into the f32 rows, or VV_CUDA_RESID_SPLIT_ROWS's
+        // product-then-add), next to the plain product above.
+        const double tr = time_op(be, 7, [&] { be.gemm(x, wt, nullptr, o, vv::Epilogue::kAddResidual); });
+        std::printf("gemm %-8s M=%-3lld N=%-6lld K=%-6lld %8.1f us  (+= residual)\n", s.name,
+                    static_cast<long long>(m), static_cast<long long>(s.n), static_cast<long long>(s.k),
+                    tr * 1e6);
+      }
       if (m == 1) {
         gemv_json += std::string(gemv_json.empty() ? "" : ",") + "\"" + s.name + "\":" + std::to_string(gbs);
       }

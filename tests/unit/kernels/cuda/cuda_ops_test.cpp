@@ -91,7 +91,7 @@ TEST_P(CudaGemm, OddAndPrimeShapesEveryDtypeAndEpilogue) {
 TEST_P(CudaGemm, StridedOutputAndOverlappingInputRows) {
   VV_CUDA_BACKEND_OR_SKIP(gpu, GetParam());
   // A strided conv as a GEMM: rows of `a` start every stride·in elements but span kernel·in.
-  for (int64_t M : {1, 9, 40, 133})
+  for (int64_t M : {1, 9, 40, 133, 257})
     for (DType wt : {DType::kF32, DType::kBF16}) {
       check_gemm(*gpu, {M, 24, 7 * 4, wt, Epilogue::kNone, true}, GetParam(), 2 * 4, -1, 77);
       check_gemm(*gpu, {M, 64, 64, wt, Epilogue::kAddResidual, true}, GetParam(), 80, 100, 78);
@@ -101,7 +101,7 @@ TEST_P(CudaGemm, StridedOutputAndOverlappingInputRows) {
 TEST_P(CudaGemm, ProductionShapes) {
   VV_CUDA_BACKEND_OR_SKIP(gpu, GetParam());
   // q, k/v, o, gate+up, down of the 7B decoder at decode (1, 4 rows) and a prefill chunk (100 rows).
-  for (int64_t M : {1, 4, 100}) {
+  for (int64_t M : {1, 4, 100, 300}) {  // 300: a prompt chunk (residual GEMMs as product, then add)
     check_gemm(*gpu, {M, 3584, 3584, DType::kBF16, Epilogue::kNone, true}, GetParam(), -1, -1, 200);
     check_gemm(*gpu, {M, 512, 3584, DType::kBF16, Epilogue::kNone, true}, GetParam(), -1, -1, 201);
     check_gemm(*gpu, {M, 3584, 3584, DType::kBF16, Epilogue::kAddResidual, false}, GetParam(), -1, -1, 202);
