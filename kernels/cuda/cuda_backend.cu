@@ -106,7 +106,6 @@ class CudaBackend final : public Backend {
     if (sk_ws_) cudaFree(sk_ws_);
     if (stream_flags_) cudaFree(stream_flags_);
     if (pack_) cudaFree(pack_);
-    if (resid_) cudaFree(resid_);
     if (attn_ws_) cudaFree(attn_ws_);
     if (argmax_ws_) cudaFree(argmax_ws_);
     if (dec_attn_ws_) cudaFree(dec_attn_ws_);
@@ -1219,22 +1218,6 @@ class CudaBackend final : public Backend {
     return true;
   }
 
-  // The residual GEMMs' product scratch (see gemm_lt_packed), grown like pack_.
-  bool ensure_resid(size_t need) {
-    if (need <= resid_bytes_) return true;
-    if (capturing_) {
-      capture_broken_ = true;
-      return false;
-    }
-    workspace_moved();
-    if (resid_) cudaFree(resid_);
-    resid_ = nullptr;
-    resid_bytes_ = 0;
-    if (!check(cudaMalloc(&resid_, need), "cudaMalloc residual GEMM scratch")) return false;
-    resid_bytes_ = need;
-    return true;
-  }
-
   void gemm_lt(const Tensor& a, const Tensor& w, const float* bias, Tensor& out, Epilogue ep) {
     const int64_t M = out.rows(), K = a.cols();
     if (!ensure_pack(static_cast<size_t>(M * K) * 2)) return;
@@ -1296,26 +1279,6 @@ class CudaBackend final : public Backend {
         stream_kind_ = cuda::StreamGemmKind::kMma;
       }
       return;
-    }
-    if (ep == Epilogue::kAddResidual && resid_split_rows_ > 0 && M >= resid_split_rows_ && !deterministic_ &&
-        out.dtype == DType::kF32 && ensure_resid(static_cast<size_t>(M * N) * sizeof(float))) {
-      // A prompt chunk's residual GEMMs (o, down): the product into a scratch with beta 0, then one
-      // pass adds it to the f32 rows (VV_CUDA_RESID_SPLIT_ROWS; NOTES.md, session 9).
-      Tensor prod = Tensor::matrix(resid_, DType::kF32, M, N);
-      if (Plan* q = plan_for(M, N, K, N, w.dtype, bias != nullptr, static_cast<int>(Epilogue::kNone))) {
-        if (bias)
-          lt_api_->desc_set_attribute(q->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
-        const float alpha = 1.0f, beta = 0.0f;
-        const cublasStatus_t st =
-            lt_api_->matmul(lt_, q->desc, &alpha, w.data, q->wl, pack_, q->al, &beta, resid_, q->dl, resid_,
-                            q->dl, &q->algo, lt_ws_, lt_ws_bytes_, stream_);
-        if (st != CUBLAS_STATUS_SUCCESS && first_error_.empty()) {
-          first_error_ = "cublasLtMatmul failed with status " + std::to_string(static_cast<int>(st));
-          std::fprintf(stderr, "vibevoice: %s\n", first_error_.c_str());
-        }
-        cuda::add(out, prod, out, stream_);
-        return;
-      }
     }
     Plan* p = plan_for(M, N, K, out.row_stride(), w.dtype, bias != nullptr, static_cast<int>(ep));
     if (!p) {  // no cuBLASLt algorithm for this shape/alignment: the SIMT path is always valid
@@ -1424,14 +1387,6 @@ class CudaBackend final : public Backend {
   size_t lt_ws_bytes_ = 0;
   void* pack_ = nullptr;
   size_t pack_bytes_ = 0;
-  // VV_CUDA_RESID_SPLIT_ROWS (default 256; 0 = off): residual GEMMs of at least this many rows go
-  // through a beta-0 product and an add (gemm_lt_packed).
-  int64_t resid_split_rows_ = [] {
-    const char* e = std::getenv("VV_CUDA_RESID_SPLIT_ROWS");
-    return e ? std::max<int64_t>(0, std::atoll(e)) : int64_t{256};
-  }();
-  void* resid_ = nullptr;
-  size_t resid_bytes_ = 0;
   void* attn_ws_ = nullptr;
   size_t attn_ws_bytes_ = 0;
   int sms_ = 132;

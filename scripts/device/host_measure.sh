@@ -10,6 +10,7 @@
 #   stream       VV_CUDA_STREAM_GEMM: its gpu tests, the GEMM table with and without it, curve points with it
 #   ncu          Nsight Compute sections of the stream GEMM and of cuBLASLt on gate_up at 64 rows
 #   opprofile    cuda_decode_bench with VV_CUDA_PROFILE=1: per-op times of prefill, b1 decode, encoders
+#   ncuprefill   Nsight Compute: each kernel's time in the 1,024-row table and the prefills
 #   table1k      the GEMM table at 1,024 rows (the prefill's shapes, cuBLASLt, f32 output)
 #   roofline     decode_roofline.py 1 8 64 128 (plain cuBLAS, weights only, graph-replayed)
 #   reference    the PyTorch reference's batched decode (bench_reference.py's method) at $REF_BATCHES
@@ -85,6 +86,16 @@ for step in "$@"; do
         --launch-skip 220 --launch-count 1 $SECTIONS $B/cuda_decode_bench --preset 7b --bf16 --table-only \
         --gemv-m 64 ;;
     opprofile) run opprofile env VV_CUDA_PROFILE=1 $B/cuda_decode_bench --preset 7b --bf16 ;;
+    ncuprefill)  # every kernel's duration (Nsight Compute, clocks and caches left alone) of the GEMM
+      # table at 1,024 rows, the warm-up prefill and the timed prefill: the model's GEMMs against the table's
+      NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+      run ncuprefill $NCU --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
+        --launch-count 1400 $B/cuda_decode_bench --preset 7b --bf16 --gemv-m 1024 --tokens 2 --enc-audio 1 \
+        --job-audio 1 --job-tokens 1
+      run ncuflash $NCU --clock-control none --kernel-name regex:flash_prefill --launch-skip 40 --launch-count 1 \
+        --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
+        --section LaunchStats --section Occupancy --section ComputeWorkloadAnalysis \
+        $B/cuda_decode_bench --preset 7b --bf16 --no-gemv --tokens 2 --enc-audio 1 --job-audio 1 --job-tokens 1 ;;
     table1k) run table1k $B/cuda_decode_bench --preset 7b --bf16 --table-only --gemv-m 1024 ;;
     roofline) run roofline python3 $VV_DEV/golden/decode_roofline.py 1 8 64 128 ;;
     reference)

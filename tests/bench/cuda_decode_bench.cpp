@@ -317,8 +317,7 @@ int main(int argc, char** argv) {
                   s.name, static_cast<long long>(m), static_cast<long long>(s.n), static_cast<long long>(s.k),
                   t * 1e6, gbs, 100 * gbs / hbm, 2.0 * m * s.n * s.k / t / 1e12);
       if (m >= 256 && (std::string(s.name) == "o" || std::string(s.name) == "down")) {
-        // The prefill's residual form (beta = 1 into the f32 rows, or VV_CUDA_RESID_SPLIT_ROWS's
-        // product-then-add), next to the plain product above.
+        // The prefill's residual form (beta = 1 into the f32 rows), next to the plain product above.
         const double tr = time_op(be, 7, [&] { be.gemm(x, wt, nullptr, o, vv::Epilogue::kAddResidual); });
         std::printf("gemm %-8s M=%-3lld N=%-6lld K=%-6lld %8.1f us  (+= residual)\n", s.name,
                     static_cast<long long>(m), static_cast<long long>(s.n), static_cast<long long>(s.k),

@@ -101,7 +101,7 @@ TEST_P(CudaGemm, StridedOutputAndOverlappingInputRows) {
 TEST_P(CudaGemm, ProductionShapes) {
   VV_CUDA_BACKEND_OR_SKIP(gpu, GetParam());
   // q, k/v, o, gate+up, down of the 7B decoder at decode (1, 4 rows) and a prefill chunk (100 rows).
-  for (int64_t M : {1, 4, 100, 300}) {  // 300: a prompt chunk (residual GEMMs as product, then add)
+  for (int64_t M : {1, 4, 100, 300}) {  // 300: a prompt chunk
     check_gemm(*gpu, {M, 3584, 3584, DType::kBF16, Epilogue::kNone, true}, GetParam(), -1, -1, 200);
     check_gemm(*gpu, {M, 512, 3584, DType::kBF16, Epilogue::kNone, true}, GetParam(), -1, -1, 201);
     check_gemm(*gpu, {M, 3584, 3584, DType::kBF16, Epilogue::kAddResidual, false}, GetParam(), -1, -1, 202);
