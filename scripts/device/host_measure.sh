@@ -86,13 +86,14 @@ for step in "$@"; do
         --launch-skip 220 --launch-count 1 $SECTIONS $B/cuda_decode_bench --preset 7b --bf16 --table-only \
         --gemv-m 64 ;;
     opprofile) run opprofile env VV_CUDA_PROFILE=1 $B/cuda_decode_bench --preset 7b --bf16 ;;
-    ncuprefill)  # every kernel's duration (Nsight Compute, clocks and caches left alone) of the GEMM
-      # table at 1,024 rows, the warm-up prefill and the timed prefill: the model's GEMMs against the table's
+    ncuprefill)  # every kernel's duration (Nsight Compute, clocks and caches left alone) of the prefill's
+      # kind (GEMMs, packs, norms, attention) in the warm-up (256 rows) and the timed 1,024-row prefill;
+      # then the flash kernel's sections on one layer of the timed prefill
       NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
       run ncuprefill $NCU --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
-        --launch-count 1400 $B/cuda_decode_bench --preset 7b --bf16 --gemv-m 1024 --tokens 2 --enc-audio 1 \
-        --job-audio 1 --job-tokens 1
-      run ncuflash $NCU --clock-control none --kernel-name regex:flash_prefill --launch-skip 40 --launch-count 1 \
+        --kernel-name regex:'nvjet|flash|pack|rms|silu|rope|attn|split|gemm' --launch-count 700 \
+        $B/cuda_decode_bench --preset 7b --bf16 --no-gemv --tokens 2 --enc-audio 1 --job-audio 1 --job-tokens 1
+      run ncuflash $NCU --clock-control none --kernel-name regex:flash_prefill --launch-skip 14 --launch-count 1 \
         --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
         --section LaunchStats --section Occupancy --section ComputeWorkloadAnalysis \
         $B/cuda_decode_bench --preset 7b --bf16 --no-gemv --tokens 2 --enc-audio 1 --job-audio 1 --job-tokens 1 ;;
