@@ -4,10 +4,23 @@
 
 namespace vv {
 
+namespace {
+
+// RunnerOptions::kv_dtype_follows_compute.
+RunnerOptions kv_for(RunnerOptions o, const Backend& be, const BackendOptions& backend) {
+  if (o.kv_dtype_follows_compute && backend.gpu_bf16_gemm && be.name().rfind("cuda", 0) == 0) {
+    o.kv_dtype = DType::kBF16;
+  }
+  return o;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Runner>> make_runner(const Checkpoint& ckpt, const RunnerOptions& opt,
                                             std::string_view device, const BackendOptions& backend) {
   VV_ASSIGN_OR_RETURN(auto be, make_backend(device, backend));
-  return Runner::create(std::move(be), ckpt, opt);
+  const RunnerOptions o = kv_for(opt, *be, backend);
+  return Runner::create(std::move(be), ckpt, o);
 }
 
 Result<SplitMode> parse_split_mode(std::string_view text) {
@@ -90,7 +103,7 @@ Result<std::vector<std::unique_ptr<Runner>>> make_runners(const Checkpoint& ckpt
     // with all layers resident must fit its cap (no cap: it does).
     split = SplitMode::kReplica;
     for (size_t i = 0; i < backends.size() && caps[i] > 0; ++i) {
-      RunnerOptions o = opt;
+      RunnerOptions o = kv_for(opt, *backends[i], backend);
       o.memory_cap = caps[i];
       o.gpu_layers = L;
       auto probe = Runner::create(std::move(backends[i]), ckpt, o);
@@ -112,7 +125,7 @@ Result<std::vector<std::unique_ptr<Runner>>> make_runners(const Checkpoint& ckpt
   }
   if (split == SplitMode::kReplica) {
     for (size_t i = out.size(); i < backends.size(); ++i) {
-      RunnerOptions o = opt;
+      RunnerOptions o = kv_for(opt, *backends[i], backend);
       o.memory_cap = caps[i];
       o.gpu_layers = placement.gpu_layers;
       auto r = Runner::create(std::move(backends[i]), ckpt, o);
@@ -121,7 +134,7 @@ Result<std::vector<std::unique_ptr<Runner>>> make_runners(const Checkpoint& ckpt
     }
     return out;
   }
-  RunnerOptions o = opt;
+  RunnerOptions o = kv_for(opt, *backends.front(), backend);
   o.shard_memory_caps = caps;
   o.gpu_layers = placement.gpu_layers;
   VV_ASSIGN_OR_RETURN(auto r, Runner::create_sharded(std::move(backends), ckpt, o));

@@ -31,6 +31,10 @@ struct RunnerOptions {
   int64_t kv_positions = 8192;   // KV pool size in positions (rounded up to whole blocks)
   int block_size = 16;           // positions per KV block
   DType kv_dtype = DType::kF32;  // F32 is exact; BF16/F16 halve the pool and round cached k/v (opt-in)
+  // make_runner(s): a CUDA backend computing in bf16 (BackendOptions::gpu_bf16_gemm) caches k/v in
+  // bf16, as the PyTorch reference's bf16 run does (half the pool's bytes and half the attention's
+  // reads); kv_dtype is kept on the CPU and in f32 compute. The service and the CLI set it.
+  bool kv_dtype_follows_compute = false;
   int max_rows = 512;            // decoder rows per step
   int max_seqs = 64;             // sequences per step
   int prefill_chunk = 256;       // prompt rows a sequence contributes to one step

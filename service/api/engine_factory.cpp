@@ -111,6 +111,7 @@ Result<std::shared_ptr<EngineHandle>> make_engine(AppState& state, std::shared_p
   // The KV pool holds one full-context request (prefix sharing and preemption stretch it further).
   ro.kv_positions = s.i("model.max_model_len");
   ro.consume_weights = true;
+  ro.kv_dtype_follows_compute = true;  // bf16 k/v when the GPU computes in bf16
   const std::string device = s.s("model.device");
   // Placement: a memory cap per device (engine.gpu_memory, else engine.gpu_memory_fraction of each
   // GPU), streamed layers, and replicas or layer shards over a device list.

@@ -289,6 +289,7 @@ int run_bench(const BenchArgs& a) {
   ropt.kv_positions = static_cast<int64_t>(a.batch) * (a.prefill_tokens + a.decode_tokens + 64);
   ropt.encoder_segment = std::min<int64_t>(samples, spec.chunk_size);
   ropt.consume_weights = true;  // one copy of the weights in memory, not two
+  if (gpu && a.gpu_bf16) ropt.kv_dtype = DType::kBF16;  // as the service: bf16 k/v with bf16 compute
   ropt.memory_cap = cap;
   ropt.gpu_layers = a.gpu_layers;
   if (cap) ropt.min_kv_positions = ropt.kv_positions;  // the bench needs its whole pool

@@ -196,6 +196,7 @@ int run_transcribe(const TranscribeArgs& a) {
   int64_t need = 0;
   for (const auto& r : requests) need += r.audio[0].frames + 256 + a.max_new_tokens;
   ropt.kv_positions = a.kv_positions > 0 ? a.kv_positions : need;
+  ropt.kv_dtype_follows_compute = true;  // bf16 k/v with --gpu-bf16 on a GPU
   if (requests.size() > 0 && requests[0].encode.segment > 0)
     ropt.encoder_segment = requests[0].encode.segment;
   BackendOptions bopt;
