@@ -4,6 +4,7 @@
 #   tests        unit_kernels_cuda, VV_REQUIRE_GPU=1 ($GTEST_FILTER narrows it)
 #   golden       make_golden.py --preset full (bf16 reference on the GPU, ~17 GB under /tmp) + gpu_full_golden
 #   decode       cuda_decode_bench --preset 7b --bf16 (decode b1, prefill, encoders, standard job)
+#   decode_attn  decode with VV_CUDA_DECODE_ATTN=simt and with VV_CUDA_MMA_DECODE=regs (no GEMM table)
 #   decode_tuned, curve_tuned  decode, and the curve's 64/128 points, with VV_CUDA_LT_ALGOS=16 (each GEMM
 #                shape times the heuristic's first 16 cuBLASLt algorithms and keeps the fastest)
 #   skinny       VV_CUDA_SKINNY_GEMM=1: its gpu tests, decode (GEMM table) and the curve's 64/128 points
@@ -48,6 +49,9 @@ for step in "$@"; do
         --device cuda --skip-fp64 --out /tmp/goldfull
       run golden_check env -u GTEST_FILTER VV_GOLDEN_DIR=/tmp/goldfull VV_REQUIRE_GPU=1 $B/gpu_full_golden ;;
     decode) run decode $B/cuda_decode_bench --preset 7b --bf16 ;;
+    decode_attn)  # batch-1 decode's attention over the bf16 cache: the SIMT kernel against the mma one
+      run decode_simt env VV_CUDA_DECODE_ATTN=simt $B/cuda_decode_bench --preset 7b --bf16 --no-gemv
+      run decode_regs env VV_CUDA_MMA_DECODE=regs $B/cuda_decode_bench --preset 7b --bf16 --no-gemv ;;
     decode_tuned) run decode_tuned env VV_CUDA_LT_ALGOS=16 $B/cuda_decode_bench --preset 7b --bf16 ;;
     curve_tuned) run curve_tuned env VV_CUDA_LT_ALGOS=16 $B/engine_loop_bench --preset 7b --device cuda --bf16 \
       --audio 30 --tokens "$CURVE_TOKENS" --concurrency 64,128 ;;
