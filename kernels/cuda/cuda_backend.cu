@@ -925,14 +925,13 @@ class CudaBackend final : public Backend {
   }
   // The tensor-core decode attention: bf16 mode (it rounds q, K, V and P to bf16; f32 mode keeps
   // the f32 SIMT kernel), a bf16/f16 cache with 16-byte aligned rows. VV_CUDA_DECODE_ATTN=auto (the
-  // default): the mma kernel for every row count with the stream kernel (17 us per layer at 1 row
-  // and 1,031 keys against the register kernel's 38, H200); with the register kernel
-  // (VV_CUDA_MMA_DECODE=regs) the SIMT kernel for one-row steps (6-9 % faster at batch 1), the mma
-  // kernel for more rows. =mma: the mma kernel for every row count, so a row's attention bits do not
-  // depend on the step it shares; =simt: always SIMT.
+  // default): the SIMT kernel for one-row steps, the mma kernel for more rows. Alone the stream mma
+  // kernel is faster at one row (17 us per layer at 1,031 keys against 38 for the register kernel),
+  // but whole batch-1 steps over a bf16 cache ran 188.3 tok/s with the SIMT kernel against 180.9
+  // with it (H200, NOTES session 9). =mma: the mma kernel for every row count, so a row's attention
+  // bits do not depend on the step it shares; =simt: always SIMT.
   bool decode_mma_takes(const Tensor& q, const KvLayer& cache, const AttentionShape& shape) const {
-    if (compute_ != CudaCompute::kBF16 || decode_attn_mode_ == 1 ||
-        (decode_attn_mode_ == 2 && q.rows() == 1 && !cuda::mma_decode_config().stream))
+    if (compute_ != CudaCompute::kBF16 || decode_attn_mode_ == 1 || (decode_attn_mode_ == 2 && q.rows() == 1))
       return false;
     if (cache.k.dtype != DType::kBF16 && cache.k.dtype != DType::kF16) return false;
     auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
