@@ -348,6 +348,22 @@ __global__ void pack_rows_kernel(const float* __restrict__ a, int64_t lda, int64
   dst[i] = from_f32<T>(a[m * lda + k]);
 }
 
+// The same, four columns per thread (K and lda a multiple of 4, 16-byte aligned rows).
+template <typename T>
+__global__ void pack_rows4_kernel(const float* __restrict__ a, int64_t lda, int64_t M, int64_t K,
+                                  T* __restrict__ dst) {
+  const int64_t i4 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t q = K / 4;
+  if (i4 >= M * q) return;
+  const int64_t m = i4 / q, k = (i4 % q) * 4;
+  const float4 v = *reinterpret_cast<const float4*>(a + m * lda + k);
+  T* d = dst + m * K + k;
+  d[0] = from_f32<T>(v.x);
+  d[1] = from_f32<T>(v.y);
+  d[2] = from_f32<T>(v.z);
+  d[3] = from_f32<T>(v.w);
+}
+
 __global__ void gelu_kernel(float* x, int64_t ld, int64_t R, int64_t C) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= R * C) return;
@@ -917,6 +933,19 @@ void gemm_f32(const Tensor& a, const Tensor& w, const float* bias, Tensor& out, 
 
 void pack_rows_half(const Tensor& a, void* dst, DType to, cudaStream_t s) {
   const int64_t M = a.rows(), K = a.cols();
+  if (M * K == 0) return;
+  if (K % 4 == 0 && a.row_stride() % 4 == 0 && aligned16(a.data) &&
+      reinterpret_cast<uintptr_t>(dst) % 8 == 0) {
+    const unsigned blocks = blocks_for(M * K / 4, 256);
+    if (to == DType::kF16) {
+      pack_rows4_kernel<__half>
+          <<<blocks, 256, 0, s>>>(a.ptr<const float>(), a.row_stride(), M, K, static_cast<__half*>(dst));
+    } else {
+      pack_rows4_kernel<__nv_bfloat16><<<blocks, 256, 0, s>>>(a.ptr<const float>(), a.row_stride(), M, K,
+                                                              static_cast<__nv_bfloat16*>(dst));
+    }
+    return;
+  }
   if (to == DType::kF16) {
     pack_rows_kernel<__half><<<blocks_for(M * K, 256), 256, 0, s>>>(a.ptr<const float>(), a.row_stride(), M, K,
                                                                      static_cast<__half*>(dst));
