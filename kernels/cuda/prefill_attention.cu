@@ -11,8 +11,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <string>
 #include <type_traits>
 
 #include "kernels/cuda/mma_util.cuh"
@@ -99,11 +97,11 @@ __device__ __forceinline__ void flash_load_tile(const int32_t* __restrict__ tabl
 }
 
 // One kernel for the whole data flow of a tile (load, scores, softmax, P·V): splitting it would
-// put S and P through memory, which is what the kernel exists to avoid.
-// kMinBlocks: blocks per SM the registers must allow (2: 241 registers at D = 128 over a bf16 cache,
-// no spills; 3: 168 registers, a few hundred bytes spilled; VV_CUDA_FLASH_BLOCKS picks).
-template <typename CT, int D, int kMinBlocks>
-__global__ void __launch_bounds__(kThreads, kMinBlocks)
+// put S and P through memory, which is what the kernel exists to avoid. 241 registers at D = 128 over
+// a bf16 cache: 2 blocks per SM. Bounding it to 168 (3 blocks) spills a few hundred bytes and ran no
+// faster (prefill 1,024 rows 40,492 against 40,374 tok/s, H200, NOTES session 9).
+template <typename CT, int D>
+__global__ void __launch_bounds__(kThreads)
     flash_prefill_kernel(const float* __restrict__ q, int64_t ldq, const int32_t* __restrict__ row_seq,
                          const int32_t* __restrict__ row_pos, const int32_t* __restrict__ tables, int64_t ldt,
                          int bs, const CT* __restrict__ kc, const CT* __restrict__ vc, int64_t ldc, int64_t n,
@@ -282,20 +280,13 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   }
 }
 
-template <typename CT, int D, int kMinBlocks = 2>
+template <typename CT, int D>
 void launch(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, const AttentionShape& shape,
             Tensor& out, int sms, cudaStream_t s) {
-  static const int min_blocks = [] {
-    const char* e = std::getenv("VV_CUDA_FLASH_BLOCKS");
-    return e && std::string(e) == "3" ? 3 : 2;
-  }();
-  if constexpr (kMinBlocks == 2) {
-    if (min_blocks == 3) return launch<CT, D, 3>(q, rows, cache, shape, out, sms, s);
-  }
   constexpr size_t smem = flash_smem_bytes<D>();
   static bool raised = false;  // per instantiation: allow > 48 KB of dynamic shared memory
   if (!raised) {
-    cudaFuncSetAttribute(flash_prefill_kernel<CT, D, kMinBlocks>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cudaFuncSetAttribute(flash_prefill_kernel<CT, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                          static_cast<int>(smem));
     raised = true;
   }
@@ -310,7 +301,7 @@ void launch(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, co
   if (sms > 0 && (n + QT - 1) / QT * shape.kv_heads < sms && n <= rows.block_tables.rows()) QT = 1;
   const dim3 grid(static_cast<unsigned>((n + QT - 1) / QT), static_cast<unsigned>(shape.kv_heads));
   const float scale_log2 = shape.scale * 1.4426950408889634f;
-  flash_prefill_kernel<CT, D, kMinBlocks><<<grid, kThreads, smem, s>>>(
+  flash_prefill_kernel<CT, D><<<grid, kThreads, smem, s>>>(
       q.ptr<const float>(), q.row_stride(), rows.row_seq.ptr<const int32_t>(),
       rows.row_pos.ptr<const int32_t>(), rows.block_tables.ptr<const int32_t>(),
       rows.block_tables.row_stride(), rows.block_size, static_cast<const CT*>(cache.k.data),
