@@ -264,6 +264,8 @@ void Qwen2Decoder::run_layer(int l, Tensor& x, const AttentionRows& rows, KvLaye
   be_.gemm(a, w.gate_up_w.t, nullptr, gu, Epilogue::kNone);
   be_.silu_mul(gu, m);
   be_.gemm(m, w.down_w.t, nullptr, x, Epilogue::kAddResidual);
+  be_.discard(gu);  // (both are rewritten before they are read again)
+  be_.discard(m);
 }
 
 Result<StepOutput> Qwen2Decoder::forward(const StepPlan& plan, KvView& kv) { return run(plan, kv, nullptr, 0); }

@@ -80,7 +80,7 @@ class CudaBackend final : public Backend {
   // bias, out), rms_norm (a = x, w = weight, out, f = eps), rope (out = x, a = pos, heads, head_dim,
   // f = theta), kv_write (a = k, w = v, rows, cache, shape), silu_mul (a = gate_up, out).
   struct OpRec {
-    enum Kind : uint8_t { kOther, kGemm, kRmsNorm, kRope, kKvWrite, kSiluMul };
+    enum Kind : uint8_t { kOther, kGemm, kRmsNorm, kRope, kKvWrite, kSiluMul, kDiscard };
     Kind kind = kOther;
     Tensor a, w, b, out;
     bool hb = false;
@@ -355,6 +355,15 @@ class CudaBackend final : public Backend {
       launched("conv_mixer");
     });
   }
+  void discard(const Tensor& t) override {
+    Sig s(13);
+    s << t;
+    OpRec rec;
+    rec.kind = OpRec::kDiscard;
+    rec.out = t;
+    defer(
+        s, [] {}, &rec);  // launches nothing; fuse_mlp_at reads it
+  }
   void silu_mul(const Tensor& gate_up, Tensor& out) override {
     Sig s(6);
     s << gate_up << out;
@@ -445,6 +454,7 @@ class CudaBackend final : public Backend {
     for (size_t i = 0; i < ops.size();) {
       size_t used = fuse_gemv_at(recs, i, out);
       if (!used) used = fuse_rope_kv_at(recs, i, out);
+      if (!used && lt_fuse_ && mlp_fuse_) used = fuse_mlp_at(recs, i, out);
       if (!used && lt_fuse_) used = fuse_lt_operand_at(recs, i, out);
       if (used) {
         i += used;
@@ -574,6 +584,87 @@ class CudaBackend final : public Backend {
       launched("decode_gemv");
     });
     return q - i;
+  }
+
+  // VV_CUDA_MLP_FUSE=1 (off by default until measured on a GPU), bf16 mode, a prompt chunk (M ≥
+  // kMlpFuseRows): the MLP block rms_norm(x → a) → gate_up(a → gu) → silu_mul(gu → m) → down(m → x
+  // += ...) followed by discard(gu) and discard(m) runs as: rms_norm_pack (a written, its bf16 pack),
+  // gate_up by cuBLASLt with a bf16 output into gu's memory (half the bytes written and read back),
+  // SwiGLU from those bf16 values straight into the down GEMM's bf16 operand (m never written), and
+  // down from that operand. gu is rounded to bf16 before SwiGLU, as the PyTorch reference's bf16 run
+  // does; the result differs from the unfused ops within bf16 rounding (gpu test CudaMlpFusion).
+  static constexpr int64_t kMlpFuseRows = 256;
+  size_t fuse_mlp_at(const std::vector<OpRec>& recs, size_t i, std::vector<std::function<void()>>& out) {
+    if (compute_ != CudaCompute::kBF16 || !lt_api_ || deterministic_ || i + 5 >= recs.size()) return 0;
+    const OpRec &nr = recs[i], &g1 = recs[i + 1], &sm = recs[i + 2], &g2 = recs[i + 3];
+    const OpRec &d1 = recs[i + 4], &d2 = recs[i + 5];
+    if (nr.kind != OpRec::kRmsNorm || g1.kind != OpRec::kGemm || sm.kind != OpRec::kSiluMul ||
+        g2.kind != OpRec::kGemm || d1.kind != OpRec::kDiscard || d2.kind != OpRec::kDiscard)
+      return 0;
+    const Tensor &x = nr.a, &a = nr.out, &gu = g1.out, &m = sm.out;
+    const int64_t M = a.rows(), K = a.cols(), I = m.cols();
+    const bool dropped = (d1.out.data == gu.data && d2.out.data == m.data) ||
+                         (d1.out.data == m.data && d2.out.data == gu.data);
+    if (!dropped || M < kMlpFuseRows || x.dtype != DType::kF32 || a.dtype != DType::kF32 || a.ndim != 2 ||
+        x.rows() != M || x.cols() != K)
+      return 0;
+    // gate_up reads a, writes gu [M, 2I] (contiguous f32: its memory holds the bf16 rows); silu_mul
+    // reads gu, writes m [M, I]; down reads m and adds into x; bf16 weights, no bias.
+    if (g1.a.data != a.data || g1.a.rows() != M || g1.a.cols() != K || g1.a.row_stride() != a.row_stride() ||
+        g1.w.dtype != DType::kBF16 || g1.hb || g1.ep != Epilogue::kNone || gu.dtype != DType::kF32 ||
+        gu.rows() != M || gu.cols() != 2 * I || gu.row_stride() != 2 * I || g1.w.rows() != 2 * I)
+      return 0;
+    if (sm.a.data != gu.data || sm.a.rows() != M || sm.a.cols() != 2 * I || sm.a.row_stride() != 2 * I ||
+        m.dtype != DType::kF32 || m.rows() != M)
+      return 0;
+    if (g2.a.data != m.data || g2.a.rows() != M || g2.a.cols() != I || g2.a.row_stride() != m.row_stride() ||
+        g2.w.dtype != DType::kBF16 || g2.hb || g2.ep != Epilogue::kAddResidual || g2.out.data != x.data ||
+        g2.out.rows() != M || g2.out.cols() != K || g2.out.row_stride() != x.row_stride() ||
+        g2.out.dtype != DType::kF32)
+      return 0;
+    if (overlap_rows(gu, x) || overlap_rows(gu, a) || overlap_rows(m, x) || overlap_rows(m, a) ||
+        overlap_rows(gu, m))
+      return 0;
+    // Both GEMMs on cuBLASLt (the fallbacks would read gu and m in f32).
+    if (skinny_takes(g2.a, g2.w, g2.out, g2.ep) || stream_takes(g2.a, g2.w, g2.out, g2.ep) ||
+        !plan_for(M, 2 * I, K, 2 * I, DType::kBF16, false, static_cast<int>(Epilogue::kNone), true) ||
+        !plan_for(M, K, I, x.row_stride(), DType::kBF16, false, static_cast<int>(Epilogue::kAddResidual)))
+      return 0;
+    const OpRec norm = nr, up = g1, down = g2;
+    out.push_back([=, this] {
+      if (!ensure_pack(static_cast<size_t>(M * std::max(K, I)) * 2)) return;
+      {
+        OpTimer timer(this, "rms_norm.pack");
+        Tensor o = norm.out;
+        cuda::rms_norm_pack(norm.a, norm.w, norm.f, o, pack_, DType::kBF16, stream_);
+        launched("rms_norm");
+      }
+      {
+        OpTimer timer(this, "gemm.cublaslt_bf16_out");
+        Plan* p = plan_for(M, 2 * I, K, 2 * I, DType::kBF16, false, static_cast<int>(Epilogue::kNone), true);
+        const float alpha = 1.0f, beta = 0.0f;
+        const cublasStatus_t st =
+            lt_api_->matmul(lt_, p->desc, &alpha, up.w.data, p->wl, pack_, p->al, &beta, up.out.data, p->dl,
+                            up.out.data, p->dl, &p->algo, lt_ws_, lt_ws_bytes_, stream_);
+        if (st != CUBLAS_STATUS_SUCCESS && first_error_.empty()) {
+          first_error_ = "cublasLtMatmul failed with status " + std::to_string(static_cast<int>(st));
+          std::fprintf(stderr, "vibevoice: %s\n", first_error_.c_str());
+        }
+        launched("gemm");
+      }
+      {
+        OpTimer timer(this, "silu_mul.bf16_pack");
+        cuda::silu_mul_bf16_pack(up.out.data, M, I, pack_, stream_);  // gate_up's rows are consumed first
+        launched("silu_mul");
+      }
+      {
+        OpTimer timer(this, "gemm.cublaslt_packed");
+        Tensor o = down.out;
+        gemm_lt_packed(down.a, down.w, nullptr, o, down.ep);
+        launched("gemm");
+      }
+    });
+    return 6;
   }
 
   // bf16 mode, M ≥ 2 (unless VV_CUDA_LT_FUSE=0): an rms_norm or silu_mul whose output is the A
@@ -1103,7 +1194,7 @@ class CudaBackend final : public Backend {
     int ncands = 0;
     bool tuned = false;
   };
-  using PlanKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int, bool, int>;
+  using PlanKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int, bool, int, bool>;
   // Deterministic mode: (N, K, ldd, weight dtype, bias, epilogue) -> the algorithm every M uses.
   using FixedKey = std::tuple<int64_t, int64_t, int64_t, int, bool, int>;
   static constexpr int64_t kFixedAlgoRows = 128;
@@ -1118,8 +1209,9 @@ class CudaBackend final : public Backend {
 
   // Column-major view: Dᵀ[N,M] = W[N,K] · Aᵀ: W is a K×N column-major matrix (ld K) taken
   // transposed, A a K×M one (ld K, packed), D an N×M one (ld = out's row stride).
-  Plan* plan_for(int64_t M, int64_t N, int64_t K, int64_t ldd, DType wt, bool bias, int ep) {
-    const PlanKey key{M, N, K, ldd, static_cast<int>(wt), bias, ep};
+  Plan* plan_for(int64_t M, int64_t N, int64_t K, int64_t ldd, DType wt, bool bias, int ep,
+                 bool bf16_out = false) {
+    const PlanKey key{M, N, K, ldd, static_cast<int>(wt), bias, ep, bf16_out};
     auto it = plans_.find(key);
     if (it != plans_.end()) return it->second.ok ? &it->second : nullptr;
     // A new shape asks cuBLASLt's heuristic on the host (the report's "cublaslt plans" line).
@@ -1146,7 +1238,7 @@ class CudaBackend final : public Backend {
     }
     ok = ok && lt_api_->layout_create(&p.wl, in, K, N, K) == 0;
     ok = ok && lt_api_->layout_create(&p.al, in, K, M, K) == 0;
-    ok = ok && lt_api_->layout_create(&p.dl, CUDA_R_32F, N, M, ldd) == 0;
+    ok = ok && lt_api_->layout_create(&p.dl, bf16_out ? CUDA_R_16BF : CUDA_R_32F, N, M, ldd) == 0;
     cublasLtMatmulPreference_t pref = nullptr;
     ok = ok && lt_api_->pref_create(&pref) == 0;
     ok = ok && lt_api_->pref_set_attribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &lt_ws_bytes_,
@@ -1407,6 +1499,8 @@ class CudaBackend final : public Backend {
   // weight streams per warp).
   bool swiglu_epilogue_ =
       !(std::getenv("VV_CUDA_SWIGLU_EPILOGUE") && std::string(std::getenv("VV_CUDA_SWIGLU_EPILOGUE")) == "0");
+  // VV_CUDA_MLP_FUSE=1: the prefill MLP through bf16 intermediates (fuse_mlp_at).
+  bool mlp_fuse_ = std::getenv("VV_CUDA_MLP_FUSE") && std::string(std::getenv("VV_CUDA_MLP_FUSE")) == "1";
   // VV_CUDA_DECODE_GEMV=0: one-row GEMMs on cuda_ops' skinny GEMV (see fuse_skinny_at).
   bool decode_gemv_ =
       !(std::getenv("VV_CUDA_DECODE_GEMV") && std::string(std::getenv("VV_CUDA_DECODE_GEMV")) == "0");

@@ -40,6 +40,8 @@ void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out, cud
 // rms_norm that also writes its output rounded to pack_t (BF16/F16) into `pack`, contiguous
 // [rows, cols]: the A operand of the tensor-core GEMMs that read it, the same bits as
 // pack_rows_half(out) (the GEMMs then skip their pack).
+// pack[r, c] = bf16(silu(g[r, c]) * g[r, I + c]) for a bf16 gate_up g [M, 2I] (contiguous rows); pack [M, I].
+void silu_mul_bf16_pack(const void* g, int64_t M, int64_t I, void* pack, cudaStream_t s);
 void rms_norm_pack(const Tensor& x, const Tensor& weight, float eps, Tensor& out, void* pack, DType pack_t,
                    cudaStream_t s);
 void depthwise_conv1d_causal(const Tensor& x, const Tensor& history, const Tensor& w, const Tensor& bias,

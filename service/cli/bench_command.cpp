@@ -78,6 +78,7 @@ class CountingBackend final : public Backend {
   void add_scaled(Tensor& x, const Tensor& s, const Tensor& y) override { in_->add_scaled(x, s, y); }
   void add(const Tensor& a, const Tensor& b, Tensor& out) override { in_->add(a, b, out); }
   void silu_mul(const Tensor& gu, Tensor& out) override { in_->silu_mul(gu, out); }
+  void discard(const Tensor& t) override { in_->discard(t); }
   void embedding(const Tensor& t, const Tensor& ids, Tensor& out) override { in_->embedding(t, ids, out); }
   void copy(const Tensor& src, Tensor& dst) override { in_->copy(src, dst); }
   void rope(Tensor& x, const Tensor& pos, int heads, int head_dim, float theta) override {
