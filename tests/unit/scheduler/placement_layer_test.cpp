@@ -46,6 +46,27 @@ std::vector<std::vector<TokenId>> run_all(Runner& runner, const Tokenizer& tok) 
   return out;
 }
 
+// RunnerOptions::kv_dtype_follows_compute changes nothing on CPU devices (BackendOptions::gpu_bf16_gemm
+// is a GPU setting): replicas and layer shards keep f32 k/v.
+TEST(LayerPlacement, KvCacheStaysF32OnTheCpuWhenFollowingTheCompute) {
+  auto base = TinyEngine::make(tiny_runner_options());
+  ASSERT_NE(base, nullptr);
+  RunnerOptions o = tiny_runner_options();
+  o.kv_dtype_follows_compute = true;
+  BackendOptions bf16;
+  bf16.gpu_bf16_gemm = true;
+  auto one = make_runner(*base->ckpt, o, "cpu", bf16);
+  ASSERT_TRUE(one.is_ok()) << one.status().to_string();
+  EXPECT_EQ((*one)->options().kv_dtype, DType::kF32);
+  for (SplitMode mode : {SplitMode::kReplica, SplitMode::kLayer}) {
+    PlacementOptions place;
+    place.split = mode;
+    auto rs = make_runners(*base->ckpt, o, "cpu,cpu", bf16, place);
+    ASSERT_TRUE(rs.is_ok()) << rs.status().to_string();
+    for (const auto& r : *rs) EXPECT_EQ(r->options().kv_dtype, DType::kF32);
+  }
+}
+
 TEST(LayerPlacement, ShardedAndStreamingRunnersUnderTheLoopMatchOneDevice) {
   auto base = TinyEngine::make(tiny_runner_options());
   ASSERT_NE(base, nullptr);

@@ -170,6 +170,27 @@ TEST(CudaRunnerGolden, Bf16ComputeStagesWithinBf16ErrorAndTeacherForcedAgreement
 
 // The CUDA runner in f32 and the CPU runner give the same ids for a request alone and inside a
 // batch (several sequences per step: varlen prefill and batched decode rows).
+// RunnerOptions::kv_dtype_follows_compute (the service's and the CLI's choice): bf16 k/v on a GPU computing
+// in bf16, f32 k/v in f32 compute; without the flag kv_dtype stays as given.
+TEST(CudaRunnerGolden, KvCacheFollowsTheGpuComputeDtype) {
+  VV_GPU_OR_SKIP();
+  auto ckpt = Checkpoint::open(hf_model_dir());
+  ASSERT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
+  BackendOptions bf16;
+  bf16.gpu_bf16_gemm = true;
+  RunnerOptions follow = options();
+  follow.kv_dtype_follows_compute = true;
+  auto a = make_runner(**ckpt, follow, "cuda:0", bf16);
+  ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+  EXPECT_EQ((*a)->options().kv_dtype, DType::kBF16);
+  auto b = make_runner(**ckpt, follow, "cuda:0");
+  ASSERT_TRUE(b.is_ok()) << b.status().to_string();
+  EXPECT_EQ((*b)->options().kv_dtype, DType::kF32);
+  auto c = make_runner(**ckpt, options(), "cuda:0", bf16);
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_EQ((*c)->options().kv_dtype, DType::kF32);
+}
+
 TEST(CudaRunnerGolden, BatchOfFourMatchesTheCpuRunner) {
   VV_GPU_OR_SKIP();
   auto ckpt = Checkpoint::open(hf_model_dir());
