@@ -5,6 +5,7 @@
 #   golden       make_golden.py --preset full (bf16 reference on the GPU, ~17 GB under /tmp) + gpu_full_golden
 #   decode       cuda_decode_bench --preset 7b --bf16 (decode b1, prefill, encoders, standard job)
 #   decode_attn  decode with VV_CUDA_DECODE_ATTN=simt and with VV_CUDA_MMA_DECODE=regs (no GEMM table)
+#   mlpfuse      VV_CUDA_MLP_FUSE=1: its gpu tests and decode (prefill) with it
 #   decode_tuned, curve_tuned  decode, and the curve's 64/128 points, with VV_CUDA_LT_ALGOS=16 (each GEMM
 #                shape times the heuristic's first 16 cuBLASLt algorithms and keeps the fastest)
 #   skinny       VV_CUDA_SKINNY_GEMM=1: its gpu tests, decode (GEMM table) and the curve's 64/128 points
@@ -52,6 +53,10 @@ for step in "$@"; do
     decode_attn)  # batch-1 decode's attention over the bf16 cache: the SIMT kernel against the mma one
       run decode_simt env VV_CUDA_DECODE_ATTN=simt $B/cuda_decode_bench --preset 7b --bf16 --no-gemv
       run decode_regs env VV_CUDA_MMA_DECODE=regs $B/cuda_decode_bench --preset 7b --bf16 --no-gemv ;;
+    mlpfuse)  # VV_CUDA_MLP_FUSE=1 (the prefill MLP through bf16 intermediates): its gpu tests, then decode
+      run mlpfuse_tests env VV_REQUIRE_GPU=1 VV_CUDA_MLP_FUSE=1 $B/unit_kernels_cuda \
+        --gtest_filter='CudaMlpFusion*:CudaLtOperandFusion*:CudaRunnerGolden*'
+      run decode_mlpfuse env VV_CUDA_MLP_FUSE=1 $B/cuda_decode_bench --preset 7b --bf16 --no-gemv ;;
     decode_tuned) run decode_tuned env VV_CUDA_LT_ALGOS=16 $B/cuda_decode_bench --preset 7b --bf16 ;;
     curve_tuned) run curve_tuned env VV_CUDA_LT_ALGOS=16 $B/engine_loop_bench --preset 7b --device cuda --bf16 \
       --audio 30 --tokens "$CURVE_TOKENS" --concurrency 64,128 ;;
