@@ -356,6 +356,7 @@ class CudaBackend final : public Backend {
     });
   }
   void discard(const Tensor& t) override {
+    if (!mlp_fuse_) return;  // the only fusion that reads it: nothing recorded on the decode path otherwise
     Sig s(13);
     s << t;
     OpRec rec;
@@ -646,10 +647,7 @@ class CudaBackend final : public Backend {
         const cublasStatus_t st =
             lt_api_->matmul(lt_, p->desc, &alpha, up.w.data, p->wl, pack_, p->al, &beta, up.out.data, p->dl,
                             up.out.data, p->dl, &p->algo, lt_ws_, lt_ws_bytes_, stream_);
-        if (st != CUBLAS_STATUS_SUCCESS && first_error_.empty()) {
-          first_error_ = "cublasLtMatmul failed with status " + std::to_string(static_cast<int>(st));
-          std::fprintf(stderr, "vibevoice: %s\n", first_error_.c_str());
-        }
+        lt_check(st);
         launched("gemm");
       }
       {
@@ -1348,6 +1346,13 @@ class CudaBackend final : public Backend {
                   : (wg ? "gemm.stream_wgmma" : "gemm.stream_mma");
   }
 
+  // The first failed cublasLtMatmul becomes the device error (stderr once).
+  void lt_check(cublasStatus_t st) {
+    if (st == CUBLAS_STATUS_SUCCESS || !first_error_.empty()) return;
+    first_error_ = "cublasLtMatmul failed with status " + std::to_string(static_cast<int>(st));
+    std::fprintf(stderr, "vibevoice: %s\n", first_error_.c_str());
+  }
+
   // gemm_lt once pack_ holds a's rows in w's 16-bit type (a itself is read only by the fallback).
   void gemm_lt_packed(const Tensor& a, const Tensor& w, const float* bias, Tensor& out, Epilogue ep) {
     const int64_t M = out.rows(), N = out.cols(), K = a.cols();
@@ -1381,10 +1386,7 @@ class CudaBackend final : public Backend {
     if (!p->tuned && p->ncands > 1 && !capturing_) tune_plan(*p, w, M, N, K, out.row_stride(), alpha, beta);
     const cublasStatus_t st = lt_api_->matmul(lt_, p->desc, &alpha, w.data, p->wl, pack_, p->al, &beta, out.data, p->dl,
                                              out.data, p->dl, &p->algo, lt_ws_, lt_ws_bytes_, stream_);
-    if (st != CUBLAS_STATUS_SUCCESS && first_error_.empty()) {
-      first_error_ = "cublasLtMatmul failed with status " + std::to_string(static_cast<int>(st));
-      std::fprintf(stderr, "vibevoice: %s\n", first_error_.c_str());
-    }
+    lt_check(st);
     if (ep == Epilogue::kGelu) cuda::gelu_inplace(out, stream_);  // cuBLASLt's GELU is the tanh form
   }
 
