@@ -263,7 +263,7 @@ class Backend {
   virtual void silu_mul(const Tensor& gate_up, Tensor& out) = 0;
   // The caller will not read t's contents again before overwriting them: a backend may leave t
   // unwritten (or holding other bytes) by the ops issued since the last synchronize(). A no-op
-  // unless a backend fuses across it (the CUDA backend's prefill MLP, VV_CUDA_MLP_FUSE).
+  // unless a backend fuses across it (the CUDA backend's prefill MLP).
   virtual void discard(const Tensor& t) { (void)t; }
   // out[r,:] = table[ids[r],:]; table F32/BF16 [V,H]; ids I32 [n].
   virtual void embedding(const Tensor& table, const Tensor& ids, Tensor& out) = 0;

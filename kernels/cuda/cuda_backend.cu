@@ -356,7 +356,8 @@ class CudaBackend final : public Backend {
     });
   }
   void discard(const Tensor& t) override {
-    if (!mlp_fuse_) return;  // the only fusion that reads it: nothing recorded on the decode path otherwise
+    // fuse_mlp_at is the only fusion that reads it: nothing is recorded on the decode path.
+    if (!mlp_fuse_ || t.rows() < kMlpFuseRows) return;
     Sig s(13);
     s << t;
     OpRec rec;
@@ -587,7 +588,7 @@ class CudaBackend final : public Backend {
     return q - i;
   }
 
-  // VV_CUDA_MLP_FUSE=1 (off by default until measured on a GPU), bf16 mode, a prompt chunk (M ≥
+  // Unless VV_CUDA_MLP_FUSE=0: bf16 mode, a prompt chunk (M ≥
   // kMlpFuseRows): the MLP block rms_norm(x → a) → gate_up(a → gu) → silu_mul(gu → m) → down(m → x
   // += ...) followed by discard(gu) and discard(m) runs as: rms_norm_pack (a written, its bf16 pack),
   // gate_up by cuBLASLt with a bf16 output into gu's memory (half the bytes written and read back),
@@ -1501,8 +1502,8 @@ class CudaBackend final : public Backend {
   // weight streams per warp).
   bool swiglu_epilogue_ =
       !(std::getenv("VV_CUDA_SWIGLU_EPILOGUE") && std::string(std::getenv("VV_CUDA_SWIGLU_EPILOGUE")) == "0");
-  // VV_CUDA_MLP_FUSE=1: the prefill MLP through bf16 intermediates (fuse_mlp_at).
-  bool mlp_fuse_ = std::getenv("VV_CUDA_MLP_FUSE") && std::string(std::getenv("VV_CUDA_MLP_FUSE")) == "1";
+  // The prefill MLP through bf16 intermediates (fuse_mlp_at); VV_CUDA_MLP_FUSE=0 turns it off (A/B).
+  bool mlp_fuse_ = !(std::getenv("VV_CUDA_MLP_FUSE") && std::string(std::getenv("VV_CUDA_MLP_FUSE")) == "0");
   // VV_CUDA_DECODE_GEMV=0: one-row GEMMs on cuda_ops' skinny GEMV (see fuse_skinny_at).
   bool decode_gemv_ =
       !(std::getenv("VV_CUDA_DECODE_GEMV") && std::string(std::getenv("VV_CUDA_DECODE_GEMV")) == "0");

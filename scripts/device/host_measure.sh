@@ -5,7 +5,8 @@
 #   golden       make_golden.py --preset full (bf16 reference on the GPU, ~17 GB under /tmp) + gpu_full_golden
 #   decode       cuda_decode_bench --preset 7b --bf16 (decode b1, prefill, encoders, standard job)
 #   decode_attn  decode with VV_CUDA_DECODE_ATTN=simt and with VV_CUDA_MMA_DECODE=regs (no GEMM table)
-#   mlpfuse      VV_CUDA_MLP_FUSE=1: its gpu tests and decode (prefill) with it
+#   mlpfuse      the prefill MLP fusion's gpu tests, and decode with VV_CUDA_MLP_FUSE=0 (the A/B)
+#   prefill4k    cuda_decode_bench's prefill at 4,096 rows (issue 11's second prefill point)
 #   decode_tuned, curve_tuned  decode, and the curve's 64/128 points, with VV_CUDA_LT_ALGOS=16 (each GEMM
 #                shape times the heuristic's first 16 cuBLASLt algorithms and keeps the fastest)
 #   skinny       VV_CUDA_SKINNY_GEMM=1: its gpu tests, decode (GEMM table) and the curve's 64/128 points
@@ -13,6 +14,8 @@
 #   ncu          Nsight Compute sections of the stream GEMM and of cuBLASLt on gate_up at 64 rows
 #   opprofile    cuda_decode_bench with VV_CUDA_PROFILE=1: per-op times of prefill, b1 decode, encoders
 #   ncuprefill   Nsight Compute: each kernel's time in the 1,024-row table and the prefills
+#   ncudecode    Nsight Compute: every kernel's duration, in order, of a short prefill and 12 batch-1 decode
+#                tokens (the last ~175 rows are one token's kernels, each alone: the step's sum without gaps)
 #   table1k      the GEMM table at 1,024 rows (the prefill's shapes, cuBLASLt, f32 output)
 #   roofline     decode_roofline.py 1 8 64 128 (plain cuBLAS, weights only, graph-replayed)
 #   reference    the PyTorch reference's batched decode (bench_reference.py's method) at $REF_BATCHES
@@ -53,10 +56,12 @@ for step in "$@"; do
     decode_attn)  # batch-1 decode's attention over the bf16 cache: the SIMT kernel against the mma one
       run decode_simt env VV_CUDA_DECODE_ATTN=simt $B/cuda_decode_bench --preset 7b --bf16 --no-gemv
       run decode_regs env VV_CUDA_MMA_DECODE=regs $B/cuda_decode_bench --preset 7b --bf16 --no-gemv ;;
-    mlpfuse)  # VV_CUDA_MLP_FUSE=1 (the prefill MLP through bf16 intermediates): its gpu tests, then decode
-      run mlpfuse_tests env VV_REQUIRE_GPU=1 VV_CUDA_MLP_FUSE=1 $B/unit_kernels_cuda \
+    mlpfuse)  # the prefill MLP through bf16 intermediates (default): its gpu tests, then decode without it
+      run mlpfuse_tests env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda \
         --gtest_filter='CudaMlpFusion*:CudaLtOperandFusion*:CudaRunnerGolden*'
-      run decode_mlpfuse env VV_CUDA_MLP_FUSE=1 $B/cuda_decode_bench --preset 7b --bf16 --no-gemv ;;
+      run decode_nomlpfuse env VV_CUDA_MLP_FUSE=0 $B/cuda_decode_bench --preset 7b --bf16 --no-gemv ;;
+    prefill4k) run prefill4k $B/cuda_decode_bench --preset 7b --bf16 --no-gemv --prompt 4096 --tokens 16 \
+      --enc-audio 1 --job-audio 1 --job-tokens 1 ;;
     decode_tuned) run decode_tuned env VV_CUDA_LT_ALGOS=16 $B/cuda_decode_bench --preset 7b --bf16 ;;
     curve_tuned) run curve_tuned env VV_CUDA_LT_ALGOS=16 $B/engine_loop_bench --preset 7b --device cuda --bf16 \
       --audio 30 --tokens "$CURVE_TOKENS" --concurrency 64,128 ;;
@@ -95,6 +100,11 @@ for step in "$@"; do
         --launch-skip 220 --launch-count 1 $SECTIONS $B/cuda_decode_bench --preset 7b --bf16 --table-only \
         --gemv-m 64 ;;
     opprofile) run opprofile env VV_CUDA_PROFILE=1 $B/cuda_decode_bench --preset 7b --bf16 ;;
+    ncudecode)
+      NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+      run ncudecode timeout 240 $NCU --clock-control none --cache-control none --metrics gpu__time_duration.sum \
+        --csv --launch-count 4000 $B/cuda_decode_bench --preset 7b --bf16 --no-gemv --prompt 64 --tokens 4 \
+        --enc-audio 1 --job-audio 1 --job-tokens 1 ;;
     ncuprefill)  # every kernel's duration (Nsight Compute, clocks and caches left alone) of the prefill's
       # kind (GEMMs, packs, norms, attention) in the warm-up (256 rows) and the timed 1,024-row prefill;
       # then the flash kernel's sections on one layer of the timed prefill

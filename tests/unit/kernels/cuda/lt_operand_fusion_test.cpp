@@ -130,12 +130,13 @@ TEST(CudaLtOperandFusion, LayerOpSequenceFusedEqualsUnfusedBitwise) {
   }
 }
 
-// VV_CUDA_MLP_FUSE=1: a prompt chunk's MLP block (rms_norm → gate_up → silu_mul → down, then discard of
-// gate_up's and silu_mul's outputs) through a bf16 gate_up output and SwiGLU straight into the down GEMM's
-// operand. gate_up's values are rounded to bf16 before SwiGLU (the fused and unfused paths already share
-// the bf16 rounding of its input and of SwiGLU's output), so the residual differs from the unfused ops by
-// what one more bf16 rounding of the GEMM's terms explains: relative 2^-8 per term, averaging out over
-// I terms; bound at 2e-2 of the largest update the MLP makes to x. Without the discards nothing is fused.
+// By default (VV_CUDA_MLP_FUSE=0 turns it off): a prompt chunk's MLP block (rms_norm → gate_up → silu_mul →
+// down, then discard of gate_up's and silu_mul's outputs) through a bf16 gate_up output and SwiGLU straight
+// into the down GEMM's operand. gate_up's values are rounded to bf16 before SwiGLU (the fused and unfused
+// paths already share the bf16 rounding of its input and of SwiGLU's output), so the residual differs from
+// the unfused ops by what one more bf16 rounding of the GEMM's terms explains: relative 2^-8 per term,
+// averaging out over I terms; bound at 2e-2 of the largest update the MLP makes to x. Without the discards
+// nothing is fused.
 std::vector<float> run_mlp(Backend& be, const FuseCase& c, FuseData& d, bool discard) {
   DeviceMatrix x = to_device(be, d.x), g2 = to_device(be, d.g2), wgu = to_device(be, d.wgu);
   DeviceMatrix wd = to_device(be, d.wd), a2 = poisoned(be, c.M, c.H), gu = poisoned(be, c.M, 2 * c.I);
@@ -155,9 +156,9 @@ std::vector<float> run_mlp(Backend& be, const FuseCase& c, FuseData& d, bool dis
 
 TEST(CudaMlpFusion, PrefillMlpThroughBf16WithinBf16RoundingOfTheUnfusedOps) {
   VV_CUDA_BACKEND_OR_SKIP(any, true);
-  auto plain = bf16_backend_with({{"VV_CUDA_PROFILE", "1"}});
+  auto plain = bf16_backend_with({{"VV_CUDA_PROFILE", "1"}, {"VV_CUDA_MLP_FUSE", "0"}});
   ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
-  auto fused = bf16_backend_with({{"VV_CUDA_PROFILE", "1"}, {"VV_CUDA_MLP_FUSE", "1"}});
+  auto fused = bf16_backend_with({{"VV_CUDA_PROFILE", "1"}});  // fused by default
   ASSERT_TRUE(fused.is_ok()) << fused.status().to_string();
   const FuseCase cases[] = {{256, 136, 264, 136, 40, DType::kBF16},        // the smallest chunk it takes
                             {301, 1032, 522, 1032, 264, DType::kBF16},     // prime-ish rows, I % 4 != 0
@@ -168,7 +169,12 @@ TEST(CudaMlpFusion, PrefillMlpThroughBf16WithinBf16RoundingOfTheUnfusedOps) {
         "M=" + std::to_string(c.M) + " H=" + std::to_string(c.H) + " I=" + std::to_string(c.I);
     FuseData d = make_data(c, seed);
     seed += 20;
-    const std::vector<float> want = run_mlp(**plain, c, d, true);  // not fused without VV_CUDA_MLP_FUSE
+    (void)backend_profile_report(**plain);
+    const std::vector<float> want = run_mlp(**plain, c, d, true);  // VV_CUDA_MLP_FUSE=0: not fused
+    const std::string plain_table = backend_profile_report(**plain);
+    EXPECT_EQ(plain_table.find("silu_mul.bf16_pack"), std::string::npos)
+        << what << ": fused with VV_CUDA_MLP_FUSE=0\n"
+        << plain_table;
     (void)backend_profile_report(**fused);
     const std::vector<float> kept = run_mlp(**fused, c, d, false);
     std::string table = backend_profile_report(**fused);
