@@ -313,6 +313,10 @@ class CudaBackend final : public Backend {
   // with its scaled residual. Profile labels carry the width (the encoder stage).
   void conv_ffn(Tensor& x, const Tensor& norm_w, float eps, const Tensor& w1, const Tensor& b1,
                 const Tensor& w2, const Tensor& b2, const Tensor& gamma, Tensor& u, Tensor& v, Tensor& h) override {
+    if (ffn_lt_takes(x, w1, b1, w2, b2, u, v, h)) {
+      conv_ffn_lt(x, norm_w, eps, w1, b1, w2, b2, gamma, u, v, h);
+      return;
+    }
     if (compute_ != CudaCompute::kBF16 || !cuda::conv_ffn_fits(x, norm_w, w1, b1, w2, b2, gamma)) {
       Backend::conv_ffn(x, norm_w, eps, w1, b1, w2, b2, gamma, u, v, h);
       return;
@@ -324,6 +328,69 @@ class CudaBackend final : public Backend {
       const std::string label = "conv_ffn.fused.c" + std::to_string(x.cols());
       OpTimer timer(this, label.c_str());
       cuda::conv_ffn_fused(xx, norm_w, eps, w1, b1, w2, b2, gamma, stream_);
+      launched("conv_ffn");
+    });
+  }
+  // bf16 mode, C ≥ VV_CUDA_FFN_LT_MIN (default kFfnLtMin), bf16 weights, not deterministic: the FFN branch
+  // on cuBLASLt in row tiles that fit h's memory as bf16 (twice h's rows; the tile's hidden rows stay
+  // in L2 between the two GEMMs): rms_norm_pack (u written, its bf16 pack) → GEMM 1 with its bias into
+  // bf16 hidden rows → GELU (erf) in place, rounded to bf16 → GEMM 2 with its bias into v (f32) →
+  // x += gamma ⊙ v. The hidden rows are rounded to bf16 before and after the GELU, as the PyTorch
+  // reference's bf16 run does (the fused kernel rounds only after it). cuBLASLt's own GELU epilogue
+  // is the tanh form, so the GELU is its own pass.
+  static constexpr int64_t kFfnLtMin = 256;
+  bool ffn_lt_takes(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2, const Tensor& b2,
+                    const Tensor& u, const Tensor& v, const Tensor& h) {
+    if (compute_ != CudaCompute::kBF16 || !lt_api_ || deterministic_ || !ffn_lt_) return false;
+    const int64_t T = x.rows(), C = x.cols(), E = w1.rows();
+    if (T == 0 || C < ffn_lt_min_ || C % 8 != 0 || E % 8 != 0 || x.dtype != DType::kF32 || x.ndim != 2)
+      return false;
+    if (w1.dtype != DType::kBF16 || w2.dtype != DType::kBF16 || w1.cols() != C || w1.row_stride() != C ||
+        w2.rows() != C || w2.cols() != E || w2.row_stride() != E || b1.data == nullptr ||
+        b2.data == nullptr || b1.dtype != DType::kF32 || b2.dtype != DType::kF32)
+      return false;
+    if (u.dtype != DType::kF32 || u.rows() < T || u.cols() != C || v.dtype != DType::kF32 || v.rows() < T ||
+        v.cols() != C || h.dtype != DType::kF32 || h.cols() != E || h.row_stride() != E || h.rows() < 1 ||
+        reinterpret_cast<uintptr_t>(h.data) % 16 != 0)
+      return false;
+    if (overlap_rows(u, x) || overlap_rows(v, x) || overlap_rows(h, x) || overlap_rows(u, v)) return false;
+    const int64_t tile = std::min(T, 2 * h.rows()), last = T % tile;
+    for (const int64_t n : {tile, last}) {
+      if (n == 0) continue;
+      if (!plan_for(n, E, C, E, DType::kBF16, true, static_cast<int>(Epilogue::kNone), true) ||
+          !plan_for(n, C, E, v.row_stride(), DType::kBF16, true, static_cast<int>(Epilogue::kNone)))
+        return false;
+    }
+    return true;
+  }
+  void conv_ffn_lt(Tensor& x, const Tensor& norm_w, float eps, const Tensor& w1, const Tensor& b1,
+                   const Tensor& w2, const Tensor& b2, const Tensor& gamma, Tensor& u, Tensor& v, Tensor& h) {
+    Sig s(104);
+    s << x << norm_w << eps << w1 << b1 << w2 << b2 << gamma << u << v << h;
+    defer(s, [=, this] {
+      const int64_t T = x.rows(), C = x.cols(), E = w1.rows(), tile = std::min(T, 2 * h.rows());
+      const std::string label = "conv_ffn.lt.c" + std::to_string(C);
+      OpTimer timer(this, label.c_str());
+      if (!ensure_pack(static_cast<size_t>(tile * C) * 2)) return;
+      const float alpha = 1.0f, beta = 0.0f;
+      const float* bias1 = b1.ptr<const float>();
+      const float* bias2 = b2.ptr<const float>();
+      for (int64_t r0 = 0; r0 < T; r0 += tile) {
+        const int64_t n = std::min(tile, T - r0);
+        Tensor xt = x.row_slice(r0, n), ut = u.row_slice(r0, n), vt = v.row_slice(r0, n);
+        cuda::rms_norm_pack(xt, norm_w, eps, ut, pack_, DType::kBF16, stream_);
+        Plan* p1 = plan_for(n, E, C, E, DType::kBF16, true, static_cast<int>(Epilogue::kNone), true);
+        Plan* p2 = plan_for(n, C, E, vt.row_stride(), DType::kBF16, true, static_cast<int>(Epilogue::kNone));
+        if (!p1 || !p2) return;  // planned before recording (ffn_lt_takes)
+        lt_api_->desc_set_attribute(p1->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias1, sizeof(bias1));
+        lt_check(lt_api_->matmul(lt_, p1->desc, &alpha, w1.data, p1->wl, pack_, p1->al, &beta, h.data, p1->dl,
+                                 h.data, p1->dl, &p1->algo, lt_ws_, lt_ws_bytes_, stream_));
+        cuda::gelu_bf16_inplace(h.data, n * E, stream_);
+        lt_api_->desc_set_attribute(p2->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias2, sizeof(bias2));
+        lt_check(lt_api_->matmul(lt_, p2->desc, &alpha, w2.data, p2->wl, h.data, p2->al, &beta, vt.data,
+                                 p2->dl, vt.data, p2->dl, &p2->algo, lt_ws_, lt_ws_bytes_, stream_));
+        cuda::add_scaled(xt, gamma, vt, stream_);
+      }
       launched("conv_ffn");
     });
   }
@@ -1502,6 +1569,10 @@ class CudaBackend final : public Backend {
   // weight streams per warp).
   bool swiglu_epilogue_ =
       !(std::getenv("VV_CUDA_SWIGLU_EPILOGUE") && std::string(std::getenv("VV_CUDA_SWIGLU_EPILOGUE")) == "0");
+  // The encoders' FFN branch on cuBLASLt (conv_ffn_lt) from this width up; VV_CUDA_FFN_LT=0 turns it off.
+  bool ffn_lt_ = !(std::getenv("VV_CUDA_FFN_LT") && std::string(std::getenv("VV_CUDA_FFN_LT")) == "0");
+  int64_t ffn_lt_min_ =
+      std::getenv("VV_CUDA_FFN_LT_MIN") ? std::atoll(std::getenv("VV_CUDA_FFN_LT_MIN")) : kFfnLtMin;
   // The prefill MLP through bf16 intermediates (fuse_mlp_at); VV_CUDA_MLP_FUSE=0 turns it off (A/B).
   bool mlp_fuse_ = !(std::getenv("VV_CUDA_MLP_FUSE") && std::string(std::getenv("VV_CUDA_MLP_FUSE")) == "0");
   // VV_CUDA_DECODE_GEMV=0: one-row GEMMs on cuda_ops' skinny GEMV (see fuse_skinny_at).

@@ -6,6 +6,9 @@
 #   decode       cuda_decode_bench --preset 7b --bf16 (decode b1, prefill, encoders, standard job)
 #   decode_attn  decode with VV_CUDA_DECODE_ATTN=simt and with VV_CUDA_MMA_DECODE=regs (no GEMM table)
 #   mlpfuse      the prefill MLP fusion's gpu tests, and decode with VV_CUDA_MLP_FUSE=0 (the A/B)
+#   ffnlt        the encoders' FFN on cuBLASLt: its gpu tests, then both encoders over 60 s (5 runs) by
+#                default, with VV_CUDA_FFN_LT=0, with VV_CUDA_FFN_LT_MIN=128 and 512, and profiled per op
+#   opprofile4k  per-op times (VV_CUDA_PROFILE=1) of the 4,096-row prefill
 #   prefill4k    cuda_decode_bench's prefill at 4,096 rows (issue 11's second prefill point)
 #   decode_tuned, curve_tuned  decode, and the curve's 64/128 points, with VV_CUDA_LT_ALGOS=16 (each GEMM
 #                shape times the heuristic's first 16 cuBLASLt algorithms and keeps the fastest)
@@ -60,6 +63,16 @@ for step in "$@"; do
       run mlpfuse_tests env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda \
         --gtest_filter='CudaMlpFusion*:CudaLtOperandFusion*:CudaRunnerGolden*'
       run decode_nomlpfuse env VV_CUDA_MLP_FUSE=0 $B/cuda_decode_bench --preset 7b --bf16 --no-gemv ;;
+    ffnlt)
+      run ffnlt_tests env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda --gtest_filter='CudaEncoderOps*:CudaEncoderPack*'
+      E="$B/cuda_decode_bench --preset 7b --bf16 --no-gemv --prompt 16 --tokens 4 --enc-audio 60 --enc-reps 5 --job-audio 1 --job-tokens 1"
+      run enc_lt $E
+      run enc_nolt env VV_CUDA_FFN_LT=0 $E
+      run enc_lt128 env VV_CUDA_FFN_LT_MIN=128 $E
+      run enc_lt512 env VV_CUDA_FFN_LT_MIN=512 $E
+      run enc_prof env VV_CUDA_PROFILE=1 $E ;;
+    opprofile4k) run opprofile4k env VV_CUDA_PROFILE=1 $B/cuda_decode_bench --preset 7b --bf16 --no-gemv \
+      --prompt 4096 --tokens 4 --enc-audio 1 --job-audio 1 --job-tokens 1 ;;
     prefill4k) run prefill4k $B/cuda_decode_bench --preset 7b --bf16 --no-gemv --prompt 4096 --tokens 16 \
       --enc-audio 1 --job-audio 1 --job-tokens 1 ;;
     decode_tuned) run decode_tuned env VV_CUDA_LT_ALGOS=16 $B/cuda_decode_bench --preset 7b --bf16 ;;

@@ -7,7 +7,10 @@
 // the unfused bf16 path rounds its GEMM operands; the reference rounds at the same two points. What
 // is left is f32 summation order, plus the rare element whose f32 value lies so close to a bf16
 // rounding boundary that the two round it apart (2^-8 relative on one operand of one product).
-// The update x_out − x_in is compared within 5e-3 of its largest magnitude.
+// The update x_out − x_in is compared within 5e-3 of its largest magnitude. From 256 channels the
+// FFN runs on cuBLASLt (conv_ffn_lt), which also rounds the hidden rows to bf16 before the GELU (as
+// the PyTorch reference's bf16 run does): one more rounding of 2^-9 relative per hidden value,
+// averaging out over the E terms of the second GEMM, well inside the same bound.
 // Mixer tolerance: f32 throughout on both sides (same taps, same order): 1e-5 of max|ref|. Of u only
 // the last min(T, 6) rows are compared: the conv's reach, all that the encoder carries to the next
 // segment, and all that the fused kernel writes (Backend::conv_mixer).
@@ -15,10 +18,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/device/backend_factory.h"
 #include "tests/unit/kernels/cuda/cuda_test_util.h"
 
 namespace vv::test {
@@ -85,7 +90,22 @@ void check_ffn(Backend& gpu, int64_t T, int64_t C, int64_t E, uint32_t seed) {
                "conv_ffn T=" + std::to_string(T) + " C=" + std::to_string(C) + " E=" + std::to_string(E));
 }
 
+// Sets environment variables for the backends made in its scope (read once, at construction).
+struct FfnEnv {
+  std::vector<const char*> names;
+  FfnEnv(std::initializer_list<std::pair<const char*, const char*>> kv) {
+    for (const auto& [k, v] : kv) {
+      ::setenv(k, v, 1);
+      names.push_back(k);
+    }
+  }
+  ~FfnEnv() {
+    for (const char* k : names) ::unsetenv(k);
+  }
+};
+
 TEST(CudaEncoderOps, FusedFfnProductionWidthsOddAndPrimeRows) {
+  FfnEnv env{{"VV_CUDA_FFN_LT", "0"}};  // the fused kernel at every width it takes (256 and 512 too)
   VV_CUDA_BACKEND_OR_SKIP(gpu, true);
   check_ffn(*gpu, 1, 32, 128, 1);
   check_ffn(*gpu, 20011, 32, 128, 2);
@@ -106,7 +126,32 @@ TEST(CudaEncoderOps, FusedFfnProductionWidthsOddAndPrimeRows) {
   check_ffn(*gpu, 301, 512, 1024, 16);
 }
 
+// From 256 channels (bf16 weights, C and E multiples of 8) the FFN runs on cuBLASLt in row tiles of
+// twice h's rows (check_ffn's h: 1,000 rows, so 2,000-row tiles and a partial last one).
+TEST(CudaEncoderOps, FfnOnCublasLtFromWidth256InRowTiles) {
+  FfnEnv env{{"VV_CUDA_PROFILE", "1"}};
+  VV_CUDA_BACKEND_OR_SKIP(gpu, true);
+  (void)backend_profile_report(*gpu);
+  check_ffn(*gpu, 5003, 256, 1024, 21);  // three tiles, the last partial
+  check_ffn(*gpu, 1031, 512, 2048, 22);
+  check_ffn(*gpu, 129, 1024, 4096, 23);  // stage 5's width
+  check_ffn(*gpu, 37, 2048, 8192, 24);   // stage 6's width
+  check_ffn(*gpu, 301, 264, 1056, 25);   // not a power of two
+  check_ffn(*gpu, 1, 256, 1024, 26);
+  const std::string table = backend_profile_report(*gpu);
+  for (const char* label :
+       {"conv_ffn.lt.c256", "conv_ffn.lt.c512", "conv_ffn.lt.c1024", "conv_ffn.lt.c2048", "conv_ffn.lt.c264"})
+    EXPECT_NE(table.find(label), std::string::npos) << label << " not run\n" << table;
+  // Below the width, or C % 8 != 0: not on it.
+  check_ffn(*gpu, 999, 128, 512, 27);
+  check_ffn(*gpu, 203, 260, 1040, 28);
+  const std::string rest = backend_profile_report(*gpu);
+  EXPECT_EQ(rest.find("conv_ffn.lt"), std::string::npos) << rest;
+  EXPECT_NE(rest.find("conv_ffn.fused.c128"), std::string::npos) << rest;
+}
+
 TEST(CudaEncoderOps, FfnWidthsTheFusedKernelDoesNotTakeRunTheOpSequence) {
+  FfnEnv env{{"VV_CUDA_FFN_LT", "0"}};
   VV_CUDA_BACKEND_OR_SKIP(gpu, true);
   check_ffn(*gpu, 1031, 48, 192, 6);    // C not in {32, 64, 128, 256, 512}
   check_ffn(*gpu, 129, 1024, 4096, 7);  // a later stage's width
