@@ -333,11 +333,12 @@ class CudaBackend final : public Backend {
   }
   // bf16 mode, C ≥ VV_CUDA_FFN_LT_MIN (default kFfnLtMin), bf16 weights, not deterministic: the FFN branch
   // on cuBLASLt in row tiles that fit h's memory as bf16 (twice h's rows; the tile's hidden rows stay
-  // in L2 between the two GEMMs): rms_norm_pack (u written, its bf16 pack) → GEMM 1 with its bias into
-  // bf16 hidden rows → GELU (erf) in place, rounded to bf16 → GEMM 2 with its bias into v (f32) →
-  // x += gamma ⊙ v. The hidden rows are rounded to bf16 before and after the GELU, as the PyTorch
-  // reference's bf16 run does (the fused kernel rounds only after it). cuBLASLt's own GELU epilogue
-  // is the tanh form, so the GELU is its own pass.
+  // in L2 between the two GEMMs): rms_norm_pack (u written, its bf16 pack) → GEMM 1 into bf16 hidden
+  // rows → bias and GELU (erf) in place, rounded to bf16 → GEMM 2 with its bias into v (f32) → x +=
+  // gamma ⊙ v. The hidden rows are rounded to bf16 before and after the GELU, as in the PyTorch
+  // reference's bf16 run (the fused kernel rounds only after it; here the bias is added after the
+  // first rounding). cuBLASLt's own GELU epilogue is the tanh form, and its bias for a bf16 output is
+  // bf16, so bias and GELU are their own pass.
   static constexpr int64_t kFfnLtMin = 256;
   bool ffn_lt_takes(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2, const Tensor& b2,
                     const Tensor& u, const Tensor& v, const Tensor& h) {
@@ -357,9 +358,14 @@ class CudaBackend final : public Backend {
     const int64_t tile = std::min(T, 2 * h.rows()), last = T % tile;
     for (const int64_t n : {tile, last}) {
       if (n == 0) continue;
-      if (!plan_for(n, E, C, E, DType::kBF16, true, static_cast<int>(Epilogue::kNone), true) ||
-          !plan_for(n, C, E, v.row_stride(), DType::kBF16, true, static_cast<int>(Epilogue::kNone)))
+      if (!plan_for(n, E, C, E, DType::kBF16, false, static_cast<int>(Epilogue::kNone), true) ||
+          !plan_for(n, C, E, v.row_stride(), DType::kBF16, true, static_cast<int>(Epilogue::kNone))) {
+        std::fprintf(
+            stderr,
+            "vibevoice: no cuBLASLt algorithm for the FFN at %lld rows, C=%lld, E=%lld: fused kernel\n",
+            static_cast<long long>(n), static_cast<long long>(C), static_cast<long long>(E));
         return false;
+      }
     }
     return true;
   }
@@ -379,13 +385,12 @@ class CudaBackend final : public Backend {
         const int64_t n = std::min(tile, T - r0);
         Tensor xt = x.row_slice(r0, n), ut = u.row_slice(r0, n), vt = v.row_slice(r0, n);
         cuda::rms_norm_pack(xt, norm_w, eps, ut, pack_, DType::kBF16, stream_);
-        Plan* p1 = plan_for(n, E, C, E, DType::kBF16, true, static_cast<int>(Epilogue::kNone), true);
+        Plan* p1 = plan_for(n, E, C, E, DType::kBF16, false, static_cast<int>(Epilogue::kNone), true);
         Plan* p2 = plan_for(n, C, E, vt.row_stride(), DType::kBF16, true, static_cast<int>(Epilogue::kNone));
         if (!p1 || !p2) return;  // planned before recording (ffn_lt_takes)
-        lt_api_->desc_set_attribute(p1->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias1, sizeof(bias1));
         lt_check(lt_api_->matmul(lt_, p1->desc, &alpha, w1.data, p1->wl, pack_, p1->al, &beta, h.data, p1->dl,
                                  h.data, p1->dl, &p1->algo, lt_ws_, lt_ws_bytes_, stream_));
-        cuda::gelu_bf16_inplace(h.data, n * E, stream_);
+        cuda::gelu_bias_bf16_inplace(h.data, bias1, n, E, stream_);
         lt_api_->desc_set_attribute(p2->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias2, sizeof(bias2));
         lt_check(lt_api_->matmul(lt_, p2->desc, &alpha, w2.data, p2->wl, h.data, p2->al, &beta, vt.data,
                                  p2->dl, vt.data, p2->dl, &p2->algo, lt_ws_, lt_ws_bytes_, stream_));

@@ -373,23 +373,28 @@ __global__ void gelu_kernel(float* x, int64_t ld, int64_t R, int64_t C) {
   *p = gelu_erf(*p);
 }
 
-// h = bf16(gelu_erf(h)) in place over n bf16 values, eight per thread (16-byte aligned, n % 8 == 0) or one.
-__global__ void gelu_bf16_kernel(__nv_bfloat16* h, int64_t n, bool by8) {
+// h[r, c] = bf16(gelu_erf(h[r, c] + bias[c])) in place over rows × E contiguous bf16 values, eight per
+// thread (E % 8 == 0, h and bias 16-byte aligned) or one.
+__global__ void gelu_bias_bf16_kernel(__nv_bfloat16* h, const float* __restrict__ bias, int64_t n, int64_t E,
+                                      bool by8) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (by8) {
     if (i * 8 >= n) return;
     uint4* p = reinterpret_cast<uint4*>(h) + i;
+    const float4* bp = reinterpret_cast<const float4*>(bias + (i * 8) % E);
+    const float4 b0 = __ldg(bp), b1 = __ldg(bp + 1);
+    const float b[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
     uint4 u = *p;
     __nv_bfloat162* e = reinterpret_cast<__nv_bfloat162*>(&u);
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       const float2 f = __bfloat1622float2(e[k]);
-      e[k] = __floats2bfloat162_rn(gelu_erf(f.x), gelu_erf(f.y));
+      e[k] = __floats2bfloat162_rn(gelu_erf(f.x + b[2 * k]), gelu_erf(f.y + b[2 * k + 1]));
     }
     *p = u;
     return;
   }
-  if (i < n) h[i] = __float2bfloat16_rn(gelu_erf(__bfloat162float(h[i])));
+  if (i < n) h[i] = __float2bfloat16_rn(gelu_erf(__bfloat162float(h[i]) + bias[i % E]));
 }
 
 // ---- row ops ----------------------------------------------------------------------------------
@@ -1007,10 +1012,12 @@ void gelu_inplace(Tensor& out, cudaStream_t s) {
   gelu_kernel<<<blocks_for(n, 256), 256, 0, s>>>(out.ptr<float>(), out.row_stride(), out.rows(), out.cols());
 }
 
-void gelu_bf16_inplace(void* h, int64_t n, cudaStream_t s) {
+void gelu_bias_bf16_inplace(void* h, const float* bias, int64_t rows, int64_t E, cudaStream_t s) {
+  const int64_t n = rows * E;
   if (n == 0) return;
-  const bool by8 = n % 8 == 0 && aligned16(h);
-  gelu_bf16_kernel<<<blocks_for(by8 ? n / 8 : n, 256), 256, 0, s>>>(static_cast<__nv_bfloat16*>(h), n, by8);
+  const bool by8 = E % 8 == 0 && aligned16(h) && aligned16(bias);
+  gelu_bias_bf16_kernel<<<blocks_for(by8 ? n / 8 : n, 256), 256, 0, s>>>(static_cast<__nv_bfloat16*>(h), bias,
+                                                                         n, E, by8);
 }
 
 void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out, cudaStream_t s) {

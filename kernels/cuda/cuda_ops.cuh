@@ -35,8 +35,8 @@ void gemm_f32(const Tensor& a, const Tensor& w, const float* bias, Tensor& out, 
 void pack_rows_half(const Tensor& a, void* dst, DType to, cudaStream_t s);
 // out = gelu_erf(out) over a 2-D view.
 void gelu_inplace(Tensor& out, cudaStream_t s);
-// h = bf16(gelu_erf(h)) over n contiguous bf16 values.
-void gelu_bf16_inplace(void* h, int64_t n, cudaStream_t s);
+// h[r, c] = bf16(gelu_erf(h[r, c] + bias[c])) over rows × E contiguous bf16 values (bias F32 [E]).
+void gelu_bias_bf16_inplace(void* h, const float* bias, int64_t rows, int64_t E, cudaStream_t s);
 
 void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out, cudaStream_t s);
 // rms_norm that also writes its output rounded to pack_t (BF16/F16) into `pack`, contiguous
