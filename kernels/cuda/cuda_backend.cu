@@ -360,10 +360,9 @@ class CudaBackend final : public Backend {
       if (n == 0) continue;
       if (!plan_for(n, E, C, E, DType::kBF16, false, static_cast<int>(Epilogue::kNone), true) ||
           !plan_for(n, C, E, v.row_stride(), DType::kBF16, true, static_cast<int>(Epilogue::kNone))) {
-        std::fprintf(
-            stderr,
-            "vibevoice: no cuBLASLt algorithm for the FFN at %lld rows, C=%lld, E=%lld: fused kernel\n",
-            static_cast<long long>(n), static_cast<long long>(C), static_cast<long long>(E));
+        if (!std::exchange(ffn_lt_warned_, true))
+          std::fprintf(stderr, "vibevoice: no cuBLASLt algorithm for the FFN at %lld rows, C=%lld, E=%lld\n",
+                       static_cast<long long>(n), static_cast<long long>(C), static_cast<long long>(E));
         return false;
       }
     }
@@ -1575,6 +1574,7 @@ class CudaBackend final : public Backend {
   bool swiglu_epilogue_ =
       !(std::getenv("VV_CUDA_SWIGLU_EPILOGUE") && std::string(std::getenv("VV_CUDA_SWIGLU_EPILOGUE")) == "0");
   // The encoders' FFN branch on cuBLASLt (conv_ffn_lt) from this width up; VV_CUDA_FFN_LT=0 turns it off.
+  bool ffn_lt_warned_ = false;
   bool ffn_lt_ = !(std::getenv("VV_CUDA_FFN_LT") && std::string(std::getenv("VV_CUDA_FFN_LT")) == "0");
   int64_t ffn_lt_min_ =
       std::getenv("VV_CUDA_FFN_LT_MIN") ? std::atoll(std::getenv("VV_CUDA_FFN_LT_MIN")) : kFfnLtMin;
