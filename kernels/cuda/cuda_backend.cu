@@ -405,9 +405,10 @@ class CudaBackend final : public Backend {
       s << x << norm_w << eps << history << w << bias << gamma << u << v;
       defer(s, [=, this] {
         Tensor xx = x, uu = u, vv = v;
-        const std::string label = "conv_mixer.fused.c" + std::to_string(x.cols());
+        const std::string label =
+            std::string(mixer_runs_ ? "conv_mixer.runs.c" : "conv_mixer.fused.c") + std::to_string(x.cols());
         OpTimer timer(this, label.c_str());
-        cuda::conv_mixer_fused(xx, norm_w, eps, history, w, bias, gamma, uu, vv, stream_);
+        cuda::conv_mixer_fused(xx, norm_w, eps, history, w, bias, gamma, uu, vv, stream_, mixer_runs_);
         launched("conv_mixer");
       });
       return;
@@ -1574,6 +1575,9 @@ class CudaBackend final : public Backend {
   bool swiglu_epilogue_ =
       !(std::getenv("VV_CUDA_SWIGLU_EPILOGUE") && std::string(std::getenv("VV_CUDA_SWIGLU_EPILOGUE")) == "0");
   // The encoders' FFN branch on cuBLASLt (conv_ffn_lt) from this width up; VV_CUDA_FFN_LT=0 turns it off.
+  // VV_CUDA_MIXER_RUNS=1: the mixer's tile kernel in its run form (opt-in until measured on a GPU).
+  bool mixer_runs_ =
+      std::getenv("VV_CUDA_MIXER_RUNS") && std::string(std::getenv("VV_CUDA_MIXER_RUNS")) == "1";
   bool ffn_lt_warned_ = false;
   bool ffn_lt_ = !(std::getenv("VV_CUDA_FFN_LT") && std::string(std::getenv("VV_CUDA_FFN_LT")) == "0");
   int64_t ffn_lt_min_ =

@@ -8,6 +8,8 @@
 #   mlpfuse      the prefill MLP fusion's gpu tests, and decode with VV_CUDA_MLP_FUSE=0 (the A/B)
 #   ffnlt        the encoders' FFN on cuBLASLt: its gpu tests, then both encoders over 60 s (5 runs) by
 #                default, with VV_CUDA_FFN_LT=0, with VV_CUDA_FFN_LT_MIN=128 and 512, and profiled per op
+#   mixruns      the mixer's run form (VV_CUDA_MIXER_RUNS=1): its gpu tests, then the encoders over 60 s
+#                with and without it, and profiled per op with it
 #   opprofile4k  per-op times (VV_CUDA_PROFILE=1) of the 4,096-row prefill
 #   prefill4k    cuda_decode_bench's prefill at 4,096 rows (issue 11's second prefill point)
 #   decode_tuned, curve_tuned  decode, and the curve's 64/128 points, with VV_CUDA_LT_ALGOS=16 (each GEMM
@@ -71,6 +73,12 @@ for step in "$@"; do
       run enc_lt128 env VV_CUDA_FFN_LT_MIN=128 $E
       run enc_lt512 env VV_CUDA_FFN_LT_MIN=512 $E
       run enc_prof env VV_CUDA_PROFILE=1 $E ;;
+    mixruns)
+      run mixruns_tests env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda --gtest_filter='CudaEncoderOps.FusedMixer*'
+      E="$B/cuda_decode_bench --preset 7b --bf16 --no-gemv --prompt 16 --tokens 4 --enc-audio 60 --enc-reps 5 --job-audio 1 --job-tokens 1"
+      run enc_default $E
+      run enc_mixruns env VV_CUDA_MIXER_RUNS=1 $E
+      run enc_mixruns_prof env VV_CUDA_MIXER_RUNS=1 VV_CUDA_PROFILE=1 $E ;;
     opprofile4k) run opprofile4k env VV_CUDA_PROFILE=1 $B/cuda_decode_bench --preset 7b --bf16 --no-gemv \
       --prompt 4096 --tokens 4 --enc-audio 1 --job-audio 1 --job-tokens 1 ;;
     prefill4k) run prefill4k $B/cuda_decode_bench --preset 7b --bf16 --no-gemv --prompt 4096 --tokens 16 \

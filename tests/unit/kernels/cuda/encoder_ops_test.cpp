@@ -193,27 +193,44 @@ void check_mixer(Backend& gpu, int64_t T, int64_t C, bool with_history, DType wt
                std::vector<float>(wu.end() - keep * C, wu.end()), 1e-5, what + ": u (last rows)");
 }
 
+// Odd, prime and production shapes of the fused mixer (and widths it does not take).
+void check_mixer_shapes(Backend& gpu) {
+  check_mixer(gpu, 1, 32, true, DType::kF32, 11);
+  check_mixer(gpu, 5, 64, true, DType::kF32, 12);  // fewer rows than the conv's reach
+  check_mixer(gpu, 100003, 32, true, DType::kF32, 13);
+  check_mixer(gpu, 997, 128, false, DType::kBF16, 14);
+  check_mixer(gpu, 450, 2048, true, DType::kF32, 15);
+  check_mixer(gpu, 3001, 256, false, DType::kF32, 17);
+  check_mixer(gpu, 90001, 64, true, DType::kF32, 18);
+  check_mixer(gpu, 33, 6, true, DType::kF16, 16);
+  // The two-pass form's tiles (8192 / C rows): one partial tile, several with a partial last one,
+  // a width that does not divide 8192, its widest width and one past it (the fallback).
+  check_mixer(gpu, 200, 64, true, DType::kF32, 19);
+  check_mixer(gpu, 1441, 128, true, DType::kBF16, 20);
+  check_mixer(gpu, 2003, 36, false, DType::kF32, 21);
+  check_mixer(gpu, 18001, 512, true, DType::kF32, 22);
+  check_mixer(gpu, 3607, 1024, true, DType::kF32, 23);
+  check_mixer(gpu, 9, 1024, true, DType::kF32, 24);
+  check_mixer(gpu, 300007, 32, true, DType::kF32, 25);
+}
+
 TEST(CudaEncoderOps, FusedMixerOddPrimeAndProductionShapes) {
   for (const bool bf16 : {false, true}) {
     VV_CUDA_BACKEND_OR_SKIP(gpu, bf16);
-    check_mixer(*gpu, 1, 32, true, DType::kF32, 11);
-    check_mixer(*gpu, 5, 64, true, DType::kF32, 12);  // fewer rows than the conv's reach
-    check_mixer(*gpu, 100003, 32, true, DType::kF32, 13);
-    check_mixer(*gpu, 997, 128, false, DType::kBF16, 14);
-    check_mixer(*gpu, 450, 2048, true, DType::kF32, 15);
-    check_mixer(*gpu, 3001, 256, false, DType::kF32, 17);
-    check_mixer(*gpu, 90001, 64, true, DType::kF32, 18);
-    check_mixer(*gpu, 33, 6, true, DType::kF16, 16);
-    // The two-pass form's tiles (8192 / C rows): one partial tile, several with a partial last one,
-    // a width that does not divide 8192, its widest width and one past it (the fallback).
-    check_mixer(*gpu, 200, 64, true, DType::kF32, 19);
-    check_mixer(*gpu, 1441, 128, true, DType::kBF16, 20);
-    check_mixer(*gpu, 2003, 36, false, DType::kF32, 21);
-    check_mixer(*gpu, 18001, 512, true, DType::kF32, 22);
-    check_mixer(*gpu, 3607, 1024, true, DType::kF32, 23);
-    check_mixer(*gpu, 9, 1024, true, DType::kF32, 24);
-    check_mixer(*gpu, 300007, 32, true, DType::kF32, 25);
+    check_mixer_shapes(*gpu);
   }
+}
+
+// The tile kernel's run form (VV_CUDA_MIXER_RUNS=1) over the same shapes and tolerances.
+TEST(CudaEncoderOps, FusedMixerRunFormOddPrimeAndProductionShapes) {
+  FfnEnv env{{"VV_CUDA_MIXER_RUNS", "1"}, {"VV_CUDA_PROFILE", "1"}};
+  VV_CUDA_BACKEND_OR_SKIP(gpu, true);
+  (void)backend_profile_report(*gpu);
+  check_mixer_shapes(*gpu);
+  const std::string table = backend_profile_report(*gpu);
+  EXPECT_NE(table.find("conv_mixer.runs.c32"), std::string::npos) << table;
+  EXPECT_NE(table.find("conv_mixer.runs.c1024"), std::string::npos) << table;
+  EXPECT_EQ(table.find("conv_mixer.fused"), std::string::npos) << table;
 }
 
 }  // namespace
