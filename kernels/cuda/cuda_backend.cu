@@ -1006,8 +1006,9 @@ class CudaBackend final : public Backend {
   void run_paged_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, const AttentionShape& shape,
                        Tensor& out) {
     if (flash_prefill_takes(q, cache, shape)) {  // prefill in bf16 mode: the tensor-core kernel
-      OpTimer timer(this, "paged_attention.flash");
-      cuda::flash_prefill_attention(q, rows, cache, shape, out, stream_, sms_);
+      const bool wide = flash_qv_ == 128 && shape.heads / shape.kv_heads >= 2;
+      OpTimer timer(this, wide ? "paged_attention.flash128" : "paged_attention.flash");
+      cuda::flash_prefill_attention(q, rows, cache, shape, out, stream_, sms_, flash_qv_);
       launched("paged_attention");
       return;
     }
@@ -1575,6 +1576,11 @@ class CudaBackend final : public Backend {
   bool swiglu_epilogue_ =
       !(std::getenv("VV_CUDA_SWIGLU_EPILOGUE") && std::string(std::getenv("VV_CUDA_SWIGLU_EPILOGUE")) == "0");
   // The encoders' FFN branch on cuBLASLt (conv_ffn_lt) from this width up; VV_CUDA_FFN_LT=0 turns it off.
+  // VV_CUDA_FLASH_QV=128: 128 query vectors per flash attention block (8 warps per K/V tile; opt-in
+  // until measured on a GPU).
+  int flash_qv_ = std::getenv("VV_CUDA_FLASH_QV") && std::string(std::getenv("VV_CUDA_FLASH_QV")) == "128"
+                      ? 128
+                      : cuda::kFlashQueryVectors;
   // VV_CUDA_MIXER_RUNS=1: the mixer's tile kernel in its run form (opt-in until measured on a GPU).
   bool mixer_runs_ =
       std::getenv("VV_CUDA_MIXER_RUNS") && std::string(std::getenv("VV_CUDA_MIXER_RUNS")) == "1";

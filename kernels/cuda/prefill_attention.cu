@@ -19,8 +19,9 @@
 namespace vv::cuda {
 namespace {
 
-constexpr int kWarps = kFlashQueryVectors / 16;
-constexpr int kThreads = kWarps * 32;
+// QV query vectors per block (kFlashQueryVectors, or 128 with VV_CUDA_FLASH_QV=128): QV / 16 warps.
+template <int QV>
+constexpr int kThreadsOf = QV / 16 * 32;
 constexpr int kKeys = 64;  // keys per K/V tile
 
 using mma::ldsm_a;
@@ -42,8 +43,9 @@ __device__ __forceinline__ uint4 load8_bf16(const __half* p) {
 }
 
 // Shared memory: two stages of K [64][D+8] and V [64][D+8] bf16 (8 elements of padding per row keep
-// ldmatrix's eight row addresses on distinct banks); a pass's Q [64][D+8] is staged in the second
-// stage's K before the key loop starts (its fragments then live in registers).
+// ldmatrix's eight row addresses on distinct banks); a pass's Q [QV][D+8] is staged in the second
+// stage (its K, and its V too at QV = 128) before the key loop starts (its fragments then live in
+// registers).
 template <int D>
 constexpr size_t flash_smem_bytes() {
   return static_cast<size_t>(4) * kKeys * (D + 8) * 2;
@@ -52,7 +54,7 @@ constexpr size_t flash_smem_bytes() {
 // Issues the loads of keys [j0, j0 + 64) of the kv head into one stage. A bf16 cache goes through
 // cp.async (nothing waits here; zeros past kend); other cache types are rounded to bf16 through
 // registers, every load of the thread issued before its first store.
-template <typename CT, int D>
+template <typename CT, int D, int kThreads>
 __device__ __forceinline__ void flash_load_tile(const int32_t* __restrict__ tables, int64_t ldt, int bs,
                                                 int seq, int j0, int kend, const CT* __restrict__ kc,
                                                 const CT* __restrict__ vc, int64_t ldc, int kvh,
@@ -100,8 +102,8 @@ __device__ __forceinline__ void flash_load_tile(const int32_t* __restrict__ tabl
 // put S and P through memory, which is what the kernel exists to avoid. 241 registers at D = 128 over
 // a bf16 cache: 2 blocks per SM. Bounding it to 168 (3 blocks) spills a few hundred bytes and ran no
 // faster (prefill 1,024 rows 40,492 against 40,374 tok/s, H200, NOTES session 9).
-template <typename CT, int D>
-__global__ void __launch_bounds__(kThreads)
+template <typename CT, int D, int QV>
+__global__ void __launch_bounds__(kThreadsOf<QV>)
     flash_prefill_kernel(const float* __restrict__ q, int64_t ldq, const int32_t* __restrict__ row_seq,
                          const int32_t* __restrict__ row_pos, const int32_t* __restrict__ tables, int64_t ldt,
                          int bs, const CT* __restrict__ kc, const CT* __restrict__ vc, int64_t ldc, int64_t n,
@@ -110,6 +112,7 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int KD = D / 16;     // k-steps of Q·Kᵀ
   constexpr int DT = D / 8;      // 8-wide output tiles per row
   constexpr int NT = kKeys / 8;  // 8-wide score tiles per row
+  constexpr int kThreads = kThreadsOf<QV>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   // Stage st's K at stage + 2 * st * kKeys * LD, its V right after; Q shares stage 1's K.
   __nv_bfloat16* stage = reinterpret_cast<__nv_bfloat16*>(smem_raw);
@@ -144,7 +147,7 @@ __global__ void __launch_bounds__(kThreads)
     done |= active;
 
     __syncthreads();  // the previous pass is done with Qs and both stages
-    for (int idx = threadIdx.x; idx < 64 * (D / 2); idx += kThreads) {
+    for (int idx = threadIdx.x; idx < QV * (D / 2); idx += kThreads) {
       const int qv = idx / (D / 2), d = (idx % (D / 2)) * 2;
       const int i = qv / G, gg = qv % G;
       float2 v = make_float2(0.f, 0.f);
@@ -179,11 +182,13 @@ __global__ void __launch_bounds__(kThreads)
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
     __syncthreads();  // every warp holds its Q fragments: stage 1 may be loaded
     // Two stages: the loads of tile t + 1 are in flight while tile t is computed.
-    flash_load_tile<CT, D>(tables, ldt, bs, seq, 0, kend, kc, vc, ldc, kvh, stage, stage + kKeys * LD);
+    flash_load_tile<CT, D, kThreads>(tables, ldt, bs, seq, 0, kend, kc, vc, ldc, kvh, stage,
+                                     stage + kKeys * LD);
     for (int j0 = 0, st = 0; j0 < kend; j0 += kKeys, st ^= 1) {
       if (j0 + kKeys < kend) {
         __nv_bfloat16* nk = stage + 2 * (st ^ 1) * kKeys * LD;
-        flash_load_tile<CT, D>(tables, ldt, bs, seq, j0 + kKeys, kend, kc, vc, ldc, kvh, nk, nk + kKeys * LD);
+        flash_load_tile<CT, D, kThreads>(tables, ldt, bs, seq, j0 + kKeys, kend, kc, vc, ldc, kvh, nk,
+                                         nk + kKeys * LD);
         mma::cp_async_wait<1>();  // this thread's copies of tile t have landed
       } else {
         mma::cp_async_wait<0>();
@@ -280,13 +285,13 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <typename CT, int D>
+template <typename CT, int D, int QV>
 void launch(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, const AttentionShape& shape,
             Tensor& out, int sms, cudaStream_t s) {
   constexpr size_t smem = flash_smem_bytes<D>();
   static bool raised = false;  // per instantiation: allow > 48 KB of dynamic shared memory
   if (!raised) {
-    cudaFuncSetAttribute(flash_prefill_kernel<CT, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cudaFuncSetAttribute(flash_prefill_kernel<CT, D, QV>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                          static_cast<int>(smem));
     raised = true;
   }
@@ -297,11 +302,11 @@ void launch(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, co
   // sequences, taken in passes. A row's bits do not change: its query vectors are computed alone
   // (the mma rows of others do not mix in) and the keys past it that its tile mates brought in are
   // masked to exact zeros (scale 1, P = 0).
-  int QT = flash_rows_per_tile(shape.heads, shape.kv_heads);
+  int QT = QV / G;
   if (sms > 0 && (n + QT - 1) / QT * shape.kv_heads < sms && n <= rows.block_tables.rows()) QT = 1;
   const dim3 grid(static_cast<unsigned>((n + QT - 1) / QT), static_cast<unsigned>(shape.kv_heads));
   const float scale_log2 = shape.scale * 1.4426950408889634f;
-  flash_prefill_kernel<CT, D><<<grid, kThreads, smem, s>>>(
+  flash_prefill_kernel<CT, D, QV><<<grid, kThreadsOf<QV>, smem, s>>>(
       q.ptr<const float>(), q.row_stride(), rows.row_seq.ptr<const int32_t>(),
       rows.row_pos.ptr<const int32_t>(), rows.block_tables.ptr<const int32_t>(),
       rows.block_tables.row_stride(), rows.block_size, static_cast<const CT*>(cache.k.data),
@@ -311,28 +316,36 @@ void launch(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, co
 
 template <typename CT>
 void launch_d(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, const AttentionShape& shape,
-              Tensor& out, int sms, cudaStream_t s) {
+              Tensor& out, int sms, cudaStream_t s, int qv) {
+  // 128 query vectors per block only where a tile has at most 64 rows (the pass bitmask's width).
+  const bool wide = qv == 128 && shape.heads / shape.kv_heads >= 2;
   if (shape.head_dim == 64) {
-    launch<CT, 64>(q, rows, cache, shape, out, sms, s);
+    if (wide) {
+      launch<CT, 64, 128>(q, rows, cache, shape, out, sms, s);
+    } else {
+      launch<CT, 64, kFlashQueryVectors>(q, rows, cache, shape, out, sms, s);
+    }
+  } else if (wide) {
+    launch<CT, 128, 128>(q, rows, cache, shape, out, sms, s);
   } else {
-    launch<CT, 128>(q, rows, cache, shape, out, sms, s);
+    launch<CT, 128, kFlashQueryVectors>(q, rows, cache, shape, out, sms, s);
   }
 }
 
 }  // namespace
 
 void flash_prefill_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
-                             const AttentionShape& shape, Tensor& out, cudaStream_t s, int sms) {
+                             const AttentionShape& shape, Tensor& out, cudaStream_t s, int sms, int qv) {
   if (q.rows() == 0) return;
   switch (cache.k.dtype) {
     case DType::kBF16:
-      launch_d<__nv_bfloat16>(q, rows, cache, shape, out, sms, s);
+      launch_d<__nv_bfloat16>(q, rows, cache, shape, out, sms, s, qv);
       break;
     case DType::kF16:
-      launch_d<__half>(q, rows, cache, shape, out, sms, s);
+      launch_d<__half>(q, rows, cache, shape, out, sms, s, qv);
       break;
     default:
-      launch_d<float>(q, rows, cache, shape, out, sms, s);
+      launch_d<float>(q, rows, cache, shape, out, sms, s, qv);
       break;
   }
 }

@@ -10,6 +10,8 @@
 #                default, with VV_CUDA_FFN_LT=0, with VV_CUDA_FFN_LT_MIN=128 and 512, and profiled per op
 #   mixruns      the mixer's run form (VV_CUDA_MIXER_RUNS=1): its gpu tests, then the encoders over 60 s
 #                with and without it, and profiled per op with it
+#   flashqv      flash attention with 128 query vectors per block (VV_CUDA_FLASH_QV=128): its gpu tests,
+#                then the 1,024- and 4,096-row prefills with and without it
 #   opprofile4k  per-op times (VV_CUDA_PROFILE=1) of the 4,096-row prefill
 #   prefill4k    cuda_decode_bench's prefill at 4,096 rows (issue 11's second prefill point)
 #   decode_tuned, curve_tuned  decode, and the curve's 64/128 points, with VV_CUDA_LT_ALGOS=16 (each GEMM
@@ -79,6 +81,13 @@ for step in "$@"; do
       run enc_default $E
       run enc_mixruns env VV_CUDA_MIXER_RUNS=1 $E
       run enc_mixruns_prof env VV_CUDA_MIXER_RUNS=1 VV_CUDA_PROFILE=1 $E ;;
+    flashqv)
+      run flashqv_tests env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda --gtest_filter='CudaFlash*:CudaDeterministicAttention*'
+      P="$B/cuda_decode_bench --preset 7b --bf16 --no-gemv --tokens 16 --enc-audio 1 --job-audio 1 --job-tokens 1"
+      run pre1k_qv64 $P --prompt 1024
+      run pre1k_qv128 env VV_CUDA_FLASH_QV=128 $P --prompt 1024
+      run pre4k_qv64 $P --prompt 4096
+      run pre4k_qv128 env VV_CUDA_FLASH_QV=128 $P --prompt 4096 ;;
     opprofile4k) run opprofile4k env VV_CUDA_PROFILE=1 $B/cuda_decode_bench --preset 7b --bf16 --no-gemv \
       --prompt 4096 --tokens 4 --enc-audio 1 --job-audio 1 --job-tokens 1 ;;
     prefill4k) run prefill4k $B/cuda_decode_bench --preset 7b --bf16 --no-gemv --prompt 4096 --tokens 16 \

@@ -13,9 +13,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <numeric>
 #include <random>
 #include <sstream>
+#include <string>
 
 #include "kernels/cpu/reference_ops.h"
 #include "tests/unit/kernels/cuda/cuda_test_util.h"
@@ -109,6 +111,37 @@ TEST(CudaFlashPrefill, OtherGroupsHeadDimsAndCacheDtypes) {
   check_flash(*gpu, 14, 2, 64, DType::kF16, {{0, 997}}, 16);             // G = 7, head_dim 64
   check_flash(*gpu, 8, 8, 128, DType::kBF16, {{0, 1031}, {5, 70}}, 16);  // G = 1: 64 rows per tile
   check_flash(*gpu, 32, 1, 128, DType::kF32, {{0, 263}, {17, 50}}, 4);   // G = 32: 2 rows per tile
+}
+
+// VV_CUDA_FLASH_QV=128: 8 warps (128 query vectors) per block sharing each K/V tile, where a GQA group
+// has ≥ 2 heads (G = 1 keeps 64). Same shapes, same tolerance; the profile shows which kernel ran.
+struct FlashQvEnv {  // for the backend made in its scope (read once, at construction)
+  FlashQvEnv() {
+    ::setenv("VV_CUDA_FLASH_QV", "128", 1);
+    ::setenv("VV_CUDA_PROFILE", "1", 1);
+  }
+  ~FlashQvEnv() {
+    ::unsetenv("VV_CUDA_FLASH_QV");
+    ::unsetenv("VV_CUDA_PROFILE");
+  }
+};
+
+TEST(CudaFlashPrefill, WideBlocksOf128QueryVectors) {
+  FlashQvEnv env;
+  VV_CUDA_BACKEND_OR_SKIP(gpu, true);
+  (void)backend_profile_report(*gpu);
+  check_flash(*gpu, 28, 4, 128, DType::kBF16, {{0, 1024}}, 16);
+  check_flash(*gpu, 28, 4, 128, DType::kBF16, {{0, 37}, {0, 300}, {0, 1}, {0, 129}, {200, 311}, {0, 541}},
+              16);
+  check_flash(*gpu, 28, 4, 128, DType::kF32, {{1000, 257}, {0, 63}}, 32);
+  check_flash(*gpu, 14, 2, 64, DType::kF16, {{0, 997}}, 16);
+  check_flash(*gpu, 32, 1, 128, DType::kF32, {{0, 263}, {17, 50}}, 4);
+  const std::string wide = backend_profile_report(*gpu);
+  EXPECT_NE(wide.find("paged_attention.flash128"), std::string::npos) << wide;
+  check_flash(*gpu, 8, 8, 128, DType::kBF16, {{0, 1031}, {5, 70}}, 16);  // G = 1: 64 per block
+  const std::string narrow = backend_profile_report(*gpu);
+  EXPECT_EQ(narrow.find("paged_attention.flash128"), std::string::npos) << narrow;
+  EXPECT_NE(narrow.find("paged_attention.flash"), std::string::npos) << narrow;
 }
 
 }  // namespace
