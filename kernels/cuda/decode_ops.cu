@@ -97,8 +97,9 @@ __device__ float rms_inv(const float* __restrict__ x, int64_t C, float eps, floa
 constexpr int kGemvThreads = 256;
 constexpr bool kGemvRollDefault = true;
 
-template <typename WT, int R, bool kNorm, int U, bool kRoll>
-__global__ void __launch_bounds__(kGemvThreads, R == 1 && !kNorm ? 4 : 3)
+// kMinBlocks: blocks per SM to fit (0: 4 without the norm prologue at one row per warp, else 3).
+template <typename WT, int R, bool kNorm, int U, bool kRoll, int kMinBlocks = 0>
+__global__ void __launch_bounds__(kGemvThreads, kMinBlocks > 0 ? kMinBlocks : (R == 1 && !kNorm ? 4 : 3))
     decode_gemv_kernel(const DecodeGemv g, int64_t tasks) {
   constexpr int V = sizeof(WT) == 4 ? 2 : 1;
   __shared__ float red[16];
@@ -241,10 +242,11 @@ bool gemv_roll() {
   return on;
 }
 
-template <typename WT, int R, bool kNorm, bool kRoll>
+template <typename WT, int R, bool kNorm, bool kRoll, int kMinBlocks = 0>
 void launch_gemv_sched(const DecodeGemv& g, int64_t tasks, cudaStream_t s) {
-  constexpr int U = (R == 1 && sizeof(WT) == 2) ? 8 : 4;
-  auto* kern = decode_gemv_kernel<WT, R, kNorm, U, kRoll>;
+  // Five blocks per SM (kMinBlocks = 5) hold half the loads in flight per warp.
+  constexpr int U = (R == 1 && sizeof(WT) == 2 && kMinBlocks < 5) ? 8 : 4;
+  auto* kern = decode_gemv_kernel<WT, R, kNorm, U, kRoll, kMinBlocks>;
   static int per_sm = 0;  // blocks resident per SM, per instantiation
   if (per_sm == 0) {
     int b = 0;
@@ -259,8 +261,28 @@ void launch_gemv_sched(const DecodeGemv& g, int64_t tasks, cudaStream_t s) {
   launch_pdl(kern, static_cast<unsigned>(grid), kGemvThreads, s, g, tasks);
 }
 
+// VV_CUDA_GEMV_WIDE=1 (opt-in until measured on a GPU): a one-row-per-warp launch whose rows outnumber
+// the warps resident at 3-4 blocks per SM (the fused norm + q/k/v: 4,608 rows against 3,168 warps, a
+// second round for 1,440 of them) runs 5 blocks per SM with 4 loads in flight per lane, all its rows
+// in one round. The loads' schedule does not change a row's sum (lane-strided chunks, ascending).
+bool gemv_wide() {
+  static const bool on = [] {
+    const char* e = std::getenv("VV_CUDA_GEMV_WIDE");
+    return e && std::string(e) == "1";
+  }();
+  return on;
+}
+
 template <typename WT, int R, bool kNorm>
 void launch_gemv(const DecodeGemv& g, int64_t tasks, cudaStream_t s) {
+  if constexpr (R == 1 && sizeof(WT) == 2) {
+    const int64_t resident = static_cast<int64_t>(g.sms) * (kNorm ? 3 : 4) * (kGemvThreads / 32);
+    if (gemv_wide() && gemv_roll() && tasks > resident &&
+        tasks <= static_cast<int64_t>(g.sms) * 5 * (kGemvThreads / 32)) {
+      launch_gemv_sched<WT, R, kNorm, true, 5>(g, tasks, s);
+      return;
+    }
+  }
   if (gemv_roll()) {
     launch_gemv_sched<WT, R, kNorm, true>(g, tasks, s);
   } else {

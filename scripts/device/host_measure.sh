@@ -12,6 +12,8 @@
 #                with and without it, and profiled per op with it
 #   flashqv      flash attention with 128 query vectors per block (VV_CUDA_FLASH_QV=128): its gpu tests,
 #                then the 1,024- and 4,096-row prefills with and without it
+#   gemvwide     VV_CUDA_GEMV_WIDE=1 (the fused norm + q/k/v GEMV in one round): the decode gpu tests with
+#                it (fused = unfused bitwise), then decode with and without it
 #   opprofile4k  per-op times (VV_CUDA_PROFILE=1) of the 4,096-row prefill
 #   prefill4k    cuda_decode_bench's prefill at 4,096 rows (issue 11's second prefill point)
 #   decode_tuned, curve_tuned  decode, and the curve's 64/128 points, with VV_CUDA_LT_ALGOS=16 (each GEMM
@@ -88,6 +90,11 @@ for step in "$@"; do
       run pre1k_qv128 env VV_CUDA_FLASH_QV=128 $P --prompt 1024
       run pre4k_qv64 $P --prompt 4096
       run pre4k_qv128 env VV_CUDA_FLASH_QV=128 $P --prompt 4096 ;;
+    gemvwide)
+      run gemvwide_tests env VV_REQUIRE_GPU=1 VV_CUDA_GEMV_WIDE=1 $B/unit_kernels_cuda \
+        --gtest_filter='CudaDecode*:CudaRunnerGolden*'
+      run decode_gemvwide env VV_CUDA_GEMV_WIDE=1 $B/cuda_decode_bench --preset 7b --bf16 --no-gemv
+      run decode_plain $B/cuda_decode_bench --preset 7b --bf16 --no-gemv ;;
     opprofile4k) run opprofile4k env VV_CUDA_PROFILE=1 $B/cuda_decode_bench --preset 7b --bf16 --no-gemv \
       --prompt 4096 --tokens 4 --enc-audio 1 --job-audio 1 --job-tokens 1 ;;
     prefill4k) run prefill4k $B/cuda_decode_bench --preset 7b --bf16 --no-gemv --prompt 4096 --tokens 16 \
