@@ -14,6 +14,8 @@
 #                then the 1,024- and 4,096-row prefills with and without it
 #   gemvwide     VV_CUDA_GEMV_WIDE=1 (the fused norm + q/k/v GEMV in one round): the decode gpu tests with
 #                it (fused = unfused bitwise), then decode with and without it
+#   fasterf      VV_CUDA_FFN_FAST_ERF=1 (the fused FFN's GELU with a 1.5e-7 erf): the FFN gpu tests with it,
+#                then the encoders over 60 s with and without it
 #   opprofile4k  per-op times (VV_CUDA_PROFILE=1) of the 4,096-row prefill
 #   prefill4k    cuda_decode_bench's prefill at 4,096 rows (issue 11's second prefill point)
 #   decode_tuned, curve_tuned  decode, and the curve's 64/128 points, with VV_CUDA_LT_ALGOS=16 (each GEMM
@@ -95,6 +97,12 @@ for step in "$@"; do
         --gtest_filter='CudaDecode*:CudaRunnerGolden*'
       run decode_gemvwide env VV_CUDA_GEMV_WIDE=1 $B/cuda_decode_bench --preset 7b --bf16 --no-gemv
       run decode_plain $B/cuda_decode_bench --preset 7b --bf16 --no-gemv ;;
+    fasterf)
+      run fasterf_tests env VV_REQUIRE_GPU=1 VV_CUDA_FFN_FAST_ERF=1 $B/unit_kernels_cuda \
+        --gtest_filter='CudaEncoderOps.*Ffn*:CudaEncoderPack*'
+      E="$B/cuda_decode_bench --preset 7b --bf16 --no-gemv --prompt 16 --tokens 4 --enc-audio 60 --enc-reps 5 --job-audio 1 --job-tokens 1"
+      run enc_erf $E
+      run enc_fasterf env VV_CUDA_FFN_FAST_ERF=1 $E ;;
     opprofile4k) run opprofile4k env VV_CUDA_PROFILE=1 $B/cuda_decode_bench --preset 7b --bf16 --no-gemv \
       --prompt 4096 --tokens 4 --enc-audio 1 --job-audio 1 --job-tokens 1 ;;
     prefill4k) run prefill4k $B/cuda_decode_bench --preset 7b --bf16 --no-gemv --prompt 4096 --tokens 16 \
