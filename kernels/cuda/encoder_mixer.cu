@@ -112,6 +112,32 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+// Both tile kernels' prologue: the per-channel vectors (taps [7][C], norm weight, bias, gamma) and the
+// 6 halo rows of u before the tile (from the side buffer, the history, or zeros) into shared memory.
+template <typename WT>
+__device__ __forceinline__ void mixer_stage_block(
+    const WT* __restrict__ w, int64_t ldw, const float* __restrict__ norm_w, const float* __restrict__ bias,
+    const float* __restrict__ gamma, const float* __restrict__ side, const float* __restrict__ hist,
+    int64_t ldh, int64_t t0, int C, float* us, float* wk, float* nws, float* bs, float* gs) {
+  for (int c = threadIdx.x; c < C; c += kMixThreads) {
+#pragma unroll
+    for (int k = 0; k < kTaps; ++k) wk[k * C + c] = to_f32(w[c * ldw + k]);
+    nws[c] = norm_w[c];
+    bs[c] = bias ? bias[c] : 0.f;
+    gs[c] = gamma[c];
+  }
+  for (int i = threadIdx.x; i < kHalo * C; i += kMixThreads) {
+    const int j = i / C, c = i - j * C;
+    float v = 0.f;
+    if (t0 > 0) {
+      v = side[(static_cast<int64_t>(blockIdx.x) - 1) * kHalo * C + i];
+    } else if (hist) {
+      v = hist[j * ldh + c];
+    }
+    us[i] = v;
+  }
+}
+
 // Second pass: one block per tile of R rows (see the file comment). Shared memory: u [R + 6][C]
 // (the halo first), taps [7][C], norm weight, bias, gamma [C] each, inverse RMS [R].
 template <typename WT>
@@ -132,23 +158,7 @@ __global__ void __launch_bounds__(kMixThreads)
   const int n = static_cast<int>(T - t0 < R ? T - t0 : R);
   const int C4 = C / 4, n4 = n * C4;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  for (int c = threadIdx.x; c < C; c += kMixThreads) {
-#pragma unroll
-    for (int k = 0; k < kTaps; ++k) wk[k * C + c] = to_f32(w[c * ldw + k]);
-    nws[c] = norm_w[c];
-    bs[c] = bias ? bias[c] : 0.f;
-    gs[c] = gamma[c];
-  }
-  for (int i = threadIdx.x; i < kHalo * C; i += kMixThreads) {
-    const int j = i / C, c = i - j * C;
-    float v = 0.f;
-    if (t0 > 0) {
-      v = side[(static_cast<int64_t>(blockIdx.x) - 1) * kHalo * C + i];
-    } else if (hist) {
-      v = hist[j * ldh + c];
-    }
-    us[i] = v;
-  }
+  mixer_stage_block(w, ldw, norm_w, bias, gamma, side, hist, ldh, t0, C, us, wk, nws, bs, gs);
   float4 xr[kMixPer4];
 #pragma unroll
   for (int k = 0; k < kMixPer4; ++k) {
@@ -239,23 +249,7 @@ __global__ void __launch_bounds__(kMixThreads, 2)
   const int n = static_cast<int>(T - t0 < R ? T - t0 : R);
   const int C4 = C / 4, n4 = n * C4;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  for (int c = threadIdx.x; c < C; c += kMixThreads) {
-#pragma unroll
-    for (int k = 0; k < kTaps; ++k) wk[k * C + c] = to_f32(w[c * ldw + k]);
-    nws[c] = norm_w[c];
-    bs[c] = bias ? bias[c] : 0.f;
-    gs[c] = gamma[c];
-  }
-  for (int i = threadIdx.x; i < kHalo * C; i += kMixThreads) {
-    const int j = i / C, c = i - j * C;
-    float v = 0.f;
-    if (t0 > 0) {
-      v = side[(static_cast<int64_t>(blockIdx.x) - 1) * kHalo * C + i];
-    } else if (hist) {
-      v = hist[j * ldh + c];
-    }
-    us[i] = v;
-  }
+  mixer_stage_block(w, ldw, norm_w, bias, gamma, side, hist, ldh, t0, C, us, wk, nws, bs, gs);
   {
     float4 xr[kMixPer4];  // every load of the thread in flight before its first store
 #pragma unroll
