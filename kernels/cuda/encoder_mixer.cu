@@ -138,6 +138,30 @@ __device__ __forceinline__ void mixer_stage_block(
   }
 }
 
+// Then the tile's n rows of x into shared memory below the halo and into xr, and each row's inverse
+// RMS into inv (a warp per row); returns after a barrier.
+__device__ __forceinline__ void mixer_load_rows(const float* __restrict__ x, int64_t ldx, int64_t t0, int n,
+                                                int C, float eps, float* us, float* inv,
+                                                float4 (&xr)[kMixPer4]) {
+  const int C4 = C / 4, n4 = n * C4;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+  for (int k = 0; k < kMixPer4; ++k) {
+    const int i = threadIdx.x + k * kMixThreads;
+    if (i < n4) {
+      const int row = i / C4, c = (i - row * C4) * 4;
+      xr[k] = *reinterpret_cast<const float4*>(x + (t0 + row) * ldx + c);
+      *reinterpret_cast<float4*>(us + (kHalo + row) * C + c) = xr[k];
+    }
+  }
+  __syncthreads();
+  for (int r = warp; r < n; r += kMixThreads / 32) {
+    const float v = row_inv_rms(us + (kHalo + r) * C, C, eps, lane);
+    if (lane == 0) inv[r] = v;
+  }
+  __syncthreads();
+}
+
 // Second pass: one block per tile of R rows (see the file comment). Shared memory: u [R + 6][C]
 // (the halo first), taps [7][C], norm weight, bias, gamma [C] each, inverse RMS [R].
 template <typename WT>
@@ -157,24 +181,9 @@ __global__ void __launch_bounds__(kMixThreads)
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * R;
   const int n = static_cast<int>(T - t0 < R ? T - t0 : R);
   const int C4 = C / 4, n4 = n * C4;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   mixer_stage_block(w, ldw, norm_w, bias, gamma, side, hist, ldh, t0, C, us, wk, nws, bs, gs);
   float4 xr[kMixPer4];
-#pragma unroll
-  for (int k = 0; k < kMixPer4; ++k) {
-    const int i = threadIdx.x + k * kMixThreads;
-    if (i < n4) {
-      const int row = i / C4, c = (i - row * C4) * 4;
-      xr[k] = *reinterpret_cast<const float4*>(x + (t0 + row) * ldx + c);
-      *reinterpret_cast<float4*>(us + (kHalo + row) * C + c) = xr[k];
-    }
-  }
-  __syncthreads();
-  for (int r = warp; r < n; r += kMixThreads / 32) {
-    const float v = row_inv_rms(us + (kHalo + r) * C, C, eps, lane);
-    if (lane == 0) inv[r] = v;
-  }
-  __syncthreads();
+  mixer_load_rows(x, ldx, t0, n, C, eps, us, inv, xr);
 #pragma unroll
   for (int k = 0; k < kMixPer4; ++k) {
     const int i = threadIdx.x + k * kMixThreads;
@@ -247,34 +256,12 @@ __global__ void __launch_bounds__(kMixThreads, 2)
   float* inv = gs + C;
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * R;
   const int n = static_cast<int>(T - t0 < R ? T - t0 : R);
-  const int C4 = C / 4, n4 = n * C4;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int C4 = C / 4;
   mixer_stage_block(w, ldw, norm_w, bias, gamma, side, hist, ldh, t0, C, us, wk, nws, bs, gs);
   {
-    float4 xr[kMixPer4];  // every load of the thread in flight before its first store
-#pragma unroll
-    for (int k = 0; k < kMixPer4; ++k) {
-      const int i = threadIdx.x + k * kMixThreads;
-      if (i < n4) {
-        const int row = i / C4, c = (i - row * C4) * 4;
-        xr[k] = *reinterpret_cast<const float4*>(x + (t0 + row) * ldx + c);
-      }
-    }
-#pragma unroll
-    for (int k = 0; k < kMixPer4; ++k) {
-      const int i = threadIdx.x + k * kMixThreads;
-      if (i < n4) {
-        const int row = i / C4, c = (i - row * C4) * 4;
-        *reinterpret_cast<float4*>(us + (kHalo + row) * C + c) = xr[k];
-      }
-    }
+    float4 xr[kMixPer4];  // the run form reads x again from shared memory
+    mixer_load_rows(x, ldx, t0, n, C, eps, us, inv, xr);
   }
-  __syncthreads();
-  for (int r = warp; r < n; r += kMixThreads / 32) {
-    const float v = row_inv_rms(us + (kHalo + r) * C, C, eps, lane);
-    if (lane == 0) inv[r] = v;
-  }
-  __syncthreads();
   const int runs = (n + kMixRun - 1) / kMixRun;
   for (int p = threadIdx.x; p < runs * C4; p += kMixThreads) {
     const int run = p / C4, c = (p - run * C4) * 4;
