@@ -122,6 +122,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (gen != gen_ || !streaming_) return;
     streaming_ = false;
     sse_timer_.cancel();
+    account();
     send(chunk(""));
     end_exchange(close_after_);
   }
@@ -551,20 +552,30 @@ class Session : public std::enable_shared_from_this<Session> {
     if (r.close) close_after_ = true;
     std::string out = serialize_head(r, r.body.size(), head_request_);
     if (!head_request_) out += r.body;
+    account();
     send(std::move(out));
     end_exchange(close_after_);
+  }
+
+  // The exchange's metrics and access log, before its last bytes are handed to the socket: a client
+  // that reads the response and then scrapes /metrics finds the request counted.
+  void account() {
+    end_ = SteadyClock::now();
+    record();
+    accounted_ = true;
   }
 
   void end_exchange(bool close_after) {
     // The response's last byte has just been handed to the socket (a small response is written
     // there and then): that ends the request's duration, not the bookkeeping below.
-    end_ = SteadyClock::now();
+    if (!accounted_) end_ = SteadyClock::now();
     sse_timer_.cancel();
     for (auto& t : timers_) t->cancel();
     timers_.clear();
     on_disconnect_ = nullptr;
     ++gen_;  // stale exchange calls are ignored from here
-    record();
+    if (!accounted_) record();
+    accounted_ = false;
     if (close_after) {
       phase_ = Phase::kClosing;
       closing_after_write_ = true;
@@ -752,6 +763,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool close_after_ = false;
   bool head_request_ = false;
   bool counted_ = false;
+  bool accounted_ = false;  // account() ran for this exchange (end_exchange does not record it again)
   bool in_flight_counted_ = false;
   bool lingering_ = false;
   bool writing_ = false;
