@@ -1575,7 +1575,6 @@ class CudaBackend final : public Backend {
   // weight streams per warp).
   bool swiglu_epilogue_ =
       !(std::getenv("VV_CUDA_SWIGLU_EPILOGUE") && std::string(std::getenv("VV_CUDA_SWIGLU_EPILOGUE")) == "0");
-  // The encoders' FFN branch on cuBLASLt (conv_ffn_lt) from this width up; VV_CUDA_FFN_LT=0 turns it off.
   // VV_CUDA_FLASH_QV=128: 128 query vectors per flash attention block (8 warps per K/V tile; opt-in
   // until measured on a GPU).
   int flash_qv_ = std::getenv("VV_CUDA_FLASH_QV") && std::string(std::getenv("VV_CUDA_FLASH_QV")) == "128"
@@ -1584,6 +1583,8 @@ class CudaBackend final : public Backend {
   // VV_CUDA_MIXER_RUNS=1: the mixer's tile kernel in its run form (opt-in until measured on a GPU).
   bool mixer_runs_ =
       std::getenv("VV_CUDA_MIXER_RUNS") && std::string(std::getenv("VV_CUDA_MIXER_RUNS")) == "1";
+  // The encoders' FFN branch on cuBLASLt (conv_ffn_lt) from VV_CUDA_FFN_LT_MIN channels up (default
+  // kFfnLtMin); VV_CUDA_FFN_LT=0 turns it off. One line on stderr the first time no algorithm takes it.
   bool ffn_lt_warned_ = false;
   bool ffn_lt_ = !(std::getenv("VV_CUDA_FFN_LT") && std::string(std::getenv("VV_CUDA_FFN_LT")) == "0");
   int64_t ffn_lt_min_ =

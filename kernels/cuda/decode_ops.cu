@@ -97,9 +97,14 @@ __device__ float rms_inv(const float* __restrict__ x, int64_t C, float eps, floa
 constexpr int kGemvThreads = 256;
 constexpr bool kGemvRollDefault = true;
 
-// kMinBlocks: blocks per SM to fit (0: 4 without the norm prologue at one row per warp, else 3).
+// Blocks per SM the GEMV is compiled to fit by default: 4 at one row per warp without the norm
+// prologue, else 3 (kMinBlocks > 0 overrides it).
+constexpr int gemv_default_blocks(int R, bool norm) {
+  return R == 1 && !norm ? 4 : 3;
+}
+
 template <typename WT, int R, bool kNorm, int U, bool kRoll, int kMinBlocks = 0>
-__global__ void __launch_bounds__(kGemvThreads, kMinBlocks > 0 ? kMinBlocks : (R == 1 && !kNorm ? 4 : 3))
+__global__ void __launch_bounds__(kGemvThreads, kMinBlocks > 0 ? kMinBlocks : gemv_default_blocks(R, kNorm))
     decode_gemv_kernel(const DecodeGemv g, int64_t tasks) {
   constexpr int V = sizeof(WT) == 4 ? 2 : 1;
   __shared__ float red[16];
@@ -276,7 +281,8 @@ bool gemv_wide() {
 template <typename WT, int R, bool kNorm>
 void launch_gemv(const DecodeGemv& g, int64_t tasks, cudaStream_t s) {
   if constexpr (R == 1 && sizeof(WT) == 2) {
-    const int64_t resident = static_cast<int64_t>(g.sms) * (kNorm ? 3 : 4) * (kGemvThreads / 32);
+    const int64_t resident =
+        static_cast<int64_t>(g.sms) * gemv_default_blocks(R, kNorm) * (kGemvThreads / 32);
     if (gemv_wide() && gemv_roll() && tasks > resident &&
         tasks <= static_cast<int64_t>(g.sms) * 5 * (kGemvThreads / 32)) {
       launch_gemv_sched<WT, R, kNorm, true, 5>(g, tasks, s);
