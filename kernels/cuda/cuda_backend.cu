@@ -48,6 +48,17 @@ constexpr int64_t kSkinnyRowsF32 = 64;
 void release_device(void* p, size_t);
 void release_pinned(void* p, size_t);
 
+// VV_CUDA_FLASH_QV: the flash attention block's form ("128": 8 warps of 16 query vectors, "128x2": 4
+// warps of 32; else 4 warps of 16).
+cuda::FlashForm flash_form_from_env() {
+  const char* v = std::getenv("VV_CUDA_FLASH_QV");
+  if (v == nullptr) return cuda::FlashForm::kNarrow;
+  const std::string s(v);
+  return s == "128"     ? cuda::FlashForm::kWide
+         : s == "128x2" ? cuda::FlashForm::kTwoTiles
+                        : cuda::FlashForm::kNarrow;
+}
+
 // Bytes held by allocate()'s Buffers per device (every backend on it together): the figure that a
 // memory cap is checked against besides cudaMemGetInfo. release_device finds the device from the
 // pointer.
@@ -1006,9 +1017,11 @@ class CudaBackend final : public Backend {
   void run_paged_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, const AttentionShape& shape,
                        Tensor& out) {
     if (flash_prefill_takes(q, cache, shape)) {  // prefill in bf16 mode: the tensor-core kernel
-      const bool wide = flash_qv_ == 128 && shape.heads / shape.kv_heads >= 2;
-      OpTimer timer(this, wide ? "paged_attention.flash128" : "paged_attention.flash");
-      cuda::flash_prefill_attention(q, rows, cache, shape, out, stream_, sms_, flash_qv_);
+      const cuda::FlashForm form = cuda::flash_form_taken(flash_form_, shape.heads, shape.kv_heads);
+      OpTimer timer(this, form == cuda::FlashForm::kWide       ? "paged_attention.flash128"
+                          : form == cuda::FlashForm::kTwoTiles ? "paged_attention.flash128x2"
+                                                               : "paged_attention.flash");
+      cuda::flash_prefill_attention(q, rows, cache, shape, out, stream_, sms_, form);
       launched("paged_attention");
       return;
     }
@@ -1575,11 +1588,10 @@ class CudaBackend final : public Backend {
   // weight streams per warp).
   bool swiglu_epilogue_ =
       !(std::getenv("VV_CUDA_SWIGLU_EPILOGUE") && std::string(std::getenv("VV_CUDA_SWIGLU_EPILOGUE")) == "0");
-  // VV_CUDA_FLASH_QV=128: 128 query vectors per flash attention block (8 warps per K/V tile; opt-in
-  // until measured on a GPU).
-  int flash_qv_ = std::getenv("VV_CUDA_FLASH_QV") && std::string(std::getenv("VV_CUDA_FLASH_QV")) == "128"
-                      ? 128
-                      : cuda::kFlashQueryVectors;
+  // The flash attention block's form (cuda::FlashForm): VV_CUDA_FLASH_QV=128 8 warps of 16 query
+  // vectors sharing each K/V tile (H200, session 11: 4,096-row prefill +0.8 %, 1,024 rows −2 %);
+  // VV_CUDA_FLASH_QV=128x2 4 warps of 32 (opt-in until measured on a GPU).
+  cuda::FlashForm flash_form_ = flash_form_from_env();
   // VV_CUDA_MIXER_RUNS=1: the mixer's tile kernel in its run form (opt-in until measured on a GPU).
   bool mixer_runs_ =
       std::getenv("VV_CUDA_MIXER_RUNS") && std::string(std::getenv("VV_CUDA_MIXER_RUNS")) == "1";

@@ -19,14 +19,18 @@
 namespace vv::cuda {
 namespace {
 
-// QV query vectors per block (kFlashQueryVectors, or 128 with VV_CUDA_FLASH_QV=128): QV / 16 warps.
-template <int QV>
-constexpr int kThreadsOf = QV / 16 * 32;
+// QV query vectors per block, MT m-tiles of 16 query vectors per warp: QV / (16 · MT) warps. The
+// forms: (64, 1) the default, (128, 1) 8 warps sharing each K/V tile (VV_CUDA_FLASH_QV=128), (128, 2)
+// 4 warps of 32 query vectors (VV_CUDA_FLASH_QV=128x2): every K/V fragment read from shared memory
+// feeds two mmas, and Q stays in shared memory (its fragments are read again for every tile).
+template <int QV, int MT>
+constexpr int kThreadsOf = QV / (16 * MT) * 32;
 constexpr int kKeys = 64;  // keys per K/V tile
+constexpr int kRing = kKeys + 1;  // block-table entries a tile of keys can span (block size 1)
 
 using mma::ldsm_a;
-using mma::ldsm_b_kmajor;
-using mma::ldsm_b_nmajor;
+using mma::ldsm_x4_at;
+using mma::ldsm_x4_t_at;
 using mma::mma_bf16;
 using mma::pack_bf16;
 using mma::quad_max;
@@ -43,44 +47,61 @@ __device__ __forceinline__ uint4 load8_bf16(const __half* p) {
 }
 
 // Shared memory: two stages of K [64][D+8] and V [64][D+8] bf16 (8 elements of padding per row keep
-// ldmatrix's eight row addresses on distinct banks); a pass's Q [QV][D+8] is staged in the second
-// stage (its K, and its V too at QV = 128) before the key loop starts (its fragments then live in
-// registers).
-template <int D>
+// ldmatrix's eight row addresses on distinct banks). At MT = 1 a pass's Q [QV][D+8] is staged in the
+// second stage (its K, and its V too at QV = 128) before the key loop starts (its fragments then live
+// in registers); at MT = 2 it has its own region after the stages.
+template <int D, int QV, int MT>
 constexpr size_t flash_smem_bytes() {
-  return static_cast<size_t>(4) * kKeys * (D + 8) * 2;
+  return static_cast<size_t>(4) * kKeys * (D + 8) * 2 + (MT == 2 ? static_cast<size_t>(QV) * (D + 8) * 2 : 0);
+}
+
+// The block-table entries of keys [j0, j0 + 64) (clipped to kend) of sequence seq: entry i of the
+// tile is tables[seq][j0 / bs + i]. Each thread below the count loads one (−1 elsewhere); the caller
+// stores it into the tile's ring slot a tile's compute later, so the cp.async addresses of a tile
+// come from shared memory and no warp waits on a global load before issuing them.
+__device__ __forceinline__ int32_t flash_table_entry(const int32_t* __restrict__ tables, int64_t ldt, int bs,
+                                                     int seq, int j0, int kend) {
+  if (j0 >= kend) return -1;
+  const int first = j0 / bs, last = (min(j0 + kKeys, kend) - 1) / bs;
+  const int i = static_cast<int>(threadIdx.x);
+  return i <= last - first ? tables[seq * ldt + first + i] : -1;
 }
 
 // Issues the loads of keys [j0, j0 + 64) of the kv head into one stage. A bf16 cache goes through
 // cp.async (nothing waits here; zeros past kend); other cache types are rounded to bf16 through
 // registers, every load of the thread issued before its first store.
 template <typename CT, int D, int kThreads>
-__device__ __forceinline__ void flash_load_tile(const int32_t* __restrict__ tables, int64_t ldt, int bs,
-                                                int seq, int j0, int kend, const CT* __restrict__ kc,
-                                                const CT* __restrict__ vc, int64_t ldc, int kvh,
-                                                __nv_bfloat16* Ks, __nv_bfloat16* Vs) {
+__device__ __forceinline__ void flash_load_tile(const int32_t* ring, int bs, int j0, int kend,
+                                                const CT* __restrict__ kc, const CT* __restrict__ vc,
+                                                int64_t ldc, int kvh, __nv_bfloat16* Ks, __nv_bfloat16* Vs) {
   constexpr int LD = D + 8;
   constexpr int kChunks = kKeys * (D / 8) / kThreads;  // 16-byte chunks per thread (8 or 4)
-  int64_t off[kChunks];
-  bool valid[kChunks];
-#pragma unroll
-  for (int u = 0; u < kChunks; ++u) {
-    const int c = threadIdx.x + u * kThreads;
-    const int jj = c / (D / 8), d8 = (c % (D / 8)) * 8;
-    const int j = j0 + jj;
-    valid[u] = j < kend;
-    const int64_t sl = valid[u] ? static_cast<int64_t>(tables[seq * ldt + j / bs]) * bs + j % bs : 0;
-    off[u] = sl * ldc + static_cast<int64_t>(kvh) * D + d8;
-  }
+  const int b0 = j0 / bs;
   if constexpr (std::is_same_v<CT, __nv_bfloat16>) {
+    // Each chunk's copy is issued as soon as its address is known (nothing is held across chunks).
 #pragma unroll
     for (int u = 0; u < kChunks; ++u) {
       const int c = threadIdx.x + u * kThreads;
       const int jj = c / (D / 8), d8 = (c % (D / 8)) * 8;
-      mma::cp_async16_zfill(Ks + jj * LD + d8, kc + off[u], valid[u]);
-      mma::cp_async16_zfill(Vs + jj * LD + d8, vc + off[u], valid[u]);
+      const int j = j0 + jj;
+      const bool valid = j < kend;
+      const int64_t sl = valid ? static_cast<int64_t>(ring[j / bs - b0]) * bs + j % bs : 0;
+      const int64_t off = sl * ldc + static_cast<int64_t>(kvh) * D + d8;
+      mma::cp_async16_zfill(Ks + jj * LD + d8, kc + off, valid);
+      mma::cp_async16_zfill(Vs + jj * LD + d8, vc + off, valid);
     }
   } else {
+    int64_t off[kChunks];
+    bool valid[kChunks];
+#pragma unroll
+    for (int u = 0; u < kChunks; ++u) {
+      const int c = threadIdx.x + u * kThreads;
+      const int jj = c / (D / 8), d8 = (c % (D / 8)) * 8;
+      const int j = j0 + jj;
+      valid[u] = j < kend;
+      const int64_t sl = valid[u] ? static_cast<int64_t>(ring[j / bs - b0]) * bs + j % bs : 0;
+      off[u] = sl * ldc + static_cast<int64_t>(kvh) * D + d8;
+    }
     uint4 kv[kChunks], vv[kChunks];
 #pragma unroll
     for (int u = 0; u < kChunks; ++u) {
@@ -100,10 +121,10 @@ __device__ __forceinline__ void flash_load_tile(const int32_t* __restrict__ tabl
 
 // One kernel for the whole data flow of a tile (load, scores, softmax, P·V): splitting it would
 // put S and P through memory, which is what the kernel exists to avoid. 241 registers at D = 128 over
-// a bf16 cache: 2 blocks per SM. Bounding it to 168 (3 blocks) spills a few hundred bytes and ran no
-// faster (prefill 1,024 rows 40,492 against 40,374 tok/s, H200, NOTES session 9).
-template <typename CT, int D, int QV>
-__global__ void __launch_bounds__(kThreadsOf<QV>)
+// a bf16 cache (MT = 1): 2 blocks per SM. Bounding it to 168 (3 blocks) spills a few hundred bytes and
+// ran no faster (prefill 1,024 rows 40,492 against 40,374 tok/s, H200, NOTES session 9).
+template <typename CT, int D, int QV, int MT>
+__global__ void __launch_bounds__(kThreadsOf<QV, MT>)
     flash_prefill_kernel(const float* __restrict__ q, int64_t ldq, const int32_t* __restrict__ row_seq,
                          const int32_t* __restrict__ row_pos, const int32_t* __restrict__ tables, int64_t ldt,
                          int bs, const CT* __restrict__ kc, const CT* __restrict__ vc, int64_t ldc, int64_t n,
@@ -111,12 +132,19 @@ __global__ void __launch_bounds__(kThreadsOf<QV>)
   constexpr int LD = D + 8;
   constexpr int KD = D / 16;     // k-steps of Q·Kᵀ
   constexpr int DT = D / 8;      // 8-wide output tiles per row
-  constexpr int NT = kKeys / 8;  // 8-wide score tiles per row
-  constexpr int kThreads = kThreadsOf<QV>;
+  // Keys per softmax step: the whole tile at MT = 1; half of it at MT = 2, where scores of 64 keys
+  // for two m-tiles next to their 128 accumulators would not fit in the registers.
+  constexpr int kSub = MT == 1 ? kKeys : kKeys / 2;
+  constexpr int NT = kSub / 8;  // 8-wide score tiles per row
+  constexpr int kThreads = kThreadsOf<QV, MT>;
+  static_assert(kThreads >= kRing, "one thread per block-table entry of a tile");
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  // Stage st's K at stage + 2 * st * kKeys * LD, its V right after; Q shares stage 1's K.
+  // Stage st's K at stage + 2 * st * kKeys * LD, its V right after; Q shares stage 1's K at MT = 1
+  // and follows the stages at MT = 2.
   __nv_bfloat16* stage = reinterpret_cast<__nv_bfloat16*>(smem_raw);
-  __nv_bfloat16* Qs = stage + 2 * kKeys * LD;
+  __nv_bfloat16* Qs = stage + (MT == 1 ? 2 : 4) * kKeys * LD;
+  // Block-table entries of the next tiles: ring[t & 1] holds tile t's (see flash_table_entry).
+  __shared__ int32_t ring[2][kRing];
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
   // The last row tiles (the most keys: rows of a prompt chunk come in position order) start first,
@@ -146,7 +174,15 @@ __global__ void __launch_bounds__(kThreadsOf<QV>)
     }
     done |= active;
 
-    __syncthreads();  // the previous pass is done with Qs and both stages
+    __syncthreads();  // the previous pass is done with Qs, both stages and the ring
+    {
+      const int32_t e0 = flash_table_entry(tables, ldt, bs, seq, 0, kend);
+      const int32_t e1 = flash_table_entry(tables, ldt, bs, seq, kKeys, kend);
+      if (threadIdx.x < kRing) {
+        ring[0][threadIdx.x] = e0;
+        ring[1][threadIdx.x] = e1;
+      }
+    }
     for (int idx = threadIdx.x; idx < QV * (D / 2); idx += kThreads) {
       const int qv = idx / (D / 2), d = (idx % (D / 2)) * 2;
       const int i = qv / G, gg = qv % G;
@@ -157,141 +193,191 @@ __global__ void __launch_bounds__(kThreadsOf<QV>)
       }
       *reinterpret_cast<uint32_t*>(Qs + qv * LD + d) = pack_bf16(v.x, v.y);
     }
-    // Positions of this thread's two query vectors (rows g and g+8 of the warp's 16); −1: none.
-    int qp[2];
+    // Positions of this thread's query vectors (rows g and g+8 of each of the warp's m-tiles); −1: none.
+    int qp[MT][2];
     int wmax = -1;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int qv = warp * 16 + g + 8 * h;
-      const int i = qv / G;
-      qp[h] = qv < nq && i < rows_here && ((active >> i) & 1u) ? row_pos[r0 + i] : -1;
-      wmax = max(wmax, qp[h]);
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int qv = (warp * MT + mt) * 16 + g + 8 * h;
+        const int i = qv / G;
+        qp[mt][h] = qv < nq && i < rows_here && ((active >> i) & 1u) ? row_pos[r0 + i] : -1;
+        wmax = max(wmax, qp[mt][h]);
+      }
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) wmax = max(wmax, __shfl_xor_sync(0xffffffffu, wmax, o));
-    __syncthreads();  // Qs written
+    // Tile 2's entries, loaded now and stored into the ring after tile 0's compute.
+    int32_t next_entry = flash_table_entry(tables, ldt, bs, seq, 2 * kKeys, kend);
+    __syncthreads();  // Qs and the ring's first two tiles written
 
-    uint32_t qf[KD][4];
+    uint32_t qf[MT == 1 ? KD : 1][4];
+    if constexpr (MT == 1) {
 #pragma unroll
-    for (int kd = 0; kd < KD; ++kd) {
-      ldsm_a(Qs + warp * 16 * LD + kd * 16, LD, lane, qf[kd]);
+      for (int kd = 0; kd < KD; ++kd) {
+        ldsm_a(Qs + warp * 16 * LD + kd * 16, LD, lane, qf[kd]);
+      }
     }
-    float o[DT][4];
+    // Lane addresses (bytes, shared space) of the warp's Q rows and of the K and V fragments' rows in
+    // stage 0; fragments are at constant offsets from them.
+    const uint32_t q_lane = mma::smem_addr(Qs + warp * MT * 16 * LD + mma::ldsm_a_lane(LD, lane));
+    const uint32_t k_lane = mma::smem_addr(stage + mma::ldsm_b_nmajor_lane(LD, lane));
+    const uint32_t v_lane = mma::smem_addr(stage + kKeys * LD + mma::ldsm_b_kmajor_lane(LD, lane));
+    float o[MT][DT][4];
 #pragma unroll
-    for (int dt = 0; dt < DT; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.f;
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-    __syncthreads();  // every warp holds its Q fragments: stage 1 may be loaded
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int dt = 0; dt < DT; ++dt) o[mt][dt][0] = o[mt][dt][1] = o[mt][dt][2] = o[mt][dt][3] = 0.f;
+    }
+    float m[MT][2], l[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) m[mt][0] = m[mt][1] = -INFINITY, l[mt][0] = l[mt][1] = 0.f;
+    if constexpr (MT == 1) __syncthreads();  // every warp holds its Q fragments: stage 1 may be loaded
     // Two stages: the loads of tile t + 1 are in flight while tile t is computed.
-    flash_load_tile<CT, D, kThreads>(tables, ldt, bs, seq, 0, kend, kc, vc, ldc, kvh, stage,
-                                     stage + kKeys * LD);
+    flash_load_tile<CT, D, kThreads>(ring[0], bs, 0, kend, kc, vc, ldc, kvh, stage, stage + kKeys * LD);
     for (int j0 = 0, st = 0; j0 < kend; j0 += kKeys, st ^= 1) {
       if (j0 + kKeys < kend) {
         __nv_bfloat16* nk = stage + 2 * (st ^ 1) * kKeys * LD;
-        flash_load_tile<CT, D, kThreads>(tables, ldt, bs, seq, j0 + kKeys, kend, kc, vc, ldc, kvh, nk,
+        flash_load_tile<CT, D, kThreads>(ring[st ^ 1], bs, j0 + kKeys, kend, kc, vc, ldc, kvh, nk,
                                          nk + kKeys * LD);
         mma::cp_async_wait<1>();  // this thread's copies of tile t have landed
       } else {
         mma::cp_async_wait<0>();
       }
       __syncthreads();  // everyone's copies of tile t have landed
-      const __nv_bfloat16* Ks = stage + 2 * st * kKeys * LD;
-      const __nv_bfloat16* Vs = Ks + kKeys * LD;
+      const uint32_t st_bytes = static_cast<uint32_t>(st * 2 * kKeys * LD * 2);
       // (the barrier at the end of the iteration keeps stage st intact until every warp is done)
-      if (j0 <= wmax) {  // warp-uniform: else every key of the tile lies after every query of the warp
-
-        float s[NT][4];
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+      for (int sub = 0; sub < kKeys / kSub; ++sub) {
+        const int js = j0 + sub * kSub;
+        const uint32_t kt = k_lane + st_bytes + sub * kSub * LD * 2;
+        const uint32_t vt = v_lane + st_bytes + sub * kSub * LD * 2;
+        if (js <= wmax) {  // warp-uniform: else every key here lies after every query of the warp
+          float s[MT][NT][4];
 #pragma unroll
-      for (int kd = 0; kd < KD; ++kd) {
+          for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-        for (int nb = 0; nb < kKeys / 16; ++nb) {
-          uint32_t b0, b1, b2, b3;
-          ldsm_b_nmajor(Ks + nb * 16 * LD + kd * 16, LD, lane, b0, b1, b2, b3);
-          mma_bf16(s[2 * nb], qf[kd], b0, b1);
-          mma_bf16(s[2 * nb + 1], qf[kd], b2, b3);
-        }
-      }
-      // Causal mask and online softmax, per query vector (rows g and g+8 of the warp's 16).
+            for (int nt = 0; nt < NT; ++nt) s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.f;
+          }
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float mx = -INFINITY;
+          for (int kd = 0; kd < KD; ++kd) {
+            uint32_t qa[MT][4];
+            if constexpr (MT == 1) {
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
+              for (int r = 0; r < 4; ++r) qa[0][r] = qf[kd][r];
+            } else {
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int j = j0 + nt * 8 + 2 * t4 + e;
-            float& v = s[nt][2 * h + e];
-            v = j > qp[h] ? -INFINITY : v * scale_log2;
-            mx = fmaxf(mx, v);
+              for (int mt = 0; mt < MT; ++mt) ldsm_x4_at(q_lane + (mt * 16 * LD + kd * 16) * 2, qa[mt]);
+            }
+#pragma unroll
+            for (int nb = 0; nb < kSub / 16; ++nb) {
+              uint32_t b[4];
+              ldsm_x4_at(kt + (nb * 16 * LD + kd * 16) * 2, b);
+#pragma unroll
+              for (int mt = 0; mt < MT; ++mt) {
+                mma_bf16(s[mt][2 * nb], qa[mt], b[0], b[1]);
+                mma_bf16(s[mt][2 * nb + 1], qa[mt], b[2], b[3]);
+              }
+            }
+          }
+          // Causal mask and online softmax, per query vector (rows g and g+8 of each m-tile).
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              float mx = -INFINITY;
+#pragma unroll
+              for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                  const int j = js + nt * 8 + 2 * t4 + e;
+                  float& v = s[mt][nt][2 * h + e];
+                  v = j > qp[mt][h] ? -INFINITY : v * scale_log2;
+                  mx = fmaxf(mx, v);
+                }
+              }
+              mx = quad_max(mx);
+              const float m_new = fmaxf(m[mt][h], mx);
+              const float m_use = m_new == -INFINITY ? 0.f : m_new;  // no key yet: keep every exp at 0
+              const float corr = exp2f(m[mt][h] - m_use);
+              float sum = 0.f;
+#pragma unroll
+              for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                  float& v = s[mt][nt][2 * h + e];
+                  v = exp2f(v - m_use);
+                  sum += v;
+                }
+              }
+              l[mt][h] = l[mt][h] * corr + sum;  // this thread's columns; the quad is summed at the end
+              m[mt][h] = m_new;
+#pragma unroll
+              for (int dt = 0; dt < DT; ++dt) {
+                o[mt][dt][2 * h] *= corr;
+                o[mt][dt][2 * h + 1] *= corr;
+              }
+            }
+          }
+          // O += P·V: the score accumulators are already in the A-fragment layout of the next mma.
+#pragma unroll
+          for (int kk = 0; kk < kSub / 16; ++kk) {
+            uint32_t a[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+              a[mt][0] = pack_bf16(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+              a[mt][1] = pack_bf16(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+              a[mt][2] = pack_bf16(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+              a[mt][3] = pack_bf16(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+            }
+#pragma unroll
+            for (int dp = 0; dp < D / 16; ++dp) {
+              uint32_t b[4];
+              ldsm_x4_t_at(vt + (kk * 16 * LD + dp * 16) * 2, b);
+#pragma unroll
+              for (int mt = 0; mt < MT; ++mt) {
+                mma_bf16(o[mt][2 * dp], a[mt], b[0], b[1]);
+                mma_bf16(o[mt][2 * dp + 1], a[mt], b[2], b[3]);
+              }
+            }
           }
         }
-        mx = quad_max(mx);
-        const float m_new = fmaxf(m[h], mx);
-        const float m_use = m_new == -INFINITY ? 0.f : m_new;  // no key yet: keep every exp at 0
-        const float corr = exp2f(m[h] - m_use);
-        float sum = 0.f;
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            float& v = s[nt][2 * h + e];
-            v = exp2f(v - m_use);
-            sum += v;
-          }
-        }
-        l[h] = l[h] * corr + sum;  // this thread's columns; the quad is summed at the end
-        m[h] = m_new;
-#pragma unroll
-        for (int dt = 0; dt < DT; ++dt) {
-          o[dt][2 * h] *= corr;
-          o[dt][2 * h + 1] *= corr;
-        }
       }
-      // O += P·V: the score accumulators are already in the A-fragment layout of the next mma.
-#pragma unroll
-      for (int kk = 0; kk < kKeys / 16; ++kk) {
-        uint32_t a[4];
-        a[0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
-        a[1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
-        a[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-        a[3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-#pragma unroll
-        for (int dp = 0; dp < D / 16; ++dp) {
-          uint32_t b0, b1, b2, b3;
-          ldsm_b_kmajor(Vs + kk * 16 * LD + dp * 16, LD, lane, b0, b1, b2, b3);
-          mma_bf16(o[2 * dp], a, b0, b1);
-          mma_bf16(o[2 * dp + 1], a, b2, b3);
-        }
-      }
-      }
+      // Tile t + 2's entries into the slot tile t's were in (read when tile t was issued, an
+      // iteration ago); then the load of tile t + 3's, which has a tile's compute to arrive.
+      if (threadIdx.x < kRing) ring[st][threadIdx.x] = next_entry;
+      next_entry = flash_table_entry(tables, ldt, bs, seq, j0 + 3 * kKeys, kend);
       __syncthreads();  // stage st is consumed: the next iteration loads tile t + 2 into it
     }
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float lt = quad_sum(l[h]);
-      if (qp[h] < 0) continue;
-      const int qv = warp * 16 + g + 8 * h;
-      const int64_t row = r0 + qv / G;
-      const int head = kvh * G + qv % G;
-      const float inv = 1.0f / lt;
-      float* dst = out + row * ldo + static_cast<int64_t>(head) * D + 2 * t4;
+    for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-      for (int dt = 0; dt < DT; ++dt) {
-        dst[dt * 8] = o[dt][2 * h] * inv;
-        dst[dt * 8 + 1] = o[dt][2 * h + 1] * inv;
+      for (int h = 0; h < 2; ++h) {
+        const float lt = quad_sum(l[mt][h]);
+        if (qp[mt][h] < 0) continue;
+        const int qv = (warp * MT + mt) * 16 + g + 8 * h;
+        const int64_t row = r0 + qv / G;
+        const int head = kvh * G + qv % G;
+        const float inv = 1.0f / lt;
+        float* dst = out + row * ldo + static_cast<int64_t>(head) * D + 2 * t4;
+#pragma unroll
+        for (int dt = 0; dt < DT; ++dt) {
+          dst[dt * 8] = o[mt][dt][2 * h] * inv;
+          dst[dt * 8 + 1] = o[mt][dt][2 * h + 1] * inv;
+        }
       }
     }
   }
 }
 
-template <typename CT, int D, int QV>
+template <typename CT, int D, int QV, int MT>
 void launch(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, const AttentionShape& shape,
             Tensor& out, int sms, cudaStream_t s) {
-  constexpr size_t smem = flash_smem_bytes<D>();
+  constexpr size_t smem = flash_smem_bytes<D, QV, MT>();
   static bool raised = false;  // per instantiation: allow > 48 KB of dynamic shared memory
   if (!raised) {
-    cudaFuncSetAttribute(flash_prefill_kernel<CT, D, QV>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cudaFuncSetAttribute(flash_prefill_kernel<CT, D, QV, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                          static_cast<int>(smem));
     raised = true;
   }
@@ -306,7 +392,7 @@ void launch(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, co
   if (sms > 0 && (n + QT - 1) / QT * shape.kv_heads < sms && n <= rows.block_tables.rows()) QT = 1;
   const dim3 grid(static_cast<unsigned>((n + QT - 1) / QT), static_cast<unsigned>(shape.kv_heads));
   const float scale_log2 = shape.scale * 1.4426950408889634f;
-  flash_prefill_kernel<CT, D, QV><<<grid, kThreadsOf<QV>, smem, s>>>(
+  flash_prefill_kernel<CT, D, QV, MT><<<grid, kThreadsOf<QV, MT>, smem, s>>>(
       q.ptr<const float>(), q.row_stride(), rows.row_seq.ptr<const int32_t>(),
       rows.row_pos.ptr<const int32_t>(), rows.block_tables.ptr<const int32_t>(),
       rows.block_tables.row_stride(), rows.block_size, static_cast<const CT*>(cache.k.data),
@@ -314,38 +400,48 @@ void launch(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, co
       out.row_stride());
 }
 
+template <typename CT, int D>
+void launch_form(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
+                 const AttentionShape& shape, Tensor& out, int sms, cudaStream_t s, FlashForm form) {
+  switch (form) {
+    case FlashForm::kWide:
+      launch<CT, D, 128, 1>(q, rows, cache, shape, out, sms, s);
+      break;
+    case FlashForm::kTwoTiles:
+      launch<CT, D, 128, 2>(q, rows, cache, shape, out, sms, s);
+      break;
+    default:
+      launch<CT, D, kFlashQueryVectors, 1>(q, rows, cache, shape, out, sms, s);
+      break;
+  }
+}
+
 template <typename CT>
 void launch_d(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, const AttentionShape& shape,
-              Tensor& out, int sms, cudaStream_t s, int qv) {
-  // 128 query vectors per block only where a tile has at most 64 rows (the pass bitmask's width).
-  const bool wide = qv == 128 && shape.heads / shape.kv_heads >= 2;
+              Tensor& out, int sms, cudaStream_t s, FlashForm form) {
+  form = flash_form_taken(form, shape.heads, shape.kv_heads);
   if (shape.head_dim == 64) {
-    if (wide) {
-      launch<CT, 64, 128>(q, rows, cache, shape, out, sms, s);
-    } else {
-      launch<CT, 64, kFlashQueryVectors>(q, rows, cache, shape, out, sms, s);
-    }
-  } else if (wide) {
-    launch<CT, 128, 128>(q, rows, cache, shape, out, sms, s);
+    launch_form<CT, 64>(q, rows, cache, shape, out, sms, s, form);
   } else {
-    launch<CT, 128, kFlashQueryVectors>(q, rows, cache, shape, out, sms, s);
+    launch_form<CT, 128>(q, rows, cache, shape, out, sms, s, form);
   }
 }
 
 }  // namespace
 
 void flash_prefill_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
-                             const AttentionShape& shape, Tensor& out, cudaStream_t s, int sms, int qv) {
+                             const AttentionShape& shape, Tensor& out, cudaStream_t s, int sms,
+                             FlashForm form) {
   if (q.rows() == 0) return;
   switch (cache.k.dtype) {
     case DType::kBF16:
-      launch_d<__nv_bfloat16>(q, rows, cache, shape, out, sms, s, qv);
+      launch_d<__nv_bfloat16>(q, rows, cache, shape, out, sms, s, form);
       break;
     case DType::kF16:
-      launch_d<__half>(q, rows, cache, shape, out, sms, s, qv);
+      launch_d<__half>(q, rows, cache, shape, out, sms, s, form);
       break;
     default:
-      launch_d<float>(q, rows, cache, shape, out, sms, s, qv);
+      launch_d<float>(q, rows, cache, shape, out, sms, s, form);
       break;
   }
 }

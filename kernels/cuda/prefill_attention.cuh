@@ -12,11 +12,10 @@ namespace vv::cuda {
 // cached K/V are rounded to bf16, scores and the online softmax stay f32, P is rounded to bf16 for
 // P·V, accumulation is f32. K/V rows must be 16-byte aligned (kv_heads·head_dim a multiple of 8).
 // `sms` (the GPU's SM count; 0: not given) lets a decode-shaped call too small to fill the GPU run
-// one row per block (the same bits per row). qv: query vectors per block, 64 (kFlashQueryVectors) or
-// 128 (8 warps sharing each K/V tile; taken where a GQA group has ≥ 2 heads); a row's bits do not
-// depend on it.
+// one row per block (the same bits per row). form: the block form (FlashForm, prefill_attention.h;
+// flash_form_taken decides what runs); a row's bits do not depend on it.
 void flash_prefill_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
                              const AttentionShape& shape, Tensor& out, cudaStream_t s, int sms = 0,
-                             int qv = kFlashQueryVectors);
+                             FlashForm form = FlashForm::kNarrow);
 
 }  // namespace vv::cuda

@@ -9,6 +9,15 @@ namespace vv::cuda {
 // Query vectors per block of the flash kernel: (row, query head of the GQA group) pairs, 16 per warp.
 constexpr int kFlashQueryVectors = 64;
 
+// The flash kernel's block forms: kNarrow 64 query vectors (4 warps of 16), kWide 128 (8 warps of 16
+// sharing each K/V tile), kTwoTiles 128 (4 warps of 32: each K/V fragment read from shared memory
+// feeds two mmas). A row's bits do not depend on the form. The 128-vector forms need a GQA group of
+// at least 2 heads (a block's rows, 128 / G, are tracked in a 64-bit mask); others run kNarrow.
+enum class FlashForm { kNarrow, kWide, kTwoTiles };
+inline FlashForm flash_form_taken(FlashForm form, int heads, int kv_heads) {
+  return form != FlashForm::kNarrow && heads / kv_heads >= 2 ? form : FlashForm::kNarrow;
+}
+
 // Rows of q one block of the flash kernel covers: every query head of a kv head's group for each.
 inline int flash_rows_per_tile(int heads, int kv_heads) {
   return kFlashQueryVectors / (heads / kv_heads);

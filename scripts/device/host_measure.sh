@@ -12,6 +12,8 @@
 #                with and without it, and profiled per op with it
 #   flashqv      flash attention with 128 query vectors per block (VV_CUDA_FLASH_QV=128): its gpu tests,
 #                then the 1,024- and 4,096-row prefills with and without it
+#   flashform    the flash kernel (block-table entries a tile ahead) as is and with VV_CUDA_FLASH_QV=128x2:
+#                its gpu tests, the 1,024/4,096-row prefills, Nsight sections of one 4K-chunk launch of each
 #   gemvwide     VV_CUDA_GEMV_WIDE=1 (the fused norm + q/k/v GEMV in one round): the decode gpu tests with
 #                it (fused = unfused bitwise), then decode with and without it
 #   fasterf      VV_CUDA_FFN_FAST_ERF=1 (the fused FFN's GELU with a 1.5e-7 erf): the FFN gpu tests with it,
@@ -92,6 +94,20 @@ for step in "$@"; do
       run pre1k_qv128 env VV_CUDA_FLASH_QV=128 $P --prompt 1024
       run pre4k_qv64 $P --prompt 4096
       run pre4k_qv128 env VV_CUDA_FLASH_QV=128 $P --prompt 4096 ;;
+    flashform)  # the flash kernel's forms (table entries a tile ahead in all): tests, prefills, Nsight sections
+      run flashform_tests env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda --gtest_filter='CudaFlash*:CudaDeterministicAttention*:CudaRunnerGolden*'
+      P="$B/cuda_decode_bench --preset 7b --bf16 --no-gemv --tokens 16 --enc-audio 1 --job-audio 1 --job-tokens 1"
+      run pre1k_narrow $P --prompt 1024
+      run pre1k_x2 env VV_CUDA_FLASH_QV=128x2 $P --prompt 1024
+      run pre4k_narrow $P --prompt 4096
+      run pre4k_x2 env VV_CUDA_FLASH_QV=128x2 $P --prompt 4096
+      NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+      for form in 64 128x2; do
+        run ncuflash_$form env VV_CUDA_FLASH_QV=$form $NCU --clock-control none --kernel-name regex:flash_prefill \
+          --launch-skip 111 --launch-count 1 --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
+          --section Occupancy --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section LaunchStats \
+          $P --prompt 4096
+      done ;;
     gemvwide)
       run gemvwide_tests env VV_REQUIRE_GPU=1 VV_CUDA_GEMV_WIDE=1 $B/unit_kernels_cuda \
         --gtest_filter='CudaDecode*:CudaRunnerGolden*'

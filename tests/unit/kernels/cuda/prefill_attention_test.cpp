@@ -113,35 +113,56 @@ TEST(CudaFlashPrefill, OtherGroupsHeadDimsAndCacheDtypes) {
   check_flash(*gpu, 32, 1, 128, DType::kF32, {{0, 263}, {17, 50}}, 4);   // G = 32: 2 rows per tile
 }
 
-// VV_CUDA_FLASH_QV=128: 8 warps (128 query vectors) per block sharing each K/V tile, where a GQA group
-// has ≥ 2 heads (G = 1 keeps 64). Same shapes, same tolerance; the profile shows which kernel ran.
-struct FlashQvEnv {  // for the backend made in its scope (read once, at construction)
-  FlashQvEnv() {
-    ::setenv("VV_CUDA_FLASH_QV", "128", 1);
+// VV_CUDA_FLASH_QV=128 (8 warps of 16 query vectors sharing each K/V tile) and 128x2 (4 warps of 32,
+// each K/V fragment feeding two mmas), where a GQA group has ≥ 2 heads (G = 1 keeps 64 per block).
+// Same shapes, same tolerance; the profile shows which kernel ran.
+struct FlashFormEnv {  // for the backend made in its scope (read once, at construction)
+  explicit FlashFormEnv(const char* form) {
+    ::setenv("VV_CUDA_FLASH_QV", form, 1);
     ::setenv("VV_CUDA_PROFILE", "1", 1);
   }
-  ~FlashQvEnv() {
+  ~FlashFormEnv() {
     ::unsetenv("VV_CUDA_FLASH_QV");
     ::unsetenv("VV_CUDA_PROFILE");
   }
+  FlashFormEnv(const FlashFormEnv&) = delete;
+  FlashFormEnv& operator=(const FlashFormEnv&) = delete;
 };
 
-TEST(CudaFlashPrefill, WideBlocksOf128QueryVectors) {
-  FlashQvEnv env;
+void check_flash_form(const char* form, const std::string& label) {
+  FlashFormEnv env(form);
   VV_CUDA_BACKEND_OR_SKIP(gpu, true);
   (void)backend_profile_report(*gpu);
   check_flash(*gpu, 28, 4, 128, DType::kBF16, {{0, 1024}}, 16);
   check_flash(*gpu, 28, 4, 128, DType::kBF16, {{0, 37}, {0, 300}, {0, 1}, {0, 129}, {200, 311}, {0, 541}},
               16);
   check_flash(*gpu, 28, 4, 128, DType::kF32, {{1000, 257}, {0, 63}}, 32);
+  check_flash(*gpu, 28, 4, 128, DType::kBF16, {{3000, 1031}}, 1);  // block size 1: 65 table entries a tile
   check_flash(*gpu, 14, 2, 64, DType::kF16, {{0, 997}}, 16);
   check_flash(*gpu, 32, 1, 128, DType::kF32, {{0, 263}, {17, 50}}, 4);
   const std::string wide = backend_profile_report(*gpu);
-  EXPECT_NE(wide.find("paged_attention.flash128"), std::string::npos) << wide;
+  EXPECT_NE(wide.find("paged_attention." + label + " "), std::string::npos) << wide;
   check_flash(*gpu, 8, 8, 128, DType::kBF16, {{0, 1031}, {5, 70}}, 16);  // G = 1: 64 per block
   const std::string narrow = backend_profile_report(*gpu);
-  EXPECT_EQ(narrow.find("paged_attention.flash128"), std::string::npos) << narrow;
-  EXPECT_NE(narrow.find("paged_attention.flash"), std::string::npos) << narrow;
+  EXPECT_EQ(narrow.find("paged_attention." + label + " "), std::string::npos) << narrow;
+  EXPECT_NE(narrow.find("paged_attention.flash "), std::string::npos) << narrow;
+}
+
+TEST(CudaFlashPrefill, WideBlocksOf128QueryVectors) {
+  check_flash_form("128", "flash128");
+}
+
+TEST(CudaFlashPrefill, TwoMTilesPerWarpBlocksOf128QueryVectors) {
+  check_flash_form("128x2", "flash128x2");
+}
+
+// Block sizes that do not divide the 64-key tile, and one larger than it: the tile's block-table
+// entries (read a tile ahead into shared memory) cover a partial block at either end.
+TEST(CudaFlashPrefill, BlockSizesThatDoNotDivideTheKeyTile) {
+  VV_CUDA_BACKEND_OR_SKIP(gpu, true);
+  check_flash(*gpu, 28, 4, 128, DType::kBF16, {{0, 300}, {123, 211}}, 3);
+  check_flash(*gpu, 28, 4, 128, DType::kBF16, {{0, 700}, {50, 90}}, 24);
+  check_flash(*gpu, 28, 4, 128, DType::kBF16, {{0, 517}}, 96);
 }
 
 }  // namespace
