@@ -195,7 +195,7 @@ __global__ void __launch_bounds__(kThreadsOf<QV, MT>)
     }
     // Positions of this thread's query vectors (rows g and g+8 of each of the warp's m-tiles); −1: none.
     int qp[MT][2];
-    int wmax = -1;
+    int wmax = -1, wmin = INT32_MAX;  // over the warp's query vectors that have a row
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
@@ -204,10 +204,14 @@ __global__ void __launch_bounds__(kThreadsOf<QV, MT>)
         const int i = qv / G;
         qp[mt][h] = qv < nq && i < rows_here && ((active >> i) & 1u) ? row_pos[r0 + i] : -1;
         wmax = max(wmax, qp[mt][h]);
+        if (qp[mt][h] >= 0) wmin = min(wmin, qp[mt][h]);
       }
     }
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) wmax = max(wmax, __shfl_xor_sync(0xffffffffu, wmax, o));
+    for (int o = 16; o > 0; o >>= 1) {
+      wmax = max(wmax, __shfl_xor_sync(0xffffffffu, wmax, o));
+      wmin = min(wmin, __shfl_xor_sync(0xffffffffu, wmin, o));
+    }
     // Tile 2's entries, loaded now and stored into the ring after tile 0's compute.
     int32_t next_entry = flash_table_entry(tables, ldt, bs, seq, 2 * kKeys, kend);
     __syncthreads();  // Qs and the ring's first two tiles written
@@ -281,42 +285,70 @@ __global__ void __launch_bounds__(kThreadsOf<QV, MT>)
               }
             }
           }
-          // Causal mask and online softmax, per query vector (rows g and g+8 of each m-tile).
+          // Causal mask (only where a key here may lie after a query of the warp) and online softmax,
+          // per query vector (rows g and g+8 of each m-tile). The running max m is in the scaled log2
+          // domain; max(raw) · scale equals max(raw · scale) (a positive scale keeps the order).
+          const bool masked = js + kSub - 1 > wmin;  // warp-uniform
+          bool rescale = false;
+          float corr[MT][2];
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-              float mx = -INFINITY;
+              if (masked) {
 #pragma unroll
-              for (int nt = 0; nt < NT; ++nt) {
+                for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                  const int j = js + nt * 8 + 2 * t4 + e;
-                  float& v = s[mt][nt][2 * h + e];
-                  v = j > qp[mt][h] ? -INFINITY : v * scale_log2;
-                  mx = fmaxf(mx, v);
+                  for (int e = 0; e < 2; ++e) {
+                    float& v = s[mt][nt][2 * h + e];
+                    v = js + nt * 8 + 2 * t4 + e > qp[mt][h] ? -INFINITY : v;
+                  }
                 }
               }
-              mx = quad_max(mx);
-              const float m_new = fmaxf(m[mt][h], mx);
+              // Pairwise (tree) max and sum: short dependency chains.
+              float mx[NT];
+#pragma unroll
+              for (int nt = 0; nt < NT; ++nt) mx[nt] = fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]);
+#pragma unroll
+              for (int w = NT / 2; w > 0; w >>= 1) {
+#pragma unroll
+                for (int nt = 0; nt < w; ++nt) mx[nt] = fmaxf(mx[nt], mx[nt + w]);
+              }
+              const float m_new = fmaxf(m[mt][h], quad_max(mx[0]) * scale_log2);
               const float m_use = m_new == -INFINITY ? 0.f : m_new;  // no key yet: keep every exp at 0
-              const float corr = exp2f(m[mt][h] - m_use);
-              float sum = 0.f;
+              corr[mt][h] = exp2f(m[mt][h] - m_use);
+              rescale |= corr[mt][h] != 1.f;
+              float sum[NT];
 #pragma unroll
               for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
                   float& v = s[mt][nt][2 * h + e];
-                  v = exp2f(v - m_use);
-                  sum += v;
+                  v = exp2f(fmaf(v, scale_log2, -m_use));
                 }
+                sum[nt] = s[mt][nt][2 * h] + s[mt][nt][2 * h + 1];
               }
-              l[mt][h] = l[mt][h] * corr + sum;  // this thread's columns; the quad is summed at the end
+#pragma unroll
+              for (int w = NT / 2; w > 0; w >>= 1) {
+#pragma unroll
+                for (int nt = 0; nt < w; ++nt) sum[nt] += sum[nt + w];
+              }
+              l[mt][h] =
+                  l[mt][h] * corr[mt][h] + sum[0];  // this thread's columns; the quad's summed at the end
               m[mt][h] = m_new;
+            }
+          }
+          // The accumulators are rescaled only when some running max of the warp moved (a factor of
+          // exactly 1 elsewhere): past the first tiles of a long prompt, seldom.
+          if (__any_sync(0xffffffffu, rescale)) {
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
               for (int dt = 0; dt < DT; ++dt) {
-                o[mt][dt][2 * h] *= corr;
-                o[mt][dt][2 * h + 1] *= corr;
+                o[mt][dt][0] *= corr[mt][0];
+                o[mt][dt][1] *= corr[mt][0];
+                o[mt][dt][2] *= corr[mt][1];
+                o[mt][dt][3] *= corr[mt][1];
               }
             }
           }

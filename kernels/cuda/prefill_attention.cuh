@@ -13,7 +13,7 @@ namespace vv::cuda {
 // P·V, accumulation is f32. K/V rows must be 16-byte aligned (kv_heads·head_dim a multiple of 8).
 // `sms` (the GPU's SM count; 0: not given) lets a decode-shaped call too small to fill the GPU run
 // one row per block (the same bits per row). form: the block form (FlashForm, prefill_attention.h;
-// flash_form_taken decides what runs); a row's bits do not depend on it.
+// flash_form_taken decides what runs); a row's bits depend on it, not on the other rows of the call.
 void flash_prefill_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
                              const AttentionShape& shape, Tensor& out, cudaStream_t s, int sms = 0,
                              FlashForm form = FlashForm::kNarrow);

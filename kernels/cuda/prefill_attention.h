@@ -11,8 +11,9 @@ constexpr int kFlashQueryVectors = 64;
 
 // The flash kernel's block forms: kNarrow 64 query vectors (4 warps of 16), kWide 128 (8 warps of 16
 // sharing each K/V tile), kTwoTiles 128 (4 warps of 32: each K/V fragment read from shared memory
-// feeds two mmas). A row's bits do not depend on the form. The 128-vector forms need a GQA group of
-// at least 2 heads (a block's rows, 128 / G, are tracked in a 64-bit mask); others run kNarrow.
+// feeds two mmas, softmax steps of 32 keys). A row's bits depend on the form (kTwoTiles' softmax
+// steps are half as long), never on the rows it shares a call with. The 128-vector forms need a GQA
+// group of at least 2 heads (a block's rows, 128 / G, are tracked in a 64-bit mask); others run kNarrow.
 enum class FlashForm { kNarrow, kWide, kTwoTiles };
 inline FlashForm flash_form_taken(FlashForm form, int heads, int kv_heads) {
   return form != FlashForm::kNarrow && heads / kv_heads >= 2 ? form : FlashForm::kNarrow;

@@ -95,7 +95,7 @@ for step in "$@"; do
       run pre4k_qv64 $P --prompt 4096
       run pre4k_qv128 env VV_CUDA_FLASH_QV=128 $P --prompt 4096 ;;
     flashform)  # the flash kernel's forms (table entries a tile ahead in all): tests, prefills, Nsight sections
-      run flashform_tests env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda --gtest_filter='CudaFlash*:CudaDeterministicAttention*:CudaRunnerGolden*'
+      run flashform_tests env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda --gtest_filter='CudaFlash*:CudaDeterministicAttention*'
       P="$B/cuda_decode_bench --preset 7b --bf16 --no-gemv --tokens 16 --enc-audio 1 --job-audio 1 --job-tokens 1"
       run pre1k_narrow $P --prompt 1024
       run pre1k_x2 env VV_CUDA_FLASH_QV=128x2 $P --prompt 1024
