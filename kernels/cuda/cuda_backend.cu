@@ -416,10 +416,9 @@ class CudaBackend final : public Backend {
       s << x << norm_w << eps << history << w << bias << gamma << u << v;
       defer(s, [=, this] {
         Tensor xx = x, uu = u, vv = v;
-        const std::string label =
-            std::string(mixer_runs_ ? "conv_mixer.runs.c" : "conv_mixer.fused.c") + std::to_string(x.cols());
+        const std::string label = std::string("conv_mixer.fused.c") + std::to_string(x.cols());
         OpTimer timer(this, label.c_str());
-        cuda::conv_mixer_fused(xx, norm_w, eps, history, w, bias, gamma, uu, vv, stream_, mixer_runs_);
+        cuda::conv_mixer_fused(xx, norm_w, eps, history, w, bias, gamma, uu, vv, stream_);
         launched("conv_mixer");
       });
       return;
@@ -1592,9 +1591,6 @@ class CudaBackend final : public Backend {
   // vectors sharing each K/V tile (H200, session 11: 4,096-row prefill +0.8 %, 1,024 rows −2 %);
   // VV_CUDA_FLASH_QV=128x2 4 warps of 32 (opt-in until measured on a GPU).
   cuda::FlashForm flash_form_ = flash_form_from_env();
-  // VV_CUDA_MIXER_RUNS=1: the mixer's tile kernel in its run form (opt-in until measured on a GPU).
-  bool mixer_runs_ =
-      std::getenv("VV_CUDA_MIXER_RUNS") && std::string(std::getenv("VV_CUDA_MIXER_RUNS")) == "1";
   // The encoders' FFN branch on cuBLASLt (conv_ffn_lt) from VV_CUDA_FFN_LT_MIN channels up (default
   // kFfnLtMin); VV_CUDA_FFN_LT=0 turns it off. One line on stderr the first time no algorithm takes it.
   bool ffn_lt_warned_ = false;

@@ -232,91 +232,6 @@ __global__ void __launch_bounds__(kMixThreads)
   }
 }
 
-// The tile kernel's run form (VV_CUDA_MIXER_RUNS=1; same bits): the conv pass reads shared memory
-// ~5× less. The tile's rows stay raw x in shared memory (the halo rows are u already); each thread
-// then takes runs of kMixRun consecutive rows of one 4-channel group, its taps, bias and gamma in
-// registers, and normalises each of the run's kMixRun + 6 window rows once as it loads it (the same
-// (x · inv) · w as rms_norm), so a window row feeds up to 7 outputs from registers. The x an output
-// adds to is its own row, raw, read again from shared memory.
-constexpr int kMixRun = 8;
-
-template <typename WT>
-__global__ void __launch_bounds__(kMixThreads, 2)
-    mixer_run_kernel(float* __restrict__ x, int64_t ldx, const float* __restrict__ side,
-                     const float* __restrict__ hist, int64_t ldh, const WT* __restrict__ w, int64_t ldw,
-                     const float* __restrict__ bias, const float* __restrict__ gamma,
-                     const float* __restrict__ norm_w, float eps, float* __restrict__ u, int64_t ldu,
-                     int64_t T, int C, int R) {
-  extern __shared__ __align__(16) float msm[];
-  float* us = msm;
-  float* wk = us + (R + kHalo) * C;
-  float* nws = wk + kTaps * C;
-  float* bs = nws + C;
-  float* gs = bs + C;
-  float* inv = gs + C;
-  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * R;
-  const int n = static_cast<int>(T - t0 < R ? T - t0 : R);
-  const int C4 = C / 4;
-  mixer_stage_block(w, ldw, norm_w, bias, gamma, side, hist, ldh, t0, C, us, wk, nws, bs, gs);
-  {
-    float4 xr[kMixPer4];  // the run form reads x again from shared memory
-    mixer_load_rows(x, ldx, t0, n, C, eps, us, inv, xr);
-  }
-  const int runs = (n + kMixRun - 1) / kMixRun;
-  for (int p = threadIdx.x; p < runs * C4; p += kMixThreads) {
-    const int run = p / C4, c = (p - run * C4) * 4;
-    const int r0 = run * kMixRun, rn = min(kMixRun, n - r0);
-    float4 wt[kTaps];
-#pragma unroll
-    for (int k = 0; k < kTaps; ++k) wt[k] = *reinterpret_cast<const float4*>(wk + k * C + c);
-    const float4 nw = *reinterpret_cast<const float4*>(nws + c);
-    const float4 b4 = *reinterpret_cast<const float4*>(bs + c);
-    const float4 g4 = *reinterpret_cast<const float4*>(gs + c);
-    // Window row j is shared-memory row r0 + j: the halo (u) below kHalo, else tile row r0 + j − 6 (x).
-    // It adds its tap j − i to every output i it reaches (taps in ascending order per output, as
-    // the tile kernel sums them); output i is complete at row j = i + 6.
-    float4 acc[kMixRun];
-#pragma unroll
-    for (int i = 0; i < kMixRun; ++i) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-    for (int j = 0; j < kMixRun + kHalo; ++j) {
-      if (j >= rn + kHalo) break;
-      const int sr = r0 + j;
-      float4 v = *reinterpret_cast<const float4*>(us + sr * C + c);
-      if (sr >= kHalo) {
-        const float iv = inv[sr - kHalo];
-        v.x = (v.x * iv) * nw.x;
-        v.y = (v.y * iv) * nw.y;
-        v.z = (v.z * iv) * nw.z;
-        v.w = (v.w * iv) * nw.w;
-      }
-#pragma unroll
-      for (int i = 0; i < kMixRun; ++i) {
-        const int kk = j - i;
-        if (kk >= 0 && kk < kTaps) {
-          acc[i].x = fmaf(wt[kk].x, v.x, acc[i].x);
-          acc[i].y = fmaf(wt[kk].y, v.y, acc[i].y);
-          acc[i].z = fmaf(wt[kk].z, v.z, acc[i].z);
-          acc[i].w = fmaf(wt[kk].w, v.w, acc[i].w);
-        }
-      }
-      const int i = j - kHalo;  // the output this row completes (its own row: v is its u)
-      if (i >= 0) {
-        const int row = r0 + i;
-        const float y0 = acc[i].x + b4.x, y1 = acc[i].y + b4.y, y2 = acc[i].z + b4.z, y3 = acc[i].w + b4.w;
-        float4 o = *reinterpret_cast<const float4*>(us + (kHalo + row) * C + c);
-        o.x += g4.x * y0;
-        o.y += g4.y * y1;
-        o.z += g4.z * y2;
-        o.w += g4.w * y3;
-        *reinterpret_cast<float4*>(x + (t0 + row) * ldx + c) = o;
-        // Only the last rows of u leave the block: the caller carries them as the next segment's history.
-        if (t0 + row >= T - kHalo) *reinterpret_cast<float4*>(u + (t0 + row) * ldu + c) = v;
-      }
-    }
-  }
-}
-
 size_t mixer_smem_bytes(int64_t C) {
   const int64_t R = mix_rows(C);
   return static_cast<size_t>((R + kHalo) * C + (kTaps + 3) * C + R) * sizeof(float);
@@ -388,8 +303,7 @@ bool conv_mixer_fits(const Tensor& x, const Tensor& norm_w, const Tensor& histor
 }
 
 void conv_mixer_fused(Tensor& x, const Tensor& norm_w, float eps, const Tensor& history, const Tensor& w,
-                      const Tensor& bias, const Tensor& gamma, Tensor& u, Tensor& v, cudaStream_t s,
-                      bool runs) {
+                      const Tensor& bias, const Tensor& gamma, Tensor& u, Tensor& v, cudaStream_t s) {
   const int64_t T = x.rows(), C = x.cols();
   if (T * C == 0) return;
   const int R = mix_rows(C);
@@ -405,8 +319,7 @@ void conv_mixer_fused(Tensor& x, const Tensor& norm_w, float eps, const Tensor& 
   const float* hp = history.data && history.rows() > 0 ? history.ptr<const float>() : nullptr;
   const float* bp = bias.data ? bias.ptr<const float>() : nullptr;
   const auto go = [&](auto kernel, const auto* wp) {
-    // Over 48 KB of dynamic shared memory needs the kernel's attribute. (One static per lambda
-    // instantiation would be shared by the tile and run kernels, which have the same type.)
+    // Over 48 KB of dynamic shared memory needs the kernel's attribute.
     if (smem > (48u << 10))
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     kernel<<<static_cast<unsigned>(tiles), kMixThreads, smem, s>>>(
@@ -416,25 +329,13 @@ void conv_mixer_fused(Tensor& x, const Tensor& norm_w, float eps, const Tensor& 
   };
   switch (w.dtype) {
     case DType::kBF16:
-      if (runs) {
-        go(mixer_run_kernel<__nv_bfloat16>, w.ptr<const __nv_bfloat16>());
-      } else {
-        go(mixer_tile_kernel<__nv_bfloat16>, w.ptr<const __nv_bfloat16>());
-      }
+      go(mixer_tile_kernel<__nv_bfloat16>, w.ptr<const __nv_bfloat16>());
       break;
     case DType::kF16:
-      if (runs) {
-        go(mixer_run_kernel<__half>, w.ptr<const __half>());
-      } else {
-        go(mixer_tile_kernel<__half>, w.ptr<const __half>());
-      }
+      go(mixer_tile_kernel<__half>, w.ptr<const __half>());
       break;
     default:
-      if (runs) {
-        go(mixer_run_kernel<float>, w.ptr<const float>());
-      } else {
-        go(mixer_tile_kernel<float>, w.ptr<const float>());
-      }
+      go(mixer_tile_kernel<float>, w.ptr<const float>());
       break;
   }
 }

@@ -26,10 +26,8 @@ void conv_ffn_fused(Tensor& x, const Tensor& norm_w, float eps, const Tensor& w1
 // C a multiple of 4 up to 1024, 16-byte aligned rows of x and u, F32 norm weight (conv_mixer_fits).
 bool conv_mixer_fits(const Tensor& x, const Tensor& norm_w, const Tensor& history, const Tensor& w,
                      const Tensor& bias, const Tensor& gamma, const Tensor& u, const Tensor& v);
-// runs: the tile kernel's run form (VV_CUDA_MIXER_RUNS=1, encoder_mixer.cu), same bits.
 void conv_mixer_fused(Tensor& x, const Tensor& norm_w, float eps, const Tensor& history, const Tensor& w,
-                      const Tensor& bias, const Tensor& gamma, Tensor& u, Tensor& v, cudaStream_t s,
-                      bool runs = false);
+                      const Tensor& bias, const Tensor& gamma, Tensor& u, Tensor& v, cudaStream_t s);
 
 // x[t,c] += gamma[c] · (bias[c] + Σ_k w[c,k] · u[t + k − 6, c]) with u's rows before 0 from history
 // ([6, C], or zeros when history has no data): depthwise_conv1d_causal then add_scaled, in one pass

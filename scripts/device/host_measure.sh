@@ -8,8 +8,6 @@
 #   mlpfuse      the prefill MLP fusion's gpu tests, and decode with VV_CUDA_MLP_FUSE=0 (the A/B)
 #   ffnlt        the encoders' FFN on cuBLASLt: its gpu tests, then both encoders over 60 s (5 runs) by
 #                default, with VV_CUDA_FFN_LT=0, with VV_CUDA_FFN_LT_MIN=128 and 512, and profiled per op
-#   mixruns      the mixer's run form (VV_CUDA_MIXER_RUNS=1): its gpu tests, then the encoders over 60 s
-#                with and without it, and profiled per op with it
 #   flashqv      flash attention with 128 query vectors per block (VV_CUDA_FLASH_QV=128): its gpu tests,
 #                then the 1,024- and 4,096-row prefills with and without it
 #   flashform    the flash kernel (block-table entries a tile ahead) as is and with VV_CUDA_FLASH_QV=128x2:
@@ -81,12 +79,6 @@ for step in "$@"; do
       run enc_lt128 env VV_CUDA_FFN_LT_MIN=128 $E
       run enc_lt512 env VV_CUDA_FFN_LT_MIN=512 $E
       run enc_prof env VV_CUDA_PROFILE=1 $E ;;
-    mixruns)
-      run mixruns_tests env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda --gtest_filter='CudaEncoderOps.FusedMixer*'
-      E="$B/cuda_decode_bench --preset 7b --bf16 --no-gemv --prompt 16 --tokens 4 --enc-audio 60 --enc-reps 5 --job-audio 1 --job-tokens 1"
-      run enc_default $E
-      run enc_mixruns env VV_CUDA_MIXER_RUNS=1 $E
-      run enc_mixruns_prof env VV_CUDA_MIXER_RUNS=1 VV_CUDA_PROFILE=1 $E ;;
     flashqv)
       run flashqv_tests env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda --gtest_filter='CudaFlash*:CudaDeterministicAttention*'
       P="$B/cuda_decode_bench --preset 7b --bf16 --no-gemv --tokens 16 --enc-audio 1 --job-audio 1 --job-tokens 1"

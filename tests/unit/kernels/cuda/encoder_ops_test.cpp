@@ -221,17 +221,5 @@ TEST(CudaEncoderOps, FusedMixerOddPrimeAndProductionShapes) {
   }
 }
 
-// The tile kernel's run form (VV_CUDA_MIXER_RUNS=1) over the same shapes and tolerances.
-TEST(CudaEncoderOps, FusedMixerRunFormOddPrimeAndProductionShapes) {
-  FfnEnv env{{"VV_CUDA_MIXER_RUNS", "1"}, {"VV_CUDA_PROFILE", "1"}};
-  VV_CUDA_BACKEND_OR_SKIP(gpu, true);
-  (void)backend_profile_report(*gpu);
-  check_mixer_shapes(*gpu);
-  const std::string table = backend_profile_report(*gpu);
-  EXPECT_NE(table.find("conv_mixer.runs.c32"), std::string::npos) << table;
-  EXPECT_NE(table.find("conv_mixer.runs.c1024"), std::string::npos) << table;
-  EXPECT_EQ(table.find("conv_mixer.fused"), std::string::npos) << table;
-}
-
 }  // namespace
 }  // namespace vv::test
