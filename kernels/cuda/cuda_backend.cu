@@ -49,11 +49,12 @@ void release_device(void* p, size_t);
 void release_pinned(void* p, size_t);
 
 // VV_CUDA_FLASH_QV: the flash attention block's form ("128": 8 warps of 16 query vectors, "128x2": 4
-// warps of 32; else 4 warps of 16).
-cuda::FlashForm flash_form_from_env() {
+// warps of 32, "wg": two warpgroups with wgmma scores where the device is sm_90; else 4 warps of 16).
+cuda::FlashForm flash_form_from_env(bool hopper) {
   const char* v = std::getenv("VV_CUDA_FLASH_QV");
   if (v == nullptr) return cuda::FlashForm::kNarrow;
   const std::string s(v);
+  if (s == "wg") return hopper ? cuda::FlashForm::kWgmma : cuda::FlashForm::kNarrow;
   return s == "128"     ? cuda::FlashForm::kWide
          : s == "128x2" ? cuda::FlashForm::kTwoTiles
                         : cuda::FlashForm::kNarrow;
@@ -154,6 +155,7 @@ class CudaBackend final : public Backend {
       const bool hopper = prop.major == 9 && prop.minor == 0;
       b->stream_kind_ = hopper && !(k && std::string(k) == "mma") ? cuda::StreamGemmKind::kWgmma
                                                                   : cuda::StreamGemmKind::kMma;
+      b->flash_form_ = flash_form_from_env(hopper);
     }
     b->sms_ = prop.multiProcessorCount;
     if (cudaStreamCreateWithFlags(&b->stream_, cudaStreamNonBlocking) != cudaSuccess) {
@@ -1589,8 +1591,9 @@ class CudaBackend final : public Backend {
       !(std::getenv("VV_CUDA_SWIGLU_EPILOGUE") && std::string(std::getenv("VV_CUDA_SWIGLU_EPILOGUE")) == "0");
   // The flash attention block's form (cuda::FlashForm): VV_CUDA_FLASH_QV=128 8 warps of 16 query
   // vectors sharing each K/V tile (H200, session 11: 4,096-row prefill +0.8 %, 1,024 rows −2 %);
-  // VV_CUDA_FLASH_QV=128x2 4 warps of 32 (opt-in until measured on a GPU).
-  cuda::FlashForm flash_form_ = flash_form_from_env();
+  // VV_CUDA_FLASH_QV=128x2 4 warps of 32 (session 11: 4,096 rows +0.9 %, 1,024 rows −1.4 %);
+  // VV_CUDA_FLASH_QV=wg two warpgroups whose scores come from wgmma, sm_90 only (opt-in until measured).
+  cuda::FlashForm flash_form_ = cuda::FlashForm::kNarrow;  // set at creation (flash_form_from_env)
   // The encoders' FFN branch on cuBLASLt (conv_ffn_lt) from VV_CUDA_FFN_LT_MIN channels up (default
   // kFfnLtMin); VV_CUDA_FFN_LT=0 turns it off. One line on stderr the first time no algorithm takes it.
   bool ffn_lt_warned_ = false;

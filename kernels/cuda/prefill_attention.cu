@@ -11,10 +11,12 @@
 
 #include <cmath>
 #include <cstdint>
+#include <tuple>
 #include <type_traits>
 
 #include "kernels/cuda/mma_util.cuh"
 #include "kernels/cuda/prefill_attention.cuh"
+#include "kernels/cuda/wgmma_util.cuh"
 
 namespace vv::cuda {
 namespace {
@@ -35,6 +37,7 @@ using mma::mma_bf16;
 using mma::pack_bf16;
 using mma::quad_max;
 using mma::quad_sum;
+using mma::smem_addr;
 
 // Eight consecutive cache elements (16-byte aligned) as eight bf16 in one uint4.
 __device__ __forceinline__ uint4 load8_bf16(const float* p) {
@@ -403,14 +406,297 @@ __global__ void __launch_bounds__(kThreadsOf<QV, MT>)
   }
 }
 
-template <typename CT, int D, int QV, int MT>
-void launch(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, const AttentionShape& shape,
-            Tensor& out, int sms, cudaStream_t s) {
-  constexpr size_t smem = flash_smem_bytes<D, QV, MT>();
-  static bool raised = false;  // per instantiation: allow > 48 KB of dynamic shared memory
+// ---- The Hopper form (FlashForm::kWgmma, sm_90a): S = Q·Kᵀ by wgmma -------------------------------
+// Two warpgroups per block, 64 query vectors each (128 per block, as kWide): each computes its
+// 64 × 64 scores of a tile with wgmma.mma_async m64n64k16 straight from shared memory (Q and K
+// K-major in 128-byte-swizzled atoms of 64 rows × 64 elements), so no Q fragments live in registers
+// and no K fragments are loaded through ldmatrix; the scores land in each warp's registers in the
+// mma.sync C layout (wgmma_util.cuh), and the softmax and P·V (mma.sync from the padded V stage) are
+// the narrow form's. The scores' summation order over d differs from mma.sync's, so a row's bits
+// depend on the form, never on the rows it shares a call with.
+constexpr int kWgGroups = 2;
+constexpr int kWgThreads = kWgGroups * 128;
+constexpr uint32_t kAtomBytes = 64 * 128;  // 64 rows × 128 bytes (64 bf16): one swizzle atom column
+
+template <int D>
+constexpr size_t flash_wg_smem_bytes() {
+  // 1,024 of slack to align the swizzled atoms, Q (each warpgroup's D / 64 atoms), two K stages
+  // (D / 64 atoms each), two V stages [64][D + 8].
+  return 1024 + static_cast<size_t>(kWgGroups + 2) * (D / 64) * kAtomBytes +
+         static_cast<size_t>(2) * kKeys * (D + 8) * 2;
+}
+
+#ifdef VV_WGMMA
+// Keys [j0, j0 + 64) of the kv head: K into the swizzled stage (chunk d8 of key jj: atom d8 / 8,
+// chunk d8 % 8 of row jj), V into the padded stage, as flash_load_tile does.
+template <typename CT, int D>
+__device__ __forceinline__ void flash_wg_load_tile(const int32_t* ring, int bs, int j0, int kend,
+                                                   const CT* __restrict__ kc, const CT* __restrict__ vc,
+                                                   int64_t ldc, int kvh, unsigned char* Kst,
+                                                   __nv_bfloat16* Vs) {
+  constexpr int LD = D + 8;
+  constexpr int kChunks = kKeys * (D / 8) / kWgThreads;
+  const int b0 = j0 / bs;
+#pragma unroll
+  for (int u = 0; u < kChunks; ++u) {
+    const int c = threadIdx.x + u * kWgThreads;
+    const int jj = c / (D / 8), d8 = c % (D / 8);
+    const int j = j0 + jj;
+    const bool valid = j < kend;
+    const int64_t sl = valid ? static_cast<int64_t>(ring[j / bs - b0]) * bs + j % bs : 0;
+    const int64_t off = sl * ldc + static_cast<int64_t>(kvh) * D + d8 * 8;
+    unsigned char* kd = Kst + (d8 / 8) * kAtomBytes + sw128_offset(jj, d8 % 8);
+    __nv_bfloat16* vd = Vs + jj * LD + d8 * 8;
+    if constexpr (std::is_same_v<CT, __nv_bfloat16>) {
+      mma::cp_async16_zfill(kd, kc + off, valid);
+      mma::cp_async16_zfill(vd, vc + off, valid);
+    } else {
+      const uint4 kv = valid ? load8_bf16(kc + off) : make_uint4(0, 0, 0, 0);
+      const uint4 vv = valid ? load8_bf16(vc + off) : make_uint4(0, 0, 0, 0);
+      *reinterpret_cast<uint4*>(kd) = kv;
+      *reinterpret_cast<uint4*>(vd) = vv;
+    }
+  }
+  mma::cp_async_commit();
+}
+#endif
+
+template <typename CT, int D>
+__global__ void __launch_bounds__(kWgThreads, 1)
+    flash_wg_kernel(const float* __restrict__ q, int64_t ldq, const int32_t* __restrict__ row_seq,
+                    const int32_t* __restrict__ row_pos, const int32_t* __restrict__ tables, int64_t ldt,
+                    int bs, const CT* __restrict__ kc, const CT* __restrict__ vc, int64_t ldc, int64_t n,
+                    int G, int QT, float scale_log2, float* __restrict__ out, int64_t ldo) {
+#ifdef VV_WGMMA
+  constexpr int LD = D + 8;
+  constexpr int DT = D / 8;      // 8-wide output tiles per row
+  constexpr int NT = kKeys / 8;  // 8-wide score tiles per row
+  constexpr int kA = D / 64;     // swizzle atoms along d
+  constexpr int QV = 64 * kWgGroups;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __shared__ int32_t ring[2][kRing];
+  __shared__ int span[kWgGroups * 4];  // each warp's largest query position
+  const uint32_t raw = smem_u32(smem_raw);
+  const uint32_t q_addr = (raw + 1023) & ~1023u;  // warpgroup w's Q atoms at q_addr + w·kA·kAtomBytes
+  const uint32_t k_addr = q_addr + kWgGroups * kA * kAtomBytes;  // stage st at + st·kA·kAtomBytes
+  unsigned char* Qb = smem_raw + (q_addr - raw);
+  unsigned char* Kb = smem_raw + (k_addr - raw);
+  __nv_bfloat16* Vb = reinterpret_cast<__nv_bfloat16*>(Kb + 2 * kA * kAtomBytes);  // stage st at + st·64·LD
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3, wg = warp >> 2;
+  const int64_t r0 = static_cast<int64_t>(gridDim.x - 1 - blockIdx.x) * QT;
+  const int kvh = blockIdx.y;
+  const int rows_here = static_cast<int>(n - r0 < QT ? n - r0 : QT);
+  const int nq = QT * G;
+  const uint32_t v_lane = mma::smem_addr(Vb + mma::ldsm_b_kmajor_lane(LD, lane));
+  uint64_t done = 0;
+  while (true) {
+    int first = -1;
+    for (int i = 0; i < rows_here; ++i) {
+      if (!((done >> i) & 1u)) {
+        first = i;
+        break;
+      }
+    }
+    if (first < 0) break;
+    const int32_t seq = row_seq[r0 + first];
+    uint64_t active = 0;
+    int kend = 0;
+    for (int i = first; i < rows_here; ++i) {
+      if (!((done >> i) & 1u) && row_seq[r0 + i] == seq) {
+        active |= uint64_t{1} << i;
+        kend = max(kend, row_pos[r0 + i] + 1);
+      }
+    }
+    done |= active;
+
+    __syncthreads();  // the previous pass is done with Q, both stages, the ring and span
+    {
+      const int32_t e0 = flash_table_entry(tables, ldt, bs, seq, 0, kend);
+      const int32_t e1 = flash_table_entry(tables, ldt, bs, seq, kKeys, kend);
+      if (threadIdx.x < kRing) {
+        ring[0][threadIdx.x] = e0;
+        ring[1][threadIdx.x] = e1;
+      }
+    }
+    // Q as bf16 into each warpgroup's swizzled atoms: vector qv is row qv % 64 of warpgroup qv / 64.
+    for (int idx = threadIdx.x; idx < QV * (D / 2); idx += kWgThreads) {
+      const int qv = idx / (D / 2), d = (idx % (D / 2)) * 2;
+      const int i = qv / G, gg = qv % G;
+      float2 v = make_float2(0.f, 0.f);
+      if (qv < nq && i < rows_here && ((active >> i) & 1u)) {
+        const float* src = q + (r0 + i) * ldq + static_cast<int64_t>(kvh * G + gg) * D + d;
+        v = make_float2(src[0], src[1]);
+      }
+      unsigned char* dst =
+          Qb + ((qv >> 6) * kA + d / 64) * kAtomBytes + sw128_offset(qv & 63, (d % 64) / 8) + (d % 8) * 2;
+      *reinterpret_cast<uint32_t*>(dst) = pack_bf16(v.x, v.y);
+    }
+    int qp[2];
+    int wmax = -1, wmin = INT32_MAX;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int qv = warp * 16 + g + 8 * h;
+      const int i = qv / G;
+      qp[h] = qv < nq && i < rows_here && ((active >> i) & 1u) ? row_pos[r0 + i] : -1;
+      wmax = max(wmax, qp[h]);
+      if (qp[h] >= 0) wmin = min(wmin, qp[h]);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      wmax = max(wmax, __shfl_xor_sync(0xffffffffu, wmax, o));
+      wmin = min(wmin, __shfl_xor_sync(0xffffffffu, wmin, o));
+    }
+    if (lane == 0) span[warp] = wmax;
+    int32_t next_entry = flash_table_entry(tables, ldt, bs, seq, 2 * kKeys, kend);
+    fence_proxy_async_shared();  // Q's stores, for wgmma
+    __syncthreads();             // Q, the ring's first two tiles and span written
+    int gmax = -1;               // the warpgroup's: its wgmmas are collective
+#pragma unroll
+    for (int w = 0; w < 4; ++w) gmax = max(gmax, span[wg * 4 + w]);
+
+    float o[DT][4];
+#pragma unroll
+    for (int dt = 0; dt < DT; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+    flash_wg_load_tile<CT, D>(ring[0], bs, 0, kend, kc, vc, ldc, kvh, Kb, Vb);
+    for (int j0 = 0, st = 0; j0 < kend; j0 += kKeys, st ^= 1) {
+      if (j0 + kKeys < kend) {
+        flash_wg_load_tile<CT, D>(ring[st ^ 1], bs, j0 + kKeys, kend, kc, vc, ldc, kvh,
+                                  Kb + (st ^ 1) * kA * kAtomBytes, Vb + (st ^ 1) * kKeys * LD);
+        mma::cp_async_wait<1>();
+      } else {
+        mma::cp_async_wait<0>();
+      }
+      fence_proxy_async_shared();  // this thread's K copies, for wgmma
+      __syncthreads();             // everyone's copies of tile t have landed
+      if (j0 <= gmax) {            // warpgroup-uniform
+        float s[NT][4];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+        wgmma_fence();
+        const uint32_t qa = q_addr + wg * kA * kAtomBytes, ka = k_addr + st * kA * kAtomBytes;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {  // 32 bytes of each 128-byte row per k16 step
+          const uint32_t off = (kk / 4) * kAtomBytes + 32 * (kk % 4);
+          wgmma_bf16<64>(&s[0][0], sw128_desc(qa + off), sw128_desc(ka + off));
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        if (j0 <= wmax) {  // warp-uniform: else every key of the tile lies after every query of the warp
+          const bool masked = j0 + kKeys - 1 > wmin;
+          bool rescale = false;
+          float corr[2];
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            if (masked) {
+#pragma unroll
+              for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                  float& v = s[nt][2 * h + e];
+                  v = j0 + nt * 8 + 2 * t4 + e > qp[h] ? -INFINITY : v;
+                }
+              }
+            }
+            float mx[NT];
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) mx[nt] = fmaxf(s[nt][2 * h], s[nt][2 * h + 1]);
+#pragma unroll
+            for (int w = NT / 2; w > 0; w >>= 1) {
+#pragma unroll
+              for (int nt = 0; nt < w; ++nt) mx[nt] = fmaxf(mx[nt], mx[nt + w]);
+            }
+            const float m_new = fmaxf(m[h], quad_max(mx[0]) * scale_log2);
+            const float m_use = m_new == -INFINITY ? 0.f : m_new;
+            corr[h] = exp2f(m[h] - m_use);
+            rescale |= corr[h] != 1.f;
+            float sum[NT];
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                float& v = s[nt][2 * h + e];
+                v = exp2f(fmaf(v, scale_log2, -m_use));
+              }
+              sum[nt] = s[nt][2 * h] + s[nt][2 * h + 1];
+            }
+#pragma unroll
+            for (int w = NT / 2; w > 0; w >>= 1) {
+#pragma unroll
+              for (int nt = 0; nt < w; ++nt) sum[nt] += sum[nt + w];
+            }
+            l[h] = l[h] * corr[h] + sum[0];
+            m[h] = m_new;
+          }
+          if (__any_sync(0xffffffffu, rescale)) {
+#pragma unroll
+            for (int dt = 0; dt < DT; ++dt) {
+              o[dt][0] *= corr[0];
+              o[dt][1] *= corr[0];
+              o[dt][2] *= corr[1];
+              o[dt][3] *= corr[1];
+            }
+          }
+          const uint32_t vt = v_lane + static_cast<uint32_t>(st * kKeys * LD * 2);
+#pragma unroll
+          for (int kk = 0; kk < kKeys / 16; ++kk) {
+            uint32_t a[4];
+            a[0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
+            a[1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+            a[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            a[3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+            for (int dp = 0; dp < D / 16; ++dp) {
+              uint32_t b[4];
+              ldsm_x4_t_at(vt + (kk * 16 * LD + dp * 16) * 2, b);
+              mma_bf16(o[2 * dp], a, b[0], b[1]);
+              mma_bf16(o[2 * dp + 1], a, b[2], b[3]);
+            }
+          }
+        }
+      }
+      if (threadIdx.x < kRing) ring[st][threadIdx.x] = next_entry;
+      next_entry = flash_table_entry(tables, ldt, bs, seq, j0 + 3 * kKeys, kend);
+      __syncthreads();  // stage st is consumed (the wgmmas waited for): the next iteration refills it
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float lt = quad_sum(l[h]);
+      if (qp[h] < 0) continue;
+      const int qv = warp * 16 + g + 8 * h;
+      const int64_t row = r0 + qv / G;
+      const int head = kvh * G + qv % G;
+      const float inv = 1.0f / lt;
+      float* dst = out + row * ldo + static_cast<int64_t>(head) * D + 2 * t4;
+#pragma unroll
+      for (int dt = 0; dt < DT; ++dt) {
+        dst[dt * 8] = o[dt][2 * h] * inv;
+        dst[dt * 8 + 1] = o[dt][2 * h + 1] * inv;
+      }
+    }
+  }
+#else
+  __trap();  // launched only on sm_90 (FlashForm::kWgmma is taken there)
+#endif
+}
+
+// The cache element type of a flash kernel (its 8th parameter, const CT* kc).
+template <typename K>
+struct KernelCacheType;
+template <typename... P>
+struct KernelCacheType<void (*)(P...)> {
+  using type = std::remove_const_t<std::remove_pointer_t<std::tuple_element_t<7, std::tuple<P...>>>>;
+};
+
+// Launches one form's kernel: QV query vectors per block of `threads`, `smem` bytes of dynamic shared
+// memory (the attribute raised on first use per instantiation).
+template <typename Kernel>
+void launch_kernel(Kernel kernel, bool& raised, size_t smem, int threads, int QV, const Tensor& q,
+                   const AttentionRows& rows, const KvLayer& cache, const AttentionShape& shape, Tensor& out,
+                   int sms, cudaStream_t s) {
   if (!raised) {
-    cudaFuncSetAttribute(flash_prefill_kernel<CT, D, QV, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         static_cast<int>(smem));
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     raised = true;
   }
   const int G = shape.heads / shape.kv_heads;
@@ -424,12 +710,29 @@ void launch(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, co
   if (sms > 0 && (n + QT - 1) / QT * shape.kv_heads < sms && n <= rows.block_tables.rows()) QT = 1;
   const dim3 grid(static_cast<unsigned>((n + QT - 1) / QT), static_cast<unsigned>(shape.kv_heads));
   const float scale_log2 = shape.scale * 1.4426950408889634f;
-  flash_prefill_kernel<CT, D, QV, MT><<<grid, kThreadsOf<QV, MT>, smem, s>>>(
+  kernel<<<grid, threads, smem, s>>>(
       q.ptr<const float>(), q.row_stride(), rows.row_seq.ptr<const int32_t>(),
       rows.row_pos.ptr<const int32_t>(), rows.block_tables.ptr<const int32_t>(),
-      rows.block_tables.row_stride(), rows.block_size, static_cast<const CT*>(cache.k.data),
-      static_cast<const CT*>(cache.v.data), cache.k.row_stride(), n, G, QT, scale_log2, out.ptr<float>(),
-      out.row_stride());
+      rows.block_tables.row_stride(), rows.block_size,
+      static_cast<const typename KernelCacheType<Kernel>::type*>(cache.k.data),
+      static_cast<const typename KernelCacheType<Kernel>::type*>(cache.v.data), cache.k.row_stride(), n, G,
+      QT, scale_log2, out.ptr<float>(), out.row_stride());
+}
+
+template <typename CT, int D, int QV, int MT>
+void launch(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, const AttentionShape& shape,
+            Tensor& out, int sms, cudaStream_t s) {
+  static bool raised = false;
+  launch_kernel(flash_prefill_kernel<CT, D, QV, MT>, raised, flash_smem_bytes<D, QV, MT>(),
+                kThreadsOf<QV, MT>, QV, q, rows, cache, shape, out, sms, s);
+}
+
+template <typename CT, int D>
+void launch_wg(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, const AttentionShape& shape,
+               Tensor& out, int sms, cudaStream_t s) {
+  static bool raised = false;
+  launch_kernel(flash_wg_kernel<CT, D>, raised, flash_wg_smem_bytes<D>(), kWgThreads, 64 * kWgGroups, q, rows,
+                cache, shape, out, sms, s);
 }
 
 template <typename CT, int D>
@@ -441,6 +744,9 @@ void launch_form(const Tensor& q, const AttentionRows& rows, const KvLayer& cach
       break;
     case FlashForm::kTwoTiles:
       launch<CT, D, 128, 2>(q, rows, cache, shape, out, sms, s);
+      break;
+    case FlashForm::kWgmma:
+      launch_wg<CT, D>(q, rows, cache, shape, out, sms, s);
       break;
     default:
       launch<CT, D, kFlashQueryVectors, 1>(q, rows, cache, shape, out, sms, s);

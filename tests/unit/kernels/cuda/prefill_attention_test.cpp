@@ -10,6 +10,7 @@
 // effects. The test allows 4e-3 (about twice that) of max(|ref|, 1).
 #include "kernels/cuda/prefill_attention.h"
 
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -154,6 +155,18 @@ TEST(CudaFlashPrefill, WideBlocksOf128QueryVectors) {
 
 TEST(CudaFlashPrefill, TwoMTilesPerWarpBlocksOf128QueryVectors) {
   check_flash_form("128x2", "flash128x2");
+}
+
+// VV_CUDA_FLASH_QV=wg: two warpgroups whose scores come from wgmma (Q and K in 128-byte-swizzled
+// shared memory), only on sm_90 devices (elsewhere the backend keeps the narrow form).
+TEST(CudaFlashPrefill, WarpgroupMmaScoresOnHopper) {
+  { VV_CUDA_BACKEND_OR_SKIP(probe, true); }
+  cudaDeviceProp prop{};
+  ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+  if (!(prop.major == 9 && prop.minor == 0)) {
+    GTEST_SKIP() << "wgmma needs an sm_90 device; this one is sm_" << prop.major << prop.minor;
+  }
+  check_flash_form("wg", "flashwg");
 }
 
 // Block sizes that do not divide the 64-key tile, and one larger than it: the tile's block-table
