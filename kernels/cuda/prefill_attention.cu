@@ -574,6 +574,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         float s[NT][4];
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+        wgmma_fence_operands<NT * 4>(&s[0][0]);
         wgmma_fence();
         const uint32_t qa = q_addr + wg * kA * kAtomBytes, ka = k_addr + st * kA * kAtomBytes;
 #pragma unroll
@@ -583,6 +584,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         }
         wgmma_commit();
         wgmma_wait<0>();
+        wgmma_fence_operands<NT * 4>(&s[0][0]);
         if (j0 <= wmax) {  // warp-uniform: else every key of the tile lies after every query of the warp
           const bool masked = j0 + kKeys - 1 > wmin;
           bool rescale = false;

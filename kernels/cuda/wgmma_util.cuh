@@ -95,6 +95,14 @@ template <int N>
 __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
+// Pins accumulator registers in program order around wgmma: their initialisation before the fence,
+// their reads after the wait (the asm statements are volatile, so the compiler keeps them in order,
+// and every register passes through them).
+template <int N>
+__device__ __forceinline__ void wgmma_fence_operands(float* d) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
 // Writes to shared memory by ordinary stores or cp.async (the generic proxy) made visible to wgmma's
 // operand reads (the async proxy); each writing thread fences before the barrier that publishes them.
 __device__ __forceinline__ void fence_proxy_async_shared() {
