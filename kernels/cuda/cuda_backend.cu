@@ -49,12 +49,30 @@ void release_device(void* p, size_t);
 void release_pinned(void* p, size_t);
 
 // VV_CUDA_FLASH_QV: the flash attention block's form ("128": 8 warps of 16 query vectors, "128x2": 4
-// warps of 32, "wg": two warpgroups with wgmma scores where the device is sm_90; else 4 warps of 16).
+// warps of 32, "wg": two warpgroups with wgmma scores where the device is sm_90, "wgp": the same with
+// the next tile's scores in flight during a tile's softmax; else 4 warps of 16).
+const char* flash_label(cuda::FlashForm form) {
+  switch (form) {
+    case cuda::FlashForm::kWide:
+      return "paged_attention.flash128";
+    case cuda::FlashForm::kTwoTiles:
+      return "paged_attention.flash128x2";
+    case cuda::FlashForm::kWgmma:
+      return "paged_attention.flashwg";
+    case cuda::FlashForm::kWgmmaPipelined:
+      return "paged_attention.flashwgp";
+    default:
+      return "paged_attention.flash";
+  }
+}
 cuda::FlashForm flash_form_from_env(bool hopper) {
   const char* v = std::getenv("VV_CUDA_FLASH_QV");
   if (v == nullptr) return cuda::FlashForm::kNarrow;
   const std::string s(v);
-  if (s == "wg") return hopper ? cuda::FlashForm::kWgmma : cuda::FlashForm::kNarrow;
+  if (s == "wg" || s == "wgp") {
+    if (!hopper) return cuda::FlashForm::kNarrow;
+    return s == "wg" ? cuda::FlashForm::kWgmma : cuda::FlashForm::kWgmmaPipelined;
+  }
   return s == "128"     ? cuda::FlashForm::kWide
          : s == "128x2" ? cuda::FlashForm::kTwoTiles
                         : cuda::FlashForm::kNarrow;
@@ -1019,9 +1037,7 @@ class CudaBackend final : public Backend {
                        Tensor& out) {
     if (flash_prefill_takes(q, cache, shape)) {  // prefill in bf16 mode: the tensor-core kernel
       const cuda::FlashForm form = cuda::flash_form_taken(flash_form_, shape.heads, shape.kv_heads);
-      OpTimer timer(this, form == cuda::FlashForm::kWide       ? "paged_attention.flash128"
-                          : form == cuda::FlashForm::kTwoTiles ? "paged_attention.flash128x2"
-                                                               : "paged_attention.flash");
+      OpTimer timer(this, flash_label(form));
       cuda::flash_prefill_attention(q, rows, cache, shape, out, stream_, sms_, form);
       launched("paged_attention");
       return;
@@ -1592,7 +1608,8 @@ class CudaBackend final : public Backend {
   // The flash attention block's form (cuda::FlashForm): VV_CUDA_FLASH_QV=128 8 warps of 16 query
   // vectors sharing each K/V tile (H200, session 11: 4,096-row prefill +0.8 %, 1,024 rows −2 %);
   // VV_CUDA_FLASH_QV=128x2 4 warps of 32 (session 11: 4,096 rows +0.9 %, 1,024 rows −1.4 %);
-  // VV_CUDA_FLASH_QV=wg two warpgroups whose scores come from wgmma, sm_90 only (opt-in until measured).
+  // VV_CUDA_FLASH_QV=wg two warpgroups whose scores come from wgmma, sm_90 only, and =wgp the same with
+  // the next tile's scores in flight during a tile's softmax (both opt-in until measured).
   cuda::FlashForm flash_form_ = cuda::FlashForm::kNarrow;  // set at creation (flash_form_from_env)
   // The encoders' FFN branch on cuBLASLt (conv_ffn_lt) from VV_CUDA_FFN_LT_MIN channels up (default
   // kFfnLtMin); VV_CUDA_FFN_LT=0 turns it off. One line on stderr the first time no algorithm takes it.

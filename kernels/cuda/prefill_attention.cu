@@ -418,12 +418,12 @@ constexpr int kWgGroups = 2;
 constexpr int kWgThreads = kWgGroups * 128;
 constexpr uint32_t kAtomBytes = 64 * 128;  // 64 rows × 128 bytes (64 bf16): one swizzle atom column
 
-template <int D>
+template <int D, bool kPipe>
 constexpr size_t flash_wg_smem_bytes() {
-  // 1,024 of slack to align the swizzled atoms, Q (each warpgroup's D / 64 atoms), two K stages
-  // (D / 64 atoms each), two V stages [64][D + 8].
-  return 1024 + static_cast<size_t>(kWgGroups + 2) * (D / 64) * kAtomBytes +
-         static_cast<size_t>(2) * kKeys * (D + 8) * 2;
+  // 1,024 of slack to align the swizzled atoms, Q (each warpgroup's D / 64 atoms), the K stages
+  // (D / 64 atoms each; two, three when pipelined), as many V stages [64][D + 8].
+  constexpr size_t stages = kPipe ? 3 : 2;
+  return 1024 + (kWgGroups + stages) * (D / 64) * kAtomBytes + stages * kKeys * (D + 8) * 2;
 }
 
 #ifdef VV_WGMMA
@@ -461,7 +461,93 @@ __device__ __forceinline__ void flash_wg_load_tile(const int32_t* ring, int bs, 
 }
 #endif
 
-template <typename CT, int D>
+#ifdef VV_WGMMA
+// The narrow form's online softmax and P·V for one warp's 16 query vectors over a 64-key tile whose
+// scores s (raw, the mma.sync C layout) start at key j0; vt: the lane's ldmatrix address of the tile's
+// padded V stage.
+template <int D, bool kBranchless = false>
+__device__ __forceinline__ void flash_wg_softmax_pv(float (&s)[kKeys / 8][4], float (&o)[D / 8][4],
+                                                    float (&m)[2], float (&l)[2], const int (&qp)[2],
+                                                    int wmin, int j0, float scale_log2, uint32_t vt, int t4) {
+  constexpr int LD = D + 8;
+  constexpr int DT = D / 8;
+  constexpr int NT = kKeys / 8;
+  // kBranchless (while wgmmas are in flight, where ptxas serialises them over any branch): the mask
+  // and the rescale always (exact either way: unmasked keys keep their scores, a factor of 1 is 1).
+  const bool masked = kBranchless || j0 + kKeys - 1 > wmin;
+  bool rescale = false;
+  float corr[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (masked) {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& v = s[nt][2 * h + e];
+          v = j0 + nt * 8 + 2 * t4 + e > qp[h] ? -INFINITY : v;
+        }
+      }
+    }
+    float mx[NT];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) mx[nt] = fmaxf(s[nt][2 * h], s[nt][2 * h + 1]);
+#pragma unroll
+    for (int w = NT / 2; w > 0; w >>= 1) {
+#pragma unroll
+      for (int nt = 0; nt < w; ++nt) mx[nt] = fmaxf(mx[nt], mx[nt + w]);
+    }
+    const float m_new = fmaxf(m[h], quad_max(mx[0]) * scale_log2);
+    const float m_use = m_new == -INFINITY ? 0.f : m_new;
+    corr[h] = exp2f(m[h] - m_use);
+    rescale |= corr[h] != 1.f;
+    float sum[NT];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float& v = s[nt][2 * h + e];
+        v = exp2f(fmaf(v, scale_log2, -m_use));
+      }
+      sum[nt] = s[nt][2 * h] + s[nt][2 * h + 1];
+    }
+#pragma unroll
+    for (int w = NT / 2; w > 0; w >>= 1) {
+#pragma unroll
+      for (int nt = 0; nt < w; ++nt) sum[nt] += sum[nt + w];
+    }
+    l[h] = l[h] * corr[h] + sum[0];
+    m[h] = m_new;
+  }
+  if (kBranchless || __any_sync(0xffffffffu, rescale)) {
+#pragma unroll
+    for (int dt = 0; dt < DT; ++dt) {
+      o[dt][0] *= corr[0];
+      o[dt][1] *= corr[0];
+      o[dt][2] *= corr[1];
+      o[dt][3] *= corr[1];
+    }
+  }
+#pragma unroll
+  for (int kk = 0; kk < kKeys / 16; ++kk) {
+    uint32_t a[4];
+    a[0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
+    a[1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+    a[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+    a[3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+    for (int dp = 0; dp < D / 16; ++dp) {
+      uint32_t b[4];
+      ldsm_x4_t_at(vt + (kk * 16 * LD + dp * 16) * 2, b);
+      mma_bf16(o[2 * dp], a, b[0], b[1]);
+      mma_bf16(o[2 * dp + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+#endif
+
+template <typename CT, int D, bool kPipe>
 __global__ void __launch_bounds__(kWgThreads, 1)
     flash_wg_kernel(const float* __restrict__ q, int64_t ldq, const int32_t* __restrict__ row_seq,
                     const int32_t* __restrict__ row_pos, const int32_t* __restrict__ tables, int64_t ldt,
@@ -474,14 +560,16 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   constexpr int kA = D / 64;     // swizzle atoms along d
   constexpr int QV = 64 * kWgGroups;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  __shared__ int32_t ring[2][kRing];
+  constexpr int kStages = kPipe ? 3 : 2;
+  __shared__ int32_t ring[kStages][kRing];
   __shared__ int span[kWgGroups * 4];  // each warp's largest query position
   const uint32_t raw = smem_u32(smem_raw);
   const uint32_t q_addr = (raw + 1023) & ~1023u;  // warpgroup w's Q atoms at q_addr + w·kA·kAtomBytes
   const uint32_t k_addr = q_addr + kWgGroups * kA * kAtomBytes;  // stage st at + st·kA·kAtomBytes
   unsigned char* Qb = smem_raw + (q_addr - raw);
   unsigned char* Kb = smem_raw + (k_addr - raw);
-  __nv_bfloat16* Vb = reinterpret_cast<__nv_bfloat16*>(Kb + 2 * kA * kAtomBytes);  // stage st at + st·64·LD
+  __nv_bfloat16* Vb =
+      reinterpret_cast<__nv_bfloat16*>(Kb + kStages * kA * kAtomBytes);  // stage st at + st·64·LD
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3, wg = warp >> 2;
   const int64_t r0 = static_cast<int64_t>(gridDim.x - 1 - blockIdx.x) * QT;
@@ -512,11 +600,10 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 
     __syncthreads();  // the previous pass is done with Q, both stages, the ring and span
     {
-      const int32_t e0 = flash_table_entry(tables, ldt, bs, seq, 0, kend);
-      const int32_t e1 = flash_table_entry(tables, ldt, bs, seq, kKeys, kend);
-      if (threadIdx.x < kRing) {
-        ring[0][threadIdx.x] = e0;
-        ring[1][threadIdx.x] = e1;
+#pragma unroll
+      for (int t = 0; t < kStages; ++t) {
+        const int32_t e = flash_table_entry(tables, ldt, bs, seq, t * kKeys, kend);
+        if (threadIdx.x < kRing) ring[t][threadIdx.x] = e;
       }
     }
     // Q as bf16 into each warpgroup's swizzled atoms: vector qv is row qv % 64 of warpgroup qv / 64.
@@ -548,7 +635,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       wmin = min(wmin, __shfl_xor_sync(0xffffffffu, wmin, o));
     }
     if (lane == 0) span[warp] = wmax;
-    int32_t next_entry = flash_table_entry(tables, ldt, bs, seq, 2 * kKeys, kend);
+    int32_t next_entry = flash_table_entry(tables, ldt, bs, seq, kStages * kKeys, kend);
     fence_proxy_async_shared();  // Q's stores, for wgmma
     __syncthreads();             // Q, the ring's first two tiles and span written
     int gmax = -1;               // the warpgroup's: its wgmmas are collective
@@ -559,19 +646,20 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 #pragma unroll
     for (int dt = 0; dt < DT; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-    flash_wg_load_tile<CT, D>(ring[0], bs, 0, kend, kc, vc, ldc, kvh, Kb, Vb);
-    for (int j0 = 0, st = 0; j0 < kend; j0 += kKeys, st ^= 1) {
-      if (j0 + kKeys < kend) {
-        flash_wg_load_tile<CT, D>(ring[st ^ 1], bs, j0 + kKeys, kend, kc, vc, ldc, kvh,
-                                  Kb + (st ^ 1) * kA * kAtomBytes, Vb + (st ^ 1) * kKeys * LD);
-        mma::cp_async_wait<1>();
-      } else {
-        mma::cp_async_wait<0>();
-      }
-      fence_proxy_async_shared();  // this thread's K copies, for wgmma
-      __syncthreads();             // everyone's copies of tile t have landed
-      if (j0 <= gmax) {            // warpgroup-uniform
-        float s[NT][4];
+    if constexpr (!kPipe) {
+      flash_wg_load_tile<CT, D>(ring[0], bs, 0, kend, kc, vc, ldc, kvh, Kb, Vb);
+      for (int j0 = 0, st = 0; j0 < kend; j0 += kKeys, st ^= 1) {
+        if (j0 + kKeys < kend) {
+          flash_wg_load_tile<CT, D>(ring[st ^ 1], bs, j0 + kKeys, kend, kc, vc, ldc, kvh,
+                                    Kb + (st ^ 1) * kA * kAtomBytes, Vb + (st ^ 1) * kKeys * LD);
+          mma::cp_async_wait<1>();
+        } else {
+          mma::cp_async_wait<0>();
+        }
+        fence_proxy_async_shared();  // this thread's K copies, for wgmma
+        __syncthreads();             // everyone's copies of tile t have landed
+        if (j0 <= gmax) {            // warpgroup-uniform
+          float s[NT][4];
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
         wgmma_fence_operands<NT * 4>(&s[0][0]);
@@ -586,81 +674,75 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         wgmma_wait<0>();
         wgmma_fence_operands<NT * 4>(&s[0][0]);
         if (j0 <= wmax) {  // warp-uniform: else every key of the tile lies after every query of the warp
-          const bool masked = j0 + kKeys - 1 > wmin;
-          bool rescale = false;
-          float corr[2];
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            if (masked) {
-#pragma unroll
-              for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                  float& v = s[nt][2 * h + e];
-                  v = j0 + nt * 8 + 2 * t4 + e > qp[h] ? -INFINITY : v;
-                }
-              }
-            }
-            float mx[NT];
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt) mx[nt] = fmaxf(s[nt][2 * h], s[nt][2 * h + 1]);
-#pragma unroll
-            for (int w = NT / 2; w > 0; w >>= 1) {
-#pragma unroll
-              for (int nt = 0; nt < w; ++nt) mx[nt] = fmaxf(mx[nt], mx[nt + w]);
-            }
-            const float m_new = fmaxf(m[h], quad_max(mx[0]) * scale_log2);
-            const float m_use = m_new == -INFINITY ? 0.f : m_new;
-            corr[h] = exp2f(m[h] - m_use);
-            rescale |= corr[h] != 1.f;
-            float sum[NT];
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                float& v = s[nt][2 * h + e];
-                v = exp2f(fmaf(v, scale_log2, -m_use));
-              }
-              sum[nt] = s[nt][2 * h] + s[nt][2 * h + 1];
-            }
-#pragma unroll
-            for (int w = NT / 2; w > 0; w >>= 1) {
-#pragma unroll
-              for (int nt = 0; nt < w; ++nt) sum[nt] += sum[nt + w];
-            }
-            l[h] = l[h] * corr[h] + sum[0];
-            m[h] = m_new;
-          }
-          if (__any_sync(0xffffffffu, rescale)) {
-#pragma unroll
-            for (int dt = 0; dt < DT; ++dt) {
-              o[dt][0] *= corr[0];
-              o[dt][1] *= corr[0];
-              o[dt][2] *= corr[1];
-              o[dt][3] *= corr[1];
-            }
-          }
-          const uint32_t vt = v_lane + static_cast<uint32_t>(st * kKeys * LD * 2);
-#pragma unroll
-          for (int kk = 0; kk < kKeys / 16; ++kk) {
-            uint32_t a[4];
-            a[0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
-            a[1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
-            a[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-            a[3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-#pragma unroll
-            for (int dp = 0; dp < D / 16; ++dp) {
-              uint32_t b[4];
-              ldsm_x4_t_at(vt + (kk * 16 * LD + dp * 16) * 2, b);
-              mma_bf16(o[2 * dp], a, b[0], b[1]);
-              mma_bf16(o[2 * dp + 1], a, b[2], b[3]);
-            }
-          }
+          flash_wg_softmax_pv<D>(s, o, m, l, qp, wmin, j0, scale_log2,
+                                 v_lane + static_cast<uint32_t>(st * kKeys * LD * 2), t4);
         }
+        }
+        if (threadIdx.x < kRing) ring[st][threadIdx.x] = next_entry;
+        next_entry = flash_table_entry(tables, ldt, bs, seq, j0 + 3 * kKeys, kend);
+        __syncthreads();  // stage st is consumed (the wgmmas waited for): the next iteration refills it
       }
-      if (threadIdx.x < kRing) ring[st][threadIdx.x] = next_entry;
-      next_entry = flash_table_entry(tables, ldt, bs, seq, j0 + 3 * kKeys, kend);
-      __syncthreads();  // stage st is consumed (the wgmmas waited for): the next iteration refills it
+    } else {
+      // Three stages: tile t's V is read by P·V while tile t + 1's scores are computed (issued before
+      // tile t's softmax, waited for in the next iteration) and tile t + 2 is loading. Ring slot
+      // t mod 3 holds tile t's block-table entries.
+      float s[NT][4], sn[NT][4];  // tile t's scores; tile t + 1's, in flight
+      flash_wg_load_tile<CT, D>(ring[0], bs, 0, kend, kc, vc, ldc, kvh, Kb, Vb);
+      if (kKeys < kend) {
+        flash_wg_load_tile<CT, D>(ring[1], bs, kKeys, kend, kc, vc, ldc, kvh, Kb + kA * kAtomBytes,
+                                  Vb + kKeys * LD);
+        mma::cp_async_wait<1>();
+      } else {
+        mma::cp_async_wait<0>();
+      }
+      fence_proxy_async_shared();
+      __syncthreads();  // tile 0 has landed
+      const uint32_t qa = q_addr + wg * kA * kAtomBytes;
+      auto issue_scores = [&](int stage) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) sn[nt][0] = sn[nt][1] = sn[nt][2] = sn[nt][3] = 0.f;
+        wgmma_fence_operands<NT * 4>(&sn[0][0]);
+        wgmma_fence();
+        const uint32_t ka = k_addr + stage * kA * kAtomBytes;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+          const uint32_t off = (kk / 4) * kAtomBytes + 32 * (kk % 4);
+          wgmma_bf16<64>(&sn[0][0], sw128_desc(qa + off), sw128_desc(ka + off));
+        }
+        wgmma_commit();
+      };
+      issue_scores(0);
+      for (int j0 = 0, t = 0; j0 < kend; j0 += kKeys, ++t) {
+        const int st = t % 3;
+        mma::cp_async_wait<0>();  // tile t + 1 (this thread's copies)
+        fence_proxy_async_shared();
+        __syncthreads();  // tile t + 1 has landed; every warp is done with tile t − 1's stage
+        if (j0 + 2 * kKeys < kend) {
+          const int s2 = (t + 2) % 3;
+          flash_wg_load_tile<CT, D>(ring[s2], bs, j0 + 2 * kKeys, kend, kc, vc, ldc, kvh,
+                                    Kb + s2 * kA * kAtomBytes, Vb + s2 * kKeys * LD);
+        }
+        wgmma_wait<0>();
+        wgmma_fence_operands<NT * 4>(&sn[0][0]);
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+          for (int r = 0; r < 4; ++r) s[nt][r] = sn[nt][r];
+        }
+        // Tile t + 3's entries into tile t's slot (read when tile t was issued, two iterations ago).
+        if (threadIdx.x < kRing) ring[st][threadIdx.x] = next_entry;
+        next_entry = flash_table_entry(tables, ldt, bs, seq, j0 + 4 * kKeys, kend);
+        // Unconditional (a wgmma in a branch, waited for outside it, is serialised by ptxas): past the
+        // last tile the scores of a stale stage are computed and never read.
+        issue_scores((t + 1) % 3);
+        // Every warp takes every tile, branch-free (no branch while the next scores are in flight,
+        // which ptxas answers by serialising the wgmmas): past a warp's last query the mask makes the
+        // tile's weights exact zeros and leaves m, l and o as they were.
+        flash_wg_softmax_pv<D, true>(s, o, m, l, qp, wmin, j0, scale_log2,
+                                     v_lane + static_cast<uint32_t>(st * kKeys * LD * 2), t4);
+      }
+      wgmma_wait<0>();  // the scores issued past the last tile
+      __syncthreads();  // every warp is done with the stages before the next pass refills them
     }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -729,12 +811,12 @@ void launch(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, co
                 kThreadsOf<QV, MT>, QV, q, rows, cache, shape, out, sms, s);
 }
 
-template <typename CT, int D>
+template <typename CT, int D, bool kPipe>
 void launch_wg(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, const AttentionShape& shape,
                Tensor& out, int sms, cudaStream_t s) {
   static bool raised = false;
-  launch_kernel(flash_wg_kernel<CT, D>, raised, flash_wg_smem_bytes<D>(), kWgThreads, 64 * kWgGroups, q, rows,
-                cache, shape, out, sms, s);
+  launch_kernel(flash_wg_kernel<CT, D, kPipe>, raised, flash_wg_smem_bytes<D, kPipe>(), kWgThreads,
+                64 * kWgGroups, q, rows, cache, shape, out, sms, s);
 }
 
 template <typename CT, int D>
@@ -748,7 +830,10 @@ void launch_form(const Tensor& q, const AttentionRows& rows, const KvLayer& cach
       launch<CT, D, 128, 2>(q, rows, cache, shape, out, sms, s);
       break;
     case FlashForm::kWgmma:
-      launch_wg<CT, D>(q, rows, cache, shape, out, sms, s);
+      launch_wg<CT, D, false>(q, rows, cache, shape, out, sms, s);
+      break;
+    case FlashForm::kWgmmaPipelined:
+      launch_wg<CT, D, true>(q, rows, cache, shape, out, sms, s);
       break;
     default:
       launch<CT, D, kFlashQueryVectors, 1>(q, rows, cache, shape, out, sms, s);

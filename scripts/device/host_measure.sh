@@ -12,8 +12,8 @@
 #                then the 1,024- and 4,096-row prefills with and without it
 #   flashform    the flash kernel (block-table entries a tile ahead) as is and with VV_CUDA_FLASH_QV=128x2:
 #                its gpu tests, the 1,024/4,096-row prefills, Nsight sections of one 4K-chunk launch of each
-#   flashwg      the flash kernel's wgmma form (VV_CUDA_FLASH_QV=wg): its gpu tests, the 1,024/4,096-row
-#                prefills with and without it, Nsight sections of one 4K-chunk launch
+#   flashwg      the flash kernel's wgmma forms (VV_CUDA_FLASH_QV=wg, wgp): their gpu tests, the 1,024/4,096-row
+#                prefills with each and without, Nsight sections of one 4K-chunk launch of each
 #   gemvwide     VV_CUDA_GEMV_WIDE=1 (the fused norm + q/k/v GEMV in one round): the decode gpu tests with
 #                it (fused = unfused bitwise), then decode with and without it
 #   fasterf      VV_CUDA_FFN_FAST_ERF=1 (the fused FFN's GELU with a 1.5e-7 erf): the FFN gpu tests with it,
@@ -108,11 +108,14 @@ for step in "$@"; do
       for rows in 1024 4096; do
         run pre${rows}_narrow $P --prompt $rows
         run pre${rows}_wg env VV_CUDA_FLASH_QV=wg $P --prompt $rows
+        run pre${rows}_wgp env VV_CUDA_FLASH_QV=wgp $P --prompt $rows
       done
       NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-      run ncuflash_wg env VV_CUDA_FLASH_QV=wg $NCU --clock-control none --kernel-name regex:flash_wg \
-        --launch-skip 111 --launch-count 1 --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
-        --section Occupancy --section ComputeWorkloadAnalysis --section LaunchStats $P --prompt 4096 ;;
+      for form in wg wgp; do
+        run ncuflash_$form env VV_CUDA_FLASH_QV=$form $NCU --clock-control none --kernel-name regex:flash_wg \
+          --launch-skip 111 --launch-count 1 --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
+          --section Occupancy --section ComputeWorkloadAnalysis --section LaunchStats $P --prompt 4096
+      done ;;
     gemvwide)
       run gemvwide_tests env VV_REQUIRE_GPU=1 VV_CUDA_GEMV_WIDE=1 $B/unit_kernels_cuda \
         --gtest_filter='CudaDecode*:CudaRunnerGolden*'

@@ -169,6 +169,18 @@ TEST(CudaFlashPrefill, WarpgroupMmaScoresOnHopper) {
   check_flash_form("wg", "flashwg");
 }
 
+// VV_CUDA_FLASH_QV=wgp: the same with tile t + 1's score wgmmas in flight during tile t's softmax
+// and P·V (three K/V stages), sm_90 only.
+TEST(CudaFlashPrefill, PipelinedWarpgroupMmaScoresOnHopper) {
+  { VV_CUDA_BACKEND_OR_SKIP(probe, true); }
+  cudaDeviceProp prop{};
+  ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+  if (!(prop.major == 9 && prop.minor == 0)) {
+    GTEST_SKIP() << "wgmma needs an sm_90 device; this one is sm_" << prop.major << prop.minor;
+  }
+  check_flash_form("wgp", "flashwgp");
+}
+
 // Block sizes that do not divide the 64-key tile, and one larger than it: the tile's block-table
 // entries (read a tile ahead into shared memory) cover a partial block at either end.
 TEST(CudaFlashPrefill, BlockSizesThatDoNotDivideTheKeyTile) {
