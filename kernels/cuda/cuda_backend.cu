@@ -50,7 +50,8 @@ void release_pinned(void* p, size_t);
 
 // VV_CUDA_FLASH_QV: the flash attention block's form ("128": 8 warps of 16 query vectors, "128x2": 4
 // warps of 32, "wg": two warpgroups with wgmma scores where the device is sm_90, "wgp": the same with
-// the next tile's scores in flight during a tile's softmax; else 4 warps of 16).
+// the next tile's scores in flight during a tile's softmax, "wgf": that with P·V on wgmma too; else 4
+// warps of 16).
 const char* flash_label(cuda::FlashForm form) {
   switch (form) {
     case cuda::FlashForm::kWide:
@@ -61,6 +62,8 @@ const char* flash_label(cuda::FlashForm form) {
       return "paged_attention.flashwg";
     case cuda::FlashForm::kWgmmaPipelined:
       return "paged_attention.flashwgp";
+    case cuda::FlashForm::kWgmmaFull:
+      return "paged_attention.flashwgf";
     default:
       return "paged_attention.flash";
   }
@@ -69,9 +72,11 @@ cuda::FlashForm flash_form_from_env(bool hopper) {
   const char* v = std::getenv("VV_CUDA_FLASH_QV");
   if (v == nullptr) return cuda::FlashForm::kNarrow;
   const std::string s(v);
-  if (s == "wg" || s == "wgp") {
+  if (s == "wg" || s == "wgp" || s == "wgf") {
     if (!hopper) return cuda::FlashForm::kNarrow;
-    return s == "wg" ? cuda::FlashForm::kWgmma : cuda::FlashForm::kWgmmaPipelined;
+    return s == "wg"    ? cuda::FlashForm::kWgmma
+           : s == "wgp" ? cuda::FlashForm::kWgmmaPipelined
+                        : cuda::FlashForm::kWgmmaFull;
   }
   return s == "128"     ? cuda::FlashForm::kWide
          : s == "128x2" ? cuda::FlashForm::kTwoTiles
@@ -1609,7 +1614,8 @@ class CudaBackend final : public Backend {
   // vectors sharing each K/V tile (H200, session 11: 4,096-row prefill +0.8 %, 1,024 rows −2 %);
   // VV_CUDA_FLASH_QV=128x2 4 warps of 32 (session 11: 4,096 rows +0.9 %, 1,024 rows −1.4 %);
   // VV_CUDA_FLASH_QV=wg two warpgroups whose scores come from wgmma, sm_90 only, and =wgp the same with
-  // the next tile's scores in flight during a tile's softmax (both opt-in until measured).
+  // the next tile's scores in flight during a tile's softmax, =wgf that with P·V on wgmma too (all three
+  // opt-in until measured).
   cuda::FlashForm flash_form_ = cuda::FlashForm::kNarrow;  // set at creation (flash_form_from_env)
   // The encoders' FFN branch on cuBLASLt (conv_ffn_lt) from VV_CUDA_FFN_LT_MIN channels up (default
   // kFfnLtMin); VV_CUDA_FFN_LT=0 turns it off. One line on stderr the first time no algorithm takes it.

@@ -418,18 +418,23 @@ constexpr int kWgGroups = 2;
 constexpr int kWgThreads = kWgGroups * 128;
 constexpr uint32_t kAtomBytes = 64 * 128;  // 64 rows × 128 bytes (64 bf16): one swizzle atom column
 
-template <int D, bool kPipe>
+// kMode: 0 the wgmma form (kWgmma), 1 pipelined (kWgmmaPipelined), 2 pipelined with P·V through
+// wgmma too (kWgmmaFull).
+template <int D, int kMode>
 constexpr size_t flash_wg_smem_bytes() {
   // 1,024 of slack to align the swizzled atoms, Q (each warpgroup's D / 64 atoms), the K stages
-  // (D / 64 atoms each; two, three when pipelined), as many V stages [64][D + 8].
-  constexpr size_t stages = kPipe ? 3 : 2;
-  return 1024 + (kWgGroups + stages) * (D / 64) * kAtomBytes + stages * kKeys * (D + 8) * 2;
+  // (D / 64 atoms each; two, three when pipelined), as many V stages: [64][D + 8] for ldmatrix, or
+  // swizzled atoms like K's when P·V runs on wgmma.
+  constexpr size_t stages = kMode >= 1 ? 3 : 2;
+  constexpr size_t v_stage = kMode == 2 ? (D / 64) * kAtomBytes : static_cast<size_t>(kKeys) * (D + 8) * 2;
+  return 1024 + (kWgGroups + stages) * (D / 64) * kAtomBytes + stages * v_stage;
 }
 
 #ifdef VV_WGMMA
 // Keys [j0, j0 + 64) of the kv head: K into the swizzled stage (chunk d8 of key jj: atom d8 / 8,
 // chunk d8 % 8 of row jj), V into the padded stage, as flash_load_tile does.
-template <typename CT, int D>
+// kSwV: V into swizzled atoms too (the same layout as K: for P·V on wgmma it is the MN-major B).
+template <typename CT, int D, bool kSwV>
 __device__ __forceinline__ void flash_wg_load_tile(const int32_t* ring, int bs, int j0, int kend,
                                                    const CT* __restrict__ kc, const CT* __restrict__ vc,
                                                    int64_t ldc, int kvh, unsigned char* Kst,
@@ -446,7 +451,9 @@ __device__ __forceinline__ void flash_wg_load_tile(const int32_t* ring, int bs, 
     const int64_t sl = valid ? static_cast<int64_t>(ring[j / bs - b0]) * bs + j % bs : 0;
     const int64_t off = sl * ldc + static_cast<int64_t>(kvh) * D + d8 * 8;
     unsigned char* kd = Kst + (d8 / 8) * kAtomBytes + sw128_offset(jj, d8 % 8);
-    __nv_bfloat16* vd = Vs + jj * LD + d8 * 8;
+    void* vd = kSwV ? static_cast<void*>(reinterpret_cast<unsigned char*>(Vs) + (d8 / 8) * kAtomBytes +
+                                         sw128_offset(jj, d8 % 8))
+                    : static_cast<void*>(Vs + jj * LD + d8 * 8);
     if constexpr (std::is_same_v<CT, __nv_bfloat16>) {
       mma::cp_async16_zfill(kd, kc + off, valid);
       mma::cp_async16_zfill(vd, vc + off, valid);
@@ -465,7 +472,7 @@ __device__ __forceinline__ void flash_wg_load_tile(const int32_t* ring, int bs, 
 // The narrow form's online softmax and P·V for one warp's 16 query vectors over a 64-key tile whose
 // scores s (raw, the mma.sync C layout) start at key j0; vt: the lane's ldmatrix address of the tile's
 // padded V stage.
-template <int D, bool kBranchless = false>
+template <int D, bool kBranchless = false, bool kPv = true>
 __device__ __forceinline__ void flash_wg_softmax_pv(float (&s)[kKeys / 8][4], float (&o)[D / 8][4],
                                                     float (&m)[2], float (&l)[2], const int (&qp)[2],
                                                     int wmin, int j0, float scale_log2, uint32_t vt, int t4) {
@@ -528,26 +535,28 @@ __device__ __forceinline__ void flash_wg_softmax_pv(float (&s)[kKeys / 8][4], fl
       o[dt][3] *= corr[1];
     }
   }
+  if constexpr (kPv) {  // (else P·V is the caller's, on wgmma)
 #pragma unroll
-  for (int kk = 0; kk < kKeys / 16; ++kk) {
-    uint32_t a[4];
-    a[0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
-    a[1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
-    a[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-    a[3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+      uint32_t a[4];
+      a[0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
+      a[1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+      a[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      a[3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 #pragma unroll
-    for (int dp = 0; dp < D / 16; ++dp) {
-      uint32_t b[4];
-      ldsm_x4_t_at(vt + (kk * 16 * LD + dp * 16) * 2, b);
-      mma_bf16(o[2 * dp], a, b[0], b[1]);
-      mma_bf16(o[2 * dp + 1], a, b[2], b[3]);
+      for (int dp = 0; dp < D / 16; ++dp) {
+        uint32_t b[4];
+        ldsm_x4_t_at(vt + (kk * 16 * LD + dp * 16) * 2, b);
+        mma_bf16(o[2 * dp], a, b[0], b[1]);
+        mma_bf16(o[2 * dp + 1], a, b[2], b[3]);
+      }
     }
   }
 }
 
 #endif
 
-template <typename CT, int D, bool kPipe>
+template <typename CT, int D, int kMode>
 __global__ void __launch_bounds__(kWgThreads, 1)
     flash_wg_kernel(const float* __restrict__ q, int64_t ldq, const int32_t* __restrict__ row_seq,
                     const int32_t* __restrict__ row_pos, const int32_t* __restrict__ tables, int64_t ldt,
@@ -560,7 +569,9 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   constexpr int kA = D / 64;     // swizzle atoms along d
   constexpr int QV = 64 * kWgGroups;
   extern __shared__ __align__(16) unsigned char smem_raw[];
+  constexpr bool kPipe = kMode >= 1, kPvWg = kMode == 2;
   constexpr int kStages = kPipe ? 3 : 2;
+  constexpr int kVStage = kPvWg ? kA * kAtomBytes / 2 : kKeys * LD;  // bf16 elements per V stage
   __shared__ int32_t ring[kStages][kRing];
   __shared__ int span[kWgGroups * 4];  // each warp's largest query position
   const uint32_t raw = smem_u32(smem_raw);
@@ -568,8 +579,9 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   const uint32_t k_addr = q_addr + kWgGroups * kA * kAtomBytes;  // stage st at + st·kA·kAtomBytes
   unsigned char* Qb = smem_raw + (q_addr - raw);
   unsigned char* Kb = smem_raw + (k_addr - raw);
-  __nv_bfloat16* Vb =
-      reinterpret_cast<__nv_bfloat16*>(Kb + kStages * kA * kAtomBytes);  // stage st at + st·64·LD
+  // V stage st at Vb + st·kVStage (elements); its shared address at v_addr + 2·st·kVStage.
+  __nv_bfloat16* Vb = reinterpret_cast<__nv_bfloat16*>(Kb + kStages * kA * kAtomBytes);
+  const uint32_t v_addr = k_addr + kStages * kA * kAtomBytes;
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3, wg = warp >> 2;
   const int64_t r0 = static_cast<int64_t>(gridDim.x - 1 - blockIdx.x) * QT;
@@ -647,11 +659,11 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     for (int dt = 0; dt < DT; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
     if constexpr (!kPipe) {
-      flash_wg_load_tile<CT, D>(ring[0], bs, 0, kend, kc, vc, ldc, kvh, Kb, Vb);
+      flash_wg_load_tile<CT, D, kPvWg>(ring[0], bs, 0, kend, kc, vc, ldc, kvh, Kb, Vb);
       for (int j0 = 0, st = 0; j0 < kend; j0 += kKeys, st ^= 1) {
         if (j0 + kKeys < kend) {
-          flash_wg_load_tile<CT, D>(ring[st ^ 1], bs, j0 + kKeys, kend, kc, vc, ldc, kvh,
-                                    Kb + (st ^ 1) * kA * kAtomBytes, Vb + (st ^ 1) * kKeys * LD);
+          flash_wg_load_tile<CT, D, kPvWg>(ring[st ^ 1], bs, j0 + kKeys, kend, kc, vc, ldc, kvh,
+                                           Kb + (st ^ 1) * kA * kAtomBytes, Vb + (st ^ 1) * kVStage);
           mma::cp_async_wait<1>();
         } else {
           mma::cp_async_wait<0>();
@@ -687,10 +699,10 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       // tile t's softmax, waited for in the next iteration) and tile t + 2 is loading. Ring slot
       // t mod 3 holds tile t's block-table entries.
       float s[NT][4], sn[NT][4];  // tile t's scores; tile t + 1's, in flight
-      flash_wg_load_tile<CT, D>(ring[0], bs, 0, kend, kc, vc, ldc, kvh, Kb, Vb);
+      flash_wg_load_tile<CT, D, kPvWg>(ring[0], bs, 0, kend, kc, vc, ldc, kvh, Kb, Vb);
       if (kKeys < kend) {
-        flash_wg_load_tile<CT, D>(ring[1], bs, kKeys, kend, kc, vc, ldc, kvh, Kb + kA * kAtomBytes,
-                                  Vb + kKeys * LD);
+        flash_wg_load_tile<CT, D, kPvWg>(ring[1], bs, kKeys, kend, kc, vc, ldc, kvh, Kb + kA * kAtomBytes,
+                                         Vb + kVStage);
         mma::cp_async_wait<1>();
       } else {
         mma::cp_async_wait<0>();
@@ -719,11 +731,12 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         __syncthreads();  // tile t + 1 has landed; every warp is done with tile t − 1's stage
         if (j0 + 2 * kKeys < kend) {
           const int s2 = (t + 2) % 3;
-          flash_wg_load_tile<CT, D>(ring[s2], bs, j0 + 2 * kKeys, kend, kc, vc, ldc, kvh,
-                                    Kb + s2 * kA * kAtomBytes, Vb + s2 * kKeys * LD);
+          flash_wg_load_tile<CT, D, kPvWg>(ring[s2], bs, j0 + 2 * kKeys, kend, kc, vc, ldc, kvh,
+                                           Kb + s2 * kA * kAtomBytes, Vb + s2 * kVStage);
         }
-        wgmma_wait<0>();
+        wgmma_wait<0>();  // tile t's scores (and tile t − 1's P·V)
         wgmma_fence_operands<NT * 4>(&sn[0][0]);
+        if constexpr (kPvWg) wgmma_fence_operands<DT * 4>(&o[0][0]);
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
@@ -738,10 +751,34 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         // Every warp takes every tile, branch-free (no branch while the next scores are in flight,
         // which ptxas answers by serialising the wgmmas): past a warp's last query the mask makes the
         // tile's weights exact zeros and leaves m, l and o as they were.
-        flash_wg_softmax_pv<D, true>(s, o, m, l, qp, wmin, j0, scale_log2,
-                                     v_lane + static_cast<uint32_t>(st * kKeys * LD * 2), t4);
+        if constexpr (!kPvWg) {
+          flash_wg_softmax_pv<D, true>(s, o, m, l, qp, wmin, j0, scale_log2,
+                                       v_lane + static_cast<uint32_t>(st * kKeys * LD * 2), t4);
+        } else {
+          // The softmax (it rescales o: the previous tile's P·V was waited for above), then
+          // O += P·V on wgmma: P (bf16, the score registers' A layout) from registers, V's swizzled
+          // stage as the MN-major B (rows of 64 d at one key; the next 64 d a 8,192-byte atom on).
+          flash_wg_softmax_pv<D, true, false>(s, o, m, l, qp, wmin, j0, scale_log2, 0, t4);
+          uint32_t pa[kKeys / 16][4];
+#pragma unroll
+          for (int kk = 0; kk < kKeys / 16; ++kk) {
+            pa[kk][0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
+            pa[kk][1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+            pa[kk][2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            pa[kk][3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+          }
+          wgmma_fence_operands<DT * 4>(&o[0][0]);
+          wgmma_fence();
+          const uint32_t vs = v_addr + static_cast<uint32_t>(st * kVStage * 2);
+#pragma unroll
+          for (int kk = 0; kk < kKeys / 16; ++kk) {  // keys 16kk..16kk+15: two 8-row groups, 2,048 bytes
+            wgmma_bf16_rs_mn<D>(&o[0][0], pa[kk], sw128_desc_mn(vs + 2048 * kk, kAtomBytes));
+          }
+          wgmma_commit();
+        }
       }
-      wgmma_wait<0>();  // the scores issued past the last tile
+      wgmma_wait<0>();  // the scores issued past the last tile (and the last P·V)
+      if constexpr (kPvWg) wgmma_fence_operands<DT * 4>(&o[0][0]);
       __syncthreads();  // every warp is done with the stages before the next pass refills them
     }
 #pragma unroll
@@ -811,11 +848,11 @@ void launch(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, co
                 kThreadsOf<QV, MT>, QV, q, rows, cache, shape, out, sms, s);
 }
 
-template <typename CT, int D, bool kPipe>
+template <typename CT, int D, int kMode>
 void launch_wg(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, const AttentionShape& shape,
                Tensor& out, int sms, cudaStream_t s) {
   static bool raised = false;
-  launch_kernel(flash_wg_kernel<CT, D, kPipe>, raised, flash_wg_smem_bytes<D, kPipe>(), kWgThreads,
+  launch_kernel(flash_wg_kernel<CT, D, kMode>, raised, flash_wg_smem_bytes<D, kMode>(), kWgThreads,
                 64 * kWgGroups, q, rows, cache, shape, out, sms, s);
 }
 
@@ -830,10 +867,13 @@ void launch_form(const Tensor& q, const AttentionRows& rows, const KvLayer& cach
       launch<CT, D, 128, 2>(q, rows, cache, shape, out, sms, s);
       break;
     case FlashForm::kWgmma:
-      launch_wg<CT, D, false>(q, rows, cache, shape, out, sms, s);
+      launch_wg<CT, D, 0>(q, rows, cache, shape, out, sms, s);
       break;
     case FlashForm::kWgmmaPipelined:
-      launch_wg<CT, D, true>(q, rows, cache, shape, out, sms, s);
+      launch_wg<CT, D, 1>(q, rows, cache, shape, out, sms, s);
+      break;
+    case FlashForm::kWgmmaFull:
+      launch_wg<CT, D, 2>(q, rows, cache, shape, out, sms, s);
       break;
     default:
       launch<CT, D, kFlashQueryVectors, 1>(q, rows, cache, shape, out, sms, s);

@@ -13,11 +13,12 @@ constexpr int kFlashQueryVectors = 64;
 // sharing each K/V tile), kTwoTiles 128 (4 warps of 32: each K/V fragment read from shared memory
 // feeds two mmas, softmax steps of 32 keys), kWgmma 128 (two warpgroups whose scores come from
 // wgmma, sm_90 only: the caller passes it only on such a device), kWgmmaPipelined (the same with tile
-// t + 1's score wgmmas in flight during tile t's softmax and P·V, three stages). A row's bits depend on the
+// t + 1's score wgmmas in flight during tile t's softmax and P·V, three stages), kWgmmaFull (that with
+// P·V on wgmma too: P from registers, V swizzled in shared memory). A row's bits depend on the
 // form (softmax steps, the scores' summation order), never on the rows it shares a call with. The 128-vector
 // forms need a GQA group of at least 2 heads (a block's rows, 128 / G, are tracked in a 64-bit mask); others
 // run kNarrow.
-enum class FlashForm { kNarrow, kWide, kTwoTiles, kWgmma, kWgmmaPipelined };
+enum class FlashForm { kNarrow, kWide, kTwoTiles, kWgmma, kWgmmaPipelined, kWgmmaFull };
 inline FlashForm flash_form_taken(FlashForm form, int heads, int kv_heads) {
   return form != FlashForm::kNarrow && heads / kv_heads >= 2 ? form : FlashForm::kNarrow;
 }

@@ -12,7 +12,7 @@
 #                then the 1,024- and 4,096-row prefills with and without it
 #   flashform    the flash kernel (block-table entries a tile ahead) as is and with VV_CUDA_FLASH_QV=128x2:
 #                its gpu tests, the 1,024/4,096-row prefills, Nsight sections of one 4K-chunk launch of each
-#   flashwg      the flash kernel's wgmma forms (VV_CUDA_FLASH_QV=wg, wgp): their gpu tests, the 1,024/4,096-row
+#   flashwg      the flash kernel's wgmma forms (VV_CUDA_FLASH_QV=wg, wgp, wgf): their gpu tests, the 1,024/4,096-row
 #                prefills with each and without, Nsight sections of one 4K-chunk launch of each
 #   gemvwide     VV_CUDA_GEMV_WIDE=1 (the fused norm + q/k/v GEMV in one round): the decode gpu tests with
 #                it (fused = unfused bitwise), then decode with and without it
@@ -109,9 +109,10 @@ for step in "$@"; do
         run pre${rows}_narrow $P --prompt $rows
         run pre${rows}_wg env VV_CUDA_FLASH_QV=wg $P --prompt $rows
         run pre${rows}_wgp env VV_CUDA_FLASH_QV=wgp $P --prompt $rows
+        run pre${rows}_wgf env VV_CUDA_FLASH_QV=wgf $P --prompt $rows
       done
       NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-      for form in wg wgp; do
+      for form in wg wgp wgf; do
         run ncuflash_$form env VV_CUDA_FLASH_QV=$form $NCU --clock-control none --kernel-name regex:flash_wg \
           --launch-skip 111 --launch-count 1 --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
           --section Occupancy --section ComputeWorkloadAnalysis --section LaunchStats $P --prompt 4096

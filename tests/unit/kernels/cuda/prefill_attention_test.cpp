@@ -181,6 +181,18 @@ TEST(CudaFlashPrefill, PipelinedWarpgroupMmaScoresOnHopper) {
   check_flash_form("wgp", "flashwgp");
 }
 
+// VV_CUDA_FLASH_QV=wgf: the pipelined form with P·V on wgmma too (P from registers, V swizzled in
+// shared memory as the MN-major operand), sm_90 only.
+TEST(CudaFlashPrefill, WarpgroupMmaScoresAndValuesOnHopper) {
+  { VV_CUDA_BACKEND_OR_SKIP(probe, true); }
+  cudaDeviceProp prop{};
+  ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+  if (!(prop.major == 9 && prop.minor == 0)) {
+    GTEST_SKIP() << "wgmma needs an sm_90 device; this one is sm_" << prop.major << prop.minor;
+  }
+  check_flash_form("wgf", "flashwgf");
+}
+
 // Block sizes that do not divide the 64-key tile, and one larger than it: the tile's block-table
 // entries (read a tile ahead into shared memory) cover a partial block at either end.
 TEST(CudaFlashPrefill, BlockSizesThatDoNotDivideTheKeyTile) {
