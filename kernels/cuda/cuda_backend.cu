@@ -464,7 +464,7 @@ class CudaBackend final : public Backend {
   }
   void discard(const Tensor& t) override {
     // fuse_mlp_at is the only fusion that reads it: nothing is recorded on the decode path.
-    if (!mlp_fuse_ || t.rows() < kMlpFuseRows) return;
+    if (!mlp_fuse_ || t.rows() < mlp_fuse_rows_) return;
     Sig s(13);
     s << t;
     OpRec rec;
@@ -695,14 +695,14 @@ class CudaBackend final : public Backend {
     return q - i;
   }
 
-  // Unless VV_CUDA_MLP_FUSE=0: bf16 mode, a prompt chunk (M ≥
-  // kMlpFuseRows): the MLP block rms_norm(x → a) → gate_up(a → gu) → silu_mul(gu → m) → down(m → x
+  // Unless VV_CUDA_MLP_FUSE=0: bf16 mode, a prompt chunk (M ≥ mlp_fuse_rows_, 256 unless
+  // VV_CUDA_MLP_FUSE_ROWS says otherwise): the MLP block rms_norm(x → a) → gate_up(a → gu) → silu_mul(gu → m)
+  // → down(m → x
   // += ...) followed by discard(gu) and discard(m) runs as: rms_norm_pack (a written, its bf16 pack),
   // gate_up by cuBLASLt with a bf16 output into gu's memory (half the bytes written and read back),
   // SwiGLU from those bf16 values straight into the down GEMM's bf16 operand (m never written), and
   // down from that operand. gu is rounded to bf16 before SwiGLU, as the PyTorch reference's bf16 run
   // does; the result differs from the unfused ops within bf16 rounding (gpu test CudaMlpFusion).
-  static constexpr int64_t kMlpFuseRows = 256;
   size_t fuse_mlp_at(const std::vector<OpRec>& recs, size_t i, std::vector<std::function<void()>>& out) {
     if (compute_ != CudaCompute::kBF16 || !lt_api_ || deterministic_ || i + 5 >= recs.size()) return 0;
     const OpRec &nr = recs[i], &g1 = recs[i + 1], &sm = recs[i + 2], &g2 = recs[i + 3];
@@ -714,7 +714,7 @@ class CudaBackend final : public Backend {
     const int64_t M = a.rows(), K = a.cols(), I = m.cols();
     const bool dropped = (d1.out.data == gu.data && d2.out.data == m.data) ||
                          (d1.out.data == m.data && d2.out.data == gu.data);
-    if (!dropped || M < kMlpFuseRows || x.dtype != DType::kF32 || a.dtype != DType::kF32 || a.ndim != 2 ||
+    if (!dropped || M < mlp_fuse_rows_ || x.dtype != DType::kF32 || a.dtype != DType::kF32 || a.ndim != 2 ||
         x.rows() != M || x.cols() != K)
       return 0;
     // gate_up reads a, writes gu [M, 2I] (contiguous f32: its memory holds the bf16 rows); silu_mul
@@ -1625,6 +1625,10 @@ class CudaBackend final : public Backend {
       std::getenv("VV_CUDA_FFN_LT_MIN") ? std::atoll(std::getenv("VV_CUDA_FFN_LT_MIN")) : kFfnLtMin;
   // The prefill MLP through bf16 intermediates (fuse_mlp_at); VV_CUDA_MLP_FUSE=0 turns it off (A/B).
   bool mlp_fuse_ = !(std::getenv("VV_CUDA_MLP_FUSE") && std::string(std::getenv("VV_CUDA_MLP_FUSE")) == "0");
+  // VV_CUDA_MLP_FUSE_ROWS: the fewest rows the MLP fusion takes (default 256: prompt chunks; 2 takes
+  // batched decode steps too, opt-in until measured there). Below 2 it is 2 (one row: the GEMV path).
+  int64_t mlp_fuse_rows_ = std::max<int64_t>(
+      2, std::getenv("VV_CUDA_MLP_FUSE_ROWS") ? std::atoll(std::getenv("VV_CUDA_MLP_FUSE_ROWS")) : 256);
   // VV_CUDA_DECODE_GEMV=0: one-row GEMMs on cuda_ops' skinny GEMV (see fuse_skinny_at).
   bool decode_gemv_ =
       !(std::getenv("VV_CUDA_DECODE_GEMV") && std::string(std::getenv("VV_CUDA_DECODE_GEMV")) == "0");

@@ -14,6 +14,8 @@
 #                its gpu tests, the 1,024/4,096-row prefills, Nsight sections of one 4K-chunk launch of each
 #   flashwg      the flash kernel's wgmma forms (VV_CUDA_FLASH_QV=wg, wgp, wgf): their gpu tests, the 1,024/4,096-row
 #                prefills with each and without, Nsight sections of one 4K-chunk launch of each
+#   mlprows      VV_CUDA_MLP_FUSE_ROWS=2 (the MLP fusion on batched decode steps): its gpu tests, then the
+#                curve's 64/128 points with the default (256) and with it
 #   gemvwide     VV_CUDA_GEMV_WIDE=1 (the fused norm + q/k/v GEMV in one round): the decode gpu tests with
 #                it (fused = unfused bitwise), then decode with and without it
 #   fasterf      VV_CUDA_FFN_FAST_ERF=1 (the fused FFN's GELU with a 1.5e-7 erf): the FFN gpu tests with it,
@@ -116,6 +118,12 @@ for step in "$@"; do
         run ncuflash_$form env VV_CUDA_FLASH_QV=$form $NCU --clock-control none --kernel-name regex:flash_wg \
           --launch-skip 111 --launch-count 1 --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
           --section Occupancy --section ComputeWorkloadAnalysis --section LaunchStats $P --prompt 4096
+      done ;;
+    mlprows)  # the MLP fusion on batched decode steps (VV_CUDA_MLP_FUSE_ROWS=2): its gpu tests, the curve's 64/128
+      run mlprows_tests env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda --gtest_filter='CudaMlpFusion*'
+      for v in 256 2; do
+        run curve_mlprows$v env VV_CUDA_MLP_FUSE_ROWS=$v $B/engine_loop_bench --preset 7b --device cuda --bf16 \
+          --audio 30 --tokens "$CURVE_TOKENS" --concurrency 64,128
       done ;;
     gemvwide)
       run gemvwide_tests env VV_REQUIRE_GPU=1 VV_CUDA_GEMV_WIDE=1 $B/unit_kernels_cuda \

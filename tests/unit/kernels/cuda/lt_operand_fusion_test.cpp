@@ -201,5 +201,51 @@ TEST(CudaMlpFusion, PrefillMlpThroughBf16WithinBf16RoundingOfTheUnfusedOps) {
   }
 }
 
+// VV_CUDA_MLP_FUSE_ROWS=2 (opt-in): batched decode steps' MLPs take the fusion too (default 256:
+// prompt chunks only, so a 64-row step is not fused). Same tolerance as above.
+TEST(CudaMlpFusion, DecodeStepRowsWithMlpFuseRows2) {
+  VV_CUDA_BACKEND_OR_SKIP(any, true);
+  auto plain = bf16_backend_with({{"VV_CUDA_PROFILE", "1"}, {"VV_CUDA_MLP_FUSE", "0"}});
+  ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
+  auto deflt = bf16_backend_with({{"VV_CUDA_PROFILE", "1"}});
+  ASSERT_TRUE(deflt.is_ok()) << deflt.status().to_string();
+  auto rows2 = bf16_backend_with({{"VV_CUDA_PROFILE", "1"}, {"VV_CUDA_MLP_FUSE_ROWS", "2"}});
+  ASSERT_TRUE(rows2.is_ok()) << rows2.status().to_string();
+  const FuseCase cases[] = {{2, 136, 264, 136, 40, DType::kBF16},          // two decode rows
+                            {37, 1032, 522, 1032, 264, DType::kBF16},      // odd rows, I % 4 != 0
+                            {64, 3584, 18944, 3584, 512, DType::kBF16},    // Qwen2.5-7B, 64 requests
+                            {128, 3584, 18944, 3584, 512, DType::kBF16}};  // 128 requests
+  uint32_t seed = 1700;
+  for (const FuseCase& c : cases) {
+    const std::string what =
+        "M=" + std::to_string(c.M) + " H=" + std::to_string(c.H) + " I=" + std::to_string(c.I);
+    FuseData d = make_data(c, seed);
+    seed += 20;
+    const std::vector<float> want = run_mlp(**plain, c, d, true);
+    (void)backend_profile_report(**deflt);
+    (void)run_mlp(**deflt, c, d, true);
+    const std::string deflt_table = backend_profile_report(**deflt);
+    EXPECT_EQ(deflt_table.find("silu_mul.bf16_pack"), std::string::npos)
+        << what << ": fused below 256 rows by default\n"
+        << deflt_table;
+    (void)backend_profile_report(**rows2);
+    const std::vector<float> got = run_mlp(**rows2, c, d, true);
+    const std::string table = backend_profile_report(**rows2);
+    EXPECT_NE(table.find("silu_mul.bf16_pack"), std::string::npos) << what << ": not fused\n" << table;
+    ASSERT_EQ(got.size(), want.size());
+    double update = 0, err = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_FALSE(std::isnan(got[i])) << what << ": x[" << i << "] not finite";
+      update =
+          std::max(update, std::fabs(static_cast<double>(want[i]) -
+                                     d.x.at(static_cast<int64_t>(i) / c.H, static_cast<int64_t>(i) % c.H)));
+      err = std::max(err, std::fabs(static_cast<double>(got[i]) - want[i]));
+    }
+    ASSERT_GT(update, 0.0) << what;
+    EXPECT_LE(err, 2e-2 * update) << what << ": max |fused - unfused| " << err
+                                  << " against the largest update " << update;
+  }
+}
+
 }  // namespace
 }  // namespace vv::test
