@@ -9,6 +9,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "kernels/cuda/attention_pass.cuh"
 #include "kernels/cuda/cuda_ops.cuh"
 #include "kernels/cuda/decode_ops.cuh"
 
@@ -738,24 +739,10 @@ __global__ void __launch_bounds__(kTileWarps * 32) attn_tile_kernel(
   const int rows_here = static_cast<int>(n - r0 < QT ? n - r0 : QT);
   unsigned done = 0;
   while (true) {
-    int first = -1;
-    for (int i = 0; i < rows_here; ++i) {
-      if (!((done >> i) & 1u)) {
-        first = i;
-        break;
-      }
-    }
-    if (first < 0) break;
-    const int32_t seq = row_seq[r0 + first];
-    unsigned active = 0;
-    int kend = 0;
-    for (int i = first; i < rows_here; ++i) {
-      if (!((done >> i) & 1u) && row_seq[r0 + i] == seq) {
-        active |= 1u << i;
-        kend = max(kend, row_pos[r0 + i] + 1);
-      }
-    }
-    done |= active;
+    unsigned active;
+    int32_t seq;
+    int kend;
+    if (!next_attention_pass(row_seq, row_pos, r0, rows_here, done, active, seq, kend)) break;
     kend = min(kend, kbeg + chunk);
     __syncthreads();  // the previous pass is done with Qs
     for (int idx = threadIdx.x; idx < nq * D; idx += blockDim.x) {

@@ -14,6 +14,7 @@
 #include <tuple>
 #include <type_traits>
 
+#include "kernels/cuda/attention_pass.cuh"
 #include "kernels/cuda/mma_util.cuh"
 #include "kernels/cuda/prefill_attention.cuh"
 #include "kernels/cuda/wgmma_util.cuh"
@@ -158,24 +159,10 @@ __global__ void __launch_bounds__(kThreadsOf<QV, MT>)
   const int nq = QT * G;
   uint64_t done = 0;
   while (true) {
-    int first = -1;
-    for (int i = 0; i < rows_here; ++i) {
-      if (!((done >> i) & 1u)) {
-        first = i;
-        break;
-      }
-    }
-    if (first < 0) break;
-    const int32_t seq = row_seq[r0 + first];
-    uint64_t active = 0;
-    int kend = 0;
-    for (int i = first; i < rows_here; ++i) {
-      if (!((done >> i) & 1u) && row_seq[r0 + i] == seq) {
-        active |= uint64_t{1} << i;
-        kend = max(kend, row_pos[r0 + i] + 1);
-      }
-    }
-    done |= active;
+    uint64_t active;
+    int32_t seq;
+    int kend;
+    if (!next_attention_pass(row_seq, row_pos, r0, rows_here, done, active, seq, kend)) break;
 
     __syncthreads();  // the previous pass is done with Qs, both stages and the ring
     {
@@ -591,24 +578,10 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   const uint32_t v_lane = mma::smem_addr(Vb + mma::ldsm_b_kmajor_lane(LD, lane));
   uint64_t done = 0;
   while (true) {
-    int first = -1;
-    for (int i = 0; i < rows_here; ++i) {
-      if (!((done >> i) & 1u)) {
-        first = i;
-        break;
-      }
-    }
-    if (first < 0) break;
-    const int32_t seq = row_seq[r0 + first];
-    uint64_t active = 0;
-    int kend = 0;
-    for (int i = first; i < rows_here; ++i) {
-      if (!((done >> i) & 1u) && row_seq[r0 + i] == seq) {
-        active |= uint64_t{1} << i;
-        kend = max(kend, row_pos[r0 + i] + 1);
-      }
-    }
-    done |= active;
+    uint64_t active;
+    int32_t seq;
+    int kend;
+    if (!next_attention_pass(row_seq, row_pos, r0, rows_here, done, active, seq, kend)) break;
 
     __syncthreads();  // the previous pass is done with Q, both stages, the ring and span
     {

@@ -157,40 +157,33 @@ TEST(CudaFlashPrefill, TwoMTilesPerWarpBlocksOf128QueryVectors) {
   check_flash_form("128x2", "flash128x2");
 }
 
-// VV_CUDA_FLASH_QV=wg: two warpgroups whose scores come from wgmma (Q and K in 128-byte-swizzled
-// shared memory), only on sm_90 devices (elsewhere the backend keeps the narrow form).
-TEST(CudaFlashPrefill, WarpgroupMmaScoresOnHopper) {
+// The wgmma forms, only on sm_90 devices (elsewhere the backend keeps the narrow form).
+void check_hopper_form(const char* form, const std::string& label) {
   { VV_CUDA_BACKEND_OR_SKIP(probe, true); }
   cudaDeviceProp prop{};
   ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
   if (!(prop.major == 9 && prop.minor == 0)) {
     GTEST_SKIP() << "wgmma needs an sm_90 device; this one is sm_" << prop.major << prop.minor;
   }
-  check_flash_form("wg", "flashwg");
+  check_flash_form(form, label);
+}
+
+// VV_CUDA_FLASH_QV=wg: two warpgroups whose scores come from wgmma (Q and K in 128-byte-swizzled
+// shared memory).
+TEST(CudaFlashPrefill, WarpgroupMmaScoresOnHopper) {
+  check_hopper_form("wg", "flashwg");
 }
 
 // VV_CUDA_FLASH_QV=wgp: the same with tile t + 1's score wgmmas in flight during tile t's softmax
-// and P·V (three K/V stages), sm_90 only.
+// and P·V (three K/V stages).
 TEST(CudaFlashPrefill, PipelinedWarpgroupMmaScoresOnHopper) {
-  { VV_CUDA_BACKEND_OR_SKIP(probe, true); }
-  cudaDeviceProp prop{};
-  ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
-  if (!(prop.major == 9 && prop.minor == 0)) {
-    GTEST_SKIP() << "wgmma needs an sm_90 device; this one is sm_" << prop.major << prop.minor;
-  }
-  check_flash_form("wgp", "flashwgp");
+  check_hopper_form("wgp", "flashwgp");
 }
 
 // VV_CUDA_FLASH_QV=wgf: the pipelined form with P·V on wgmma too (P from registers, V swizzled in
-// shared memory as the MN-major operand), sm_90 only.
+// shared memory as the MN-major operand).
 TEST(CudaFlashPrefill, WarpgroupMmaScoresAndValuesOnHopper) {
-  { VV_CUDA_BACKEND_OR_SKIP(probe, true); }
-  cudaDeviceProp prop{};
-  ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
-  if (!(prop.major == 9 && prop.minor == 0)) {
-    GTEST_SKIP() << "wgmma needs an sm_90 device; this one is sm_" << prop.major << prop.minor;
-  }
-  check_flash_form("wgf", "flashwgf");
+  check_hopper_form("wgf", "flashwgf");
 }
 
 // Block sizes that do not divide the 64-key tile, and one larger than it: the tile's block-table
