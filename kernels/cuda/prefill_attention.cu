@@ -700,6 +700,9 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       for (int j0 = 0, t = 0; j0 < kend; j0 += kKeys, ++t) {
         const int st = t % 3;
         mma::cp_async_wait<0>();  // tile t + 1 (this thread's copies)
+        // wgf: tile t − 1's P·V wgmmas read the V stage this iteration refills: done before the
+        // barrier, so that no warpgroup's are still reading when any thread's copies start.
+        if constexpr (kPvWg) wgmma_wait<0>();
         fence_proxy_async_shared();
         __syncthreads();  // tile t + 1 has landed; every warp is done with tile t − 1's stage
         if (j0 + 2 * kKeys < kend) {
