@@ -3,10 +3,13 @@
 // 128-byte swizzle) and the descriptor of such an operand. Accumulator fragment (PTX, wgmma m64nNk16
 // f32): thread t of the warpgroup, warp w = t/32, g = lane/4, q = lane%4: d[4j + r] at row
 // 16w + g + 8·(r/2), column 8j + 2q + r%2 (per warp, the m16n8 C fragments of mma.sync, j = n tile).
-// Everything here exists only where VV_WGMMA is defined (device code for sm_90a).
+// Everything here exists only where VV_WGMMA is defined (device code for sm_90a); the layouts and
+// descriptors are in wgmma_layout.h.
 #pragma once
 
 #include <cstdint>
+
+#include "kernels/cuda/wgmma_layout.h"
 
 namespace vv::cuda {
 
@@ -76,12 +79,6 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// A K-major operand in 128-byte-swizzled rows (the TMA's SWIZZLE_128B layout): rows of 128 bytes,
-// eight-row groups 1,024 bytes apart (SBO); LBO unused; swizzle mode 1 in bits 62-63.
-__device__ __forceinline__ uint64_t sw128_desc(uint32_t addr) {
-  return (static_cast<uint64_t>((addr & 0x3FFFF) >> 4)) | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32) |
-         (uint64_t{1} << 62);
-}
 #endif
 
 #ifdef VV_WGMMA
@@ -123,14 +120,6 @@ __device__ __forceinline__ void wgmma_bf16_rs_mn<128>(float* d, const uint32_t* 
         "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
 }
-// An MN-major operand in 128-byte-swizzled atoms (PTX's canonical ((8,8,m),(8,k)) bf16 layout):
-// rows of 128 bytes are 64 consecutive N elements at one k, eight k rows make a 1,024-byte atom; the
-// next eight k rows are SBO = 1,024 bytes on, the next 64 N elements LBO = `lbo` bytes on.
-__device__ __forceinline__ uint64_t sw128_desc_mn(uint32_t addr, uint32_t lbo) {
-  return (static_cast<uint64_t>((addr & 0x3FFFF) >> 4)) |
-         (static_cast<uint64_t>((lbo & 0x3FFFF) >> 4) << 16) | (uint64_t{1024 >> 4} << 32) |
-         (uint64_t{1} << 62);
-}
 
 __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
@@ -154,11 +143,6 @@ __device__ __forceinline__ void wgmma_fence_operands(float* d) {
 // operand reads (the async proxy); each writing thread fences before the barrier that publishes them.
 __device__ __forceinline__ void fence_proxy_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-// Byte offset, within a 128-byte-swizzled region (rows of 128 bytes, the region 1,024-byte aligned),
-// of the 16-byte chunk c (0..7) of row r: the chunk index is XORed with the row's index mod 8.
-__host__ __device__ constexpr uint32_t sw128_offset(int r, int c) {
-  return static_cast<uint32_t>(r) * 128u + (static_cast<uint32_t>(c ^ (r & 7)) << 4);
 }
 #endif
 
