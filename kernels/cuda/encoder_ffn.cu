@@ -144,10 +144,7 @@ __device__ __forceinline__ void ffn_chunk(const __nv_bfloat16* Uw,
 #pragma unroll
   for (int kk = 0; kk < kHid / 16; ++kk) {
     uint32_t a[4];
-    a[0] = pack_bf16(h[2 * kk][0], h[2 * kk][1]);
-    a[1] = pack_bf16(h[2 * kk][2], h[2 * kk][3]);
-    a[2] = pack_bf16(h[2 * kk + 1][0], h[2 * kk + 1][1]);
-    a[3] = pack_bf16(h[2 * kk + 1][2], h[2 * kk + 1][3]);
+    mma::pack_a_from_c(h[2 * kk], h[2 * kk + 1], a);
 #pragma unroll
     for (int cp = 0; cp < KC; ++cp) {
       uint32_t b0, b1_, b2_, b3;

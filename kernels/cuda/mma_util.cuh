@@ -68,6 +68,15 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
+// The A fragment of a 16×16 tile from the f32 C fragments of two adjacent 8-column tiles (lo: columns
+// 0-7, hi: 8-15), rounded to bf16: how a product (scores, hidden activations) feeds the next mma.
+__device__ __forceinline__ void pack_a_from_c(const float* lo, const float* hi, uint32_t* a) {
+  a[0] = pack_bf16(lo[0], lo[1]);
+  a[1] = pack_bf16(lo[2], lo[3]);
+  a[2] = pack_bf16(hi[0], hi[1]);
+  a[3] = pack_bf16(hi[2], hi[3]);
+}
+
 // B fragments of two adjacent 8-wide n tiles from a matrix stored n-major in shared memory
 // (row = n, 16 consecutive k per row, row stride ld elements): base points at (n0, k0).
 // r0,r1: tile n0..n0+7; r2,r3: tile n0+8..n0+15. (Keys of K for Q·Kᵀ; rows of W for X·Wᵀ.)

@@ -11,7 +11,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <tuple>
 #include <type_traits>
 
 #include "kernels/cuda/attention_pass.cuh"
@@ -348,10 +347,7 @@ __global__ void __launch_bounds__(kThreadsOf<QV, MT>)
             uint32_t a[MT][4];
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
-              a[mt][0] = pack_bf16(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-              a[mt][1] = pack_bf16(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-              a[mt][2] = pack_bf16(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-              a[mt][3] = pack_bf16(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+              mma::pack_a_from_c(s[mt][2 * kk], s[mt][2 * kk + 1], a[mt]);
             }
 #pragma unroll
             for (int dp = 0; dp < D / 16; ++dp) {
@@ -526,10 +522,7 @@ __device__ __forceinline__ void flash_wg_softmax_pv(float (&s)[kKeys / 8][4], fl
 #pragma unroll
     for (int kk = 0; kk < kKeys / 16; ++kk) {
       uint32_t a[4];
-      a[0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
-      a[1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
-      a[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      a[3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      mma::pack_a_from_c(s[2 * kk], s[2 * kk + 1], a);
 #pragma unroll
       for (int dp = 0; dp < D / 16; ++dp) {
         uint32_t b[4];
@@ -738,10 +731,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
           uint32_t pa[kKeys / 16][4];
 #pragma unroll
           for (int kk = 0; kk < kKeys / 16; ++kk) {
-            pa[kk][0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
-            pa[kk][1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
-            pa[kk][2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-            pa[kk][3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+            mma::pack_a_from_c(s[2 * kk], s[2 * kk + 1], pa[kk]);
           }
           wgmma_fence_operands<DT * 4>(&o[0][0]);
           wgmma_fence();
@@ -778,17 +768,9 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 #endif
 }
 
-// The cache element type of a flash kernel (its 8th parameter, const CT* kc).
-template <typename K>
-struct KernelCacheType;
-template <typename... P>
-struct KernelCacheType<void (*)(P...)> {
-  using type = std::remove_const_t<std::remove_pointer_t<std::tuple_element_t<7, std::tuple<P...>>>>;
-};
-
 // Launches one form's kernel: QV query vectors per block of `threads`, `smem` bytes of dynamic shared
 // memory (the attribute raised on first use per instantiation).
-template <typename Kernel>
+template <typename CT, typename Kernel>
 void launch_kernel(Kernel kernel, bool& raised, size_t smem, int threads, int QV, const Tensor& q,
                    const AttentionRows& rows, const KvLayer& cache, const AttentionShape& shape, Tensor& out,
                    int sms, cudaStream_t s) {
@@ -807,29 +789,28 @@ void launch_kernel(Kernel kernel, bool& raised, size_t smem, int threads, int QV
   if (sms > 0 && (n + QT - 1) / QT * shape.kv_heads < sms && n <= rows.block_tables.rows()) QT = 1;
   const dim3 grid(static_cast<unsigned>((n + QT - 1) / QT), static_cast<unsigned>(shape.kv_heads));
   const float scale_log2 = shape.scale * 1.4426950408889634f;
-  kernel<<<grid, threads, smem, s>>>(
-      q.ptr<const float>(), q.row_stride(), rows.row_seq.ptr<const int32_t>(),
-      rows.row_pos.ptr<const int32_t>(), rows.block_tables.ptr<const int32_t>(),
-      rows.block_tables.row_stride(), rows.block_size,
-      static_cast<const typename KernelCacheType<Kernel>::type*>(cache.k.data),
-      static_cast<const typename KernelCacheType<Kernel>::type*>(cache.v.data), cache.k.row_stride(), n, G,
-      QT, scale_log2, out.ptr<float>(), out.row_stride());
+  kernel<<<grid, threads, smem, s>>>(q.ptr<const float>(), q.row_stride(), rows.row_seq.ptr<const int32_t>(),
+                                     rows.row_pos.ptr<const int32_t>(),
+                                     rows.block_tables.ptr<const int32_t>(), rows.block_tables.row_stride(),
+                                     rows.block_size, static_cast<const CT*>(cache.k.data),
+                                     static_cast<const CT*>(cache.v.data), cache.k.row_stride(), n, G, QT,
+                                     scale_log2, out.ptr<float>(), out.row_stride());
 }
 
 template <typename CT, int D, int QV, int MT>
 void launch(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, const AttentionShape& shape,
             Tensor& out, int sms, cudaStream_t s) {
   static bool raised = false;
-  launch_kernel(flash_prefill_kernel<CT, D, QV, MT>, raised, flash_smem_bytes<D, QV, MT>(),
-                kThreadsOf<QV, MT>, QV, q, rows, cache, shape, out, sms, s);
+  launch_kernel<CT>(flash_prefill_kernel<CT, D, QV, MT>, raised, flash_smem_bytes<D, QV, MT>(),
+                    kThreadsOf<QV, MT>, QV, q, rows, cache, shape, out, sms, s);
 }
 
 template <typename CT, int D, int kMode>
 void launch_wg(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, const AttentionShape& shape,
                Tensor& out, int sms, cudaStream_t s) {
   static bool raised = false;
-  launch_kernel(flash_wg_kernel<CT, D, kMode>, raised, flash_wg_smem_bytes<D, kMode>(), kWgThreads,
-                64 * kWgGroups, q, rows, cache, shape, out, sms, s);
+  launch_kernel<CT>(flash_wg_kernel<CT, D, kMode>, raised, flash_wg_smem_bytes<D, kMode>(), kWgThreads,
+                    64 * kWgGroups, q, rows, cache, shape, out, sms, s);
 }
 
 template <typename CT, int D>
