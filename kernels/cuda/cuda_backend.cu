@@ -48,10 +48,7 @@ constexpr int64_t kSkinnyRowsF32 = 64;
 void release_device(void* p, size_t);
 void release_pinned(void* p, size_t);
 
-// VV_CUDA_FLASH_QV: the flash attention block's form ("128": 8 warps of 16 query vectors, "128x2": 4
-// warps of 32, "wg": two warpgroups with wgmma scores where the device is sm_90, "wgp": the same with
-// the next tile's scores in flight during a tile's softmax, "wgf": that with P·V on wgmma too; else 4
-// warps of 16).
+// The per-op profile label of each flash attention form.
 const char* flash_label(cuda::FlashForm form) {
   switch (form) {
     case cuda::FlashForm::kWide:
@@ -68,6 +65,10 @@ const char* flash_label(cuda::FlashForm form) {
       return "paged_attention.flash";
   }
 }
+// VV_CUDA_FLASH_QV: the flash attention block's form ("128": 8 warps of 16 query vectors, "128x2": 4
+// warps of 32, "wg": two warpgroups with wgmma scores where the device is sm_90, "wgp": the same with
+// the next tile's scores in flight during a tile's softmax, "wgf": that with P·V on wgmma too; else 4
+// warps of 16).
 cuda::FlashForm flash_form_from_env(bool hopper) {
   const char* v = std::getenv("VV_CUDA_FLASH_QV");
   if (v == nullptr) return cuda::FlashForm::kNarrow;
@@ -696,9 +697,8 @@ class CudaBackend final : public Backend {
   }
 
   // Unless VV_CUDA_MLP_FUSE=0: bf16 mode, a prompt chunk (M ≥ mlp_fuse_rows_, 256 unless
-  // VV_CUDA_MLP_FUSE_ROWS says otherwise): the MLP block rms_norm(x → a) → gate_up(a → gu) → silu_mul(gu → m)
-  // → down(m → x
-  // += ...) followed by discard(gu) and discard(m) runs as: rms_norm_pack (a written, its bf16 pack),
+  // VV_CUDA_MLP_FUSE_ROWS says otherwise): the MLP block rms_norm(x → a) → gate_up(a → gu) →
+  // silu_mul(gu → m) → down(m → x += ...) followed by discard(gu) and discard(m) runs as: rms_norm_pack (a written, its bf16 pack),
   // gate_up by cuBLASLt with a bf16 output into gu's memory (half the bytes written and read back),
   // SwiGLU from those bf16 values straight into the down GEMM's bf16 operand (m never written), and
   // down from that operand. gu is rounded to bf16 before SwiGLU, as the PyTorch reference's bf16 run
