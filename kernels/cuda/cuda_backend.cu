@@ -698,8 +698,8 @@ class CudaBackend final : public Backend {
 
   // Unless VV_CUDA_MLP_FUSE=0: bf16 mode, a prompt chunk (M ≥ mlp_fuse_rows_, 256 unless
   // VV_CUDA_MLP_FUSE_ROWS says otherwise): the MLP block rms_norm(x → a) → gate_up(a → gu) →
-  // silu_mul(gu → m) → down(m → x += ...) followed by discard(gu) and discard(m) runs as: rms_norm_pack (a written, its bf16 pack),
-  // gate_up by cuBLASLt with a bf16 output into gu's memory (half the bytes written and read back),
+  // silu_mul(gu → m) → down(m → x += ...) followed by discard(gu) and discard(m) runs as:
+  // rms_norm_pack (a written, its bf16 pack), gate_up by cuBLASLt with a bf16 output into gu's memory (half the bytes written and read back),
   // SwiGLU from those bf16 values straight into the down GEMM's bf16 operand (m never written), and
   // down from that operand. gu is rounded to bf16 before SwiGLU, as the PyTorch reference's bf16 run
   // does; the result differs from the unfused ops within bf16 rounding (gpu test CudaMlpFusion).
