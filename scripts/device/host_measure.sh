@@ -12,8 +12,9 @@
 #                then the 1,024- and 4,096-row prefills with and without it
 #   flashform    the flash kernel (block-table entries a tile ahead) as is and with VV_CUDA_FLASH_QV=128x2:
 #                its gpu tests, the 1,024/4,096-row prefills, Nsight sections of one 4K-chunk launch of each
-#   flashwg      the flash kernel's wgmma forms (VV_CUDA_FLASH_QV=wg, wgp, wgf): their gpu tests, the 1,024/4,096-row
-#                prefills with each and without, Nsight sections of one 4K-chunk launch of each
+#   flashwg      the flash kernel's wgmma forms (VV_CUDA_FLASH_QV=wg, wgp, wgf): their gpu tests (FLASH_TESTS=0: none),
+#                the prefills at $FLASH_ROWS rows (1024 4096) with each and without, Nsight sections of one
+#                4K-chunk launch of each
 #   mlprows      VV_CUDA_MLP_FUSE_ROWS=2 (the MLP fusion on batched decode steps): its gpu tests, then the
 #                curve's 64/128 points with the default (256) and with it
 #   gemvwide     VV_CUDA_GEMV_WIDE=1 (the fused norm + q/k/v GEMV in one round): the decode gpu tests with
@@ -105,9 +106,10 @@ for step in "$@"; do
           $P --prompt 4096
       done ;;
     flashwg)  # the wgmma form of the flash kernel (VV_CUDA_FLASH_QV=wg): tests, prefills against the default, Nsight
-      run flashwg_tests env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda --gtest_filter='CudaFlash*:CudaDeterministicAttention*'
+      [ "${FLASH_TESTS:-1}" = 0 ] ||
+        run flashwg_tests env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda --gtest_filter='CudaFlash*:CudaDeterministicAttention*'
       P="$B/cuda_decode_bench --preset 7b --bf16 --no-gemv --tokens 16 --enc-audio 1 --job-audio 1 --job-tokens 1"
-      for rows in 1024 4096; do
+      for rows in ${FLASH_ROWS:-1024 4096}; do
         run pre${rows}_narrow $P --prompt $rows
         run pre${rows}_wg env VV_CUDA_FLASH_QV=wg $P --prompt $rows
         run pre${rows}_wgp env VV_CUDA_FLASH_QV=wgp $P --prompt $rows
