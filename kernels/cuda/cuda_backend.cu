@@ -65,23 +65,21 @@ const char* flash_label(cuda::FlashForm form) {
       return "paged_attention.flash";
   }
 }
-// VV_CUDA_FLASH_QV: the flash attention block's form ("128": 8 warps of 16 query vectors, "128x2": 4
-// warps of 32, "wg": two warpgroups with wgmma scores where the device is sm_90, "wgp": the same with
-// the next tile's scores in flight during a tile's softmax, "wgf": that with P·V on wgmma too; else 4
-// warps of 16).
+// VV_CUDA_FLASH_QV: the flash attention block's form. Default: "wgf" (two warpgroups, scores and P·V
+// on wgmma, the next tile's scores in flight during a tile's softmax) where the device is sm_90, else
+// "narrow" (4 warps of 16 query vectors). Also "128": 8 warps of 16, "128x2": 4 warps of 32, "wg":
+// wgmma scores only, "wgp": "wg" with the scores in flight. The wgmma forms exist only on sm_90;
+// elsewhere they read as "narrow". Anything unknown is the default.
 cuda::FlashForm flash_form_from_env(bool hopper) {
   const char* v = std::getenv("VV_CUDA_FLASH_QV");
-  if (v == nullptr) return cuda::FlashForm::kNarrow;
-  const std::string s(v);
-  if (s == "wg" || s == "wgp" || s == "wgf") {
-    if (!hopper) return cuda::FlashForm::kNarrow;
-    return s == "wg"    ? cuda::FlashForm::kWgmma
-           : s == "wgp" ? cuda::FlashForm::kWgmmaPipelined
-                        : cuda::FlashForm::kWgmmaFull;
-  }
-  return s == "128"     ? cuda::FlashForm::kWide
-         : s == "128x2" ? cuda::FlashForm::kTwoTiles
-                        : cuda::FlashForm::kNarrow;
+  const std::string s(v == nullptr ? "" : v);
+  if (s == "narrow" || s == "64") return cuda::FlashForm::kNarrow;
+  if (s == "128") return cuda::FlashForm::kWide;
+  if (s == "128x2") return cuda::FlashForm::kTwoTiles;
+  if (!hopper) return cuda::FlashForm::kNarrow;
+  return s == "wg"    ? cuda::FlashForm::kWgmma
+         : s == "wgp" ? cuda::FlashForm::kWgmmaPipelined
+                      : cuda::FlashForm::kWgmmaFull;
 }
 
 // Bytes held by allocate()'s Buffers per device (every backend on it together): the figure that a
@@ -696,13 +694,14 @@ class CudaBackend final : public Backend {
     return q - i;
   }
 
-  // Unless VV_CUDA_MLP_FUSE=0: bf16 mode, a prompt chunk (M ≥ mlp_fuse_rows_, 256 unless
+  // Unless VV_CUDA_MLP_FUSE=0: bf16 mode, M ≥ mlp_fuse_rows_ (2 unless
   // VV_CUDA_MLP_FUSE_ROWS says otherwise): the MLP block rms_norm(x → a) → gate_up(a → gu) →
   // silu_mul(gu → m) → down(m → x += ...) followed by discard(gu) and discard(m) runs as:
-  // rms_norm_pack (a written, its bf16 pack), gate_up by cuBLASLt with a bf16 output into gu's memory (half the bytes written and read back),
-  // SwiGLU from those bf16 values straight into the down GEMM's bf16 operand (m never written), and
-  // down from that operand. gu is rounded to bf16 before SwiGLU, as the PyTorch reference's bf16 run
-  // does; the result differs from the unfused ops within bf16 rounding (gpu test CudaMlpFusion).
+  // rms_norm_pack (a written, its bf16 pack), gate_up by cuBLASLt with a bf16 output into gu's memory (half
+  // the bytes written and read back), SwiGLU from those bf16 values straight into the down GEMM's bf16
+  // operand (m never written), and down from that operand. gu is rounded to bf16 before SwiGLU, as the
+  // PyTorch reference's bf16 run does; the result differs from the unfused ops within bf16 rounding (gpu test
+  // CudaMlpFusion).
   size_t fuse_mlp_at(const std::vector<OpRec>& recs, size_t i, std::vector<std::function<void()>>& out) {
     if (compute_ != CudaCompute::kBF16 || !lt_api_ || deterministic_ || i + 5 >= recs.size()) return 0;
     const OpRec &nr = recs[i], &g1 = recs[i + 1], &sm = recs[i + 2], &g2 = recs[i + 3];
@@ -1610,13 +1609,10 @@ class CudaBackend final : public Backend {
   // weight streams per warp).
   bool swiglu_epilogue_ =
       !(std::getenv("VV_CUDA_SWIGLU_EPILOGUE") && std::string(std::getenv("VV_CUDA_SWIGLU_EPILOGUE")) == "0");
-  // The flash attention block's form (cuda::FlashForm): VV_CUDA_FLASH_QV=128 8 warps of 16 query
-  // vectors sharing each K/V tile (H200, session 11: 4,096-row prefill +0.8 %, 1,024 rows −2 %);
-  // VV_CUDA_FLASH_QV=128x2 4 warps of 32 (session 11: 4,096 rows +0.9 %, 1,024 rows −1.4 %);
-  // VV_CUDA_FLASH_QV=wg two warpgroups whose scores come from wgmma, sm_90 only, and =wgp the same with
-  // the next tile's scores in flight during a tile's softmax, =wgf that with P·V on wgmma too (all three
-  // opt-in until measured).
-  cuda::FlashForm flash_form_ = cuda::FlashForm::kNarrow;  // set at creation (flash_form_from_env)
+  // The flash attention block's form (cuda::FlashForm), set at creation (flash_form_from_env): wgf on
+  // sm_90 (H200, session 12: a 4K-chunk launch 286 µs against the narrow form's 368; wg 322, wgp 333),
+  // the narrow form elsewhere. VV_CUDA_FLASH_QV=128 / 128x2 measured within 2 % of narrow (session 11).
+  cuda::FlashForm flash_form_ = cuda::FlashForm::kNarrow;
   // The encoders' FFN branch on cuBLASLt (conv_ffn_lt) from VV_CUDA_FFN_LT_MIN channels up (default
   // kFfnLtMin); VV_CUDA_FFN_LT=0 turns it off. One line on stderr the first time no algorithm takes it.
   bool ffn_lt_warned_ = false;
@@ -1625,10 +1621,11 @@ class CudaBackend final : public Backend {
       std::getenv("VV_CUDA_FFN_LT_MIN") ? std::atoll(std::getenv("VV_CUDA_FFN_LT_MIN")) : kFfnLtMin;
   // The prefill MLP through bf16 intermediates (fuse_mlp_at); VV_CUDA_MLP_FUSE=0 turns it off (A/B).
   bool mlp_fuse_ = !(std::getenv("VV_CUDA_MLP_FUSE") && std::string(std::getenv("VV_CUDA_MLP_FUSE")) == "0");
-  // VV_CUDA_MLP_FUSE_ROWS: the fewest rows the MLP fusion takes (default 256: prompt chunks; 2 takes
-  // batched decode steps too, opt-in until measured there). Below 2 it is 2 (one row: the GEMV path).
+  // VV_CUDA_MLP_FUSE_ROWS: the fewest rows the MLP fusion takes (default 2: batched decode steps and
+  // prompt chunks; H200, session 12: 64/128-row decode steps 5.77/6.52 ms against 5.87/6.75 with 256).
+  // Below 2 it is 2 (one row: the GEMV path).
   int64_t mlp_fuse_rows_ = std::max<int64_t>(
-      2, std::getenv("VV_CUDA_MLP_FUSE_ROWS") ? std::atoll(std::getenv("VV_CUDA_MLP_FUSE_ROWS")) : 256);
+      2, std::getenv("VV_CUDA_MLP_FUSE_ROWS") ? std::atoll(std::getenv("VV_CUDA_MLP_FUSE_ROWS")) : 2);
   // VV_CUDA_DECODE_GEMV=0: one-row GEMMs on cuda_ops' skinny GEMV (see fuse_skinny_at).
   bool decode_gemv_ =
       !(std::getenv("VV_CUDA_DECODE_GEMV") && std::string(std::getenv("VV_CUDA_DECODE_GEMV")) == "0");

@@ -13,8 +13,8 @@
 #   flashform    the flash kernel (block-table entries a tile ahead) as is and with VV_CUDA_FLASH_QV=128x2:
 #                its gpu tests, the 1,024/4,096-row prefills, Nsight sections of one 4K-chunk launch of each
 #   flashwg      the flash kernel's wgmma forms (VV_CUDA_FLASH_QV=wg, wgp, wgf): their gpu tests (FLASH_TESTS=0: none),
-#                the prefills at $FLASH_ROWS rows (1024 4096) with each and without, Nsight sections of one
-#                4K-chunk launch of each
+#                the prefills at $FLASH_ROWS rows (1024 4096) with each of $FLASH_FORMS (narrow wg wgp wgf),
+#                Nsight sections of one 4K-chunk launch of each of $FLASH_NCU (wg wgp wgf; "none": none)
 #   mlprows      VV_CUDA_MLP_FUSE_ROWS=2 (the MLP fusion on batched decode steps): its gpu tests, then the
 #                curve's 64/128 points with the default (256) and with it
 #   gemvwide     VV_CUDA_GEMV_WIDE=1 (the fused norm + q/k/v GEMV in one round): the decode gpu tests with
@@ -110,13 +110,13 @@ for step in "$@"; do
         run flashwg_tests env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda --gtest_filter='CudaFlash*:CudaDeterministicAttention*'
       P="$B/cuda_decode_bench --preset 7b --bf16 --no-gemv --tokens 16 --enc-audio 1 --job-audio 1 --job-tokens 1"
       for rows in ${FLASH_ROWS:-1024 4096}; do
-        run pre${rows}_narrow $P --prompt $rows
-        run pre${rows}_wg env VV_CUDA_FLASH_QV=wg $P --prompt $rows
-        run pre${rows}_wgp env VV_CUDA_FLASH_QV=wgp $P --prompt $rows
-        run pre${rows}_wgf env VV_CUDA_FLASH_QV=wgf $P --prompt $rows
+        for form in ${FLASH_FORMS:-narrow wg wgp wgf}; do
+          run pre${rows}_$form env VV_CUDA_FLASH_QV=$form $P --prompt $rows
+        done
       done
       NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-      for form in wg wgp wgf; do
+      for form in ${FLASH_NCU:-wg wgp wgf}; do
+        [ "$form" = none ] && continue
         run ncuflash_$form env VV_CUDA_FLASH_QV=$form $NCU --clock-control none --kernel-name regex:flash_wg \
           --launch-skip 111 --launch-count 1 --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
           --section Occupancy --section ComputeWorkloadAnalysis --section LaunchStats $P --prompt 4096

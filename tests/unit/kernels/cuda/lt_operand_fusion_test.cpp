@@ -208,16 +208,17 @@ TEST(CudaMlpFusion, PrefillMlpThroughBf16WithinBf16RoundingOfTheUnfusedOps) {
   }
 }
 
-// VV_CUDA_MLP_FUSE_ROWS=2 (opt-in): batched decode steps' MLPs take the fusion too (default 256:
-// prompt chunks only, so a 64-row step is not fused). Same tolerance as above.
-TEST(CudaMlpFusion, DecodeStepRowsWithMlpFuseRows2) {
+// Batched decode steps' MLPs take the fusion too (default VV_CUDA_MLP_FUSE_ROWS=2); with
+// VV_CUDA_MLP_FUSE_ROWS=256 only prompt chunks do, and one row never does (the GEMV path). Same
+// tolerance as above.
+TEST(CudaMlpFusion, DecodeStepRowsFusedByDefault) {
   VV_CUDA_BACKEND_OR_SKIP(any, true);
   auto plain = bf16_backend_with({{"VV_CUDA_PROFILE", "1"}, {"VV_CUDA_MLP_FUSE", "0"}});
   ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
   auto deflt = bf16_backend_with({{"VV_CUDA_PROFILE", "1"}});
   ASSERT_TRUE(deflt.is_ok()) << deflt.status().to_string();
-  auto rows2 = bf16_backend_with({{"VV_CUDA_PROFILE", "1"}, {"VV_CUDA_MLP_FUSE_ROWS", "2"}});
-  ASSERT_TRUE(rows2.is_ok()) << rows2.status().to_string();
+  auto rows256 = bf16_backend_with({{"VV_CUDA_PROFILE", "1"}, {"VV_CUDA_MLP_FUSE_ROWS", "256"}});
+  ASSERT_TRUE(rows256.is_ok()) << rows256.status().to_string();
   const FuseCase cases[] = {{2, 136, 264, 136, 40, DType::kBF16},          // two decode rows
                             {37, 1032, 522, 1032, 264, DType::kBF16},      // odd rows, I % 4 != 0
                             {64, 3584, 18944, 3584, 512, DType::kBF16},    // Qwen2.5-7B, 64 requests
@@ -229,18 +230,25 @@ TEST(CudaMlpFusion, DecodeStepRowsWithMlpFuseRows2) {
     FuseData d = make_data(c, seed);
     seed += 20;
     const std::vector<float> want = run_mlp(**plain, c, d, true);
+    (void)backend_profile_report(**rows256);
+    (void)run_mlp(**rows256, c, d, true);
+    const std::string table256 = backend_profile_report(**rows256);
+    EXPECT_EQ(table256.find("silu_mul.bf16_pack"), std::string::npos)
+        << what << ": fused below 256 rows with VV_CUDA_MLP_FUSE_ROWS=256\n"
+        << table256;
     (void)backend_profile_report(**deflt);
-    (void)run_mlp(**deflt, c, d, true);
-    const std::string deflt_table = backend_profile_report(**deflt);
-    EXPECT_EQ(deflt_table.find("silu_mul.bf16_pack"), std::string::npos)
-        << what << ": fused below 256 rows by default\n"
-        << deflt_table;
-    (void)backend_profile_report(**rows2);
-    const std::vector<float> got = run_mlp(**rows2, c, d, true);
-    const std::string table = backend_profile_report(**rows2);
+    const std::vector<float> got = run_mlp(**deflt, c, d, true);
+    const std::string table = backend_profile_report(**deflt);
     EXPECT_NE(table.find("silu_mul.bf16_pack"), std::string::npos) << what << ": not fused\n" << table;
     expect_mlp_within_bf16(got, want, c, d, what);
   }
+  // One row: the GEMV path, never the fusion.
+  const FuseCase one{1, 1032, 522, 1032, 264, DType::kBF16};
+  FuseData d = make_data(one, 1790);
+  (void)backend_profile_report(**deflt);
+  (void)run_mlp(**deflt, one, d, true);
+  const std::string table1 = backend_profile_report(**deflt);
+  EXPECT_EQ(table1.find("silu_mul.bf16_pack"), std::string::npos) << "M=1: fused\n" << table1;
 }
 
 }  // namespace
