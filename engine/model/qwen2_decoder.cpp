@@ -254,6 +254,7 @@ void Qwen2Decoder::run_layer(int l, Tensor& x, const AttentionRows& rows, KvLaye
   // Attention block: x += o(attention(rope(q), rope(k), v)) over the paged cache.
   be_.rms_norm(x, w.input_norm.t, eps, a);
   be_.gemm(a, w.qkv_w.t, &w.qkv_b.t, qkv, Epilogue::kNone);  // q | k | v side by side in each row
+  be_.discard(a);  // (a backend that fed the GEMM from its own copy of a may leave a unwritten)
   be_.rope(q, pos, spec_.num_heads, spec_.head_dim, theta);
   be_.rope(k, pos, spec_.num_kv_heads, spec_.head_dim, theta);
   be_.kv_write(k, v, rows, kv, shape);
@@ -264,8 +265,9 @@ void Qwen2Decoder::run_layer(int l, Tensor& x, const AttentionRows& rows, KvLaye
   be_.gemm(a, w.gate_up_w.t, nullptr, gu, Epilogue::kNone);
   be_.silu_mul(gu, m);
   be_.gemm(m, w.down_w.t, nullptr, x, Epilogue::kAddResidual);
-  be_.discard(gu);  // (both are rewritten before they are read again)
+  be_.discard(gu);  // (all three are rewritten before they are read again)
   be_.discard(m);
+  be_.discard(a);
 }
 
 Result<StepOutput> Qwen2Decoder::forward(const StepPlan& plan, KvView& kv) { return run(plan, kv, nullptr, 0); }

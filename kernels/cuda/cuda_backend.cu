@@ -462,15 +462,16 @@ class CudaBackend final : public Backend {
     });
   }
   void discard(const Tensor& t) override {
-    // fuse_mlp_at is the only fusion that reads it: nothing is recorded on the decode path.
-    if (!mlp_fuse_ || t.rows() < mlp_fuse_rows_) return;
+    // Read by fuse_mlp_at and fuse_lt_operand_at (a norm output no one reads skips its f32 write);
+    // nothing is recorded for one row (the GEMV path fuses without it).
+    if ((!mlp_fuse_ && !lt_fuse_) || t.rows() < 2) return;
     Sig s(13);
     s << t;
     OpRec rec;
     rec.kind = OpRec::kDiscard;
     rec.out = t;
     defer(
-        s, [] {}, &rec);  // launches nothing; fuse_mlp_at reads it
+        s, [] {}, &rec);  // launches nothing; the fusions read it
   }
   void silu_mul(const Tensor& gate_up, Tensor& out) override {
     Sig s(6);
@@ -738,13 +739,15 @@ class CudaBackend final : public Backend {
         !plan_for(M, 2 * I, K, 2 * I, DType::kBF16, false, static_cast<int>(Epilogue::kNone), true) ||
         !plan_for(M, K, I, x.row_stride(), DType::kBF16, false, static_cast<int>(Epilogue::kAddResidual)))
       return 0;
+    // discard(a) right after: a's f32 rows are never written (gate_up reads the pack).
+    const bool drop = i + 6 < recs.size() && discards(recs[i + 6], a) && !overlap_rows(a, x);
     const OpRec norm = nr, up = g1, down = g2;
     out.push_back([=, this] {
       if (!ensure_pack(static_cast<size_t>(M * std::max(K, I)) * 2)) return;
       {
-        OpTimer timer(this, "rms_norm.pack");
+        OpTimer timer(this, drop ? "rms_norm.pack_only" : "rms_norm.pack");
         Tensor o = norm.out;
-        cuda::rms_norm_pack(norm.a, norm.w, norm.f, o, pack_, DType::kBF16, stream_);
+        cuda::rms_norm_pack(norm.a, norm.w, norm.f, o, pack_, DType::kBF16, stream_, !drop);
         launched("rms_norm");
       }
       {
@@ -769,14 +772,29 @@ class CudaBackend final : public Backend {
         launched("gemm");
       }
     });
-    return 6;
+    return drop ? 7 : 6;
+  }
+
+  // Whether rec is discard(t) of t's rows (same memory, at least t's rows and columns) and norm
+  // outputs may be left unwritten (VV_CUDA_NORM_DROP=1).
+  bool discards(const OpRec& rec, const Tensor& t) const {
+    return !norm_f32_ && rec.kind == OpRec::kDiscard && rec.out.data == t.data &&
+           rec.out.rows() >= t.rows() && rec.out.cols() >= t.cols() && rec.out.row_stride() == t.row_stride();
+  }
+  // Whether gemm_lt_packed runs g from the bf16 pack alone (the SIMT fallback, taken where cuBLASLt
+  // has no algorithm, reads the f32 A).
+  bool reads_pack_only(const OpRec& g) {
+    Tensor o = g.out;
+    if (skinny_takes(g.a, g.w, o, g.ep) || stream_takes(g.a, g.w, o, g.ep)) return true;
+    return plan_for(o.rows(), o.cols(), g.a.cols(), o.row_stride(), g.w.dtype, g.hb,
+                    static_cast<int>(g.ep)) != nullptr;
   }
 
   // bf16 mode, M ≥ 2 (unless VV_CUDA_LT_FUSE=0): an rms_norm or silu_mul whose output is the A
   // operand of the tensor-core GEMMs right after it (q/k/v, gate_up; down) writes that operand in bf16 itself
   // (rms_norm_pack / silu_mul_pack: the same bits pack_rows_half makes of its f32 output, which it
-  // still writes), and those GEMMs skip their own pack: one pass over the rows instead of one per
-  // GEMM.
+  // still writes unless a discard of it follows the GEMMs), and those GEMMs skip their own pack: one
+  // pass over the rows instead of one per GEMM.
   size_t fuse_lt_operand_at(const std::vector<OpRec>& recs, size_t i, std::vector<std::function<void()>>& out) {
     if (compute_ != CudaCompute::kBF16 || !lt_api_) return 0;
     const OpRec& p = recs[i];
@@ -802,15 +820,22 @@ class CudaBackend final : public Backend {
     if (j == i + 1) return 0;
     std::vector<OpRec> gemms(recs.begin() + static_cast<std::ptrdiff_t>(i + 1),
                              recs.begin() + static_cast<std::ptrdiff_t>(j));
+    // A norm whose output is discarded right after its GEMMs, each of which reads only the pack:
+    // its f32 output is never written (the discard is consumed with them).
+    bool drop = false;
+    if (p.kind == OpRec::kRmsNorm && j < recs.size() && discards(recs[j], y) && !overlap_rows(y, p.a)) {
+      drop = true;
+      for (const OpRec& g : gemms) drop = drop && reads_pack_only(g);
+    }
     const OpRec prod = p;
     out.push_back([=, this] {
       const bool norm = prod.kind == OpRec::kRmsNorm;
       if (!ensure_pack(static_cast<size_t>(M * K) * 2)) return;
       {
-        OpTimer timer(this, norm ? "rms_norm.pack" : "silu_mul.pack");
+        OpTimer timer(this, drop ? "rms_norm.pack_only" : norm ? "rms_norm.pack" : "silu_mul.pack");
         Tensor o = prod.out;
         if (norm) {
-          cuda::rms_norm_pack(prod.a, prod.w, prod.f, o, pack_, wt, stream_);
+          cuda::rms_norm_pack(prod.a, prod.w, prod.f, o, pack_, wt, stream_, !drop);
         } else {
           cuda::silu_mul_pack(prod.a, o, pack_, wt, stream_);
         }
@@ -827,7 +852,7 @@ class CudaBackend final : public Backend {
         launched("gemm");
       }
     });
-    return j - i;
+    return j - i + (drop ? 1 : 0);
   }
   // Whether two F32 2-D views share an element (by address range).
   static bool overlap_rows(const Tensor& a, const Tensor& b) {
@@ -1649,6 +1674,10 @@ class CudaBackend final : public Backend {
   // default (H200, 7B, full steps at 8bc5686: 64 rows 7.915 -> 7.788 ms, 128 rows 9.711 -> 9.341 ms;
   // the same bits, gpu test CudaLtOperandFusion). VV_CUDA_LT_FUSE=0 turns it off.
   bool lt_fuse_ = !(std::getenv("VV_CUDA_LT_FUSE") && std::string(std::getenv("VV_CUDA_LT_FUSE")) == "0");
+  // VV_CUDA_NORM_DROP=1: an rms_norm fused with its GEMMs writes only their bf16 pack, not its f32
+  // output, where the caller discards that right after them (opt-in until measured on a GPU).
+  bool norm_f32_ =
+      !(std::getenv("VV_CUDA_NORM_DROP") && std::string(std::getenv("VV_CUDA_NORM_DROP")) == "1");
   struct GraphStats {
     int64_t replayed = 0, captured = 0, first = 0, ungraphed = 0, clears = 0;
     double captured_ms = 0, first_ms = 0, ungraphed_ms = 0;  // host time of those flushes

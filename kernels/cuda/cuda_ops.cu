@@ -436,13 +436,14 @@ __global__ void rms_norm_warp_kernel(const float* x, int64_t ldx, const WT* __re
 }
 
 // rms_norm (the same two reduction orders, the same arithmetic) that also writes each output value
-// rounded to PT into pack, contiguous [rows, C]: what pack_rows_half would make of out.
+// rounded to PT into pack, contiguous [rows, C]: what pack_rows_half would make of out. out null: only
+// the pack is written.
 template <typename WT, typename PT>
 __global__ void rms_norm_pack_kernel(const float* x, int64_t ldx, const WT* __restrict__ w, float eps, float* out,
                                      int64_t ldo, int64_t C, PT* __restrict__ pack) {
   __shared__ float scratch[32];
   const float* xr = x + blockIdx.x * ldx;
-  float* orow = out + blockIdx.x * ldo;
+  float* orow = out == nullptr ? nullptr : out + blockIdx.x * ldo;
   PT* prow = pack + blockIdx.x * C;
   float ss = 0.f;
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) ss = fmaf(xr[c], xr[c], ss);
@@ -451,7 +452,7 @@ __global__ void rms_norm_pack_kernel(const float* x, int64_t ldx, const WT* __re
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
     const float n = xr[c] * inv;
     const float v = n * to_f32(w[c]);
-    orow[c] = v;
+    if (orow != nullptr) orow[c] = v;
     prow[c] = from_f32<PT>(v);
   }
 }
@@ -463,7 +464,7 @@ __global__ void rms_norm_pack_warp_kernel(const float* x, int64_t ldx, const WT*
   if (r >= R) return;
   const int lane = threadIdx.x & 31;
   const float* xr = x + r * ldx;
-  float* orow = out + r * ldo;
+  float* orow = out == nullptr ? nullptr : out + r * ldo;
   PT* prow = pack + r * C;
   float ss = 0.f;
   for (int64_t c = lane; c < C; c += 32) ss = fmaf(xr[c], xr[c], ss);
@@ -472,7 +473,7 @@ __global__ void rms_norm_pack_warp_kernel(const float* x, int64_t ldx, const WT*
   for (int64_t c = lane; c < C; c += 32) {
     const float n = xr[c] * inv;
     const float v = n * to_f32(w[c]);
-    orow[c] = v;
+    if (orow != nullptr) orow[c] = v;
     prow[c] = from_f32<PT>(v);
   }
 }
@@ -1024,21 +1025,22 @@ void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out, cud
 }
 
 void rms_norm_pack(const Tensor& x, const Tensor& weight, float eps, Tensor& out, void* pack, DType pack_t,
-                   cudaStream_t s) {
+                   cudaStream_t s, bool write_out) {
   if (x.rows() == 0) return;
+  float* const o = write_out ? out.ptr<float>() : nullptr;
   auto launch = [&](auto* p) {
     using PT = std::remove_pointer_t<decltype(p)>;
     if (x.cols() <= 1024) {
       VV_DISPATCH_FLOAT(weight.dtype, WT,
                         rms_norm_pack_warp_kernel<WT, PT><<<blocks_for(x.rows(), 8), 256, 0, s>>>(
-                            x.ptr<const float>(), x.row_stride(), static_cast<const WT*>(weight.data), eps,
-                            out.ptr<float>(), out.row_stride(), x.rows(), x.cols(), p));
+                            x.ptr<const float>(), x.row_stride(), static_cast<const WT*>(weight.data), eps, o,
+                            out.row_stride(), x.rows(), x.cols(), p));
       return;
     }
     VV_DISPATCH_FLOAT(weight.dtype, WT,
                       rms_norm_pack_kernel<WT, PT><<<static_cast<unsigned>(x.rows()), 512, 0, s>>>(
-                          x.ptr<const float>(), x.row_stride(), static_cast<const WT*>(weight.data), eps,
-                          out.ptr<float>(), out.row_stride(), x.cols(), p));
+                          x.ptr<const float>(), x.row_stride(), static_cast<const WT*>(weight.data), eps, o,
+                          out.row_stride(), x.cols(), p));
   };
   if (pack_t == DType::kF16) {
     launch(static_cast<__half*>(pack));

@@ -39,13 +39,14 @@ void gelu_inplace(Tensor& out, cudaStream_t s);
 void gelu_bias_bf16_inplace(void* h, const float* bias, int64_t rows, int64_t E, cudaStream_t s);
 
 void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out, cudaStream_t s);
-// rms_norm that also writes its output rounded to pack_t (BF16/F16) into `pack`, contiguous
-// [rows, cols]: the A operand of the tensor-core GEMMs that read it, the same bits as
-// pack_rows_half(out) (the GEMMs then skip their pack).
 // pack[r, c] = bf16(silu(g[r, c]) * g[r, I + c]) for a bf16 gate_up g [M, 2I] (contiguous rows); pack [M, I].
 void silu_mul_bf16_pack(const void* g, int64_t M, int64_t I, void* pack, cudaStream_t s);
+// rms_norm that also writes its output rounded to pack_t (BF16/F16) into `pack`, contiguous
+// [rows, cols]: the A operand of the tensor-core GEMMs that read it, the same bits as
+// pack_rows_half(out) (the GEMMs then skip their pack). write_out false: only the pack is written
+// (out's shape still gives the rows and columns; its memory is left as it was).
 void rms_norm_pack(const Tensor& x, const Tensor& weight, float eps, Tensor& out, void* pack, DType pack_t,
-                   cudaStream_t s);
+                   cudaStream_t s, bool write_out = true);
 void depthwise_conv1d_causal(const Tensor& x, const Tensor& history, const Tensor& w, const Tensor& bias,
                              Tensor& out, cudaStream_t s);
 void add_scaled(Tensor& x, const Tensor& scale, const Tensor& y, cudaStream_t s);

@@ -47,8 +47,9 @@ FuseData make_data(const FuseCase& c, uint32_t seed) {
   return d;
 }
 
-// The layer's ops issued back to back (one flush), then every output downloaded.
-FuseOut run_layer(Backend& be, const FuseCase& c, FuseData& d) {
+// The layer's ops issued back to back (one flush), then every output downloaded. With discards, as
+// the decoder issues them: a after the q/k/v GEMMs; gu, m and a2 after the down GEMM.
+FuseOut run_layer(Backend& be, const FuseCase& c, FuseData& d, bool discards = false) {
   DeviceMatrix x = to_device(be, d.x), g1 = to_device(be, d.g1), g2 = to_device(be, d.g2);
   DeviceMatrix wq = to_device(be, d.wq), bq = to_device(be, d.bq), wk = to_device(be, d.wk);
   DeviceMatrix bk = to_device(be, d.bk), wv = to_device(be, d.wv), bv = to_device(be, d.bv);
@@ -66,10 +67,16 @@ FuseOut run_layer(Backend& be, const FuseCase& c, FuseData& d) {
   be.gemm(a.t, wq.t, &bqv, q.t, Epilogue::kNone);
   be.gemm(a.t, wk.t, &bkv, k.t, Epilogue::kNone);
   be.gemm(a.t, wv.t, &bvv, v.t, Epilogue::kNone);
+  if (discards) be.discard(a.t);
   be.rms_norm(x.t, g2v, 1e-6f, a2.t);
   be.gemm(a2.t, wgu.t, nullptr, gu.t, Epilogue::kNone);
   be.silu_mul(gu.t, m.t);
   be.gemm(m.t, wd.t, nullptr, x.t, Epilogue::kAddResidual);
+  if (discards) {
+    be.discard(gu.t);
+    be.discard(m.t);
+    be.discard(a2.t);
+  }
   FuseOut o;
   o.a = download_f32(be, a.t), o.q = download_f32(be, q.t), o.k = download_f32(be, k.t);
   o.v = download_f32(be, v.t), o.a2 = download_f32(be, a2.t), o.gu = download_f32(be, gu.t);
@@ -169,6 +176,62 @@ void expect_mlp_within_bf16(const std::vector<float>& got, const std::vector<flo
   ASSERT_GT(update, 0.0) << what;
   EXPECT_LE(err, 2e-2 * update) << what << ": max |fused - unfused| " << err << " against the largest update "
                                 << update;
+}
+
+// VV_CUDA_NORM_DROP=1: a norm output discarded right after the GEMMs that read it (the decoder's a,
+// after q/k/v and after the MLP) is never written in f32, only the bf16 pack its GEMMs read.
+// Everything else as without the discards: bitwise where the MLP is not fused (VV_CUDA_MLP_FUSE=0),
+// within bf16 rounding where it is; without the switch the norm outputs are written.
+TEST(CudaLtOperandFusion, DiscardedNormOutputsAreNotWritten) {
+  VV_CUDA_BACKEND_OR_SKIP(any, true);
+  auto plain = bf16_backend_with({{"VV_CUDA_LT_FUSE", "0"}});
+  ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
+  auto no_mlp =
+      bf16_backend_with({{"VV_CUDA_PROFILE", "1"}, {"VV_CUDA_MLP_FUSE", "0"}, {"VV_CUDA_NORM_DROP", "1"}});
+  ASSERT_TRUE(no_mlp.is_ok()) << no_mlp.status().to_string();
+  auto mlp = bf16_backend_with({{"VV_CUDA_PROFILE", "1"}, {"VV_CUDA_NORM_DROP", "1"}});
+  ASSERT_TRUE(mlp.is_ok()) << mlp.status().to_string();
+  auto plain_norm = bf16_backend_with({});
+  ASSERT_TRUE(plain_norm.is_ok()) << plain_norm.status().to_string();
+  const FuseCase cases[] = {{2, 136, 264, 136, 40, DType::kBF16},         // two rows: the warp norm
+                            {37, 1032, 520, 1032, 264, DType::kBF16},     // > 1024 columns: the block norm
+                            {131, 896, 4864, 896, 128, DType::kF16},      // prime rows, f16 weights
+                            {64, 3584, 18944, 3584, 512, DType::kBF16}};  // Qwen2.5-7B, 64 rows
+  auto unwritten = [](const std::vector<float>& v) {
+    return std::all_of(v.begin(), v.end(), [](float f) { return std::isnan(f); });
+  };
+  auto same = [](const std::vector<float>& x, const std::vector<float>& y) {
+    return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+  };
+  uint32_t seed = 2100;
+  for (const FuseCase& c : cases) {
+    const std::string what = "M=" + std::to_string(c.M) + " H=" + std::to_string(c.H) +
+                             " I=" + std::to_string(c.I) + " " + dtype_name(c.wt);
+    FuseData d = make_data(c, seed);
+    seed += 20;
+    const FuseOut want = run_layer(**plain, c, d);
+
+    (void)backend_profile_report(**no_mlp);
+    const FuseOut got = run_layer(**no_mlp, c, d, true);
+    const std::string table = backend_profile_report(**no_mlp);
+    EXPECT_NE(table.find("rms_norm.pack_only"), std::string::npos) << what << ": no norm dropped\n" << table;
+    EXPECT_TRUE(unwritten(got.a)) << what << ": the discarded norm output was written";
+    EXPECT_TRUE(same(got.a2, want.a2)) << what << ": a2 (read by silu's chain, not discarded right after)";
+    EXPECT_TRUE(same(got.q, want.q) && same(got.k, want.k) && same(got.v, want.v)) << what << ": q/k/v";
+    EXPECT_TRUE(same(got.gu, want.gu) && same(got.m, want.m)) << what << ": gate_up / silu_mul";
+    EXPECT_TRUE(same(got.x, want.x)) << what << ": residual";
+
+    const FuseOut fused = run_layer(**mlp, c, d, true);
+    EXPECT_TRUE(unwritten(fused.a)) << what << ": a written with the MLP fused";
+    if (c.wt == DType::kBF16) {  // (the MLP fusion takes bf16 weights only)
+      EXPECT_TRUE(unwritten(fused.a2)) << what << ": a2 written with the MLP fused";
+    }
+    EXPECT_TRUE(same(fused.q, want.q) && same(fused.k, want.k) && same(fused.v, want.v)) << what << ": q/k/v";
+    expect_mlp_within_bf16(fused.x, want.x, c, d, what + " (MLP fused)");
+
+    const FuseOut kept = run_layer(**plain_norm, c, d, true);
+    EXPECT_TRUE(same(kept.a, want.a) && same(kept.q, want.q)) << what << ": without VV_CUDA_NORM_DROP";
+  }
 }
 
 TEST(CudaMlpFusion, PrefillMlpThroughBf16WithinBf16RoundingOfTheUnfusedOps) {
