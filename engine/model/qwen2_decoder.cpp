@@ -259,6 +259,7 @@ void Qwen2Decoder::run_layer(int l, Tensor& x, const AttentionRows& rows, KvLaye
   be_.rope(k, pos, spec_.num_kv_heads, spec_.head_dim, theta);
   be_.kv_write(k, v, rows, kv, shape);
   be_.paged_attention(q, rows, kv, shape, attn);
+  be_.discard(q);  // (a backend that applied q's rope inside attention leaves q as it was)
   be_.gemm(attn, w.o_w.t, nullptr, x, Epilogue::kAddResidual);
   // MLP block: x += down(silu(gate(m)) ⊙ up(m)).
   be_.rms_norm(x, w.post_norm.t, eps, a);

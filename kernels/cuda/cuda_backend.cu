@@ -114,7 +114,7 @@ class CudaBackend final : public Backend {
   // bias, out), rms_norm (a = x, w = weight, out, f = eps), rope (out = x, a = pos, heads, head_dim,
   // f = theta), kv_write (a = k, w = v, rows, cache, shape), silu_mul (a = gate_up, out).
   struct OpRec {
-    enum Kind : uint8_t { kOther, kGemm, kRmsNorm, kRope, kKvWrite, kSiluMul, kDiscard };
+    enum Kind : uint8_t { kOther, kGemm, kRmsNorm, kRope, kKvWrite, kSiluMul, kDiscard, kAttention };
     Kind kind = kOther;
     Tensor a, w, b, out;
     bool hb = false;
@@ -536,10 +536,16 @@ class CudaBackend final : public Backend {
                        Tensor& out) override {
     Sig s(11);
     s << q << rows << cache.k << cache.v << shape << out;
-    defer(s, [=, this] {
-      Tensor o = out;
-      run_paged_attention(q, rows, cache, shape, o);
-    });
+    OpRec rec;
+    rec.kind = OpRec::kAttention;
+    rec.a = q, rec.out = out, rec.rows = rows, rec.cache = cache, rec.shape = shape;
+    defer(
+        s,
+        [=, this] {
+          Tensor o = out;
+          run_paged_attention(q, rows, cache, shape, o);
+        },
+        &rec);
   }
   void argmax(const Tensor& logits, Tensor& out) override {
     Sig s(12);
@@ -562,6 +568,7 @@ class CudaBackend final : public Backend {
     out.reserve(ops.size());
     for (size_t i = 0; i < ops.size();) {
       size_t used = fuse_gemv_at(recs, i, out);
+      if (!used) used = fuse_rope_flash_at(recs, i, out);
       if (!used) used = fuse_rope_kv_at(recs, i, out);
       if (!used && lt_fuse_ && mlp_fuse_) used = fuse_mlp_at(recs, i, out);
       if (!used && lt_fuse_) used = fuse_lt_operand_at(recs, i, out);
@@ -777,10 +784,11 @@ class CudaBackend final : public Backend {
 
   // Whether rec is discard(t) of t's rows (same memory, at least t's rows and columns) and norm
   // outputs may be left unwritten (VV_CUDA_NORM_DROP=1).
-  bool discards(const OpRec& rec, const Tensor& t) const {
-    return !norm_f32_ && rec.kind == OpRec::kDiscard && rec.out.data == t.data &&
-           rec.out.rows() >= t.rows() && rec.out.cols() >= t.cols() && rec.out.row_stride() == t.row_stride();
+  static bool covers(const OpRec& rec, const Tensor& t) {
+    return rec.kind == OpRec::kDiscard && rec.out.data == t.data && rec.out.rows() >= t.rows() &&
+           rec.out.cols() >= t.cols() && rec.out.row_stride() == t.row_stride();
   }
+  bool discards(const OpRec& rec, const Tensor& t) const { return !norm_f32_ && covers(rec, t); }
   // Whether gemm_lt_packed runs g from the bf16 pack alone (the SIMT fallback, taken where cuBLASLt
   // has no algorithm, reads the f32 A).
   bool reads_pack_only(const OpRec& g) {
@@ -860,10 +868,11 @@ class CudaBackend final : public Backend {
     return overlap(a.data, na, b.data, nb);
   }
 
-  size_t fuse_rope_kv_at(const std::vector<OpRec>& recs, size_t i, std::vector<std::function<void()>>& out) {
+  // rope(q), rope(k), kv_write(k, v) at the same positions, each checked for one kernel.
+  bool rope_kv_fusable(const std::vector<OpRec>& recs, size_t i) const {
     if (i + 2 >= recs.size() || recs[i].kind != OpRec::kRope || recs[i + 1].kind != OpRec::kRope ||
         recs[i + 2].kind != OpRec::kKvWrite)
-      return 0;
+      return false;
     const OpRec &rq = recs[i], &rk = recs[i + 1], &kw = recs[i + 2];
     const int D = rq.head_dim;
     const int64_t n = rq.out.rows();
@@ -873,7 +882,13 @@ class CudaBackend final : public Backend {
         rk.out.dtype != DType::kF32 || kw.w.dtype != DType::kF32 ||
         kw.a.row_stride() != rk.out.row_stride() || D % 2 != 0 || kw.w.data == rq.out.data ||
         kw.w.data == rk.out.data)
-      return 0;
+      return false;
+    return true;
+  }
+  size_t fuse_rope_kv_at(const std::vector<OpRec>& recs, size_t i, std::vector<std::function<void()>>& out) {
+    if (!rope_kv_fusable(recs, i)) return 0;
+    const OpRec &rq = recs[i], &rk = recs[i + 1], &kw = recs[i + 2];
+    const int D = rq.head_dim;
     const OpRec r = rq, k = rk, w = kw;
     out.push_back([=, this] {
       OpTimer timer(this, "rope_kv_write");
@@ -883,6 +898,48 @@ class CudaBackend final : public Backend {
       launched("rope_kv_write");
     });
     return 3;
+  }
+
+  // VV_CUDA_ROPE_FLASH=1 (opt-in): rope(q), rope(k), kv_write(k, v), paged_attention(q) on the flash
+  // kernel's wgmma forms, then discard(q): rope is applied to q as the flash kernel loads it (the
+  // same bits), so rope_kv_write rotates k alone and q is neither rewritten nor read back (at 1,024
+  // rows of the 7B, 14.7 MB written and 14.7 MB read less per layer). q is left as it was.
+  size_t fuse_rope_flash_at(const std::vector<OpRec>& recs, size_t i,
+                            std::vector<std::function<void()>>& out) {
+    if (!rope_flash_ || i + 4 >= recs.size() || !rope_kv_fusable(recs, i)) return 0;
+    const OpRec &rq = recs[i], &rk = recs[i + 1], &kw = recs[i + 2], &at = recs[i + 3];
+    if (at.kind != OpRec::kAttention || !covers(recs[i + 4], rq.out)) return 0;
+    const Tensor& q = rq.out;
+    const AttentionShape& sh = at.shape;
+    if (at.a.data != q.data || at.a.rows() != q.rows() || at.a.cols() != q.cols() ||
+        at.a.row_stride() != q.row_stride() || at.rows.row_pos.data != rq.a.data ||
+        at.rows.row_seq.data != kw.rows.row_seq.data ||
+        at.rows.block_tables.data != kw.rows.block_tables.data || at.cache.k.data != kw.cache.k.data ||
+        at.cache.v.data != kw.cache.v.data || sh.heads != rq.heads || sh.head_dim != rq.head_dim ||
+        sh.kv_heads != kw.shape.kv_heads || overlap_rows(at.out, q))
+      return 0;
+    if (!flash_prefill_takes(q, at.cache, sh) ||
+        !cuda::flash_form_ropes(cuda::flash_form_taken(flash_form_, sh.heads, sh.kv_heads),
+                                at.cache.k.dtype == DType::kBF16))
+      return 0;
+    const OpRec r = rq, k = rk, w = kw, a = at;
+    out.push_back([=, this] {
+      const int D = r.head_dim;
+      const float* freq = inv_freq(r.f, D);
+      {
+        OpTimer timer(this, "rope_kv_write.k");
+        Tensor qq = r.out, kk = k.out;
+        KvLayer c = w.cache;
+        cuda::rope_kv_write(qq, kk, w.w, r.a, 0, freq, w.rows, c, w.shape, stream_);
+        launched("rope_kv_write");
+      }
+      const cuda::FlashForm form = cuda::flash_form_taken(flash_form_, a.shape.heads, a.shape.kv_heads);
+      OpTimer timer(this, flash_label(form));
+      Tensor o = a.out;
+      cuda::flash_prefill_attention(a.a, a.rows, a.cache, a.shape, o, stream_, sms_, form, freq);
+      launched("paged_attention");
+    });
+    return 5;
   }
 
   // Launches what was recorded since the last host sync. A sequence of at least kGraphMinOps ops
@@ -1678,6 +1735,10 @@ class CudaBackend final : public Backend {
   // output, where the caller discards that right after them (opt-in until measured on a GPU).
   bool norm_f32_ =
       !(std::getenv("VV_CUDA_NORM_DROP") && std::string(std::getenv("VV_CUDA_NORM_DROP")) == "1");
+  // VV_CUDA_ROPE_FLASH=1: q's rope inside the flash kernel's wgmma forms (fuse_rope_flash_at; opt-in
+  // until measured on a GPU).
+  bool rope_flash_ =
+      std::getenv("VV_CUDA_ROPE_FLASH") && std::string(std::getenv("VV_CUDA_ROPE_FLASH")) == "1";
   struct GraphStats {
     int64_t replayed = 0, captured = 0, first = 0, ungraphed = 0, clears = 0;
     double captured_ms = 0, first_ms = 0, ungraphed_ms = 0;  // host time of those flushes

@@ -11,9 +11,12 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <type_traits>
 
 #include "kernels/cuda/attention_pass.cuh"
+#include "kernels/cuda/decode_ops.cuh"
 #include "kernels/cuda/mma_util.cuh"
 #include "kernels/cuda/prefill_attention.cuh"
 #include "kernels/cuda/wgmma_util.cuh"
@@ -131,7 +134,8 @@ __global__ void __launch_bounds__(kThreadsOf<QV, MT>)
     flash_prefill_kernel(const float* __restrict__ q, int64_t ldq, const int32_t* __restrict__ row_seq,
                          const int32_t* __restrict__ row_pos, const int32_t* __restrict__ tables, int64_t ldt,
                          int bs, const CT* __restrict__ kc, const CT* __restrict__ vc, int64_t ldc, int64_t n,
-                         int G, int QT, float scale_log2, float* __restrict__ out, int64_t ldo) {
+                         int G, int QT, float scale_log2, float* __restrict__ out, int64_t ldo,
+                         const float* /*rope_freq: the wgmma forms only; null here*/) {
   constexpr int LD = D + 8;
   constexpr int KD = D / 16;     // k-steps of Q·Kᵀ
   constexpr int DT = D / 8;      // 8-wide output tiles per row
@@ -536,12 +540,13 @@ __device__ __forceinline__ void flash_wg_softmax_pv(float (&s)[kKeys / 8][4], fl
 
 #endif
 
-template <typename CT, int D, int kMode>
+template <typename CT, int D, int kMode, bool kRope = false>
 __global__ void __launch_bounds__(kWgThreads, 1)
     flash_wg_kernel(const float* __restrict__ q, int64_t ldq, const int32_t* __restrict__ row_seq,
                     const int32_t* __restrict__ row_pos, const int32_t* __restrict__ tables, int64_t ldt,
                     int bs, const CT* __restrict__ kc, const CT* __restrict__ vc, int64_t ldc, int64_t n,
-                    int G, int QT, float scale_log2, float* __restrict__ out, int64_t ldo) {
+                    int G, int QT, float scale_log2, float* __restrict__ out, int64_t ldo,
+                    const float* __restrict__ rope_freq) {
 #ifdef VV_WGMMA
   constexpr int LD = D + 8;
   constexpr int DT = D / 8;      // 8-wide output tiles per row
@@ -585,17 +590,50 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       }
     }
     // Q as bf16 into each warpgroup's swizzled atoms: vector qv is row qv % 64 of warpgroup qv / 64.
-    for (int idx = threadIdx.x; idx < QV * (D / 2); idx += kWgThreads) {
-      const int qv = idx / (D / 2), d = (idx % (D / 2)) * 2;
-      const int i = qv / G, gg = qv % G;
-      float2 v = make_float2(0.f, 0.f);
-      if (qv < nq && i < rows_here && ((active >> i) & 1u)) {
-        const float* src = q + (r0 + i) * ldq + static_cast<int64_t>(kvh * G + gg) * D + d;
-        v = make_float2(src[0], src[1]);
-      }
+    auto q_store = [&](int qv, int d, float x0, float x1) {  // elements d, d + 1 of vector qv
       unsigned char* dst =
           Qb + ((qv >> 6) * kA + d / 64) * kAtomBytes + sw128_offset(qv & 63, (d % 64) / 8) + (d % 8) * 2;
-      *reinterpret_cast<uint32_t*>(dst) = pack_bf16(v.x, v.y);
+      *reinterpret_cast<uint32_t*>(dst) = pack_bf16(x0, x1);
+    };
+    if constexpr (!kRope) {
+      (void)rope_freq;
+      for (int idx = threadIdx.x; idx < QV * (D / 2); idx += kWgThreads) {
+        const int qv = idx / (D / 2), d = (idx % (D / 2)) * 2;
+        const int i = qv / G, gg = qv % G;
+        float2 v = make_float2(0.f, 0.f);
+        if (qv < nq && i < rows_here && ((active >> i) & 1u)) {
+          const float* src = q + (r0 + i) * ldq + static_cast<int64_t>(kvh * G + gg) * D + d;
+          v = make_float2(src[0], src[1]);
+        }
+        q_store(qv, d, v.x, v.y);
+      }
+    } else {
+      // rope fused in (the caller skipped q's): per (row, frequency pair) the cos/sin once for the G
+      // heads of the row, then rope_rotate on each, the bits of rope_kv_kernel's.
+      constexpr int kHalf = D / 2;
+      for (int idx = threadIdx.x; idx < QT * (D / 4); idx += kWgThreads) {
+        const int i = idx / (D / 4), f = (idx % (D / 4)) * 2;
+        const bool live = i < rows_here && ((active >> i) & 1u);
+        float c0 = 0.f, s0 = 0.f, c1 = 0.f, s1 = 0.f;
+        if (live) {
+          const float p = static_cast<float>(row_pos[r0 + i]);
+          const float phi0 = p * rope_freq[f], phi1 = p * rope_freq[f + 1];
+          c0 = cosf(phi0), s0 = sinf(phi0), c1 = cosf(phi1), s1 = sinf(phi1);
+        }
+        for (int gg = 0; gg < G; ++gg) {
+          float y[4] = {0.f, 0.f, 0.f, 0.f};  // elements f, f + 1, f + D/2, f + 1 + D/2
+          if (live) {
+            const float* src = q + (r0 + i) * ldq + static_cast<int64_t>(kvh * G + gg) * D + f;
+            rope_rotate(src[0], src[kHalf], c0, s0, y[0], y[2]);
+            rope_rotate(src[1], src[kHalf + 1], c1, s1, y[1], y[3]);
+          }
+          q_store(i * G + gg, f, y[0], y[1]);
+          q_store(i * G + gg, f + kHalf, y[2], y[3]);
+        }
+      }
+      for (int idx = threadIdx.x; idx < (QV - nq) * (D / 2); idx += kWgThreads) {  // past QT·G: zeros
+        q_store(nq + idx / (D / 2), (idx % (D / 2)) * 2, 0.f, 0.f);
+      }
     }
     int qp[2];
     int wmax = -1, wmin = INT32_MAX;
@@ -773,7 +811,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 template <typename CT, typename Kernel>
 void launch_kernel(Kernel kernel, bool& raised, size_t smem, int threads, int QV, const Tensor& q,
                    const AttentionRows& rows, const KvLayer& cache, const AttentionShape& shape, Tensor& out,
-                   int sms, cudaStream_t s) {
+                   int sms, cudaStream_t s, const float* rope_freq = nullptr) {
   if (!raised) {
     cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     raised = true;
@@ -794,7 +832,7 @@ void launch_kernel(Kernel kernel, bool& raised, size_t smem, int threads, int QV
                                      rows.block_tables.ptr<const int32_t>(), rows.block_tables.row_stride(),
                                      rows.block_size, static_cast<const CT*>(cache.k.data),
                                      static_cast<const CT*>(cache.v.data), cache.k.row_stride(), n, G, QT,
-                                     scale_log2, out.ptr<float>(), out.row_stride());
+                                     scale_log2, out.ptr<float>(), out.row_stride(), rope_freq);
 }
 
 template <typename CT, int D, int QV, int MT>
@@ -805,17 +843,27 @@ void launch(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, co
                     kThreadsOf<QV, MT>, QV, q, rows, cache, shape, out, sms, s);
 }
 
+// rope_freq: the kRope instantiation (bf16 caches only; flash_form_ropes), which applies rope to q.
 template <typename CT, int D, int kMode>
 void launch_wg(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, const AttentionShape& shape,
-               Tensor& out, int sms, cudaStream_t s) {
+               Tensor& out, int sms, cudaStream_t s, const float* rope_freq) {
+  if constexpr (std::is_same_v<CT, __nv_bfloat16>) {
+    if (rope_freq != nullptr) {
+      static bool raised_rope = false;
+      launch_kernel<CT>(flash_wg_kernel<CT, D, kMode, true>, raised_rope, flash_wg_smem_bytes<D, kMode>(),
+                        kWgThreads, 64 * kWgGroups, q, rows, cache, shape, out, sms, s, rope_freq);
+      return;
+    }
+  }
   static bool raised = false;
   launch_kernel<CT>(flash_wg_kernel<CT, D, kMode>, raised, flash_wg_smem_bytes<D, kMode>(), kWgThreads,
-                    64 * kWgGroups, q, rows, cache, shape, out, sms, s);
+                    64 * kWgGroups, q, rows, cache, shape, out, sms, s, nullptr);
 }
 
 template <typename CT, int D>
 void launch_form(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
-                 const AttentionShape& shape, Tensor& out, int sms, cudaStream_t s, FlashForm form) {
+                 const AttentionShape& shape, Tensor& out, int sms, cudaStream_t s, FlashForm form,
+                 const float* rope_freq) {
   switch (form) {
     case FlashForm::kWide:
       launch<CT, D, 128, 1>(q, rows, cache, shape, out, sms, s);
@@ -824,13 +872,13 @@ void launch_form(const Tensor& q, const AttentionRows& rows, const KvLayer& cach
       launch<CT, D, 128, 2>(q, rows, cache, shape, out, sms, s);
       break;
     case FlashForm::kWgmma:
-      launch_wg<CT, D, 0>(q, rows, cache, shape, out, sms, s);
+      launch_wg<CT, D, 0>(q, rows, cache, shape, out, sms, s, rope_freq);
       break;
     case FlashForm::kWgmmaPipelined:
-      launch_wg<CT, D, 1>(q, rows, cache, shape, out, sms, s);
+      launch_wg<CT, D, 1>(q, rows, cache, shape, out, sms, s, rope_freq);
       break;
     case FlashForm::kWgmmaFull:
-      launch_wg<CT, D, 2>(q, rows, cache, shape, out, sms, s);
+      launch_wg<CT, D, 2>(q, rows, cache, shape, out, sms, s, rope_freq);
       break;
     default:
       launch<CT, D, kFlashQueryVectors, 1>(q, rows, cache, shape, out, sms, s);
@@ -840,12 +888,12 @@ void launch_form(const Tensor& q, const AttentionRows& rows, const KvLayer& cach
 
 template <typename CT>
 void launch_d(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, const AttentionShape& shape,
-              Tensor& out, int sms, cudaStream_t s, FlashForm form) {
+              Tensor& out, int sms, cudaStream_t s, FlashForm form, const float* rope_freq) {
   form = flash_form_taken(form, shape.heads, shape.kv_heads);
   if (shape.head_dim == 64) {
-    launch_form<CT, 64>(q, rows, cache, shape, out, sms, s, form);
+    launch_form<CT, 64>(q, rows, cache, shape, out, sms, s, form, rope_freq);
   } else {
-    launch_form<CT, 128>(q, rows, cache, shape, out, sms, s, form);
+    launch_form<CT, 128>(q, rows, cache, shape, out, sms, s, form, rope_freq);
   }
 }
 
@@ -853,17 +901,22 @@ void launch_d(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, 
 
 void flash_prefill_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
                              const AttentionShape& shape, Tensor& out, cudaStream_t s, int sms,
-                             FlashForm form) {
+                             FlashForm form, const float* rope_freq) {
   if (q.rows() == 0) return;
+  if (rope_freq != nullptr &&
+      !flash_form_ropes(flash_form_taken(form, shape.heads, shape.kv_heads), cache.k.dtype == DType::kBF16)) {
+    std::fprintf(stderr, "vibevoice: flash_prefill_attention: rope fused into a form that cannot apply it\n");
+    std::abort();  // a caller's bug (the backend asks flash_form_ropes first): never a wrong result
+  }
   switch (cache.k.dtype) {
     case DType::kBF16:
-      launch_d<__nv_bfloat16>(q, rows, cache, shape, out, sms, s, form);
+      launch_d<__nv_bfloat16>(q, rows, cache, shape, out, sms, s, form, rope_freq);
       break;
     case DType::kF16:
-      launch_d<__half>(q, rows, cache, shape, out, sms, s, form);
+      launch_d<__half>(q, rows, cache, shape, out, sms, s, form, rope_freq);
       break;
     default:
-      launch_d<float>(q, rows, cache, shape, out, sms, s, form);
+      launch_d<float>(q, rows, cache, shape, out, sms, s, form, rope_freq);
       break;
   }
 }

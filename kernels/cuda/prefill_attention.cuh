@@ -14,8 +14,11 @@ namespace vv::cuda {
 // `sms` (the GPU's SM count; 0: not given) lets a decode-shaped call too small to fill the GPU run
 // one row per block (the same bits per row). form: the block form (FlashForm, prefill_attention.h;
 // flash_form_taken decides what runs); a row's bits depend on it, not on the other rows of the call.
+// rope_freq (inv_freq of rope, head_dim / 2 floats; null: none): q holds the rows before rope, which
+// the kernel applies at row_pos as it loads them (the bits of rope_kv_write's rotation), leaving q
+// as it was; only the forms flash_form_ropes names (the caller checks).
 void flash_prefill_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
                              const AttentionShape& shape, Tensor& out, cudaStream_t s, int sms = 0,
-                             FlashForm form = FlashForm::kNarrow);
+                             FlashForm form = FlashForm::kNarrow, const float* rope_freq = nullptr);
 
 }  // namespace vv::cuda

@@ -23,6 +23,13 @@ inline FlashForm flash_form_taken(FlashForm form, int heads, int kv_heads) {
   return form != FlashForm::kNarrow && heads / kv_heads >= 2 ? form : FlashForm::kNarrow;
 }
 
+// Whether a form (as taken) can apply rope to q as it loads it (flash_prefill_attention's rope_freq):
+// the wgmma forms over a bf16 cache.
+inline bool flash_form_ropes(FlashForm taken, bool bf16_cache) {
+  return bf16_cache && (taken == FlashForm::kWgmma || taken == FlashForm::kWgmmaPipelined ||
+                        taken == FlashForm::kWgmmaFull);
+}
+
 // Rows of q one block of the flash kernel covers: every query head of a kv head's group for each.
 inline int flash_rows_per_tile(int heads, int kv_heads) {
   return kFlashQueryVectors / (heads / kv_heads);

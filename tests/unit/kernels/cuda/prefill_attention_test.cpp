@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -192,6 +193,109 @@ TEST(CudaFlashPrefill, PipelinedWarpgroupMmaScoresOnHopper) {
 // registers, V swizzled in shared memory as the MN-major operand).
 TEST(CudaFlashPrefill, WarpgroupMmaScoresAndValuesOnHopper) {
   check_hopper_form("wgf", "flashwgf");
+}
+
+// VV_CUDA_ROPE_FLASH=1 (sm_90, the wgmma forms): rope(q), rope(k), kv_write, paged_attention(q),
+// discard(q) run as rope_kv_write of k alone and the flash kernel applying q's rope as it loads it.
+// The attention output and the cache must be the bits of the ops run one by one (rope_rotate and the
+// same cosf/sinf of the same angle in both kernels); q is left as it was (it was discarded).
+void rope_flash_case(int heads, int kv_heads, const std::vector<Seq>& seqs, int bs, uint32_t seed) {
+  auto make = [](bool fused) {
+    if (fused) ::setenv("VV_CUDA_ROPE_FLASH", "1", 1);
+    ::setenv("VV_CUDA_PROFILE", "1", 1);
+    BackendOptions opt;
+    opt.gpu_bf16_gemm = true;
+    auto be = make_backend("cuda:0", opt);
+    ::unsetenv("VV_CUDA_ROPE_FLASH");
+    ::unsetenv("VV_CUDA_PROFILE");
+    return be;
+  };
+  auto plain = make(false), fused = make(true);
+  ASSERT_TRUE(plain.is_ok() && fused.is_ok());
+  const int D = 128, S = static_cast<int>(seqs.size());
+  int max_blocks = 0, total_blocks = 0;
+  for (const Seq& q : seqs) {
+    max_blocks = std::max(max_blocks, (q.start + q.len + bs - 1) / bs);
+    total_blocks += (q.start + q.len + bs - 1) / bs;
+  }
+  std::vector<int32_t> perm(total_blocks + 3);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), std::mt19937(seed));
+  std::vector<int32_t> tables(static_cast<size_t>(S) * max_blocks, 0), row_seq, row_pos;
+  for (int sq = 0, used = 0; sq < S; ++sq) {
+    for (int b = 0; b < (seqs[sq].start + seqs[sq].len + bs - 1) / bs; ++b)
+      tables[sq * max_blocks + b] = perm[used++];
+    for (int p = seqs[sq].start; p < seqs[sq].start + seqs[sq].len; ++p)
+      row_seq.push_back(sq), row_pos.push_back(p);
+  }
+  const int64_t n = static_cast<int64_t>(row_seq.size()), width = static_cast<int64_t>(kv_heads) * D;
+  const int64_t qw = static_cast<int64_t>(heads) * D, slots = static_cast<int64_t>(total_blocks + 3) * bs;
+  HostMatrix kc = random_matrix(slots, width, DType::kBF16, seed + 1),
+             vc = random_matrix(slots, width, DType::kBF16, seed + 2);
+  HostMatrix q = random_matrix(n, qw, DType::kF32, seed + 3, 2.0f),
+             k = random_matrix(n, width, DType::kF32, seed + 4);
+  HostMatrix v = random_matrix(n, width, DType::kF32, seed + 5);
+  const AttentionShape shape{heads, kv_heads, D, 1.0f / std::sqrt(static_cast<float>(D))};
+  struct Out {
+    std::vector<float> o, kc, vc;
+    std::string profile;
+  };
+  auto run = [&](Backend& be) {
+    DeviceMatrix dkc = to_device(be, kc), dvc = to_device(be, vc), dtab = to_device_i32(be, tables);
+    DeviceMatrix dq = to_device(be, q), dk = to_device(be, k), dv = to_device(be, v);
+    DeviceMatrix ds = to_device_i32(be, row_seq), dp = to_device_i32(be, row_pos);
+    AttentionRows rows;
+    rows.row_seq = ds.t;
+    rows.row_pos = dp.t;
+    rows.block_tables = Tensor::matrix(dtab.buf.data(), DType::kI32, S, max_blocks);
+    rows.block_size = bs;
+    KvLayer cache{Tensor::matrix(dkc.buf.data(), DType::kBF16, slots, width),
+                  Tensor::matrix(dvc.buf.data(), DType::kBF16, slots, width)};
+    DeviceMatrix out = poisoned(be, n, qw);
+    be.synchronize();
+    (void)backend_profile_report(be);
+    be.rope(dq.t, dp.t, heads, D, 1e6f);
+    be.rope(dk.t, dp.t, kv_heads, D, 1e6f);
+    be.kv_write(dk.t, dv.t, rows, cache, shape);
+    be.paged_attention(dq.t, rows, cache, shape, out.t);
+    be.discard(dq.t);
+    Out r;
+    r.o = download_f32(be, out.t);
+    // (the bf16 caches' bytes, read as floats two elements at a time)
+    r.kc = download_f32(be, Tensor::matrix(dkc.buf.data(), DType::kF32, slots, width / 2));
+    r.vc = download_f32(be, Tensor::matrix(dvc.buf.data(), DType::kF32, slots, width / 2));
+    r.profile = backend_profile_report(be);
+    return r;
+  };
+  const Out want = run(**plain), got = run(**fused);
+  std::ostringstream what;
+  what << heads << "/" << kv_heads << " rows";
+  for (const Seq& q : seqs) what << " " << q.start << "+" << q.len;
+  EXPECT_NE(got.profile.find("rope_kv_write.k "), std::string::npos) << what.str() << ": not fused\n"
+                                                                     << got.profile;
+  EXPECT_EQ(want.profile.find("rope_kv_write.k "), std::string::npos)
+      << what.str() << ": fused without the switch";
+  for (float f : got.o) ASSERT_FALSE(std::isnan(f)) << what.str() << ": output not written";
+  EXPECT_EQ(std::memcmp(got.o.data(), want.o.data(), want.o.size() * 4), 0)
+      << what.str() << ": attention differs";
+  ASSERT_EQ(got.kc.size(), want.kc.size());
+  EXPECT_EQ(std::memcmp(got.kc.data(), want.kc.data(), want.kc.size() * 4), 0)
+      << what.str() << ": k cache differs";
+  EXPECT_EQ(std::memcmp(got.vc.data(), want.vc.data(), want.vc.size() * 4), 0)
+      << what.str() << ": v cache differs";
+}
+
+TEST(CudaFlashPrefill, RopeInsideTheWgmmaFormsEqualsTheOpsOneByOne) {
+  { VV_CUDA_BACKEND_OR_SKIP(probe, true); }
+  cudaDeviceProp prop{};
+  ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+  if (!(prop.major == 9 && prop.minor == 0)) {
+    GTEST_SKIP() << "the wgmma forms need an sm_90 device; this one is sm_" << prop.major << prop.minor;
+  }
+  rope_flash_case(28, 4, {{0, 1024}}, 16, 301);  // the 7B's heads, a prompt chunk
+  rope_flash_case(28, 4, {{0, 37}, {200, 311}, {0, 1}, {3000, 541}}, 16,
+                  302);                                   // varlen, continued, far positions
+  rope_flash_case(32, 8, {{0, 263}, {17, 500}}, 7, 303);  // G = 4, a block size of 7
 }
 
 // Block sizes that do not divide the 64-key tile, and one larger than it: the tile's block-table
