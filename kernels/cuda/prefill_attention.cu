@@ -17,6 +17,7 @@
 
 #include "kernels/cuda/attention_pass.cuh"
 #include "kernels/cuda/decode_ops.cuh"
+#include "kernels/cuda/fast_div.h"
 #include "kernels/cuda/mma_util.cuh"
 #include "kernels/cuda/prefill_attention.cuh"
 #include "kernels/cuda/wgmma_util.cuh"
@@ -32,6 +33,36 @@ template <int QV, int MT>
 constexpr int kThreadsOf = QV / (16 * MT) * 32;
 constexpr int kKeys = 64;  // keys per K/V tile
 constexpr int kRing = kKeys + 1;  // block-table entries a tile of keys can span (block size 1)
+
+// A position's block and offset in it: int divides (the narrow forms, the pipelined wgmma form, whose
+// registers are full); FastDiv multiplies and shifts (the other wgmma forms: per tile and thread,
+// ≈ 100 fewer instructions in wgf's key loop).
+__device__ __forceinline__ int block_div(int bs, int j) {
+  return j / bs;
+}
+__device__ __forceinline__ int block_mod(int bs, int j) {
+  return j % bs;
+}
+__device__ __forceinline__ int block_size(int bs) {
+  return bs;
+}
+__device__ __forceinline__ int block_div(FastDiv bs, int j) {
+  return static_cast<int>(bs.div(static_cast<uint32_t>(j)));
+}
+__device__ __forceinline__ int block_mod(FastDiv bs, int j) {
+  return static_cast<int>(bs.mod(static_cast<uint32_t>(j)));
+}
+__device__ __forceinline__ int block_size(FastDiv bs) {
+  return static_cast<int>(bs.d);
+}
+template <typename BS>
+BS block_divisor(int block_size) {
+  if constexpr (std::is_same_v<BS, FastDiv>) {
+    return FastDiv::of(static_cast<uint32_t>(block_size));
+  } else {
+    return block_size;
+  }
+}
 
 using mma::ldsm_a;
 using mma::ldsm_x4_at;
@@ -65,10 +96,11 @@ constexpr size_t flash_smem_bytes() {
 // tile is tables[seq][j0 / bs + i]. Each thread below the count loads one (−1 elsewhere); the caller
 // stores it into the tile's ring slot a tile's compute later, so the cp.async addresses of a tile
 // come from shared memory and no warp waits on a global load before issuing them.
-__device__ __forceinline__ int32_t flash_table_entry(const int32_t* __restrict__ tables, int64_t ldt, int bs,
+template <typename BS>
+__device__ __forceinline__ int32_t flash_table_entry(const int32_t* __restrict__ tables, int64_t ldt, BS bs,
                                                      int seq, int j0, int kend) {
   if (j0 >= kend) return -1;
-  const int first = j0 / bs, last = (min(j0 + kKeys, kend) - 1) / bs;
+  const int first = block_div(bs, j0), last = block_div(bs, min(j0 + kKeys, kend) - 1);
   const int i = static_cast<int>(threadIdx.x);
   return i <= last - first ? tables[seq * ldt + first + i] : -1;
 }
@@ -403,6 +435,9 @@ __global__ void __launch_bounds__(kThreadsOf<QV, MT>)
 // depend on the form, never on the rows it shares a call with.
 constexpr int kWgGroups = 2;
 constexpr int kWgThreads = kWgGroups * 128;
+// The wgmma kernels' block-size divisor (block_div): FastDiv but in the pipelined form (kMode 1).
+template <int kMode>
+using WgBlockDiv = std::conditional_t<kMode == 1, int, FastDiv>;
 constexpr uint32_t kAtomBytes = 64 * 128;  // 64 rows × 128 bytes (64 bf16): one swizzle atom column
 
 // kMode: 0 the wgmma form (kWgmma), 1 pipelined (kWgmmaPipelined), 2 pipelined with P·V through
@@ -421,21 +456,22 @@ constexpr size_t flash_wg_smem_bytes() {
 // Keys [j0, j0 + 64) of the kv head: K into the swizzled stage (chunk d8 of key jj: atom d8 / 8,
 // chunk d8 % 8 of row jj), V into the padded stage, as flash_load_tile does.
 // kSwV: V into swizzled atoms too (the same layout as K: for P·V on wgmma it is the MN-major B).
-template <typename CT, int D, bool kSwV>
-__device__ __forceinline__ void flash_wg_load_tile(const int32_t* ring, int bs, int j0, int kend,
+template <typename CT, int D, bool kSwV, typename BS>
+__device__ __forceinline__ void flash_wg_load_tile(const int32_t* ring, BS bs, int j0, int kend,
                                                    const CT* __restrict__ kc, const CT* __restrict__ vc,
                                                    int64_t ldc, int kvh, unsigned char* Kst,
                                                    __nv_bfloat16* Vs) {
   constexpr int LD = D + 8;
   constexpr int kChunks = kKeys * (D / 8) / kWgThreads;
-  const int b0 = j0 / bs;
+  const int b0 = block_div(bs, j0);
 #pragma unroll
   for (int u = 0; u < kChunks; ++u) {
     const int c = threadIdx.x + u * kWgThreads;
     const int jj = c / (D / 8), d8 = c % (D / 8);
     const int j = j0 + jj;
     const bool valid = j < kend;
-    const int64_t sl = valid ? static_cast<int64_t>(ring[j / bs - b0]) * bs + j % bs : 0;
+    const int64_t sl =
+        valid ? static_cast<int64_t>(ring[block_div(bs, j) - b0]) * block_size(bs) + block_mod(bs, j) : 0;
     const int64_t off = sl * ldc + static_cast<int64_t>(kvh) * D + d8 * 8;
     unsigned char* kd = Kst + (d8 / 8) * kAtomBytes + sw128_offset(jj, d8 % 8);
     void* vd = kSwV ? static_cast<void*>(reinterpret_cast<unsigned char*>(Vs) + (d8 / 8) * kAtomBytes +
@@ -544,8 +580,8 @@ template <typename CT, int D, int kMode, bool kRope = false>
 __global__ void __launch_bounds__(kWgThreads, 1)
     flash_wg_kernel(const float* __restrict__ q, int64_t ldq, const int32_t* __restrict__ row_seq,
                     const int32_t* __restrict__ row_pos, const int32_t* __restrict__ tables, int64_t ldt,
-                    int bs, const CT* __restrict__ kc, const CT* __restrict__ vc, int64_t ldc, int64_t n,
-                    int G, int QT, float scale_log2, float* __restrict__ out, int64_t ldo,
+                    WgBlockDiv<kMode> bs, const CT* __restrict__ kc, const CT* __restrict__ vc, int64_t ldc,
+                    int64_t n, int G, int QT, float scale_log2, float* __restrict__ out, int64_t ldo,
                     const float* __restrict__ rope_freq) {
 #ifdef VV_WGMMA
   constexpr int LD = D + 8;
@@ -808,7 +844,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 
 // Launches one form's kernel: QV query vectors per block of `threads`, `smem` bytes of dynamic shared
 // memory (the attribute raised on first use per instantiation).
-template <typename CT, typename Kernel>
+template <typename CT, typename BS = int, typename Kernel>
 void launch_kernel(Kernel kernel, bool& raised, size_t smem, int threads, int QV, const Tensor& q,
                    const AttentionRows& rows, const KvLayer& cache, const AttentionShape& shape, Tensor& out,
                    int sms, cudaStream_t s, const float* rope_freq = nullptr) {
@@ -830,7 +866,7 @@ void launch_kernel(Kernel kernel, bool& raised, size_t smem, int threads, int QV
   kernel<<<grid, threads, smem, s>>>(q.ptr<const float>(), q.row_stride(), rows.row_seq.ptr<const int32_t>(),
                                      rows.row_pos.ptr<const int32_t>(),
                                      rows.block_tables.ptr<const int32_t>(), rows.block_tables.row_stride(),
-                                     rows.block_size, static_cast<const CT*>(cache.k.data),
+                                     block_divisor<BS>(rows.block_size), static_cast<const CT*>(cache.k.data),
                                      static_cast<const CT*>(cache.v.data), cache.k.row_stride(), n, G, QT,
                                      scale_log2, out.ptr<float>(), out.row_stride(), rope_freq);
 }
@@ -850,14 +886,16 @@ void launch_wg(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
   if constexpr (std::is_same_v<CT, __nv_bfloat16>) {
     if (rope_freq != nullptr) {
       static bool raised_rope = false;
-      launch_kernel<CT>(flash_wg_kernel<CT, D, kMode, true>, raised_rope, flash_wg_smem_bytes<D, kMode>(),
-                        kWgThreads, 64 * kWgGroups, q, rows, cache, shape, out, sms, s, rope_freq);
+      launch_kernel<CT, WgBlockDiv<kMode>>(flash_wg_kernel<CT, D, kMode, true>, raised_rope,
+                                           flash_wg_smem_bytes<D, kMode>(), kWgThreads, 64 * kWgGroups, q,
+                                           rows, cache, shape, out, sms, s, rope_freq);
       return;
     }
   }
   static bool raised = false;
-  launch_kernel<CT>(flash_wg_kernel<CT, D, kMode>, raised, flash_wg_smem_bytes<D, kMode>(), kWgThreads,
-                    64 * kWgGroups, q, rows, cache, shape, out, sms, s, nullptr);
+  launch_kernel<CT, WgBlockDiv<kMode>>(flash_wg_kernel<CT, D, kMode>, raised, flash_wg_smem_bytes<D, kMode>(),
+                                       kWgThreads, 64 * kWgGroups, q, rows, cache, shape, out, sms, s,
+                                       nullptr);
 }
 
 template <typename CT, int D>
