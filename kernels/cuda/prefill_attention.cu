@@ -492,6 +492,15 @@ __device__ __forceinline__ void flash_wg_load_tile(const int32_t* ring, BS bs, i
 #endif
 
 #ifdef VV_WGMMA
+// 2^x in one MUFU.EX2, results below 2^-126 flushed to zero (exp2f spends three more instructions a
+// value on those: a compare and two predicated scalings). In the softmax every weight is 2^(≤ 0) next
+// to a row maximum's 2^0 = 1, so a flushed 2^-126 changes neither l nor, at f32, o.
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // The narrow form's online softmax and P·V for one warp's 16 query vectors over a 64-key tile whose
 // scores s (raw, the mma.sync C layout) start at key j0; vt: the lane's ldmatrix address of the tile's
 // padded V stage.
@@ -529,7 +538,7 @@ __device__ __forceinline__ void flash_wg_softmax_pv(float (&s)[kKeys / 8][4], fl
     }
     const float m_new = fmaxf(m[h], quad_max(mx[0]) * scale_log2);
     const float m_use = m_new == -INFINITY ? 0.f : m_new;
-    corr[h] = exp2f(m[h] - m_use);
+    corr[h] = exp2_ftz(m[h] - m_use);
     rescale |= corr[h] != 1.f;
     float sum[NT];
 #pragma unroll
@@ -537,7 +546,7 @@ __device__ __forceinline__ void flash_wg_softmax_pv(float (&s)[kKeys / 8][4], fl
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         float& v = s[nt][2 * h + e];
-        v = exp2f(fmaf(v, scale_log2, -m_use));
+        v = exp2_ftz(fmaf(v, scale_log2, -m_use));
       }
       sum[nt] = s[nt][2 * h] + s[nt][2 * h + 1];
     }
