@@ -504,7 +504,7 @@ __device__ __forceinline__ float exp2_ftz(float x) {
 // The narrow form's online softmax and P·V for one warp's 16 query vectors over a 64-key tile whose
 // scores s (raw, the mma.sync C layout) start at key j0; vt: the lane's ldmatrix address of the tile's
 // padded V stage.
-template <int D, bool kBranchless = false, bool kPv = true>
+template <int D, bool kBranchless = false, bool kPv = true, bool kMask = true>
 __device__ __forceinline__ void flash_wg_softmax_pv(float (&s)[kKeys / 8][4], float (&o)[D / 8][4],
                                                     float (&m)[2], float (&l)[2], const int (&qp)[2],
                                                     int wmin, int j0, float scale_log2, uint32_t vt, int t4) {
@@ -513,7 +513,8 @@ __device__ __forceinline__ void flash_wg_softmax_pv(float (&s)[kKeys / 8][4], fl
   constexpr int NT = kKeys / 8;
   // kBranchless (while wgmmas are in flight, where ptxas serialises them over any branch): the mask
   // and the rescale always (exact either way: unmasked keys keep their scores, a factor of 1 is 1).
-  const bool masked = kBranchless || j0 + kKeys - 1 > wmin;
+  // (kBranchless with kMask false: the caller knows no key of the tile lies past any query.)
+  const bool masked = kBranchless ? kMask : j0 + kKeys - 1 > wmin;
   bool rescale = false;
   float corr[2];
 #pragma unroll
@@ -603,7 +604,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   constexpr int kStages = kPipe ? 3 : 2;
   constexpr int kVStage = kPvWg ? kA * kAtomBytes / 2 : kKeys * LD;  // bf16 elements per V stage
   __shared__ int32_t ring[kStages][kRing];
-  __shared__ int span[kWgGroups * 4];  // each warp's largest query position
+  __shared__ int span[kWgGroups * 4];      // each warp's largest query position
+  __shared__ int span_min[kWgGroups * 4];  // and its smallest (INT32_MAX: none)
   const uint32_t raw = smem_u32(smem_raw);
   const uint32_t q_addr = (raw + 1023) & ~1023u;  // warpgroup w's Q atoms at q_addr + w·kA·kAtomBytes
   const uint32_t k_addr = q_addr + kWgGroups * kA * kAtomBytes;  // stage st at + st·kA·kAtomBytes
@@ -695,7 +697,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       wmax = max(wmax, __shfl_xor_sync(0xffffffffu, wmax, o));
       wmin = min(wmin, __shfl_xor_sync(0xffffffffu, wmin, o));
     }
-    if (lane == 0) span[warp] = wmax;
+    if (lane == 0) span[warp] = wmax, span_min[warp] = wmin;
     int32_t next_entry = flash_table_entry(tables, ldt, bs, seq, kStages * kKeys, kend);
     fence_proxy_async_shared();  // Q's stores, for wgmma
     __syncthreads();             // Q, the ring's first two tiles and span written
@@ -773,7 +775,9 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         wgmma_commit();
       };
       issue_scores(0);
-      for (int j0 = 0, t = 0; j0 < kend; j0 += kKeys, ++t) {
+      // Tile t at keys j0: kMask false where no key of the tile lies past any query of the block.
+      auto tile = [&](int j0, int t, auto mask_tag) {
+        constexpr bool kMask = decltype(mask_tag)::value;
         const int st = t % 3;
         mma::cp_async_wait<0>();  // tile t + 1 (this thread's copies)
         // wgf: tile t − 1's P·V wgmmas read the V stage this iteration refills: done before the
@@ -804,13 +808,13 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         // which ptxas answers by serialising the wgmmas): past a warp's last query the mask makes the
         // tile's weights exact zeros and leaves m, l and o as they were.
         if constexpr (!kPvWg) {
-          flash_wg_softmax_pv<D, true>(s, o, m, l, qp, wmin, j0, scale_log2,
-                                       v_lane + static_cast<uint32_t>(st * kKeys * LD * 2), t4);
+          flash_wg_softmax_pv<D, true, true, kMask>(s, o, m, l, qp, wmin, j0, scale_log2,
+                                                    v_lane + static_cast<uint32_t>(st * kKeys * LD * 2), t4);
         } else {
           // The softmax (it rescales o: the previous tile's P·V was waited for above), then
           // O += P·V on wgmma: P (bf16, the score registers' A layout) from registers, V's swizzled
           // stage as the MN-major B (rows of 64 d at one key; the next 64 d a 8,192-byte atom on).
-          flash_wg_softmax_pv<D, true, false>(s, o, m, l, qp, wmin, j0, scale_log2, 0, t4);
+          flash_wg_softmax_pv<D, true, false, kMask>(s, o, m, l, qp, wmin, j0, scale_log2, 0, t4);
           uint32_t pa[kKeys / 16][4];
 #pragma unroll
           for (int kk = 0; kk < kKeys / 16; ++kk) {
@@ -825,7 +829,16 @@ __global__ void __launch_bounds__(kWgThreads, 1)
           }
           wgmma_commit();
         }
-      }
+      };
+      // The block's rows all lie at or past bmin: tiles ending at or before it need no causal mask
+      // (both loops are block-uniform: every thread passes the same barriers).
+      int bmin = INT32_MAX;
+#pragma unroll
+      for (int w = 0; w < kWgGroups * 4; ++w) bmin = min(bmin, span_min[w]);
+      const int j_plain = bmin < INT32_MAX ? min(kend, (bmin + 1) / kKeys * kKeys) : 0;
+      int j0 = 0, t = 0;
+      for (; j0 < j_plain; j0 += kKeys, ++t) tile(j0, t, std::false_type{});
+      for (; j0 < kend; j0 += kKeys, ++t) tile(j0, t, std::true_type{});
       wgmma_wait<0>();  // the scores issued past the last tile (and the last P·V)
       if constexpr (kPvWg) wgmma_fence_operands<DT * 4>(&o[0][0]);
       __syncthreads();  // every warp is done with the stages before the next pass refills them
