@@ -2,8 +2,8 @@
 // bandwidth per weight shape against the device's copy bandwidth, prefill tok/s, batch-1 decode
 // tok/s, the two encoders over N seconds of audio, and the standard job (120 s of audio, 1000
 // tokens generated). Prints a table and, last, one JSON line.
-//   cuda_decode_bench [--preset 7b|tiny] [--prompt 1024] [--tokens 256] [--bf16] [--job-tokens 1000]
-//   [--no-gemv] [--table-only]
+//   cuda_decode_bench [--preset 7b|tiny] [--prompt 1024] [--chunk 1024] [--tokens 256] [--bf16]
+//   [--job-tokens 1000] [--no-gemv] [--table-only]
 //                     [--gemv-m 1,2,4,16,64] [--enc-audio 60] [--enc-reps 1] [--job-audio 120]
 //   cuda_decode_bench --attn-bench [--preset 7b] [--attn-rows 1,8,64,128] [--attn-ctx 300,600,1031]
 //                     [--attn-layers 4]
@@ -34,6 +34,7 @@ double seconds_since(Clock::time_point t) {
 struct Args {
   std::string preset = "7b";
   int64_t prompt = 1024;
+  int64_t chunk = 1024;  // --chunk: prompt rows per prefill step (the runner's prefill_chunk and max_rows)
   int tokens = 256;
   bool bf16 = false;
   int job_tokens = 1000;
@@ -212,6 +213,8 @@ int main(int argc, char** argv) {
       a.preset = next();
     else if (k == "--prompt")
       a.prompt = std::stoll(next());
+    else if (k == "--chunk")
+      a.chunk = std::max<int64_t>(1, std::stoll(next()));
     else if (k == "--tokens")
       a.tokens = std::stoi(next());
     else if (k == "--bf16")
@@ -251,8 +254,8 @@ int main(int argc, char** argv) {
   const int64_t job_frames = static_cast<int64_t>(a.job_audio_s * 24000) / spec.acoustic.hop();
   vv::RunnerOptions ro;
   ro.kv_positions = std::max<int64_t>(a.prompt + a.tokens, job_frames + 64 + a.job_tokens) + 64;
-  ro.max_rows = 1024;
-  ro.prefill_chunk = 1024;
+  ro.max_rows = static_cast<int>(std::max<int64_t>(1024, a.chunk));
+  ro.prefill_chunk = static_cast<int>(a.chunk);
   ro.max_seqs = 4;
   ro.kv_dtype_follows_compute = true;  // as the service: bf16 k/v with --bf16
   vv::BackendOptions bo;
@@ -485,9 +488,11 @@ int main(int argc, char** argv) {
       job_dec * 1e3);
   std::printf(
       "{\"device\":\"%s\",\"preset\":\"%s\",\"copy_gbps\":%.1f,\"gemv_m1_gbps\":{%s},\"prefill_rows\":%lld,"
+      "\"prefill_chunk\":%lld,"
       "\"prefill_tok_s\":%.1f,\"decode_tok_s\":%.2f,\"decode_bound_tok_s\":%.1f,\"encoder_ms_%.0fs\":%.2f,"
       "\"job_rtf\":%.5f}\n",
-      be.name().c_str(), a.preset.c_str(), hbm, gemv_json.c_str(), static_cast<long long>(a.prompt), pre_tps,
-      dec_tps, bound_tps, a.enc_audio_s, enc_s * 1e3, job_s / a.job_audio_s);
+      be.name().c_str(), a.preset.c_str(), hbm, gemv_json.c_str(), static_cast<long long>(a.prompt),
+      static_cast<long long>(a.chunk), pre_tps, dec_tps, bound_tps, a.enc_audio_s, enc_s * 1e3,
+      job_s / a.job_audio_s);
   return 0;
 }
