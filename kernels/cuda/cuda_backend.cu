@@ -61,6 +61,8 @@ const char* flash_label(cuda::FlashForm form) {
       return "paged_attention.flashwgp";
     case cuda::FlashForm::kWgmmaFull:
       return "paged_attention.flashwgf";
+    case cuda::FlashForm::kWgmmaLean:
+      return "paged_attention.flashwgfl";
     default:
       return "paged_attention.flash";
   }
@@ -68,8 +70,9 @@ const char* flash_label(cuda::FlashForm form) {
 // VV_CUDA_FLASH_QV: the flash attention block's form. Default: "wgf" (two warpgroups, scores and P·V
 // on wgmma, the next tile's scores in flight during a tile's softmax) where the device is sm_90, else
 // "narrow" (4 warps of 16 query vectors). Also "128": 8 warps of 16, "128x2": 4 warps of 32, "wg":
-// wgmma scores only, "wgp": "wg" with the scores in flight. The wgmma forms exist only on sm_90;
-// elsewhere they read as "narrow". Anything unknown is the default.
+// wgmma scores only, "wgp": "wg" with the scores in flight, "wgfl": "wgf" with fewer instructions a
+// tile. The wgmma forms exist only on sm_90; elsewhere they read as "narrow". Anything unknown is the
+// default.
 cuda::FlashForm flash_form_from_env(bool hopper) {
   const char* v = std::getenv("VV_CUDA_FLASH_QV");
   const std::string s(v == nullptr ? "" : v);
@@ -77,9 +80,10 @@ cuda::FlashForm flash_form_from_env(bool hopper) {
   if (s == "128") return cuda::FlashForm::kWide;
   if (s == "128x2") return cuda::FlashForm::kTwoTiles;
   if (!hopper) return cuda::FlashForm::kNarrow;
-  return s == "wg"    ? cuda::FlashForm::kWgmma
-         : s == "wgp" ? cuda::FlashForm::kWgmmaPipelined
-                      : cuda::FlashForm::kWgmmaFull;
+  return s == "wg"     ? cuda::FlashForm::kWgmma
+         : s == "wgp"  ? cuda::FlashForm::kWgmmaPipelined
+         : s == "wgfl" ? cuda::FlashForm::kWgmmaLean
+                       : cuda::FlashForm::kWgmmaFull;
 }
 
 // Bytes held by allocate()'s Buffers per device (every backend on it together): the figure that a

@@ -435,20 +435,20 @@ __global__ void __launch_bounds__(kThreadsOf<QV, MT>)
 // depend on the form, never on the rows it shares a call with.
 constexpr int kWgGroups = 2;
 constexpr int kWgThreads = kWgGroups * 128;
-// The wgmma kernels' block-size divisor (block_div): FastDiv but in the pipelined form (kMode 1).
+// The wgmma kernels' block-size divisor (block_div): FastDiv in the lean form (kMode 3), int in the others.
 template <int kMode>
-using WgBlockDiv = std::conditional_t<kMode == 1, int, FastDiv>;
+using WgBlockDiv = std::conditional_t<kMode == 3, FastDiv, int>;
 constexpr uint32_t kAtomBytes = 64 * 128;  // 64 rows × 128 bytes (64 bf16): one swizzle atom column
 
 // kMode: 0 the wgmma form (kWgmma), 1 pipelined (kWgmmaPipelined), 2 pipelined with P·V through
-// wgmma too (kWgmmaFull).
+// wgmma too (kWgmmaFull), 3 that with fewer instructions a tile (kWgmmaLean).
 template <int D, int kMode>
 constexpr size_t flash_wg_smem_bytes() {
   // 1,024 of slack to align the swizzled atoms, Q (each warpgroup's D / 64 atoms), the K stages
   // (D / 64 atoms each; two, three when pipelined), as many V stages: [64][D + 8] for ldmatrix, or
   // swizzled atoms like K's when P·V runs on wgmma.
   constexpr size_t stages = kMode >= 1 ? 3 : 2;
-  constexpr size_t v_stage = kMode == 2 ? (D / 64) * kAtomBytes : static_cast<size_t>(kKeys) * (D + 8) * 2;
+  constexpr size_t v_stage = kMode >= 2 ? (D / 64) * kAtomBytes : static_cast<size_t>(kKeys) * (D + 8) * 2;
   return 1024 + (kWgGroups + stages) * (D / 64) * kAtomBytes + stages * v_stage;
 }
 
@@ -504,7 +504,7 @@ __device__ __forceinline__ float exp2_ftz(float x) {
 // The narrow form's online softmax and P·V for one warp's 16 query vectors over a 64-key tile whose
 // scores s (raw, the mma.sync C layout) start at key j0; vt: the lane's ldmatrix address of the tile's
 // padded V stage.
-template <int D, bool kBranchless = false, bool kPv = true, bool kMask = true>
+template <int D, bool kBranchless = false, bool kPv = true, bool kMask = true, bool kFtzExp = false>
 __device__ __forceinline__ void flash_wg_softmax_pv(float (&s)[kKeys / 8][4], float (&o)[D / 8][4],
                                                     float (&m)[2], float (&l)[2], const int (&qp)[2],
                                                     int wmin, int j0, float scale_log2, uint32_t vt, int t4) {
@@ -539,7 +539,7 @@ __device__ __forceinline__ void flash_wg_softmax_pv(float (&s)[kKeys / 8][4], fl
     }
     const float m_new = fmaxf(m[h], quad_max(mx[0]) * scale_log2);
     const float m_use = m_new == -INFINITY ? 0.f : m_new;
-    corr[h] = exp2_ftz(m[h] - m_use);
+    corr[h] = kFtzExp ? exp2_ftz(m[h] - m_use) : exp2f(m[h] - m_use);
     rescale |= corr[h] != 1.f;
     float sum[NT];
 #pragma unroll
@@ -547,7 +547,7 @@ __device__ __forceinline__ void flash_wg_softmax_pv(float (&s)[kKeys / 8][4], fl
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         float& v = s[nt][2 * h + e];
-        v = exp2_ftz(fmaf(v, scale_log2, -m_use));
+        v = kFtzExp ? exp2_ftz(fmaf(v, scale_log2, -m_use)) : exp2f(fmaf(v, scale_log2, -m_use));
       }
       sum[nt] = s[nt][2 * h] + s[nt][2 * h + 1];
     }
@@ -600,7 +600,10 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   constexpr int kA = D / 64;     // swizzle atoms along d
   constexpr int QV = 64 * kWgGroups;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  constexpr bool kPipe = kMode >= 1, kPvWg = kMode == 2;
+  constexpr bool kPipe = kMode >= 1, kPvWg = kMode >= 2;
+  // kMode 3 (kWgmmaLean): kMode 2 with the block size divided by FastDiv, 2^x from one ex2.approx.ftz and
+  // no causal mask on tiles that end at or before the block's first query.
+  constexpr bool kLean = kMode == 3;
   constexpr int kStages = kPipe ? 3 : 2;
   constexpr int kVStage = kPvWg ? kA * kAtomBytes / 2 : kKeys * LD;  // bf16 elements per V stage
   __shared__ int32_t ring[kStages][kRing];
@@ -697,7 +700,10 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       wmax = max(wmax, __shfl_xor_sync(0xffffffffu, wmax, o));
       wmin = min(wmin, __shfl_xor_sync(0xffffffffu, wmin, o));
     }
-    if (lane == 0) span[warp] = wmax, span_min[warp] = wmin;
+    if (lane == 0) {
+      span[warp] = wmax;
+      if constexpr (kLean) span_min[warp] = wmin;
+    }
     int32_t next_entry = flash_table_entry(tables, ldt, bs, seq, kStages * kKeys, kend);
     fence_proxy_async_shared();  // Q's stores, for wgmma
     __syncthreads();             // Q, the ring's first two tiles and span written
@@ -814,7 +820,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
           // The softmax (it rescales o: the previous tile's P·V was waited for above), then
           // O += P·V on wgmma: P (bf16, the score registers' A layout) from registers, V's swizzled
           // stage as the MN-major B (rows of 64 d at one key; the next 64 d a 8,192-byte atom on).
-          flash_wg_softmax_pv<D, true, false, kMask>(s, o, m, l, qp, wmin, j0, scale_log2, 0, t4);
+          flash_wg_softmax_pv<D, true, false, kMask, kLean>(s, o, m, l, qp, wmin, j0, scale_log2, 0, t4);
           uint32_t pa[kKeys / 16][4];
 #pragma unroll
           for (int kk = 0; kk < kKeys / 16; ++kk) {
@@ -832,10 +838,13 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       };
       // The block's rows all lie at or past bmin: tiles ending at or before it need no causal mask
       // (both loops are block-uniform: every thread passes the same barriers).
-      int bmin = INT32_MAX;
+      int j_plain = 0;
+      if constexpr (kLean) {
+        int bmin = INT32_MAX;
 #pragma unroll
-      for (int w = 0; w < kWgGroups * 4; ++w) bmin = min(bmin, span_min[w]);
-      const int j_plain = bmin < INT32_MAX ? min(kend, (bmin + 1) / kKeys * kKeys) : 0;
+        for (int w = 0; w < kWgGroups * 4; ++w) bmin = min(bmin, span_min[w]);
+        j_plain = bmin < INT32_MAX ? min(kend, (bmin + 1) / kKeys * kKeys) : 0;
+      }
       int j0 = 0, t = 0;
       for (; j0 < j_plain; j0 += kKeys, ++t) tile(j0, t, std::false_type{});
       for (; j0 < kend; j0 += kKeys, ++t) tile(j0, t, std::true_type{});
@@ -939,6 +948,9 @@ void launch_form(const Tensor& q, const AttentionRows& rows, const KvLayer& cach
       break;
     case FlashForm::kWgmmaFull:
       launch_wg<CT, D, 2>(q, rows, cache, shape, out, sms, s, rope_freq);
+      break;
+    case FlashForm::kWgmmaLean:
+      launch_wg<CT, D, 3>(q, rows, cache, shape, out, sms, s, rope_freq);
       break;
     default:
       launch<CT, D, kFlashQueryVectors, 1>(q, rows, cache, shape, out, sms, s);

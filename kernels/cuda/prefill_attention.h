@@ -14,11 +14,13 @@ constexpr int kFlashQueryVectors = 64;
 // feeds two mmas, softmax steps of 32 keys), kWgmma 128 (two warpgroups whose scores come from
 // wgmma, sm_90 only: the caller passes it only on such a device), kWgmmaPipelined (the same with tile
 // t + 1's score wgmmas in flight during tile t's softmax and P·V, three stages), kWgmmaFull (that with
-// P·V on wgmma too: P from registers, V swizzled in shared memory). A row's bits depend on the
+// P·V on wgmma too: P from registers, V swizzled in shared memory), kWgmmaLean (kWgmmaFull with fewer
+// instructions a tile: the block size divided by multiply and shift, 2^x from one ex2.approx.ftz, no
+// causal mask on tiles before the block's first query). A row's bits depend on the
 // form (softmax steps, the scores' summation order), never on the rows it shares a call with. The 128-vector
 // forms need a GQA group of at least 2 heads (a block's rows, 128 / G, are tracked in a 64-bit mask); others
 // run kNarrow.
-enum class FlashForm { kNarrow, kWide, kTwoTiles, kWgmma, kWgmmaPipelined, kWgmmaFull };
+enum class FlashForm { kNarrow, kWide, kTwoTiles, kWgmma, kWgmmaPipelined, kWgmmaFull, kWgmmaLean };
 inline FlashForm flash_form_taken(FlashForm form, int heads, int kv_heads) {
   return form != FlashForm::kNarrow && heads / kv_heads >= 2 ? form : FlashForm::kNarrow;
 }
@@ -27,7 +29,7 @@ inline FlashForm flash_form_taken(FlashForm form, int heads, int kv_heads) {
 // the wgmma forms over a bf16 cache.
 inline bool flash_form_ropes(FlashForm taken, bool bf16_cache) {
   return bf16_cache && (taken == FlashForm::kWgmma || taken == FlashForm::kWgmmaPipelined ||
-                        taken == FlashForm::kWgmmaFull);
+                        taken == FlashForm::kWgmmaFull || taken == FlashForm::kWgmmaLean);
 }
 
 // Rows of q one block of the flash kernel covers: every query head of a kv head's group for each.

@@ -13,8 +13,8 @@
 #   flashform    the flash kernel (block-table entries a tile ahead) as is and with VV_CUDA_FLASH_QV=128x2:
 #                its gpu tests, the 1,024/4,096-row prefills, Nsight sections of one 4K-chunk launch of each
 #   flashwg      the flash kernel's wgmma forms (VV_CUDA_FLASH_QV=wg, wgp, wgf): their gpu tests (FLASH_TESTS=0: none),
-#                the prefills at $FLASH_ROWS rows (1024 4096) with each of $FLASH_FORMS (narrow wg wgp wgf),
-#                Nsight sections of one 4K-chunk launch of each of $FLASH_NCU (wg wgp wgf; "none": none)
+#                the prefills at $FLASH_ROWS rows (1024 4096) with each of $FLASH_FORMS (narrow wg wgp wgf wgfl),
+#                Nsight sections of one 4K-chunk launch of each of $FLASH_NCU (wg wgp wgf wgfl; "none": none)
 #   prefillchunk the 4,096-row prefill in chunks of 1,024, 2,048, 4,096 rows (cuda_decode_bench --chunk)
 #   normrope     VV_CUDA_NORM_DROP=1, VV_CUDA_ROPE_FLASH=1: their gpu tests (and the runner goldens with neither),
 #                the 1,024/4,096-row prefills with neither, each, both
@@ -113,12 +113,12 @@ for step in "$@"; do
         run flashwg_tests env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda --gtest_filter='CudaFlash*:CudaDeterministicAttention*'
       P="$B/cuda_decode_bench --preset 7b --bf16 --no-gemv --tokens 16 --enc-audio 1 --job-audio 1 --job-tokens 1"
       for rows in ${FLASH_ROWS:-1024 4096}; do
-        for form in ${FLASH_FORMS:-narrow wg wgp wgf}; do
+        for form in ${FLASH_FORMS:-narrow wg wgp wgf wgfl}; do
           run pre${rows}_$form env VV_CUDA_FLASH_QV=$form $P --prompt $rows
         done
       done
       NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-      for form in ${FLASH_NCU:-wg wgp wgf}; do
+      for form in ${FLASH_NCU:-wg wgp wgf wgfl}; do
         [ "$form" = none ] && continue
         run ncuflash_$form env VV_CUDA_FLASH_QV=$form $NCU --clock-control none --kernel-name regex:flash_wg \
           --launch-skip 111 --launch-count 1 --section SpeedOfLight --section WarpStateStats --section SchedulerStats \

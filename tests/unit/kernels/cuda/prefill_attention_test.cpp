@@ -298,6 +298,19 @@ TEST(CudaFlashPrefill, RopeInsideTheWgmmaFormsEqualsTheOpsOneByOne) {
   rope_flash_case(32, 8, {{0, 263}, {17, 500}}, 7, 303);  // G = 4, a block size of 7
 }
 
+// VV_CUDA_FLASH_QV=wgfl: wgf with the block size divided by multiply and shift (FastDiv), 2^x from
+// one ex2.approx.ftz and no causal mask on tiles that end before the block's first query. Block
+// sizes that do not divide the tile and continued chunks (tiles past the first query) in the shapes.
+TEST(CudaFlashPrefill, LeanWarpgroupMmaFormOnHopper) {
+  check_hopper_form("wgfl", "flashwgfl");
+  if (IsSkipped() || HasFatalFailure()) return;
+  FlashFormEnv env("wgfl");
+  VV_CUDA_BACKEND_OR_SKIP(gpu, true);
+  check_flash(*gpu, 28, 4, 128, DType::kBF16, {{0, 300}, {123, 211}}, 3);
+  check_flash(*gpu, 28, 4, 128, DType::kBF16, {{0, 700}, {50, 90}}, 24);
+  check_flash(*gpu, 28, 4, 128, DType::kBF16, {{2000, 517}}, 96);
+}
+
 // Block sizes that do not divide the 64-key tile, and one larger than it: the tile's block-table
 // entries (read a tile ahead into shared memory) cover a partial block at either end.
 TEST(CudaFlashPrefill, BlockSizesThatDoNotDivideTheKeyTile) {
