@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -70,13 +71,25 @@ void check_flash(Backend& gpu, int heads, int kv_heads, int D, DType kv_dtype, c
   rows.block_tables = Tensor::matrix(tables.data(), DType::kI32, S, max_blocks);
   rows.block_size = bs;
   const AttentionShape shape{heads, kv_heads, D, 1.0f / std::sqrt(static_cast<float>(D))};
-  KvLayer host_cache{kc.view(), vc.view()};
-  ref::kv_write(k.view(), v.view(), rows, host_cache, shape);
-  HostMatrix qr = bf16_rounded_f32(q), kr = bf16_rounded_f32(kc), vr = bf16_rounded_f32(vc);
-  const KvLayer rounded_cache{kr.view(), vr.view()};
-  HostMatrix want = random_matrix(n, qw, DType::kF32, 76);
-  Tensor want_t = want.view();
-  ref::paged_attention(qr.view(), rows, rounded_cache, shape, want_t);
+  std::ostringstream what;
+  what << "flash attention " << heads << "/" << kv_heads << "x" << D << " " << dtype_name(kv_dtype) << " bs "
+       << bs << " rows";
+  for (const Seq& s : seqs) what << " " << s.start << "+" << s.len;
+  // The reference depends only on the shape (every input comes from fixed seeds): the scalar CPU
+  // attention runs once per shape, however many forms are checked against it.
+  static std::map<std::string, std::vector<float>> references;
+  auto ref_it = references.find(what.str());
+  if (ref_it == references.end()) {
+    HostMatrix hk = random_matrix(slots, width, kv_dtype, 71), hv = random_matrix(slots, width, kv_dtype, 72);
+    KvLayer host_cache{hk.view(), hv.view()};
+    ref::kv_write(k.view(), v.view(), rows, host_cache, shape);
+    HostMatrix qr = bf16_rounded_f32(q), kr = bf16_rounded_f32(hk), vr = bf16_rounded_f32(hv);
+    const KvLayer rounded_cache{kr.view(), vr.view()};
+    HostMatrix want = random_matrix(n, qw, DType::kF32, 76);
+    Tensor want_t = want.view();
+    ref::paged_attention(qr.view(), rows, rounded_cache, shape, want_t);
+    ref_it = references.emplace(what.str(), host_rows(want_t)).first;
+  }
 
   DeviceMatrix dq = to_device(gpu, q), dk = to_device(gpu, k), dv = to_device(gpu, v);
   DeviceMatrix ds = to_device_i32(gpu, row_seq), dp = to_device_i32(gpu, row_pos);
@@ -89,11 +102,7 @@ void check_flash(Backend& gpu, int heads, int kv_heads, int D, DType kv_dtype, c
   gpu.kv_write(dk.t, dv.t, drows, dcache, shape);
   DeviceMatrix dout = poisoned(gpu, n, qw);
   gpu.paged_attention(dq.t, drows, dcache, shape, dout.t);
-  std::ostringstream what;
-  what << "flash attention " << heads << "/" << kv_heads << "x" << D << " " << dtype_name(kv_dtype)
-       << " rows";
-  for (const Seq& s : seqs) what << " " << s.start << "+" << s.len;
-  expect_close(download_f32(gpu, dout.t), host_rows(want_t), 4e-3, what.str(), 1.0);
+  expect_close(download_f32(gpu, dout.t), ref_it->second, 4e-3, what.str(), 1.0);
 }
 
 TEST(CudaFlashPrefill, ProductionShapeOneKiloRowPrompt) {
