@@ -566,7 +566,12 @@ class CudaBackend final : public Backend {
   //    GEMV with the norm in its prologue (it still writes the norm's output);
   //  - one-row GEMMs sharing their input row (up to kMaxDecodeJobs): one GEMV launch;
   //  - a one-row gate_up GEMM followed by silu_mul of its output: the GEMV's SwiGLU epilogue;
-  //  - rope(q), rope(k), kv_write(k, v) at the same positions: one kernel.
+  //  - rope(q), rope(k), kv_write(k, v) at the same positions: one kernel (VV_CUDA_ROPE_FLASH=1, a
+  //    wgmma flash form, then paged_attention(q) and discard(q): k's rope alone, q's in the flash
+  //    kernel; fuse_rope_flash_at).
+  // And, for any row count in bf16 mode (fuse_mlp_at, fuse_lt_operand_at): the MLP block through bf16
+  // intermediates (within bf16 rounding of the unfused ops), and norms / SwiGLU writing their GEMMs'
+  // bf16 operand (the same bits).
   void fuse_decode(std::vector<std::function<void()>>& ops, const std::vector<OpRec>& recs) {
     std::vector<std::function<void()>> out;
     out.reserve(ops.size());
