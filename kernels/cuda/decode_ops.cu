@@ -296,8 +296,111 @@ void launch_gemv(const DecodeGemv& g, int64_t tasks, cudaStream_t s) {
   }
 }
 
+// The split-K GEMV (decode_gemv_splits): task t = n · S + part covers chunks [part · cpp, (part + 1) · cpp)
+// of row n, lane-strided in batches of U loads; the warp's sum goes to ws[t], then a counter per row
+// elects the last of its S warps, which adds ws[n · S + 0 .. S − 1] in order (deterministic), the bias
+// and the epilogue, and zeroes the counter for the next launch. Rows few against the resident warps
+// (o and down at the 7B: 3,584 rows over 448 blocks, 4 blocks on some SMs and 3 on others) spread
+// over every warp in S times as many tasks.
+template <typename WT, int U>
+__global__ void __launch_bounds__(kGemvThreads, 4)
+    decode_gemv_split_kernel(const DecodeGemv g, int64_t tasks, int S, int64_t cpp) {
+  constexpr int V = sizeof(WT) == 4 ? 2 : 1;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t nchunk = g.K >> 3;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * (kGemvThreads / 32);
+  const DecodeGemvJob& J = g.j[0];
+  const WT* const w = static_cast<const WT*>(J.w);
+  uint4 wv[U][V];
+  auto load_batch = [&](const WT* row, int64_t cb, int64_t c1) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t c = cb + u * 32 + lane;
+      if (c < c1) {
+#pragma unroll
+        for (int v = 0; v < V; ++v) wv[u][v] = ld_stream(reinterpret_cast<const uint4*>(row + c * 8) + v);
+      }
+    }
+  };
+  int64_t t = static_cast<int64_t>(blockIdx.x) * (kGemvThreads / 32) + warp;
+  // The first batch does not depend on the previous kernel: in flight before the wait.
+  bool preloaded = t < tasks;
+  if (preloaded) {
+    const int64_t n = t / S, c0 = (t - n * S) * cpp;
+    load_batch(w + n * J.ldw, c0, min(c0 + cpp, nchunk));
+  }
+  pdl_wait();
+  pdl_trigger();
+  for (; t < tasks; t += stride) {
+    const int64_t n = t / S, part = t - n * S;
+    const WT* row = w + n * J.ldw;
+    const int64_t c0 = part * cpp, c1 = min(c0 + cpp, nchunk);
+    float acc = 0.f;
+    for (int64_t cb = c0; cb < c1; cb += 32 * U) {
+      if (!preloaded) load_batch(row, cb, c1);
+      preloaded = false;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t c = cb + u * 32 + lane;
+        if (c < c1) {
+          const float4* xp = reinterpret_cast<const float4*>(g.x + c * 8);
+          const float4 x0 = __ldg(xp), x1 = __ldg(xp + 1);
+          const float a[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+          float wf[8];
+          unpack8(wv[u], static_cast<WT*>(nullptr), wf);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) acc = fmaf(a[e], wf[e], acc);
+        }
+      }
+    }
+    preloaded = false;
+    acc = warp_sum(acc);
+    if (lane == 0) {
+      g.split_ws[t] = acc;
+      __threadfence();
+      if (atomicAdd(&g.split_count[n], 1u) == static_cast<unsigned>(S - 1)) {
+        __threadfence();
+        float sum = 0.f;
+        for (int p = 0; p < S; ++p) sum += __ldcg(&g.split_ws[n * S + p]);
+        const float v = sum + (J.bias ? J.bias[n] : 0.f);
+        if (J.ep == static_cast<int>(Epilogue::kAddResidual)) {
+          J.out[n] += v;
+        } else {
+          J.out[n] = v;
+        }
+        g.split_count[n] = 0;
+      }
+    }
+  }
+}
+
+template <typename WT>
+void launch_gemv_split(const DecodeGemv& g, cudaStream_t s) {
+  constexpr int U = sizeof(WT) == 2 ? 8 : 4;
+  auto* kern = decode_gemv_split_kernel<WT, U>;
+  static int per_sm = 0;
+  if (per_sm == 0) {
+    int b = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kern, kGemvThreads, 0) != cudaSuccess) {
+      cudaGetLastError();
+      b = 1;
+    }
+    per_sm = std::max(b, 1);
+  }
+  const int S = g.split;
+  const int64_t nchunk = g.K >> 3, cpp = (nchunk + S - 1) / S;
+  const int64_t tasks = g.j[0].N * S;
+  const int64_t want = (tasks + kGemvThreads / 32 - 1) / (kGemvThreads / 32);
+  const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(want, static_cast<int64_t>(per_sm) * g.sms));
+  launch_pdl(kern, static_cast<unsigned>(grid), kGemvThreads, s, g, tasks, S, cpp);
+}
+
 template <typename WT>
 void dispatch_gemv(const DecodeGemv& g, int64_t tasks, cudaStream_t s) {
+  if (decode_gemv_splits(g)) {
+    launch_gemv_split<WT>(g, s);
+    return;
+  }
   const bool norm = g.norm_w != nullptr;
   if (g.silu_out) {
     if (norm) {
