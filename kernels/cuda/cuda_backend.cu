@@ -692,8 +692,11 @@ class CudaBackend final : public Backend {
       J.ep = static_cast<int>(g.ep);
       ++q;
     }
-    // gate_up then silu_mul over its output: the SwiGLU epilogue.
-    if (swiglu_epilogue_ && d.count == 1 && q < recs.size() && recs[q].kind == OpRec::kSiluMul) {
+    // gate_up then silu_mul over its output: the SwiGLU epilogue (not where VV_CUDA_GEMV_SPLIT splits
+    // the lone gate_up: the unfused ops would sum its rows in another order).
+    const bool gate_up_splits = gemv_split_ > 1 && g0.out.cols() <= kSplitRowsMax;
+    if (swiglu_epilogue_ && !gate_up_splits && d.count == 1 && q < recs.size() &&
+        recs[q].kind == OpRec::kSiluMul) {
       const OpRec& m = recs[q];
       const int64_t I = m.out.cols(), K = g0.a.cols();
       if (m.a.data == g0.out.data && m.a.rows() == 1 && m.a.cols() == g0.out.cols() && m.out.rows() == 1 &&
@@ -705,8 +708,17 @@ class CudaBackend final : public Backend {
       }
     }
     if (!norm && d.count == 1 && !d.silu_out) return 0;  // a lone GEMM: run_gemm takes the same kernel
-    out.push_back([=, this] {
-      OpTimer timer(this, "decode_gemv.fused");
+    int64_t rows = 0;
+    for (int k = 0; k < d.count; ++k) rows += d.j[k].N;
+    const bool split_rows = gemv_split_ > 1 && !d.silu_out && rows <= kSplitRowsMax;
+    out.push_back([=, this]() mutable {
+      const bool split = split_rows && gemv_split_scratch();
+      OpTimer timer(this, split ? "decode_gemv.fused_split" : "decode_gemv.fused");
+      if (split) {
+        d.split = gemv_split_;
+        d.split_ws = split_ws_;
+        d.split_count = split_count_;
+      }
       cuda::decode_gemv(d, stream_);
       launched("decode_gemv");
     });
@@ -1728,9 +1740,9 @@ class CudaBackend final : public Backend {
   // VV_CUDA_DECODE_GEMV=0: one-row GEMMs on cuda_ops' skinny GEMV (see fuse_skinny_at).
   bool decode_gemv_ =
       !(std::getenv("VV_CUDA_DECODE_GEMV") && std::string(std::getenv("VV_CUDA_DECODE_GEMV")) == "0");
-  // VV_CUDA_GEMV_SPLIT=S (2..16; opt-in until measured on a GPU): a lone one-row GEMV of at most
-  // kSplitRowsMax rows (o, down) splits K in S parts (decode_gemv_splits), its scratch from
-  // gemv_split_scratch.
+  // VV_CUDA_GEMV_SPLIT=S (2..16; opt-in until measured on a GPU): one-row GEMVs of at most
+  // kSplitRowsMax rows in all (o and down alone, the fused norm + q/k/v; not gate_up with SwiGLU) split
+  // K in S parts (decode_gemv_splits), their scratch from gemv_split_scratch.
   static constexpr int64_t kSplitRowsMax = 16384;
   int gemv_split_ =
       std::clamp(std::getenv("VV_CUDA_GEMV_SPLIT") ? std::atoi(std::getenv("VV_CUDA_GEMV_SPLIT")) : 1, 1, 16);

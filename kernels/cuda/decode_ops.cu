@@ -296,22 +296,34 @@ void launch_gemv(const DecodeGemv& g, int64_t tasks, cudaStream_t s) {
   }
 }
 
-// The split-K GEMV (decode_gemv_splits): task t = n · S + part covers chunks [part · cpp, (part + 1) · cpp)
-// of row n, lane-strided in batches of U loads; the warp's sum goes to ws[t], then a counter per row
-// elects the last of its S warps, which adds ws[n · S + 0 .. S − 1] in order (deterministic), the bias
-// and the epilogue, and zeroes the counter for the next launch. Rows few against the resident warps
-// (o and down at the 7B: 3,584 rows over 448 blocks, 4 blocks on some SMs and 3 on others) spread
+// The split-K GEMV (decode_gemv_splits): job jx's row n (global row r = its rows before + n) in S
+// parts, task t = r · S + part covering chunks [part · cpp, (part + 1) · cpp) of the row, lane-strided
+// in batches of U loads (j[].task_begin holds each job's first task). The warp's sum goes to ws[t],
+// then a counter per global row elects the last of its S warps, which adds ws[r · S + 0 .. S − 1] in
+// order (deterministic), the bias and the epilogue, and zeroes the counter for the next launch. With
+// kNorm the activation is the RMSNorm's, computed as the unsplit GEMV does (the same bits). Rows few
+// against the resident warps (q/k/v, o and down at the 7B's batch 1: 4,608 and 3,584 rows) spread
 // over every warp in S times as many tasks.
-template <typename WT, int U>
-__global__ void __launch_bounds__(kGemvThreads, 4)
+template <typename WT, int U, bool kNorm>
+__global__ void __launch_bounds__(kGemvThreads, kNorm ? 3 : 4)
     decode_gemv_split_kernel(const DecodeGemv g, int64_t tasks, int S, int64_t cpp) {
   constexpr int V = sizeof(WT) == 4 ? 2 : 1;
+  __shared__ float red[16];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t nchunk = g.K >> 3;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * (kGemvThreads / 32);
-  const DecodeGemvJob& J = g.j[0];
-  const WT* const w = static_cast<const WT*>(J.w);
   uint4 wv[U][V];
+  // Task t: its job, its global row, its part, and the row's weights.
+  auto locate = [&](int64_t task, int& jx_, int64_t& r_, int64_t& n_, int64_t& part_, const WT*& row_) {
+    jx_ = 0;
+#pragma unroll
+    for (int q = 1; q < kMaxDecodeJobs; ++q)
+      if (q < g.count && task >= g.j[q].task_begin) jx_ = q;
+    r_ = task / S;
+    part_ = task - r_ * S;
+    n_ = r_ - g.j[jx_].task_begin / S;
+    row_ = static_cast<const WT*>(g.j[jx_].w) + n_ * g.j[jx_].ldw;
+  };
   auto load_batch = [&](const WT* row, int64_t cb, int64_t c1) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -326,14 +338,26 @@ __global__ void __launch_bounds__(kGemvThreads, 4)
   // The first batch does not depend on the previous kernel: in flight before the wait.
   bool preloaded = t < tasks;
   if (preloaded) {
-    const int64_t n = t / S, c0 = (t - n * S) * cpp;
-    load_batch(w + n * J.ldw, c0, min(c0 + cpp, nchunk));
+    int jx;
+    int64_t r, n, part;
+    const WT* row;
+    locate(t, jx, r, n, part, row);
+    load_batch(row, part * cpp, min(part * cpp + cpp, nchunk));
   }
   pdl_wait();
   pdl_trigger();
+  float inv = 0.f;
+  if constexpr (kNorm) {
+    inv = rms_inv(g.x, g.K, g.eps, red);
+    if (blockIdx.x == 0) {
+      for (int64_t c = threadIdx.x; c < g.K; c += kGemvThreads) g.norm_out[c] = (g.x[c] * inv) * g.norm_w[c];
+    }
+  }
   for (; t < tasks; t += stride) {
-    const int64_t n = t / S, part = t - n * S;
-    const WT* row = w + n * J.ldw;
+    int jx;
+    int64_t r, n, part;
+    const WT* row;
+    locate(t, jx, r, n, part, row);
     const int64_t c0 = part * cpp, c1 = min(c0 + cpp, nchunk);
     float acc = 0.f;
     for (int64_t cb = c0; cb < c1; cb += 32 * U) {
@@ -345,7 +369,14 @@ __global__ void __launch_bounds__(kGemvThreads, 4)
         if (c < c1) {
           const float4* xp = reinterpret_cast<const float4*>(g.x + c * 8);
           const float4 x0 = __ldg(xp), x1 = __ldg(xp + 1);
-          const float a[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+          float a[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+          if constexpr (kNorm) {
+            const float4* gp = reinterpret_cast<const float4*>(g.norm_w + c * 8);
+            const float4 g0 = __ldg(gp), g1 = __ldg(gp + 1);
+            const float gw[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+#pragma unroll
+            for (int e = 0; e < 8; ++e) a[e] = __fmul_rn(__fmul_rn(a[e], inv), gw[e]);
+          }
           float wf[8];
           unpack8(wv[u], static_cast<WT*>(nullptr), wf);
 #pragma unroll
@@ -358,26 +389,27 @@ __global__ void __launch_bounds__(kGemvThreads, 4)
     if (lane == 0) {
       g.split_ws[t] = acc;
       __threadfence();
-      if (atomicAdd(&g.split_count[n], 1u) == static_cast<unsigned>(S - 1)) {
+      if (atomicAdd(&g.split_count[r], 1u) == static_cast<unsigned>(S - 1)) {
         __threadfence();
         float sum = 0.f;
-        for (int p = 0; p < S; ++p) sum += __ldcg(&g.split_ws[n * S + p]);
+        for (int p = 0; p < S; ++p) sum += __ldcg(&g.split_ws[r * S + p]);
+        const DecodeGemvJob& J = g.j[jx];
         const float v = sum + (J.bias ? J.bias[n] : 0.f);
         if (J.ep == static_cast<int>(Epilogue::kAddResidual)) {
           J.out[n] += v;
         } else {
           J.out[n] = v;
         }
-        g.split_count[n] = 0;
+        g.split_count[r] = 0;
       }
     }
   }
 }
 
-template <typename WT>
-void launch_gemv_split(const DecodeGemv& g, cudaStream_t s) {
+template <typename WT, bool kNorm>
+void launch_gemv_split(DecodeGemv g, cudaStream_t s) {
   constexpr int U = sizeof(WT) == 2 ? 8 : 4;
-  auto* kern = decode_gemv_split_kernel<WT, U>;
+  auto* kern = decode_gemv_split_kernel<WT, U, kNorm>;
   static int per_sm = 0;
   if (per_sm == 0) {
     int b = 0;
@@ -389,7 +421,11 @@ void launch_gemv_split(const DecodeGemv& g, cudaStream_t s) {
   }
   const int S = g.split;
   const int64_t nchunk = g.K >> 3, cpp = (nchunk + S - 1) / S;
-  const int64_t tasks = g.j[0].N * S;
+  int64_t tasks = 0;
+  for (int i = 0; i < g.count; ++i) {
+    g.j[i].task_begin = tasks;
+    tasks += g.j[i].N * S;
+  }
   const int64_t want = (tasks + kGemvThreads / 32 - 1) / (kGemvThreads / 32);
   const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(want, static_cast<int64_t>(per_sm) * g.sms));
   launch_pdl(kern, static_cast<unsigned>(grid), kGemvThreads, s, g, tasks, S, cpp);
@@ -398,7 +434,11 @@ void launch_gemv_split(const DecodeGemv& g, cudaStream_t s) {
 template <typename WT>
 void dispatch_gemv(const DecodeGemv& g, int64_t tasks, cudaStream_t s) {
   if (decode_gemv_splits(g)) {
-    launch_gemv_split<WT>(g, s);
+    if (g.norm_w != nullptr) {
+      launch_gemv_split<WT, true>(g, s);
+    } else {
+      launch_gemv_split<WT, false>(g, s);
+    }
     return;
   }
   const bool norm = g.norm_w != nullptr;
