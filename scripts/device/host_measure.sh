@@ -126,7 +126,8 @@ for step in "$@"; do
           --section Occupancy --section ComputeWorkloadAnalysis --section LaunchStats $P --prompt 4096
       done ;;
     gemvsplit)  # VV_CUDA_GEMV_SPLIT (o and down at batch 1 split in K): its gpu test, then batch-1 decode with 8, 4, and without
-      run gemvsplit_tests env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda --gtest_filter='CudaOps.*Gemv*:CudaOps.OneRow*'
+      run gemvsplit_tests env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda \
+        --gtest_filter='CudaOps.*Gemv*:CudaOps.OneRow*:CudaDecodeFusion*'
       for v in 1 8 4; do
         run decode_split$v env VV_CUDA_GEMV_SPLIT=$v $B/cuda_decode_bench --preset 7b --bf16 --no-gemv --prompt 64 \
           --tokens 256 --enc-audio 1 --job-audio 1 --job-tokens 1
