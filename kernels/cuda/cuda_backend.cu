@@ -811,7 +811,7 @@ class CudaBackend final : public Backend {
     return rec.kind == OpRec::kDiscard && rec.out.data == t.data && rec.out.rows() >= t.rows() &&
            rec.out.cols() >= t.cols() && rec.out.row_stride() == t.row_stride();
   }
-  bool discards(const OpRec& rec, const Tensor& t) const { return !norm_f32_ && covers(rec, t); }
+  bool discards(const OpRec& rec, const Tensor& t) const { return norm_drop_ && covers(rec, t); }
   // Whether gemm_lt_packed runs g from the bf16 pack alone (the SIMT fallback, taken where cuBLASLt
   // has no algorithm, reads the f32 A).
   bool reads_pack_only(const OpRec& g) {
@@ -1790,8 +1790,7 @@ class CudaBackend final : public Backend {
   bool lt_fuse_ = !(std::getenv("VV_CUDA_LT_FUSE") && std::string(std::getenv("VV_CUDA_LT_FUSE")) == "0");
   // VV_CUDA_NORM_DROP=1: an rms_norm fused with its GEMMs writes only their bf16 pack, not its f32
   // output, where the caller discards that right after them (opt-in until measured on a GPU).
-  bool norm_f32_ =
-      !(std::getenv("VV_CUDA_NORM_DROP") && std::string(std::getenv("VV_CUDA_NORM_DROP")) == "1");
+  bool norm_drop_ = std::getenv("VV_CUDA_NORM_DROP") && std::string(std::getenv("VV_CUDA_NORM_DROP")) == "1";
   // VV_CUDA_ROPE_FLASH=1: q's rope inside the flash kernel's wgmma forms (fuse_rope_flash_at; opt-in
   // until measured on a GPU).
   bool rope_flash_ =
