@@ -67,12 +67,12 @@ const char* flash_label(cuda::FlashForm form) {
       return "paged_attention.flash";
   }
 }
-// VV_CUDA_FLASH_QV: the flash attention block's form. Default: "wgf" (two warpgroups, scores and P·V
-// on wgmma, the next tile's scores in flight during a tile's softmax) where the device is sm_90, else
-// "narrow" (4 warps of 16 query vectors). Also "128": 8 warps of 16, "128x2": 4 warps of 32, "wg":
-// wgmma scores only, "wgp": "wg" with the scores in flight, "wgfl": "wgf" with fewer instructions a
-// tile. The wgmma forms exist only on sm_90; elsewhere they read as "narrow". Anything unknown is the
-// default.
+// VV_CUDA_FLASH_QV: the flash attention block's form. Default: "wgfl" (two warpgroups, scores and P·V
+// on wgmma, the next tile's scores in flight during a tile's softmax, the key loop cut to fewer
+// instructions a tile) where the device is sm_90, else "narrow" (4 warps of 16 query vectors). Also
+// "128": 8 warps of 16, "128x2": 4 warps of 32, "wg": wgmma scores only, "wgp": "wg" with the scores
+// in flight, "wgf": "wgfl" before the instruction cuts. The wgmma forms exist only on sm_90; elsewhere
+// they read as "narrow". Anything unknown is the default.
 cuda::FlashForm flash_form_from_env(bool hopper) {
   const char* v = std::getenv("VV_CUDA_FLASH_QV");
   const std::string s(v == nullptr ? "" : v);
@@ -80,10 +80,10 @@ cuda::FlashForm flash_form_from_env(bool hopper) {
   if (s == "128") return cuda::FlashForm::kWide;
   if (s == "128x2") return cuda::FlashForm::kTwoTiles;
   if (!hopper) return cuda::FlashForm::kNarrow;
-  return s == "wg"     ? cuda::FlashForm::kWgmma
-         : s == "wgp"  ? cuda::FlashForm::kWgmmaPipelined
-         : s == "wgfl" ? cuda::FlashForm::kWgmmaLean
-                       : cuda::FlashForm::kWgmmaFull;
+  return s == "wg"    ? cuda::FlashForm::kWgmma
+         : s == "wgp" ? cuda::FlashForm::kWgmmaPipelined
+         : s == "wgf" ? cuda::FlashForm::kWgmmaFull
+                      : cuda::FlashForm::kWgmmaLean;
 }
 
 // Bytes held by allocate()'s Buffers per device (every backend on it together): the figure that a
@@ -1720,9 +1720,10 @@ class CudaBackend final : public Backend {
   // weight streams per warp).
   bool swiglu_epilogue_ =
       !(std::getenv("VV_CUDA_SWIGLU_EPILOGUE") && std::string(std::getenv("VV_CUDA_SWIGLU_EPILOGUE")) == "0");
-  // The flash attention block's form (cuda::FlashForm), set at creation (flash_form_from_env): wgf on
-  // sm_90 (H200, session 12: a 4K-chunk launch 286 µs against the narrow form's 368; wg 322, wgp 333),
-  // the narrow form elsewhere. VV_CUDA_FLASH_QV=128 / 128x2 measured within 2 % of narrow (session 11).
+  // The flash attention block's form (cuda::FlashForm), set at creation (flash_form_from_env): wgfl on
+  // sm_90 (H200, session 13: a 4K-chunk launch 222 µs against wgf's 285; session 12: wgf 286, narrow
+  // 368, wg 322, wgp 333), the narrow form elsewhere. VV_CUDA_FLASH_QV=128 / 128x2 measured within 2 % of
+  // narrow (session 11).
   cuda::FlashForm flash_form_ = cuda::FlashForm::kNarrow;
   // The encoders' FFN branch on cuBLASLt (conv_ffn_lt) from VV_CUDA_FFN_LT_MIN channels up (default
   // kFfnLtMin); VV_CUDA_FFN_LT=0 turns it off. One line on stderr the first time no algorithm takes it.

@@ -200,7 +200,7 @@ TEST(CudaFlashPrefill, PipelinedWarpgroupMmaScoresOnHopper) {
   check_hopper_form("wgp", "flashwgp");
 }
 
-// VV_CUDA_FLASH_QV=wgf (the default on sm_90): the pipelined form with P·V on wgmma too (P from
+// VV_CUDA_FLASH_QV=wgf: the pipelined form with P·V on wgmma too (P from
 // registers, V swizzled in shared memory as the MN-major operand).
 TEST(CudaFlashPrefill, WarpgroupMmaScoresAndValuesOnHopper) {
   check_hopper_form("wgf", "flashwgf");
