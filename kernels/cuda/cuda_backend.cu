@@ -142,8 +142,6 @@ class CudaBackend final : public Backend {
     if (lt_) lt_api_->destroy(lt_);
     if (lt_ws_) cudaFree(lt_ws_);
     if (sk_ws_) cudaFree(sk_ws_);
-    if (split_ws_) cudaFree(split_ws_);
-    if (split_count_) cudaFree(split_count_);
     if (stream_flags_) cudaFree(stream_flags_);
     if (pack_) cudaFree(pack_);
     if (attn_ws_) cudaFree(attn_ws_);
@@ -692,11 +690,8 @@ class CudaBackend final : public Backend {
       J.ep = static_cast<int>(g.ep);
       ++q;
     }
-    // gate_up then silu_mul over its output: the SwiGLU epilogue (not where VV_CUDA_GEMV_SPLIT splits
-    // the lone gate_up: the unfused ops would sum its rows in another order).
-    const bool gate_up_splits = gemv_split_ > 1 && g0.out.cols() <= kSplitRowsMax;
-    if (swiglu_epilogue_ && !gate_up_splits && d.count == 1 && q < recs.size() &&
-        recs[q].kind == OpRec::kSiluMul) {
+    // gate_up then silu_mul over its output: the SwiGLU epilogue.
+    if (swiglu_epilogue_ && d.count == 1 && q < recs.size() && recs[q].kind == OpRec::kSiluMul) {
       const OpRec& m = recs[q];
       const int64_t I = m.out.cols(), K = g0.a.cols();
       if (m.a.data == g0.out.data && m.a.rows() == 1 && m.a.cols() == g0.out.cols() && m.out.rows() == 1 &&
@@ -708,17 +703,8 @@ class CudaBackend final : public Backend {
       }
     }
     if (!norm && d.count == 1 && !d.silu_out) return 0;  // a lone GEMM: run_gemm takes the same kernel
-    int64_t rows = 0;
-    for (int k = 0; k < d.count; ++k) rows += d.j[k].N;
-    const bool split_rows = gemv_split_ > 1 && !d.silu_out && rows <= kSplitRowsMax;
-    out.push_back([=, this]() mutable {
-      const bool split = split_rows && gemv_split_scratch();
-      OpTimer timer(this, split ? "decode_gemv.fused_split" : "decode_gemv.fused");
-      if (split) {
-        d.split = gemv_split_;
-        d.split_ws = split_ws_;
-        d.split_count = split_count_;
-      }
+    out.push_back([=, this] {
+      OpTimer timer(this, "decode_gemv.fused");
       cuda::decode_gemv(d, stream_);
       launched("decode_gemv");
     });
@@ -1055,8 +1041,7 @@ class CudaBackend final : public Backend {
                         stream_takes(a, w, out, ep);
     if (!stream && decode_gemv_ && M == 1 && ep != Epilogue::kGelu && out.data != a.data &&
         cuda::decode_gemv_fits(a, w)) {
-      const bool split = gemv_split_ > 1 && out.cols() <= kSplitRowsMax && gemv_split_scratch();
-      OpTimer timer(this, split ? "decode_gemv.split" : "decode_gemv");
+      OpTimer timer(this, "decode_gemv");
       cuda::DecodeGemv d;
       d.x = a.ptr<const float>();
       d.K = a.cols();
@@ -1069,11 +1054,6 @@ class CudaBackend final : public Backend {
       d.j[0].bias = bp;
       d.j[0].out = out.ptr<float>();
       d.j[0].ep = static_cast<int>(ep);
-      if (split) {
-        d.split = gemv_split_;
-        d.split_ws = split_ws_;
-        d.split_count = split_count_;
-      }
       cuda::decode_gemv(d, stream_);
     } else if (!stream && !deterministic_ &&
                M <= (compute_ == CudaCompute::kBF16 ? kSkinnyRowsBf16 : kSkinnyRowsF32)) {
@@ -1741,34 +1721,6 @@ class CudaBackend final : public Backend {
   // VV_CUDA_DECODE_GEMV=0: one-row GEMMs on cuda_ops' skinny GEMV (see fuse_skinny_at).
   bool decode_gemv_ =
       !(std::getenv("VV_CUDA_DECODE_GEMV") && std::string(std::getenv("VV_CUDA_DECODE_GEMV")) == "0");
-  // VV_CUDA_GEMV_SPLIT=S (2..16; opt-in until measured on a GPU): one-row GEMVs of at most
-  // kSplitRowsMax rows in all (o and down alone, the fused norm + q/k/v; not gate_up with SwiGLU) split
-  // K in S parts (decode_gemv_splits), their scratch from gemv_split_scratch.
-  static constexpr int64_t kSplitRowsMax = 16384;
-  int gemv_split_ =
-      std::clamp(std::getenv("VV_CUDA_GEMV_SPLIT") ? std::atoi(std::getenv("VV_CUDA_GEMV_SPLIT")) : 1, 1, 16);
-  float* split_ws_ = nullptr;
-  unsigned* split_count_ = nullptr;
-  // The split GEMV's scratch, for kSplitRowsMax rows at 16 parts (1 MiB and 64 KiB): allocated on first
-  // use outside a capture and kept (graphs hold its address); inside a capture before that, the caller
-  // runs the GEMV unsplit.
-  bool gemv_split_scratch() {
-    if (split_ws_ != nullptr) return true;
-    if (capturing_) return false;
-    constexpr size_t rows = static_cast<size_t>(kSplitRowsMax);
-    if (cudaMalloc(&split_ws_, sizeof(float) * rows * 16) != cudaSuccess ||
-        cudaMalloc(&split_count_, sizeof(unsigned) * rows) != cudaSuccess ||
-        cudaMemsetAsync(split_count_, 0, sizeof(unsigned) * rows, stream_) != cudaSuccess) {
-      cudaGetLastError();
-      if (split_ws_) cudaFree(split_ws_);
-      if (split_count_) cudaFree(split_count_);
-      split_ws_ = nullptr;
-      split_count_ = nullptr;
-      gemv_split_ = 1;  // no scratch: never split
-      return false;
-    }
-    return true;
-  }
   void* argmax_ws_ = nullptr;
   void* dec_attn_ws_ = nullptr;
   // VV_CUDA_DECODE_ATTN: mma (0), simt (1), auto (2, default); see decode_mma_takes.

@@ -47,17 +47,7 @@ struct DecodeGemv {
   DecodeGemvJob j[kMaxDecodeJobs];
   int count = 0;
   int sms = 132;
-  // Split K (split > 1; no SwiGLU): each row's K in `split` parts, one warp a part, the parts' sums
-  // added in part order by the row's last warp (a counter per row). Scratch for R rows (every job's
-  // together): split_ws [R · split] floats, split_count [R] zeros (left zero again by the launch).
-  int split = 1;
-  float* split_ws = nullptr;
-  unsigned* split_count = nullptr;
 };
-// Whether decode_gemv splits K for this description (split > 1, its scratch given, no SwiGLU).
-inline bool decode_gemv_splits(const DecodeGemv& g) {
-  return g.split > 1 && g.split_ws != nullptr && g.split_count != nullptr && g.silu_out == nullptr;
-}
 void decode_gemv(DecodeGemv g, cudaStream_t s);
 
 // rope(q, pos, q_heads), rope(k, pos, kv_heads), then kv_write(k, v) in one kernel (the unfused

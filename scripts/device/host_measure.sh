@@ -15,7 +15,6 @@
 #   flashwg      the flash kernel's wgmma forms (VV_CUDA_FLASH_QV=wg, wgp, wgf): their gpu tests (FLASH_TESTS=0: none),
 #                the prefills at $FLASH_ROWS rows (1024 4096) with each of $FLASH_FORMS (narrow wg wgp wgf wgfl),
 #                Nsight sections of one 4K-chunk launch of each of $FLASH_NCU (wg wgp wgf wgfl; "none": none)
-#   gemvsplit    VV_CUDA_GEMV_SPLIT=8/4 against off: its gpu test, batch-1 decode (64-row prompt) with each
 #   prefillchunk the 4,096-row prefill in chunks of 1,024, 2,048, 4,096 rows (cuda_decode_bench --chunk)
 #   normrope     VV_CUDA_NORM_DROP=1, VV_CUDA_ROPE_FLASH=1: their gpu tests (and the runner goldens with neither),
 #                the 1,024/4,096-row prefills with neither, each, both
@@ -124,13 +123,6 @@ for step in "$@"; do
         run ncuflash_$form env VV_CUDA_FLASH_QV=$form $NCU --clock-control none --kernel-name regex:flash_wg \
           --launch-skip 111 --launch-count 1 --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
           --section Occupancy --section ComputeWorkloadAnalysis --section LaunchStats $P --prompt 4096
-      done ;;
-    gemvsplit)  # VV_CUDA_GEMV_SPLIT (o and down at batch 1 split in K): its gpu test, then batch-1 decode with 8, 4, and without
-      run gemvsplit_tests env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda \
-        --gtest_filter='CudaOps.*Gemv*:CudaOps.OneRow*:CudaDecodeFusion*'
-      for v in 1 8 4; do
-        run decode_split$v env VV_CUDA_GEMV_SPLIT=$v $B/cuda_decode_bench --preset 7b --bf16 --no-gemv --prompt 64 \
-          --tokens 256 --enc-audio 1 --job-audio 1 --job-tokens 1
       done ;;
     prefillchunk)  # the 4,096-row prefill in chunks of 1,024 (the default), 2,048 and 4,096 rows
       for c in 1024 2048 4096; do

@@ -5,9 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cmath>
-#include <cstdlib>
-#include <cstring>
 #include <numeric>
 #include <random>
 #include <tuple>
@@ -165,65 +162,6 @@ TEST(CudaOps, OneRowGemmsSharingTheirInputFuseCorrectly) {
                      "fused one-row gemm " + std::to_string(i) + " K=" + std::to_string(K) + " " + dtype_name(wt));
       }
     }
-}
-
-// VV_CUDA_GEMV_SPLIT=8: a lone one-row GEMV of at most 16,384 rows splits K in 8 parts, one warp a
-// part, the parts added in order by each row's last warp. Against the reference at the one-row
-// GEMMs' tolerance; run twice with the same bits (the row counters are left at zero for the next
-// launch, or the second run's rows would stay unwritten); a GEMV past 16,384 rows runs unsplit.
-TEST(CudaOps, SplitKOneRowGemvMatchesTheReferenceAndRepeatsBitwise) {
-  { VV_CUDA_BACKEND_OR_SKIP(probe, false); }
-  ::setenv("VV_CUDA_GEMV_SPLIT", "8", 1);
-  ::setenv("VV_CUDA_PROFILE", "1", 1);
-  BackendOptions opt;
-  opt.gpu_bf16_gemm = true;
-  auto made = make_backend("cuda:0", opt);
-  ::unsetenv("VV_CUDA_GEMV_SPLIT");
-  ::unsetenv("VV_CUDA_PROFILE");
-  ASSERT_TRUE(made.is_ok()) << made.status().to_string();
-  Backend& gpu = **made;
-  struct Case {
-    int64_t N, K;
-    DType wt;
-    bool residual, bias;
-  };
-  const Case cases[] = {{3584, 18944, DType::kBF16, true, false},  // the 7B's down
-                        {3584, 3584, DType::kBF16, true, false},   // and o
-                        {37, 1032, DType::kBF16, false, true},     // odd rows, 129 chunks in 8 parts
-                        {131, 8, DType::kF32, false, true},        // one chunk: 7 of 8 parts empty
-                        {1, 4104, DType::kF16, true, true},        // one row
-                        {16384, 256, DType::kBF16, false, false},  // the most rows it splits
-                        {16385, 64, DType::kBF16, false, true}};   // one more: unsplit
-  uint32_t seed = 500;
-  for (const Case& c : cases) {
-    const std::string what =
-        "N=" + std::to_string(c.N) + " K=" + std::to_string(c.K) + " " + dtype_name(c.wt);
-    HostMatrix a = random_matrix(1, c.K, DType::kF32, seed);
-    HostMatrix w = random_matrix(c.N, c.K, c.wt, seed + 1, 1.0f / std::sqrt(static_cast<float>(c.K)));
-    HostMatrix b = random_matrix(1, c.N, DType::kF32, seed + 2, 0.1f);
-    HostMatrix o0 = random_matrix(1, c.N, DType::kF32, seed + 3);
-    seed += 10;
-    DeviceMatrix da = to_device(gpu, a), dw = to_device(gpu, w), db = to_device(gpu, b);
-    const Tensor bv = Tensor::vector(db.buf.data(), DType::kF32, c.N);
-    const Epilogue ep = c.residual ? Epilogue::kAddResidual : Epilogue::kNone;
-    std::vector<float> runs[2];
-    (void)backend_profile_report(gpu);
-    for (auto& r : runs) {
-      DeviceMatrix out = c.residual ? to_device(gpu, o0) : poisoned(gpu, 1, c.N);
-      gpu.gemm(da.t, dw.t, c.bias ? &bv : nullptr, out.t, ep);
-      r = download_f32(gpu, out.t);
-    }
-    const std::string table = backend_profile_report(gpu);
-    const bool split = c.N <= 16384;
-    EXPECT_EQ(table.find("decode_gemv.split") != std::string::npos, split) << what << "\n" << table;
-    HostMatrix want = o0;
-    Tensor wv = want.view();
-    const Tensor hb = Tensor::vector(b.bytes.data(), DType::kF32, c.N);
-    ref::gemm(a.view(), w.view(), c.bias ? &hb : nullptr, wv, ep);
-    expect_close(runs[0], host_rows(wv), 2e-5 * std::sqrt(static_cast<double>(c.K)), "split GEMV " + what);
-    EXPECT_EQ(std::memcmp(runs[0].data(), runs[1].data(), runs[0].size() * sizeof(float)), 0)
-        << what << ": a second run gave other bits";
-  }
 }
 
 TEST(CudaOps, RmsNormOddAndProductionWidthsAndInPlace) {

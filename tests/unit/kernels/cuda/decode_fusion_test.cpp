@@ -177,23 +177,18 @@ std::vector<float> cache_f32(const std::vector<uint8_t>& b, DType t, int64_t n) 
   return f;
 }
 
-// split: VV_CUDA_GEMV_SPLIT for all three backends (nullptr: unset).
-void check_layer_fusion(const char* split) {
-  { VV_CUDA_BACKEND_OR_SKIP(probe, false); }
-  auto make = [&](const char* var, const char* value) {
-    if (split) ::setenv("VV_CUDA_GEMV_SPLIT", split, 1);
-    if (var) ::setenv(var, value, 1);
-    auto be = make_backend("cuda:0", BackendOptions{});
-    if (var) ::unsetenv(var);
-    ::unsetenv("VV_CUDA_GEMV_SPLIT");
-    return be;
-  };
-  auto fused_be = make(nullptr, nullptr);
-  ASSERT_TRUE(fused_be.is_ok()) << fused_be.status().to_string();
-  Backend* fused = fused_be->get();
-  auto eager = make("VV_CUDA_GRAPHS", "0");
+Result<std::unique_ptr<Backend>> backend_with(const char* var, const char* value) {
+  ::setenv(var, value, 1);
+  auto be = make_backend("cuda:0", BackendOptions{});
+  ::unsetenv(var);
+  return be;
+}
+
+TEST(CudaDecodeFusion, LayerOpSequenceFusedEqualsUnfusedBitwiseAndTheReference) {
+  VV_CUDA_BACKEND_OR_SKIP(fused, false);
+  auto eager = backend_with("VV_CUDA_GRAPHS", "0");
   ASSERT_TRUE(eager.is_ok()) << eager.status().to_string();
-  auto prof = make("VV_CUDA_PROFILE", "1");
+  auto prof = backend_with("VV_CUDA_PROFILE", "1");
   ASSERT_TRUE(prof.is_ok()) << prof.status().to_string();
   const std::vector<LayerCase> cases = {
       {48, 128, 14, 2, 16, DType::kF32, DType::kF32, 5},             // the tiny model's decoder
@@ -213,14 +208,10 @@ void check_layer_fusion(const char* split) {
     (void)backend_profile_report(**prof);
     const LayerOut pr = run_ops(**prof, c, d);
     const std::string table = backend_profile_report(**prof);
-    EXPECT_NE(table.find(split ? "decode_gemv.fused_split" : "decode_gemv.fused"), std::string::npos)
-        << what << ": not fused\n"
-        << table;
+    EXPECT_NE(table.find("decode_gemv.fused"), std::string::npos) << what << ": not fused\n" << table;
     EXPECT_NE(table.find("rope_kv_write"), std::string::npos) << what << ": rope/kv_write not fused\n"
                                                               << table;
-    // (with the split, a gate_up of at most 16,384 rows is a split GEMV, and silu_mul its own op)
-    const bool swiglu_fused = split == nullptr || 2 * c.I > 16384;
-    EXPECT_EQ(table.find("silu_mul") == std::string::npos, swiglu_fused) << what << ": silu_mul\n" << table;
+    EXPECT_EQ(table.find("silu_mul"), std::string::npos) << what << ": silu_mul not fused\n" << table;
     EXPECT_EQ(table.find("rms_norm"), std::string::npos) << what << ": rms_norm not fused\n" << table;
     auto same = [&](const auto& x, const auto& y, const char* name) {
       ASSERT_EQ(x.size(), y.size()) << what << " " << name;
@@ -255,16 +246,6 @@ void check_layer_fusion(const char* split) {
     expect_close(cache_f32(got.kc, c.cache_t, n), cache_f32(want.kc, c.cache_t, n), ct, what + " K cache");
     expect_close(cache_f32(got.vc, c.cache_t, n), cache_f32(want.vc, c.cache_t, n), ct, what + " V cache");
   }
-}
-
-TEST(CudaDecodeFusion, LayerOpSequenceFusedEqualsUnfusedBitwiseAndTheReference) {
-  check_layer_fusion(nullptr);
-}
-
-// VV_CUDA_GEMV_SPLIT=8: the fused norm + q/k/v and the lone o/down GEMVs split K; fused and unfused
-// still agree bitwise (the same parts, summed in the same order), and both the reference.
-TEST(CudaDecodeFusion, LayerOpSequenceWithSplitGemvsFusedEqualsUnfusedBitwise) {
-  check_layer_fusion("8");
 }
 
 // A batched decode step's attention (one row per sequence, the decode kernel's key splits and their
