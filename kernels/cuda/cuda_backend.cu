@@ -184,6 +184,8 @@ class CudaBackend final : public Backend {
       b->flash_form_ = flash_form_from_env(hopper);
     }
     b->sms_ = prop.multiProcessorCount;
+    b->l2_bytes_ = static_cast<size_t>(std::max(prop.l2CacheSize, 0));
+    if (prop.major < 9) b->l2_prefetch_ = 0;  // cp.async.bulk.prefetch is sm_90+
     if (cudaStreamCreateWithFlags(&b->stream_, cudaStreamNonBlocking) != cudaSuccess) {
       return internal_error("CUDA backend: cannot create a stream on device " + std::to_string(o.device));
     }
@@ -585,6 +587,7 @@ class CudaBackend final : public Backend {
         i += used;
         continue;
       }
+      prefetch_before_attention(recs, i, out);
       out.push_back(std::move(ops[i]));
       ++i;
     }
@@ -907,6 +910,33 @@ class CudaBackend final : public Backend {
       launched("rope_kv_write");
     });
     return 3;
+  }
+
+  // VV_CUDA_L2_PREFETCH=1|2 (opt-in until measured on a GPU; sm_90): a decode step's attention (any
+  // kernel but the flash one) followed, past discards, by a GEMM of its output (the o projection) gets
+  // a small kernel before it that prefetches that GEMM's weights into L2, so HBM streams them while
+  // the latency-bound attention runs and the GEMM reads them from L2. 1: issued once the kernel
+  // before has finished (rope_kv_write), 2: as soon as the prefetch kernel starts. Weights larger
+  // than half the L2 are not prefetched. No result changes (cuda::l2_prefetch).
+  void prefetch_before_attention(const std::vector<OpRec>& recs, size_t i,
+                                 std::vector<std::function<void()>>& out) {
+    if (l2_prefetch_ == 0 || recs[i].kind != OpRec::kAttention) return;
+    const OpRec& at = recs[i];
+    if (flash_prefill_takes(at.a, at.cache, at.shape)) return;
+    size_t j = i + 1;
+    while (j < recs.size() && recs[j].kind == OpRec::kDiscard) ++j;
+    if (j >= recs.size() || recs[j].kind != OpRec::kGemm || recs[j].a.data != at.out.data) return;
+    const Tensor& w = recs[j].w;
+    const size_t bytes =
+        static_cast<size_t>(w.rows()) * static_cast<size_t>(w.row_stride()) * dtype_size(w.dtype);
+    if (bytes == 0 || bytes > l2_bytes_ / 2) return;
+    const void* p = w.data;
+    const bool after_wait = l2_prefetch_ == 1;
+    out.push_back([=, this] {
+      OpTimer timer(this, "l2_prefetch");
+      cuda::l2_prefetch(p, bytes, after_wait, sms_, stream_);
+      launched("l2_prefetch");
+    });
   }
 
   // VV_CUDA_ROPE_FLASH=1 (opt-in): rope(q), rope(k), kv_write(k, v), paged_attention(q) on the flash
@@ -1682,6 +1712,13 @@ class CudaBackend final : public Backend {
   void* attn_ws_ = nullptr;
   size_t attn_ws_bytes_ = 0;
   int sms_ = 132;
+  size_t l2_bytes_ = 0;
+  // VV_CUDA_L2_PREFETCH: 0 (default) off, 1 or 2 (prefetch_before_attention).
+  int l2_prefetch_ = [] {
+    const char* e = std::getenv("VV_CUDA_L2_PREFETCH");
+    const std::string v(e ? e : "");
+    return v == "1" ? 1 : v == "2" ? 2 : 0;
+  }();
   std::map<PlanKey, Plan> plans_;
   std::map<std::pair<float, int>, float*> inv_freq_;
   cudaStream_t copy_stream_ = nullptr;  // copy_async (made on first use)

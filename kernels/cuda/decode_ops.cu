@@ -1205,7 +1205,37 @@ __global__ void __launch_bounds__(128, 3)
   }
 }
 
+constexpr int kPrefetchThreads = 128;
+constexpr size_t kPrefetchPiece = 16 * 1024;  // bytes per cp.async.bulk.prefetch
+
+// One piece of kPrefetchPiece bytes (the last one shorter) per thread, grid-stride.
+__global__ void __launch_bounds__(kPrefetchThreads)
+    l2_prefetch_kernel(const char* __restrict__ p, size_t bytes, bool after_wait) {
+  pdl_trigger();
+  if (after_wait) pdl_wait();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const size_t pieces = (bytes + kPrefetchPiece - 1) / kPrefetchPiece;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * kPrefetchThreads + threadIdx.x; i < pieces;
+       i += static_cast<size_t>(gridDim.x) * kPrefetchThreads) {
+    const size_t off = i * kPrefetchPiece;
+    const unsigned len = static_cast<unsigned>(bytes - off < kPrefetchPiece ? bytes - off : kPrefetchPiece);
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p + off), "r"(len) : "memory");
+  }
+#endif
+  if (!after_wait) pdl_wait();
+}
+
 }  // namespace
+
+void l2_prefetch(const void* p, size_t bytes, bool after_wait, int sms, cudaStream_t s) {
+  bytes &= ~static_cast<size_t>(15);
+  if (bytes == 0 || reinterpret_cast<uintptr_t>(p) % 16 != 0) return;
+  const size_t pieces = (bytes + kPrefetchPiece - 1) / kPrefetchPiece;
+  const size_t grid = std::min<size_t>((pieces + kPrefetchThreads - 1) / kPrefetchThreads,
+                                       static_cast<size_t>(std::max(sms, 1)));
+  launch_pdl(l2_prefetch_kernel, static_cast<unsigned>(grid), kPrefetchThreads, s,
+             static_cast<const char*>(p), bytes, after_wait);
+}
 
 bool decode_gemv_fits(const Tensor& a, const Tensor& w) {
   if (a.dtype != DType::kF32 || a.rows() != 1 || a.cols() % 8 != 0 || a.cols() == 0) return false;

@@ -56,6 +56,14 @@ void rope_kv_write(Tensor& q, Tensor& k, const Tensor& v, const Tensor& pos, int
                    const float* inv_freq, const AttentionRows& rows, KvLayer& cache,
                    const AttentionShape& shape, cudaStream_t s);
 
+// Bulk prefetch of [p, p + bytes) into L2 (sm_90: cp.async.bulk.prefetch.L2; p and bytes multiples of
+// 16) by a small PDL-chained kernel, so that HBM streams the next GEMV's weights while a latency-bound
+// kernel runs. after_wait: the prefetches are issued once the previous kernel has finished (during the
+// kernel after this one); otherwise as soon as this kernel starts. Either way the kernel finishes only
+// after the previous one, so the next kernel's wait still covers what that wrote. A hint only: it
+// changes no result. Off sm_90 it launches nothing.
+void l2_prefetch(const void* p, size_t bytes, bool after_wait, int sms, cudaStream_t s);
+
 // argmax over each row (ties to the lowest index, the first NaN wins) in two launches: a slice per
 // block, then the slices in order. ws: decode_argmax_ws_bytes(rows) bytes of device memory.
 size_t decode_argmax_ws_bytes(int64_t rows);

@@ -16,6 +16,10 @@
 #                the prefills at $FLASH_ROWS rows (1024 4096) with each of $FLASH_FORMS (narrow wg wgp wgf wgfl),
 #                Nsight sections of one 4K-chunk launch of each of $FLASH_NCU (wg wgp wgf wgfl; "none": none)
 #   prefillchunk the 4,096-row prefill in chunks of 1,024, 2,048, 4,096 rows (cuda_decode_bench --chunk)
+#   l2prefetch   VV_CUDA_L2_PREFETCH=1/2 (the o projection's weights into L2 before the decode attention):
+#                its gpu test, then batch-1 decode (1,024-row prompt) with 0, 1, 2, twice each, interleaved
+#   prefill4kab  the 4,096-row prefill, default against one 4,096-row chunk with VV_CUDA_ROPE_FLASH=1
+#                (vibevoice bench prefills a prompt in one chunk), interleaved, $AB_REPS (2) times
 #   normrope     VV_CUDA_NORM_DROP=1, VV_CUDA_ROPE_FLASH=1: their gpu tests (and the runner goldens with neither),
 #                the 1,024/4,096-row prefills with neither, each, both
 #   mlprows      VV_CUDA_MLP_FUSE_ROWS=2 (the MLP fusion on batched decode steps): its gpu tests, then the
@@ -123,6 +127,21 @@ for step in "$@"; do
         run ncuflash_$form env VV_CUDA_FLASH_QV=$form $NCU --clock-control none --kernel-name regex:flash_wg \
           --launch-skip 111 --launch-count 1 --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
           --section Occupancy --section ComputeWorkloadAnalysis --section LaunchStats $P --prompt 4096
+      done ;;
+    l2prefetch)  # VV_CUDA_L2_PREFETCH: its gpu test, then batch-1 decode without, with 1, with 2 (twice, interleaved)
+      run l2prefetch_tests env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda --gtest_filter='CudaDecodeFusion*'
+      for i in 1 2; do
+        for v in 0 1 2; do
+          run decode_l2pf${v}_$i env VV_CUDA_L2_PREFETCH=$v $B/cuda_decode_bench --preset 7b --bf16 --no-gemv \
+            --tokens 256 --enc-audio 1 --job-audio 1 --job-tokens 1
+        done
+      done ;;
+    prefill4kab)  # 4,096 rows: the default (1,024-row chunks) against one chunk with rope inside the flash kernel
+      for i in $(seq "${AB_REPS:-2}"); do
+        P="$B/cuda_decode_bench --preset 7b --bf16 --no-gemv --prompt 4096 --tokens 16 --enc-audio 1 --job-audio 1 --job-tokens 1"
+        run pre4096_default_$i $P
+        run pre4096_c4096rope_$i env VV_CUDA_ROPE_FLASH=1 $P --chunk 4096
+        run pre4096_c4096_$i $P --chunk 4096
       done ;;
     prefillchunk)  # the 4,096-row prefill in chunks of 1,024 (the default), 2,048 and 4,096 rows
       for c in 1024 2048 4096; do

@@ -5,6 +5,7 @@
 // reference, and really be fused (the profiler's table names the fused kernels). Odd, prime and
 // production shapes; both norm-reduction orders (≤ 1024 and > 1024 columns); BF16/F32 weights and
 // caches. Labelled gpu: skipped with the reason where no GPU is usable.
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <utility>
 
 #include "kernels/cpu/reference_ops.h"
 #include "tests/unit/kernels/cuda/cuda_test_util.h"
@@ -245,6 +247,103 @@ TEST(CudaDecodeFusion, LayerOpSequenceFusedEqualsUnfusedBitwiseAndTheReference) 
     const double ct = c.cache_t == DType::kF32 ? gk : (c.cache_t == DType::kBF16 ? 8e-3 : 1e-3);
     expect_close(cache_f32(got.kc, c.cache_t, n), cache_f32(want.kc, c.cache_t, n), ct, what + " K cache");
     expect_close(cache_f32(got.vc, c.cache_t, n), cache_f32(want.vc, c.cache_t, n), ct, what + " V cache");
+  }
+}
+
+// One decode row's attention, discard(q), then the o projection with the residual, as
+// Qwen2Decoder::run_layer issues them; returns (attention output, x).
+struct AttnCase {
+  int heads, kv_heads, D;
+  int32_t pos;
+};
+std::pair<std::vector<float>, std::vector<float>> attn_then_o(Backend& be, const AttnCase& c, uint32_t seed,
+                                                              bool reference) {
+  const int64_t qd = int64_t{c.heads} * c.D, kvd = int64_t{c.kv_heads} * c.D, H = qd;
+  const int bs = 16;
+  const int nblocks = c.pos / bs + 1;
+  std::vector<int32_t> table(static_cast<size_t>(nblocks));
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), std::mt19937(seed));
+  const int64_t slots = int64_t{nblocks + 1} * bs;
+  HostMatrix q = random_matrix(1, qd, DType::kF32, seed + 1, 2.0f);
+  HostMatrix kc = random_matrix(slots, kvd, DType::kBF16, seed + 2),
+             vc = random_matrix(slots, kvd, DType::kBF16, seed + 3);
+  HostMatrix wo = random_matrix(H, qd, DType::kBF16, seed + 4, 1.0f / std::sqrt(static_cast<float>(qd)));
+  HostMatrix x = random_matrix(1, H, DType::kF32, seed + 5);
+  const AttentionShape shape{c.heads, c.kv_heads, c.D, 1.0f / std::sqrt(static_cast<float>(c.D))};
+  std::vector<int32_t> pos = {c.pos}, seq = {0};
+  if (reference) {
+    HostMatrix attn = random_matrix(1, qd, DType::kF32, 1);
+    AttentionRows rows;
+    rows.row_seq = Tensor::vector(seq.data(), DType::kI32, 1);
+    rows.row_pos = Tensor::vector(pos.data(), DType::kI32, 1);
+    rows.block_tables = Tensor::matrix(table.data(), DType::kI32, 1, nblocks);
+    rows.block_size = bs;
+    const KvLayer cache{kc.view(), vc.view()};
+    Tensor av = attn.view(), xv = x.view();
+    ref::paged_attention(q.view(), rows, cache, shape, av);
+    ref::gemm(av, wo.view(), nullptr, xv, Epilogue::kAddResidual);
+    return {host_rows(av), host_rows(xv)};
+  }
+  DeviceMatrix qd_ = to_device(be, q), kd = to_device(be, kc), vd = to_device(be, vc), wd = to_device(be, wo),
+               xd = to_device(be, x);
+  DeviceMatrix pd = to_device_i32(be, pos), sd = to_device_i32(be, seq), td = to_device_i32(be, table);
+  DeviceMatrix attn = poisoned(be, 1, qd);
+  AttentionRows rows;
+  rows.row_seq = sd.t;
+  rows.row_pos = pd.t;
+  rows.block_tables = Tensor::matrix(td.buf.data(), DType::kI32, 1, nblocks);
+  rows.block_size = bs;
+  const KvLayer cache{kd.t, vd.t};
+  be.synchronize();
+  be.paged_attention(qd_.t, rows, cache, shape, attn.t);
+  be.discard(qd_.t);
+  be.gemm(attn.t, wd.t, nullptr, xd.t, Epilogue::kAddResidual);
+  std::vector<float> a = download_f32(be, attn.t);
+  return {a, download_f32(be, xd.t)};
+}
+
+// VV_CUDA_L2_PREFETCH=1 and =2 (sm_90): the o projection's weights prefetched into L2 by a kernel
+// before the decode attention. A hint: the attention output and x must be the bits of the run without
+// it (and near the reference); on sm_90 the profile must show the prefetch (the 7B's o, 25.7 MB, is
+// under half the H200's L2), elsewhere no prefetch.
+TEST(CudaDecodeFusion, L2PrefetchOfTheOProjectionChangesNoBit) {
+  VV_CUDA_BACKEND_OR_SKIP(plain, true);
+  cudaDeviceProp prop{};
+  const bool sm90 = cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major >= 9;
+  auto with = [](const char* mode, bool profile) {
+    ::setenv("VV_CUDA_L2_PREFETCH", mode, 1);
+    if (profile) ::setenv("VV_CUDA_PROFILE", "1", 1);
+    BackendOptions opt;
+    opt.gpu_bf16_gemm = true;
+    auto be = make_backend("cuda:0", opt);
+    ::unsetenv("VV_CUDA_L2_PREFETCH");
+    ::unsetenv("VV_CUDA_PROFILE");
+    return be;
+  };
+  auto after = with("1", false), before = with("2", false), prof = with("1", true);
+  ASSERT_TRUE(after.is_ok() && before.is_ok() && prof.is_ok());
+  const std::vector<AttnCase> cases = {
+      {28, 4, 128, 1030}, {28, 4, 128, 5}, {14, 2, 64, 37}, {12, 3, 128, 300}};
+  uint32_t seed = 900;
+  for (const AttnCase& c : cases) {
+    const std::string what = std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) + "x" +
+                             std::to_string(c.D) + " pos " + std::to_string(c.pos);
+    const auto want = attn_then_o(*plain, c, seed, true);
+    const auto base = attn_then_o(*plain, c, seed, false);
+    for (Backend* be : {after->get(), before->get(), prof->get()}) {
+      for (int rep = 0; rep < 2; ++rep) {  // twice: the L2 holds the weights the second time
+        const auto got = attn_then_o(*be, c, seed, false);
+        EXPECT_EQ(got.first, base.first) << what << ": attention output differs with the prefetch";
+        EXPECT_EQ(got.second, base.second) << what << ": x differs with the prefetch";
+      }
+    }
+    expect_close(base.first, want.first, 1e-4, what + " attention");
+    expect_close(base.second, want.second, 2e-5 * std::sqrt(static_cast<double>(c.heads * c.D)) + 1e-4,
+                 what + " x");
+    const std::string table = backend_profile_report(**prof);
+    EXPECT_EQ(table.find("l2_prefetch") != std::string::npos, sm90) << what << "\n" << table;
+    seed += 10;
   }
 }
 
