@@ -677,6 +677,7 @@ class CudaBackend final : public Backend {
     d.K = g0.a.cols();
     d.wt = g0.w.dtype;
     d.sms = sms_;
+    d.balance = gemv_balance_;
     if (norm) {
       d.norm_w = norm->w.ptr<const float>();
       d.eps = norm->f;
@@ -1071,12 +1072,12 @@ class CudaBackend final : public Backend {
                         stream_takes(a, w, out, ep);
     if (!stream && decode_gemv_ && M == 1 && ep != Epilogue::kGelu && out.data != a.data &&
         cuda::decode_gemv_fits(a, w)) {
-      OpTimer timer(this, "decode_gemv");
       cuda::DecodeGemv d;
       d.x = a.ptr<const float>();
       d.K = a.cols();
       d.wt = w.dtype;
       d.sms = sms_;
+      d.balance = gemv_balance_;
       d.count = 1;
       d.j[0].w = w.data;
       d.j[0].ldw = w.row_stride();
@@ -1084,6 +1085,8 @@ class CudaBackend final : public Backend {
       d.j[0].bias = bp;
       d.j[0].out = out.ptr<float>();
       d.j[0].ep = static_cast<int>(ep);
+      OpTimer timer(this,
+                    d.balance && cuda::decode_gemv_balances(d) ? "decode_gemv.balanced" : "decode_gemv");
       cuda::decode_gemv(d, stream_);
     } else if (!stream && !deterministic_ &&
                M <= (compute_ == CudaCompute::kBF16 ? kSkinnyRowsBf16 : kSkinnyRowsF32)) {
@@ -1713,6 +1716,9 @@ class CudaBackend final : public Backend {
   size_t attn_ws_bytes_ = 0;
   int sms_ = 132;
   size_t l2_bytes_ = 0;
+  // VV_CUDA_GEMV_BALANCE=1 (opt-in until measured on a GPU): cuda::DecodeGemv::balance.
+  bool gemv_balance_ =
+      std::getenv("VV_CUDA_GEMV_BALANCE") && std::string(std::getenv("VV_CUDA_GEMV_BALANCE")) == "1";
   // VV_CUDA_L2_PREFETCH: 0 (default) off, 1 or 2 (prefetch_before_attention).
   int l2_prefetch_ = [] {
     const char* e = std::getenv("VV_CUDA_L2_PREFETCH");

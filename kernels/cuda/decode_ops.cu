@@ -103,15 +103,19 @@ constexpr int gemv_default_blocks(int R, bool norm) {
   return R == 1 && !norm ? 4 : 3;
 }
 
-template <typename WT, int R, bool kNorm, int U, bool kRoll, int kMinBlocks = 0>
+// kBal (VV_CUDA_GEMV_BALANCE, no norm prologue): g.tpb tasks a block instead of one a warp, the
+// block's other warps idle, so that a launch of one round spreads its rows evenly over the SMs.
+template <typename WT, int R, bool kNorm, int U, bool kRoll, int kMinBlocks = 0, bool kBal = false>
 __global__ void __launch_bounds__(kGemvThreads, kMinBlocks > 0 ? kMinBlocks : gemv_default_blocks(R, kNorm))
     decode_gemv_kernel(const DecodeGemv g, int64_t tasks) {
+  static_assert(!(kBal && kNorm), "the norm prologue needs every warp of the block");
   constexpr int V = sizeof(WT) == 4 ? 2 : 1;
   __shared__ float red[16];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t nchunk = g.K >> 3;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * (kGemvThreads / 32);
-  int64_t t = static_cast<int64_t>(blockIdx.x) * (kGemvThreads / 32) + warp;
+  const int64_t wpb = kBal ? static_cast<int64_t>(g.tpb) : (kGemvThreads / 32);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * wpb;
+  int64_t t = kBal && warp >= g.tpb ? tasks : static_cast<int64_t>(blockIdx.x) * wpb + warp;
   uint4 wv[R][U][V];  // slot u: the lane's chunk u of the current batch
   // Row pointers of a task: job jx, row n (and I + n with the SwiGLU pairing).
   auto locate = [&](int64_t task, int& jx_, int64_t& n_, const WT*(&rp)[R]) {
@@ -247,11 +251,11 @@ bool gemv_roll() {
   return on;
 }
 
-template <typename WT, int R, bool kNorm, bool kRoll, int kMinBlocks = 0>
+template <typename WT, int R, bool kNorm, bool kRoll, int kMinBlocks = 0, bool kBal = false>
 void launch_gemv_sched(const DecodeGemv& g, int64_t tasks, cudaStream_t s) {
   // Five blocks per SM (kMinBlocks = 5) hold half the loads in flight per warp.
   constexpr int U = (R == 1 && sizeof(WT) == 2 && kMinBlocks < 5) ? 8 : 4;
-  auto* kern = decode_gemv_kernel<WT, R, kNorm, U, kRoll, kMinBlocks>;
+  auto* kern = decode_gemv_kernel<WT, R, kNorm, U, kRoll, kMinBlocks, kBal>;
   static int per_sm = 0;  // blocks resident per SM, per instantiation
   if (per_sm == 0) {
     int b = 0;
@@ -261,8 +265,16 @@ void launch_gemv_sched(const DecodeGemv& g, int64_t tasks, cudaStream_t s) {
     }
     per_sm = std::max(b, 1);
   }
+  const int64_t slots = static_cast<int64_t>(per_sm) * g.sms;
+  if constexpr (kBal) {  // the fewest tasks a block that cover every task with the blocks resident
+    DecodeGemv gb = g;
+    gb.tpb = static_cast<int>(std::clamp<int64_t>((tasks + slots - 1) / slots, 1, kGemvThreads / 32));
+    const int64_t grid = (tasks + gb.tpb - 1) / gb.tpb;
+    launch_pdl(kern, static_cast<unsigned>(grid), kGemvThreads, s, gb, tasks);
+    return;
+  }
   const int64_t want = (tasks + kGemvThreads / 32 - 1) / (kGemvThreads / 32);
-  const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(want, static_cast<int64_t>(per_sm) * g.sms));
+  const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(want, slots));
   launch_pdl(kern, static_cast<unsigned>(grid), kGemvThreads, s, g, tasks);
 }
 
@@ -278,8 +290,21 @@ bool gemv_wide() {
   return on;
 }
 
+// Whether g takes the balanced launch (DecodeGemv::balance): one row a task, no norm prologue, the
+// rolled schedule, and no more rows than the warps resident at the default's blocks per SM.
+bool balances(const DecodeGemv& g, int64_t tasks) {
+  return g.balance && g.silu_out == nullptr && g.norm_w == nullptr && gemv_roll() &&
+         tasks <= static_cast<int64_t>(g.sms) * gemv_default_blocks(1, false) * (kGemvThreads / 32);
+}
+
 template <typename WT, int R, bool kNorm>
 void launch_gemv(const DecodeGemv& g, int64_t tasks, cudaStream_t s) {
+  if constexpr (R == 1 && !kNorm) {
+    if (balances(g, tasks)) {
+      launch_gemv_sched<WT, R, kNorm, true, 0, true>(g, tasks, s);
+      return;
+    }
+  }
   if constexpr (R == 1 && sizeof(WT) == 2) {
     const int64_t resident =
         static_cast<int64_t>(g.sms) * gemv_default_blocks(R, kNorm) * (kGemvThreads / 32);
@@ -1242,6 +1267,12 @@ bool decode_gemv_fits(const Tensor& a, const Tensor& w) {
   if (w.dtype != DType::kF32 && w.dtype != DType::kBF16 && w.dtype != DType::kF16) return false;
   if (w.cols() != a.cols() || w.row_stride() % 8 != 0) return false;
   return reinterpret_cast<uintptr_t>(a.data) % 16 == 0 && reinterpret_cast<uintptr_t>(w.data) % 16 == 0;
+}
+
+bool decode_gemv_balances(const DecodeGemv& g) {
+  int64_t tasks = 0;
+  for (int i = 0; i < g.count; ++i) tasks += g.j[i].N;
+  return balances(g, tasks);
 }
 
 void decode_gemv(DecodeGemv g, cudaStream_t s) {

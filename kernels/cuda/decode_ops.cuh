@@ -47,8 +47,16 @@ struct DecodeGemv {
   DecodeGemvJob j[kMaxDecodeJobs];
   int count = 0;
   int sms = 132;
+  // balance (VV_CUDA_GEMV_BALANCE=1): a one-row-per-warp launch without the norm prologue whose rows
+  // fit the resident warps in one round (batch-1's o and down: 3,584 rows) takes as many rows a
+  // block as spread them evenly over the resident blocks (7 a block in 512 blocks: at most 28 rows an
+  // SM) instead of 8 (448 blocks; 52 SMs with a fourth block: 32 rows). A row's sum does not change.
+  bool balance = false;
+  int tpb = 0;  // set by the launch: rows a block where balance spreads them
 };
 void decode_gemv(DecodeGemv g, cudaStream_t s);
+// Whether decode_gemv takes the balanced launch for g (DecodeGemv::balance and its conditions).
+bool decode_gemv_balances(const DecodeGemv& g);
 
 // rope(q, pos, q_heads), rope(k, pos, kv_heads), then kv_write(k, v) in one kernel (the unfused
 // ops' arithmetic). pos doubles as rows.row_pos (the model passes the same tensor).

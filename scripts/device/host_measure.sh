@@ -16,8 +16,9 @@
 #                the prefills at $FLASH_ROWS rows (1024 4096) with each of $FLASH_FORMS (narrow wg wgp wgf wgfl),
 #                Nsight sections of one 4K-chunk launch of each of $FLASH_NCU (wg wgp wgf wgfl; "none": none)
 #   prefillchunk the 4,096-row prefill in chunks of 1,024, 2,048, 4,096 rows (cuda_decode_bench --chunk)
-#   l2prefetch   VV_CUDA_L2_PREFETCH=1/2 (the o projection's weights into L2 before the decode attention):
-#                its gpu test, then batch-1 decode (1,024-row prompt) with 0, 1, 2, twice each, interleaved
+#   b1opt        VV_CUDA_L2_PREFETCH=1/2 (the o projection's weights into L2 before the decode attention) and
+#                VV_CUDA_GEMV_BALANCE=1 (o and down rows spread evenly over the SMs): their gpu tests, then
+#                batch-1 decode (1,024-row prompt) with neither, each, both, twice, interleaved
 #   prefill4kab  the 4,096-row prefill, default against one 4,096-row chunk with VV_CUDA_ROPE_FLASH=1
 #                (vibevoice bench prefills a prompt in one chunk), interleaved, $AB_REPS (2) times
 #   normrope     VV_CUDA_NORM_DROP=1, VV_CUDA_ROPE_FLASH=1: their gpu tests (and the runner goldens with neither),
@@ -128,11 +129,13 @@ for step in "$@"; do
           --launch-skip 111 --launch-count 1 --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
           --section Occupancy --section ComputeWorkloadAnalysis --section LaunchStats $P --prompt 4096
       done ;;
-    l2prefetch)  # VV_CUDA_L2_PREFETCH: its gpu test, then batch-1 decode without, with 1, with 2 (twice, interleaved)
-      run l2prefetch_tests env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda --gtest_filter='CudaDecodeFusion*'
+    b1opt)  # batch-1 decode opt-ins: their gpu tests, then decode with neither, each, both (twice, interleaved)
+      run b1opt_tests env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda --gtest_filter='CudaDecodeFusion*'
       for i in 1 2; do
-        for v in 0 1 2; do
-          run decode_l2pf${v}_$i env VV_CUDA_L2_PREFETCH=$v $B/cuda_decode_bench --preset 7b --bf16 --no-gemv \
+        for cfg in plain VV_CUDA_L2_PREFETCH=1 VV_CUDA_L2_PREFETCH=2 VV_CUDA_GEMV_BALANCE=1 \
+          "VV_CUDA_GEMV_BALANCE=1 VV_CUDA_L2_PREFETCH=1"; do
+          read -ra kv <<<"${cfg/plain/VV_CUDA_NONE=1}"
+          run "decode_${cfg//[^A-Za-z0-9]/_}_$i" env "${kv[@]}" $B/cuda_decode_bench --preset 7b --bf16 --no-gemv \
             --tokens 256 --enc-audio 1 --job-audio 1 --job-tokens 1
         done
       done ;;

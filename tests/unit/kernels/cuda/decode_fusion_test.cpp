@@ -250,6 +250,48 @@ TEST(CudaDecodeFusion, LayerOpSequenceFusedEqualsUnfusedBitwiseAndTheReference) 
   }
 }
 
+// VV_CUDA_GEMV_BALANCE=1: the lone one-row GEMVs (the layer's down projection with its residual;
+// o at the 7B) spread their rows over the resident blocks (7 rows a block at the 7B's 3,584). A row's
+// sum is the same: every output of the layer sequence must be the bits of the default backend's.
+TEST(CudaDecodeFusion, BalancedGemvRowsChangeNoBit) {
+  VV_CUDA_BACKEND_OR_SKIP(plain, false);
+  auto bal = backend_with("VV_CUDA_GEMV_BALANCE", "1");
+  ASSERT_TRUE(bal.is_ok()) << bal.status().to_string();
+  ::setenv("VV_CUDA_GEMV_BALANCE", "1", 1);
+  auto prof = backend_with("VV_CUDA_PROFILE", "1");
+  ::unsetenv("VV_CUDA_GEMV_BALANCE");
+  ASSERT_TRUE(prof.is_ok()) << prof.status().to_string();
+  const std::vector<LayerCase> cases = {
+      {136, 40, 3, 1, 8, DType::kBF16, DType::kBF16, 37},            // fewer rows than blocks
+      {1032, 264, 7, 7, 24, DType::kF16, DType::kF32, 1000},         // f16 weights
+      {520, 3000, 5, 1, 104, DType::kF32, DType::kF32, 9},           // f32 weights
+      {3584, 18944, 28, 4, 128, DType::kBF16, DType::kBF16, 4099}};  // Qwen2.5-7B: 3,584-row down
+  uint32_t seed = 700;
+  for (const LayerCase& c : cases) {
+    const std::string what =
+        "H=" + std::to_string(c.H) + " I=" + std::to_string(c.I) + " " + dtype_name(c.wt);
+    LayerData d = make_data(c, seed);
+    seed += 20;
+    const LayerOut want = run_ops(*plain, c, d);
+    for (int rep = 0; rep < 2; ++rep) {
+      const LayerOut got = run_ops(**bal, c, d);
+      EXPECT_EQ(got.resid, want.resid) << what << ": the down projection's output differs";
+      EXPECT_EQ(got.q, want.q) << what << ": q differs";
+      EXPECT_EQ(got.m, want.m) << what << ": silu_mul differs";
+      EXPECT_EQ(got.kc, want.kc) << what << ": K cache differs";
+    }
+    (void)backend_profile_report(**prof);
+    const LayerOut pr = run_ops(**prof, c, d);
+    EXPECT_EQ(pr.resid, want.resid) << what << ": the down projection's output differs (profiled)";
+    const std::string table = backend_profile_report(**prof);
+    EXPECT_NE(table.find("decode_gemv.balanced"), std::string::npos) << what << ": not balanced\n" << table;
+    const LayerOut ref = reference(c, d);
+    expect_close(want.resid, ref.resid,
+                 2e-5 * std::sqrt(static_cast<double>(c.I)) + 4e-5 * std::sqrt(static_cast<double>(c.H)),
+                 what + " residual");
+  }
+}
+
 // One decode row's attention, discard(q), then the o projection with the residual, as
 // Qwen2Decoder::run_layer issues them; returns (attention output, x).
 struct AttnCase {
