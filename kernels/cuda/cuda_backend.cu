@@ -186,6 +186,7 @@ class CudaBackend final : public Backend {
     b->sms_ = prop.multiProcessorCount;
     b->l2_bytes_ = static_cast<size_t>(std::max(prop.l2CacheSize, 0));
     if (prop.major < 9) b->l2_prefetch_ = 0;  // cp.async.bulk.prefetch is sm_90+
+    if (prop.major < 9) b->gemv_bulk_ = false;  // so is cp.async.bulk
     if (cudaStreamCreateWithFlags(&b->stream_, cudaStreamNonBlocking) != cudaSuccess) {
       return internal_error("CUDA backend: cannot create a stream on device " + std::to_string(o.device));
     }
@@ -1070,8 +1071,13 @@ class CudaBackend final : public Backend {
     // VV_CUDA_STREAM_GEMM=1-...: one-row GEMMs too (those the decode flush fuses keep decode_gemv).
     const bool stream = compute_ == CudaCompute::kBF16 && half_w && stream_rows_.first == 1 && M == 1 &&
                         stream_takes(a, w, out, ep);
-    if (!stream && decode_gemv_ && M == 1 && ep != Epilogue::kGelu && out.data != a.data &&
-        cuda::decode_gemv_fits(a, w)) {
+    if (!stream && decode_gemv_ && gemv_bulk_ && M == 1 &&
+        (ep == Epilogue::kNone || ep == Epilogue::kAddResidual) && out.data != a.data &&
+        cuda::decode_gemv_bulk_fits(a, w)) {
+      OpTimer timer(this, "decode_gemv.bulk");
+      cuda::decode_gemv_bulk(a, w, bp, out, ep == Epilogue::kAddResidual, sms_, stream_);
+    } else if (!stream && decode_gemv_ && M == 1 && ep != Epilogue::kGelu && out.data != a.data &&
+               cuda::decode_gemv_fits(a, w)) {
       cuda::DecodeGemv d;
       d.x = a.ptr<const float>();
       d.K = a.cols();
@@ -1716,6 +1722,9 @@ class CudaBackend final : public Backend {
   size_t attn_ws_bytes_ = 0;
   int sms_ = 132;
   size_t l2_bytes_ = 0;
+  // VV_CUDA_GEMV_BULK=1 (opt-in until measured on a GPU; sm_90): lone one-row GEMMs whose weights
+  // fit cuda::decode_gemv_bulk (batch-1's o, down and the LM head) stream them by cp.async.bulk.
+  bool gemv_bulk_ = std::getenv("VV_CUDA_GEMV_BULK") && std::string(std::getenv("VV_CUDA_GEMV_BULK")) == "1";
   // VV_CUDA_GEMV_BALANCE=1 (opt-in until measured on a GPU): cuda::DecodeGemv::balance.
   bool gemv_balance_ =
       std::getenv("VV_CUDA_GEMV_BALANCE") && std::string(std::getenv("VV_CUDA_GEMV_BALANCE")) == "1";

@@ -64,6 +64,13 @@ void rope_kv_write(Tensor& q, Tensor& k, const Tensor& v, const Tensor& pos, int
                    const float* inv_freq, const AttentionRows& rows, KvLayer& cache,
                    const AttentionShape& shape, cudaStream_t s);
 
+// A one-row GEMM (out = a · wᵀ [+ bias] [+ out]) whose weights stream through shared memory by
+// cp.async.bulk (sm_90; VV_CUDA_GEMV_BULK): bf16/f16 weights with contiguous rows, K a multiple of 8
+// up to 24,576, 16-byte aligned a and w (decode_gemv_bulk_fits). A row's sum depends on K only.
+bool decode_gemv_bulk_fits(const Tensor& a, const Tensor& w);
+void decode_gemv_bulk(const Tensor& a, const Tensor& w, const float* bias, Tensor& out, bool residual,
+                      int sms, cudaStream_t s);
+
 // Bulk prefetch of [p, p + bytes) into L2 (sm_90: cp.async.bulk.prefetch.L2; p and bytes multiples of
 // 16) by a small PDL-chained kernel, so that HBM streams the next GEMV's weights while a latency-bound
 // kernel runs. after_wait: the prefetches are issued once the previous kernel has finished (during the

@@ -16,9 +16,11 @@
 #                the prefills at $FLASH_ROWS rows (1024 4096) with each of $FLASH_FORMS (narrow wg wgp wgf wgfl),
 #                Nsight sections of one 4K-chunk launch of each of $FLASH_NCU (wg wgp wgf wgfl; "none": none)
 #   prefillchunk the 4,096-row prefill in chunks of 1,024, 2,048, 4,096 rows (cuda_decode_bench --chunk)
-#   b1opt        VV_CUDA_L2_PREFETCH=1/2 (the o projection's weights into L2 before the decode attention) and
-#                VV_CUDA_GEMV_BALANCE=1 (o and down rows spread evenly over the SMs): their gpu tests, then
-#                batch-1 decode (1,024-row prompt) with neither, each, both, twice, interleaved
+#   b1opt        VV_CUDA_L2_PREFETCH=1/2 (the o projection's weights into L2 before the decode attention),
+#                VV_CUDA_GEMV_BALANCE=1 (o and down rows spread evenly over the SMs) and VV_CUDA_GEMV_BULK=1
+#                (lone one-row GEMVs streamed by cp.async.bulk): their gpu tests, the one-row GEMM table with
+#                and without the bulk GEMV, then batch-1 decode (1,024-row prompt) with none, each, and
+#                two pairs, twice, interleaved
 #   prefill4kab  the 4,096-row prefill, default against one 4,096-row chunk with VV_CUDA_ROPE_FLASH=1
 #                (vibevoice bench prefills a prompt in one chunk), interleaved, $AB_REPS (2) times
 #   normrope     VV_CUDA_NORM_DROP=1, VV_CUDA_ROPE_FLASH=1: their gpu tests (and the runner goldens with neither),
@@ -130,10 +132,12 @@ for step in "$@"; do
           --section Occupancy --section ComputeWorkloadAnalysis --section LaunchStats $P --prompt 4096
       done ;;
     b1opt)  # batch-1 decode opt-ins: their gpu tests, then decode with neither, each, both (twice, interleaved)
-      run b1opt_tests env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda --gtest_filter='CudaDecodeFusion*'
+      run b1opt_tests env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda --gtest_filter='CudaDecodeFusion*:CudaOps.Bulk*'
+      run table_m1 $B/cuda_decode_bench --preset 7b --bf16 --table-only --gemv-m 1
+      run table_m1_bulk env VV_CUDA_GEMV_BULK=1 $B/cuda_decode_bench --preset 7b --bf16 --table-only --gemv-m 1
       for i in 1 2; do
-        for cfg in plain VV_CUDA_L2_PREFETCH=1 VV_CUDA_L2_PREFETCH=2 VV_CUDA_GEMV_BALANCE=1 \
-          "VV_CUDA_GEMV_BALANCE=1 VV_CUDA_L2_PREFETCH=1"; do
+        for cfg in plain VV_CUDA_L2_PREFETCH=1 VV_CUDA_L2_PREFETCH=2 VV_CUDA_GEMV_BALANCE=1 VV_CUDA_GEMV_BULK=1 \
+          "VV_CUDA_GEMV_BALANCE=1 VV_CUDA_L2_PREFETCH=1" "VV_CUDA_GEMV_BULK=1 VV_CUDA_L2_PREFETCH=1"; do
           read -ra kv <<<"${cfg/plain/VV_CUDA_NONE=1}"
           run "decode_${cfg//[^A-Za-z0-9]/_}_$i" env "${kv[@]}" $B/cuda_decode_bench --preset 7b --bf16 --no-gemv \
             --tokens 256 --enc-audio 1 --job-audio 1 --job-tokens 1

@@ -2,6 +2,7 @@
 // odd, prime and production shapes (3584 hidden, 28/4 heads of 128, 18944 ffn, 152064 vocab), each
 // weight dtype, strided and overlapping views. Outputs are poisoned with NaN first, so an element
 // the kernel never writes fails. Labelled gpu: skipped with the reason where no GPU is usable.
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -162,6 +163,67 @@ TEST(CudaOps, OneRowGemmsSharingTheirInputFuseCorrectly) {
                      "fused one-row gemm " + std::to_string(i) + " K=" + std::to_string(K) + " " + dtype_name(wt));
       }
     }
+}
+
+// VV_CUDA_GEMV_BULK=1 (sm_90): lone one-row GEMMs with bf16/f16 weights of contiguous rows stream them
+// through shared memory by cp.async.bulk. Against the reference, bitwise the same on a second run,
+// the bulk kernel seen in the profile where it applies (sm_90, K a multiple of 8 up to 24,576) and
+// not elsewhere: the 7B's o, down and a gate_up-sized matrix, tiles of 1 to 8 rows, a last tile
+// shorter than the rest, bias and residual.
+TEST(CudaOps, BulkStreamedOneRowGemvMatchesTheReferenceAndRepeatsBitwise) {
+  { VV_CUDA_BACKEND_OR_SKIP(probe, false); }
+  cudaDeviceProp prop{};
+  const bool sm90 = cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major >= 9;
+  ::setenv("VV_CUDA_GEMV_BULK", "1", 1);
+  ::setenv("VV_CUDA_PROFILE", "1", 1);
+  auto made = make_backend("cuda:0", BackendOptions{});
+  ::unsetenv("VV_CUDA_GEMV_BULK");
+  ::unsetenv("VV_CUDA_PROFILE");
+  ASSERT_TRUE(made.is_ok()) << made.status().to_string();
+  Backend& gpu = **made;
+  struct Case {
+    int64_t K, N;
+    DType wt;
+    bool bias, residual;
+  };
+  const std::vector<Case> cases = {
+      {3584, 3584, DType::kBF16, false, true},   // the 7B's o projection
+      {18944, 3584, DType::kBF16, false, true},  // its down projection: one row a tile
+      {3584, 37888, DType::kBF16, true, false},  // gate_up-sized
+      {8, 1, DType::kF16, true, false},          // one chunk, one row
+      {136, 37, DType::kF16, false, false},      // 17 chunks, a prime row count
+      {1032, 1001, DType::kBF16, true, true},    // > 1,024 columns, a short last tile
+      {24576, 129, DType::kBF16, false, false},  // the widest it takes
+      {24584, 5, DType::kBF16, false, false}};   // one chunk wider: the other GEMV
+  uint32_t seed = 1200;
+  for (const Case& c : cases) {
+    const std::string what =
+        "K=" + std::to_string(c.K) + " N=" + std::to_string(c.N) + " " + dtype_name(c.wt);
+    HostMatrix a = random_matrix(1, c.K, DType::kF32, seed);
+    HostMatrix w = random_matrix(c.N, c.K, c.wt, seed + 1, 1.0f / std::sqrt(static_cast<float>(c.K)));
+    HostMatrix b = random_matrix(1, c.N, DType::kF32, seed + 2, 0.1f);
+    HostMatrix o = random_matrix(1, c.N, DType::kF32, seed + 3);
+    seed += 10;
+    DeviceMatrix da = to_device(gpu, a), dw = to_device(gpu, w), db = to_device(gpu, b);
+    const Tensor bv = Tensor::vector(db.buf.data(), DType::kF32, c.N);
+    const Epilogue ep = c.residual ? Epilogue::kAddResidual : Epilogue::kNone;
+    std::vector<std::vector<float>> got;
+    (void)backend_profile_report(gpu);
+    for (int rep = 0; rep < 2; ++rep) {
+      DeviceMatrix dout = c.residual ? to_device(gpu, o) : poisoned(gpu, 1, c.N);
+      gpu.gemm(da.t, dw.t, c.bias ? &bv : nullptr, dout.t, ep);
+      got.push_back(download_f32(gpu, dout.t));
+    }
+    const std::string table = backend_profile_report(gpu);
+    const bool bulk = sm90 && c.K <= 24576;
+    EXPECT_EQ(table.find("decode_gemv.bulk") != std::string::npos, bulk) << what << "\n" << table;
+    EXPECT_EQ(got[0], got[1]) << what << ": the second run differs";
+    HostMatrix want = o;
+    Tensor wv = want.view();
+    Tensor hb = Tensor::vector(b.bytes.data(), DType::kF32, c.N);
+    ref::gemm(a.view(), w.view(), c.bias ? &hb : nullptr, wv, ep);
+    expect_close(got[0], host_rows(wv), 2e-5 * std::sqrt(static_cast<double>(c.K)), what);
+  }
 }
 
 TEST(CudaOps, RmsNormOddAndProductionWidthsAndInPlace) {
