@@ -679,6 +679,7 @@ class CudaBackend final : public Backend {
     d.wt = g0.w.dtype;
     d.sms = sms_;
     d.balance = gemv_balance_;
+    d.bulk = gemv_bulk_;
     if (norm) {
       d.norm_w = norm->w.ptr<const float>();
       d.eps = norm->f;
@@ -709,7 +710,8 @@ class CudaBackend final : public Backend {
     }
     if (!norm && d.count == 1 && !d.silu_out) return 0;  // a lone GEMM: run_gemm takes the same kernel
     out.push_back([=, this] {
-      OpTimer timer(this, "decode_gemv.fused");
+      OpTimer timer(this, d.bulk && profiling_ && cuda::decode_gemv_bulk_takes(d) ? "decode_gemv.fused_bulk"
+                                                                                  : "decode_gemv.fused");
       cuda::decode_gemv(d, stream_);
       launched("decode_gemv");
     });
@@ -1071,19 +1073,15 @@ class CudaBackend final : public Backend {
     // VV_CUDA_STREAM_GEMM=1-...: one-row GEMMs too (those the decode flush fuses keep decode_gemv).
     const bool stream = compute_ == CudaCompute::kBF16 && half_w && stream_rows_.first == 1 && M == 1 &&
                         stream_takes(a, w, out, ep);
-    if (!stream && decode_gemv_ && gemv_bulk_ && M == 1 &&
-        (ep == Epilogue::kNone || ep == Epilogue::kAddResidual) && out.data != a.data &&
-        cuda::decode_gemv_bulk_fits(a, w)) {
-      OpTimer timer(this, "decode_gemv.bulk");
-      cuda::decode_gemv_bulk(a, w, bp, out, ep == Epilogue::kAddResidual, sms_, stream_);
-    } else if (!stream && decode_gemv_ && M == 1 && ep != Epilogue::kGelu && out.data != a.data &&
-               cuda::decode_gemv_fits(a, w)) {
+    if (!stream && decode_gemv_ && M == 1 && ep != Epilogue::kGelu && out.data != a.data &&
+        cuda::decode_gemv_fits(a, w)) {
       cuda::DecodeGemv d;
       d.x = a.ptr<const float>();
       d.K = a.cols();
       d.wt = w.dtype;
       d.sms = sms_;
       d.balance = gemv_balance_;
+      d.bulk = gemv_bulk_;
       d.count = 1;
       d.j[0].w = w.data;
       d.j[0].ldw = w.row_stride();
@@ -1091,8 +1089,10 @@ class CudaBackend final : public Backend {
       d.j[0].bias = bp;
       d.j[0].out = out.ptr<float>();
       d.j[0].ep = static_cast<int>(ep);
-      OpTimer timer(this,
-                    d.balance && cuda::decode_gemv_balances(d) ? "decode_gemv.balanced" : "decode_gemv");
+      OpTimer timer(this, !profiling_                                  ? ""
+                          : d.bulk && cuda::decode_gemv_bulk_takes(d)  ? "decode_gemv.bulk"
+                          : d.balance && cuda::decode_gemv_balances(d) ? "decode_gemv.balanced"
+                                                                       : "decode_gemv");
       cuda::decode_gemv(d, stream_);
     } else if (!stream && !deterministic_ &&
                M <= (compute_ == CudaCompute::kBF16 ? kSkinnyRowsBf16 : kSkinnyRowsF32)) {
@@ -1722,8 +1722,8 @@ class CudaBackend final : public Backend {
   size_t attn_ws_bytes_ = 0;
   int sms_ = 132;
   size_t l2_bytes_ = 0;
-  // VV_CUDA_GEMV_BULK=1 (opt-in until measured on a GPU; sm_90): lone one-row GEMMs whose weights
-  // fit cuda::decode_gemv_bulk (batch-1's o, down and the LM head) stream them by cp.async.bulk.
+  // VV_CUDA_GEMV_BULK=1 (opt-in until measured on a GPU; sm_90): one-row GEMVs, fused or not, stream
+  // their weights by cp.async.bulk where cuda::DecodeGemv::bulk takes them.
   bool gemv_bulk_ = std::getenv("VV_CUDA_GEMV_BULK") && std::string(std::getenv("VV_CUDA_GEMV_BULK")) == "1";
   // VV_CUDA_GEMV_BALANCE=1 (opt-in until measured on a GPU): cuda::DecodeGemv::balance.
   bool gemv_balance_ =

@@ -1231,77 +1231,100 @@ __global__ void __launch_bounds__(128, 3)
 }
 
 // ---- One-row GEMV streamed by bulk copies (VV_CUDA_GEMV_BULK, sm_90) --------------------------
-// One block per SM (at most), 8 warps. The weight rows are contiguous, so a tile of RPS rows is one
-// contiguous range: thread 0 streams a block's tiles (a balanced contiguous run of them) through
-// `stages` shared-memory stages with cp.async.bulk, each stage completing an mbarrier; the first
-// stages are issued before the PDL wait. Thread t holds x's chunks t, t + 256, ... (8 floats each;
-// XC of them) in registers and sums w·x over those chunks of each row of the tile, in chunk order
-// (the tile's rows interleaved, so their chains overlap); then each warp's xor tree, then the 8
-// warps' sums in warp order. XC and RPS follow from K alone, and so does a row's sum. After the
-// barrier that ends a tile's reads, thread 0 refills its stage with the tile `stages` further on,
-// and threads 0..rows-1 finish the tile's rows (bias, residual).
+// One block per SM (at most), 8 warps, over a DecodeGemv's jobs. A job's weight rows are contiguous,
+// so a tile of TR rows (TR row pairs with the SwiGLU pairing: rows n.. and I + n..) is one copy (two):
+// thread 0 streams a block's tiles (a balanced contiguous run of the jobs' tiles) through `stages`
+// shared-memory stages with cp.async.bulk, each stage completing an mbarrier; the first stages are
+// issued before the PDL wait. Thread t holds the activation's chunks t, t + 256, ... (8 floats
+// each, XC of them; with the norm prologue, x · inv · norm_w rounded as the other GEMV rounds it) in
+// registers and sums w·act over those chunks of each row of the tile in chunk order (the tile's rows
+// interleaved, so their chains overlap); then each warp's xor tree, then the 8 warps' sums in warp
+// order. XC and TR follow from K alone, and so does a row's sum: a row gets the same bits alone, in
+// a fused launch, or paired. After the barrier that ends a tile's reads, thread 0 refills its stage
+// with the tile `stages` further on, and threads 0..rows-1 finish the tile's rows (bias, residual,
+// SwiGLU as decode_gemv_kernel does).
 constexpr int kBulkThreads = 256;
-constexpr int kBulkMaxRows = 8;  // rows a tile (RPS: 8 / XC, at least 1)
-constexpr int kBulkMaxXc = 12;   // x chunks a thread: K <= 256 * 8 * 12 = 24,576
+constexpr int kBulkMaxRows = 8;     // weight rows a stage
+constexpr int kBulkMaxXc = 12;      // activation chunks a thread: K <= 256 * 8 * 12 = 24,576
+constexpr int kBulkFusedMaxXc = 4;  // with the norm prologue or the SwiGLU pairing: K <= 8,192
 constexpr int kBulkMaxStages = 16;
 constexpr size_t kBulkStageBudget = 200 * 1024;
 
-// Rows a tile for XC chunks a thread: RPS · K ≤ 2,048 · XC · RPS ≤ 16,384 weights (32 KB of bf16).
-__host__ __device__ constexpr int bulk_rows(int xc) {
-  return xc >= kBulkMaxRows ? 1 : kBulkMaxRows / xc;
+// Job rows (row pairs with kPair) a tile for XC chunks a thread: a stage holds about 16,384 weights.
+__host__ __device__ constexpr int bulk_tile_rows(int xc, bool pair) {
+  return xc >= kBulkMaxRows ? 1
+         : pair             ? (kBulkMaxRows / xc > 1 ? kBulkMaxRows / xc / 2 : 1)
+                            : kBulkMaxRows / xc;
+}
+int bulk_xc(int64_t K) {
+  const int64_t xc = (K / 8 + kBulkThreads - 1) / kBulkThreads;
+  return xc <= 1 ? 1 : xc <= 2 ? 2 : xc <= 4 ? 4 : xc <= 8 ? 8 : 12;
 }
 
-struct BulkPlan {
-  int rps = 0, stages = 0, xc = 0;
-  uint32_t stage_stride = 0;  // bytes between stages (a multiple of 128)
-  int64_t tiles = 0;
-  size_t smem = 0;
-};
-BulkPlan bulk_plan(int64_t K, int64_t N, size_t esize) {
-  BulkPlan p;
-  const size_t row = static_cast<size_t>(K) * esize;
-  const int64_t chunks = K / 8;
-  const int xc = static_cast<int>((chunks + kBulkThreads - 1) / kBulkThreads);
-  p.xc = xc <= 1 ? 1 : xc <= 2 ? 2 : xc <= 4 ? 4 : xc <= 8 ? 8 : 12;
-  p.rps = bulk_rows(p.xc);
-  p.stage_stride = static_cast<uint32_t>((row * p.rps + 127) / 128 * 128);
-  p.stages = static_cast<int>(std::clamp<size_t>(kBulkStageBudget / p.stage_stride, 2, kBulkMaxStages));
-  p.tiles = (N + p.rps - 1) / p.rps;
-  // stages, then kBulkMaxStages mbarriers, then the warps' row sums [2][8][kBulkMaxRows]
-  p.smem = static_cast<size_t>(p.stages) * p.stage_stride + 8 * kBulkMaxStages +
-           2 * 8 * kBulkMaxRows * sizeof(float);
-  return p;
+// Whether g runs on the bulk kernel (its XC in *xc): DecodeGemv::bulk, 16-bit weights with contiguous
+// rows, K a multiple of 8 up to the form's bound, 16-byte aligned rows and activation.
+bool bulk_takes(const DecodeGemv& g, int* xc) {
+  if (!g.bulk || (g.wt != DType::kBF16 && g.wt != DType::kF16) || g.K <= 0 || g.K % 8 != 0 || g.count < 1)
+    return false;
+  const bool fused = g.norm_w != nullptr || g.silu_out != nullptr;
+  if (g.K > int64_t{kBulkThreads} * 8 * (fused ? kBulkFusedMaxXc : kBulkMaxXc)) return false;
+  if (reinterpret_cast<uintptr_t>(g.x) % 16 != 0) return false;
+  if (g.silu_out && (g.count != 1 || g.j[0].N % 2 != 0)) return false;
+  for (int i = 0; i < g.count; ++i)
+    if (g.j[i].ldw != g.K || g.j[i].N < 1 || reinterpret_cast<uintptr_t>(g.j[i].w) % 16 != 0) return false;
+  *xc = bulk_xc(g.K);
+  return true;
 }
 
-template <typename WT, int XC>
+template <typename WT, int XC, bool kNorm, bool kPair>
 __global__ void __launch_bounds__(kBulkThreads, 1)
-    decode_gemv_bulk_kernel(const float* __restrict__ x, int64_t K, const WT* __restrict__ w, int64_t N,
-                            const float* __restrict__ bias, float* __restrict__ out, int residual, int stages,
-                            uint32_t stride, int64_t tiles) {
+    decode_gemv_bulk_kernel(const DecodeGemv g, int stages, uint32_t stride, int64_t tiles) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  constexpr int RPS = bulk_rows(XC);
-  constexpr int64_t rps = RPS;
+  constexpr int TR = bulk_tile_rows(XC, kPair);
+  constexpr int SR = kPair ? 2 * TR : TR;  // weight rows a stage
+  static_assert(SR <= kBulkMaxRows, "a stage's rows");
   extern __shared__ __align__(128) unsigned char bulk_smem[];
   const uint32_t base = mma::smem_addr(bulk_smem);
   const uint32_t bars = base + static_cast<uint32_t>(stages) * stride;
   float* red =
       reinterpret_cast<float*>(bulk_smem + static_cast<size_t>(stages) * stride + 8 * kBulkMaxStages);
+  float* nred = red + 2 * 8 * kBulkMaxRows;  // rms_inv's 16 floats
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int64_t nchunk = K >> 3;
+  const int64_t K = g.K, nchunk = K >> 3;
   const int64_t t0 = tiles * blockIdx.x / gridDim.x, t1 = tiles * (blockIdx.x + 1) / gridDim.x;
   const size_t row_bytes = static_cast<size_t>(K) * sizeof(WT);
+  // Tile t: its job, its first job row (pair) and its rows.
+  auto locate = [&](int64_t t, int& jx, int64_t& n0, int& rows) {
+    jx = 0;
+#pragma unroll
+    for (int q = 1; q < kMaxDecodeJobs; ++q)
+      if (q < g.count && t >= g.j[q].task_begin) jx = q;
+    n0 = (t - g.j[jx].task_begin) * TR;
+    const int64_t nr = kPair ? g.j[jx].N / 2 : g.j[jx].N;
+    rows = static_cast<int>(nr - n0 < TR ? nr - n0 : TR);
+  };
   auto issue = [&](int st, int64_t t) {
-    const int64_t r0 = t * rps;
-    const uint32_t bytes = static_cast<uint32_t>(
-        row_bytes * static_cast<size_t>((N - r0 < rps ? N - r0 : static_cast<int64_t>(rps))));
-    const uint32_t bar = bars + 8 * st;
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+    int jx, rows;
+    int64_t n0;
+    locate(t, jx, n0, rows);
+    const uint32_t bytes = static_cast<uint32_t>(row_bytes * static_cast<size_t>(rows));
+    const uint32_t bar = bars + 8 * st, dst = base + static_cast<uint32_t>(st) * stride;
+    const WT* wj = static_cast<const WT*>(g.j[jx].w);
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
+                 "r"(kPair ? 2 * bytes : bytes)
                  : "memory");
     asm volatile(
         "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-            base + static_cast<uint32_t>(st) * stride),
-        "l"(reinterpret_cast<uint64_t>(w + r0 * K)), "r"(bytes), "r"(bar)
+            dst),
+        "l"(reinterpret_cast<uint64_t>(wj + n0 * K)), "r"(bytes), "r"(bar)
         : "memory");
+    if constexpr (kPair) {
+      asm volatile(
+          "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+              dst + static_cast<uint32_t>(row_bytes * TR)),
+          "l"(reinterpret_cast<uint64_t>(wj + (g.j[jx].N / 2 + n0) * K)), "r"(bytes), "r"(bar)
+          : "memory");
+    }
   };
   if (tid == 0) {
     for (int st = 0; st < stages; ++st)
@@ -1312,15 +1335,29 @@ __global__ void __launch_bounds__(kBulkThreads, 1)
   }
   __syncthreads();
   pdl_wait();
+  float inv = 0.f;
+  if constexpr (kNorm) {
+    inv = rms_inv(g.x, K, g.eps, nred);
+    if (blockIdx.x == 0) {
+      for (int64_t c = tid; c < K; c += kBulkThreads) g.norm_out[c] = (g.x[c] * inv) * g.norm_w[c];
+    }
+  }
   float xr[XC][8];
 #pragma unroll
   for (int i = 0; i < XC; ++i) {
     const int64_t c = tid + static_cast<int64_t>(i) * kBulkThreads;
     if (c < nchunk) {
-      const float4* xp = reinterpret_cast<const float4*>(x + c * 8);
+      const float4* xp = reinterpret_cast<const float4*>(g.x + c * 8);
       const float4 a = xp[0], b = xp[1];
       xr[i][0] = a.x, xr[i][1] = a.y, xr[i][2] = a.z, xr[i][3] = a.w;
       xr[i][4] = b.x, xr[i][5] = b.y, xr[i][6] = b.z, xr[i][7] = b.w;
+      if constexpr (kNorm) {
+        const float4* gp = reinterpret_cast<const float4*>(g.norm_w + c * 8);
+        const float4 g0 = gp[0], g1 = gp[1];
+        const float gw[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+#pragma unroll
+        for (int e = 0; e < 8; ++e) xr[i][e] = __fmul_rn(__fmul_rn(xr[i][e], inv), gw[e]);
+      }
     } else {
 #pragma unroll
       for (int e = 0; e < 8; ++e) xr[i][e] = 0.f;
@@ -1335,80 +1372,118 @@ __global__ void __launch_bounds__(kBulkThreads, 1)
         "WAIT_%=;\n}\n" ::"r"(bars + 8 * st),
         "r"(phase)
         : "memory");
-    const int rows = static_cast<int>(N - t * rps < rps ? N - t * rps : rps);
+    int jx, rows;
+    int64_t n0;
+    locate(t, jx, n0, rows);
     const WT* sw = reinterpret_cast<const WT*>(bulk_smem + static_cast<size_t>(st) * stride);
     float* rb = red + (i & 1) * 8 * kBulkMaxRows;
-    float acc[RPS];
+    float acc[SR];
 #pragma unroll
-    for (int r = 0; r < RPS; ++r) acc[r] = 0.f;
+    for (int r = 0; r < SR; ++r) acc[r] = 0.f;
 #pragma unroll
     for (int c8 = 0; c8 < XC; ++c8) {
       const int64_t c = tid + static_cast<int64_t>(c8) * kBulkThreads;
       if (c < nchunk) {
-        float wf[RPS][8];
+        float wf[SR][8];
 #pragma unroll
-        for (int r = 0; r < RPS; ++r) {  // a short last tile reads its last row again (discarded)
-          const uint4 u = *reinterpret_cast<const uint4*>(sw + (r < rows ? r : rows - 1) * K + c * 8);
+        for (int r = 0; r < SR; ++r) {  // a short last tile reads its last row again (discarded)
+          const int rr = r % TR < rows ? r : r - r % TR + rows - 1;
+          const uint4 u = *reinterpret_cast<const uint4*>(sw + rr * K + c * 8);
           unpack8(&u, static_cast<WT*>(nullptr), wf[r]);
         }
 #pragma unroll
         for (int e = 0; e < 8; ++e)
 #pragma unroll
-          for (int r = 0; r < RPS; ++r) acc[r] = fmaf(xr[c8][e], wf[r][e], acc[r]);
+          for (int r = 0; r < SR; ++r) acc[r] = fmaf(xr[c8][e], wf[r][e], acc[r]);
       }
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1)  // warp_sum's tree, the rows interleaved
 #pragma unroll
-      for (int r = 0; r < RPS; ++r) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+      for (int r = 0; r < SR; ++r) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
     if (lane == 0) {
 #pragma unroll
-      for (int r = 0; r < RPS; ++r) rb[warp * kBulkMaxRows + r] = acc[r];
+      for (int r = 0; r < SR; ++r) rb[warp * kBulkMaxRows + r] = acc[r];
     }
     __syncthreads();  // the stage is read and the warps' sums are in rb
     if (tid == 0 && t + stages < t1) issue(st, t + stages);
     if (tid < rows) {
+      const DecodeGemvJob& J = g.j[jx];
+      const int64_t n = n0 + tid;
       float v = 0.f;
 #pragma unroll
       for (int q = 0; q < 8; ++q) v += rb[q * kBulkMaxRows + tid];
-      const int64_t n = t * rps + tid;
-      if (bias) v += bias[n];
-      out[n] = residual ? out[n] + v : v;
+      if constexpr (kPair) {
+        float u = 0.f;
+#pragma unroll
+        for (int q = 0; q < 8; ++q) u += rb[q * kBulkMaxRows + TR + tid];
+        const int64_t I = J.N / 2;
+        const float gv = v + (J.bias ? J.bias[n] : 0.f);
+        const float uv = u + (J.bias ? J.bias[n + I] : 0.f);
+        J.out[n] = gv;
+        J.out[n + I] = uv;
+        g.silu_out[n] = silu(gv) * uv;
+      } else {
+        v += J.bias ? J.bias[n] : 0.f;
+        if (J.ep == static_cast<int>(Epilogue::kAddResidual)) {
+          J.out[n] += v;
+        } else {
+          J.out[n] = v;
+        }
+      }
     }
   }
 #endif
 }
 
-template <typename WT, int XC>
-void launch_bulk(const float* x, int64_t K, const void* w, int64_t N, const float* bias, float* out,
-                 bool residual, const BulkPlan& p, int sms, cudaStream_t s) {
-  auto* kern = decode_gemv_bulk_kernel<WT, XC>;
-  static size_t raised = 0;  // per instantiation: the dynamic shared memory allowed so far
-  if (p.smem > raised) {
-    cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(p.smem));
-    raised = p.smem;
+template <typename WT, int XC, bool kNorm, bool kPair>
+void launch_bulk(DecodeGemv g, cudaStream_t s) {
+  constexpr int TR = bulk_tile_rows(XC, kPair), SR = kPair ? 2 * TR : TR;
+  auto* kern = decode_gemv_bulk_kernel<WT, XC, kNorm, kPair>;
+  int64_t tiles = 0;
+  for (int i = 0; i < g.count; ++i) {
+    g.j[i].task_begin = tiles;
+    tiles += ((kPair ? g.j[i].N / 2 : g.j[i].N) + TR - 1) / TR;
   }
-  const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(p.tiles, sms));
-  launch_pdl(kern, dim3(static_cast<unsigned>(grid)), kBulkThreads, p.smem, s, x, K,
-             static_cast<const WT*>(w), N, bias, out, residual ? 1 : 0, p.stages, p.stage_stride, p.tiles);
+  const uint32_t stride =
+      static_cast<uint32_t>((static_cast<size_t>(g.K) * sizeof(WT) * SR + 127) / 128 * 128);
+  const int stages = static_cast<int>(std::clamp<size_t>(kBulkStageBudget / stride, 2, kBulkMaxStages));
+  // stages, kBulkMaxStages mbarriers, the warps' row sums [2][8][kBulkMaxRows], rms_inv's 16 floats
+  const size_t smem =
+      static_cast<size_t>(stages) * stride + 8 * kBulkMaxStages + (2 * 8 * kBulkMaxRows + 16) * sizeof(float);
+  static size_t raised = 0;  // per instantiation: the dynamic shared memory allowed so far
+  if (smem > raised) {
+    cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    raised = smem;
+  }
+  const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(tiles, g.sms));
+  launch_pdl(kern, dim3(static_cast<unsigned>(grid)), kBulkThreads, smem, s, g, stages, stride, tiles);
+}
+
+template <typename WT, bool kNorm, bool kPair>
+void dispatch_bulk_xc(const DecodeGemv& g, int xc, cudaStream_t s) {
+  switch (xc) {
+    case 1:
+      return launch_bulk<WT, 1, kNorm, kPair>(g, s);
+    case 2:
+      return launch_bulk<WT, 2, kNorm, kPair>(g, s);
+    case 4:
+      return launch_bulk<WT, 4, kNorm, kPair>(g, s);
+    default:
+      if constexpr (!kNorm && !kPair) {
+        if (xc == 8) return launch_bulk<WT, 8, false, false>(g, s);
+        return launch_bulk<WT, 12, false, false>(g, s);
+      }
+  }
 }
 
 template <typename WT>
-void dispatch_bulk(const float* x, int64_t K, const void* w, int64_t N, const float* bias, float* out,
-                   bool residual, int sms, cudaStream_t s) {
-  const BulkPlan p = bulk_plan(K, N, sizeof(WT));
-  switch (p.xc) {
-    case 1:
-      return launch_bulk<WT, 1>(x, K, w, N, bias, out, residual, p, sms, s);
-    case 2:
-      return launch_bulk<WT, 2>(x, K, w, N, bias, out, residual, p, sms, s);
-    case 4:
-      return launch_bulk<WT, 4>(x, K, w, N, bias, out, residual, p, sms, s);
-    case 8:
-      return launch_bulk<WT, 8>(x, K, w, N, bias, out, residual, p, sms, s);
-    default:
-      return launch_bulk<WT, 12>(x, K, w, N, bias, out, residual, p, sms, s);
-  }
+void dispatch_bulk(const DecodeGemv& g, int xc, cudaStream_t s) {
+  const bool norm = g.norm_w != nullptr, pair = g.silu_out != nullptr;
+  if (norm && pair) return dispatch_bulk_xc<WT, true, true>(g, xc, s);
+  if (norm) return dispatch_bulk_xc<WT, true, false>(g, xc, s);
+  if (pair) return dispatch_bulk_xc<WT, false, true>(g, xc, s);
+  dispatch_bulk_xc<WT, false, false>(g, xc, s);
 }
 
 constexpr int kPrefetchThreads = 128;
@@ -1433,24 +1508,9 @@ __global__ void __launch_bounds__(kPrefetchThreads)
 
 }  // namespace
 
-bool decode_gemv_bulk_fits(const Tensor& a, const Tensor& w) {
-  if (a.dtype != DType::kF32 || a.rows() != 1 || a.cols() % 8 != 0 || a.cols() == 0 ||
-      a.cols() > int64_t{kBulkThreads} * 8 * kBulkMaxXc)
-    return false;
-  if ((w.dtype != DType::kBF16 && w.dtype != DType::kF16) || w.cols() != a.cols() || w.rows() < 1 ||
-      w.row_stride() != w.cols())
-    return false;
-  return reinterpret_cast<uintptr_t>(a.data) % 16 == 0 && reinterpret_cast<uintptr_t>(w.data) % 16 == 0;
-}
-
-void decode_gemv_bulk(const Tensor& a, const Tensor& w, const float* bias, Tensor& out, bool residual,
-                      int sms, cudaStream_t s) {
-  const float* x = a.ptr<const float>();
-  if (w.dtype == DType::kF16) {
-    dispatch_bulk<__half>(x, a.cols(), w.data, w.rows(), bias, out.ptr<float>(), residual, sms, s);
-  } else {
-    dispatch_bulk<__nv_bfloat16>(x, a.cols(), w.data, w.rows(), bias, out.ptr<float>(), residual, sms, s);
-  }
+bool decode_gemv_bulk_takes(const DecodeGemv& g) {
+  int xc = 0;
+  return bulk_takes(g, &xc);
 }
 
 void l2_prefetch(const void* p, size_t bytes, bool after_wait, int sms, cudaStream_t s) {
@@ -1477,6 +1537,15 @@ bool decode_gemv_balances(const DecodeGemv& g) {
 }
 
 void decode_gemv(DecodeGemv g, cudaStream_t s) {
+  int xc = 0;
+  if (bulk_takes(g, &xc)) {
+    if (g.wt == DType::kF16) {
+      dispatch_bulk<__half>(g, xc, s);
+    } else {
+      dispatch_bulk<__nv_bfloat16>(g, xc, s);
+    }
+    return;
+  }
   int64_t tasks = 0;
   for (int i = 0; i < g.count; ++i) {
     g.j[i].task_begin = tasks;

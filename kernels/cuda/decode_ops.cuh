@@ -53,23 +53,23 @@ struct DecodeGemv {
   // SM) instead of 8 (448 blocks; 52 SMs with a fourth block: 32 rows). A row's sum does not change.
   bool balance = false;
   int tpb = 0;  // set by the launch: rows a block where balance spreads them
+  // bulk (VV_CUDA_GEMV_BULK=1; the caller sets it only on sm_90): the weights stream through shared
+  // memory by cp.async.bulk (decode_gemv_bulk_takes: 16-bit weights with contiguous rows, K a
+  // multiple of 8 up to 24,576, or 8,192 with the norm prologue or the SwiGLU epilogue; 16-byte
+  // aligned rows and input). A row's sum then has that kernel's order, which depends on K only.
+  bool bulk = false;
 };
 void decode_gemv(DecodeGemv g, cudaStream_t s);
 // Whether decode_gemv takes the balanced launch for g (DecodeGemv::balance and its conditions).
 bool decode_gemv_balances(const DecodeGemv& g);
+// Whether decode_gemv streams g's weights by cp.async.bulk (DecodeGemv::bulk and its conditions).
+bool decode_gemv_bulk_takes(const DecodeGemv& g);
 
 // rope(q, pos, q_heads), rope(k, pos, kv_heads), then kv_write(k, v) in one kernel (the unfused
 // ops' arithmetic). pos doubles as rows.row_pos (the model passes the same tensor).
 void rope_kv_write(Tensor& q, Tensor& k, const Tensor& v, const Tensor& pos, int q_heads,
                    const float* inv_freq, const AttentionRows& rows, KvLayer& cache,
                    const AttentionShape& shape, cudaStream_t s);
-
-// A one-row GEMM (out = a · wᵀ [+ bias] [+ out]) whose weights stream through shared memory by
-// cp.async.bulk (sm_90; VV_CUDA_GEMV_BULK): bf16/f16 weights with contiguous rows, K a multiple of 8
-// up to 24,576, 16-byte aligned a and w (decode_gemv_bulk_fits). A row's sum depends on K only.
-bool decode_gemv_bulk_fits(const Tensor& a, const Tensor& w);
-void decode_gemv_bulk(const Tensor& a, const Tensor& w, const float* bias, Tensor& out, bool residual,
-                      int sms, cudaStream_t s);
 
 // Bulk prefetch of [p, p + bytes) into L2 (sm_90: cp.async.bulk.prefetch.L2; p and bytes multiples of
 // 16) by a small PDL-chained kernel, so that HBM streams the next GEMV's weights while a latency-bound

@@ -186,12 +186,27 @@ Result<std::unique_ptr<Backend>> backend_with(const char* var, const char* value
   return be;
 }
 
-TEST(CudaDecodeFusion, LayerOpSequenceFusedEqualsUnfusedBitwiseAndTheReference) {
-  VV_CUDA_BACKEND_OR_SKIP(fused, false);
-  auto eager = backend_with("VV_CUDA_GRAPHS", "0");
+// switch: a VV_CUDA_* switch set to 1 for all three backends (nullptr: none).
+void check_layer_fusion(const char* sw) {
+  { VV_CUDA_BACKEND_OR_SKIP(probe, false); }
+  auto make = [&](const char* var, const char* value) {
+    if (sw) ::setenv(sw, "1", 1);
+    if (var) ::setenv(var, value, 1);
+    auto be = make_backend("cuda:0", BackendOptions{});
+    if (var) ::unsetenv(var);
+    if (sw) ::unsetenv(sw);
+    return be;
+  };
+  auto fused_be = make(nullptr, nullptr);
+  ASSERT_TRUE(fused_be.is_ok()) << fused_be.status().to_string();
+  Backend* fused = fused_be->get();
+  auto eager = make("VV_CUDA_GRAPHS", "0");
   ASSERT_TRUE(eager.is_ok()) << eager.status().to_string();
-  auto prof = backend_with("VV_CUDA_PROFILE", "1");
+  auto prof = make("VV_CUDA_PROFILE", "1");
   ASSERT_TRUE(prof.is_ok()) << prof.status().to_string();
+  cudaDeviceProp prop{};
+  const bool sm90 = cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major >= 9;
+  const bool bulk = sw != nullptr && std::string(sw) == "VV_CUDA_GEMV_BULK";
   const std::vector<LayerCase> cases = {
       {48, 128, 14, 2, 16, DType::kF32, DType::kF32, 5},             // the tiny model's decoder
       {136, 40, 3, 1, 8, DType::kBF16, DType::kBF16, 37},            // odd widths
@@ -215,6 +230,11 @@ TEST(CudaDecodeFusion, LayerOpSequenceFusedEqualsUnfusedBitwiseAndTheReference) 
                                                               << table;
     EXPECT_EQ(table.find("silu_mul"), std::string::npos) << what << ": silu_mul not fused\n" << table;
     EXPECT_EQ(table.find("rms_norm"), std::string::npos) << what << ": rms_norm not fused\n" << table;
+    if (bulk) {  // 16-bit weights, K a multiple of 8 up to 8,192 (all of them here): on sm_90 only
+      const bool takes = sm90 && c.wt != DType::kF32;
+      EXPECT_EQ(table.find("decode_gemv.fused_bulk") != std::string::npos, takes) << what << "\n" << table;
+      EXPECT_EQ(table.find("decode_gemv.bulk") != std::string::npos, takes) << what << " (down)\n" << table;
+    }
     auto same = [&](const auto& x, const auto& y, const char* name) {
       ASSERT_EQ(x.size(), y.size()) << what << " " << name;
       EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size() * sizeof(x[0])), 0)
@@ -248,6 +268,17 @@ TEST(CudaDecodeFusion, LayerOpSequenceFusedEqualsUnfusedBitwiseAndTheReference) 
     expect_close(cache_f32(got.kc, c.cache_t, n), cache_f32(want.kc, c.cache_t, n), ct, what + " K cache");
     expect_close(cache_f32(got.vc, c.cache_t, n), cache_f32(want.vc, c.cache_t, n), ct, what + " V cache");
   }
+}
+
+TEST(CudaDecodeFusion, LayerOpSequenceFusedEqualsUnfusedBitwiseAndTheReference) {
+  check_layer_fusion(nullptr);
+}
+
+// VV_CUDA_GEMV_BULK=1 (sm_90): the fused norm + q/k/v, gate_up with its SwiGLU epilogue and the lone
+// down projection stream their weights by cp.async.bulk. Fused and unfused (each GEMM alone on the
+// bulk kernel) still agree bitwise, as a row's sum depends on K only, and both the reference.
+TEST(CudaDecodeFusion, LayerOpSequenceWithBulkGemvsFusedEqualsUnfusedBitwise) {
+  check_layer_fusion("VV_CUDA_GEMV_BULK");
 }
 
 // VV_CUDA_GEMV_BALANCE=1: the lone one-row GEMVs (the layer's down projection with its residual;
