@@ -1231,11 +1231,12 @@ __global__ void __launch_bounds__(128, 3)
 }
 
 // ---- One-row GEMV streamed by bulk copies (VV_CUDA_GEMV_BULK, sm_90) --------------------------
-// One block per SM (at most), 8 warps, over a DecodeGemv's jobs. A job's weight rows are contiguous,
-// so a tile of TR rows (TR row pairs with the SwiGLU pairing: rows n.. and I + n..) is one copy (two):
-// thread 0 streams a block's tiles (a balanced contiguous run of the jobs' tiles) through `stages`
-// shared-memory stages with cp.async.bulk, each stage completing an mbarrier; the first stages are
-// issued before the PDL wait. Thread t holds the activation's chunks t, t + 256, ... (8 floats
+// One block per SM (at most), 8 warps, over a DecodeGemv's jobs; its stages take at most 104 KB, so a
+// block of the next launch fits beside it and starts its own copies while this one finishes (PDL). A job's
+// weight rows are contiguous, so a tile of TR rows (TR row pairs with the SwiGLU pairing: rows n.. and I +
+// n..) is one copy (two): thread 0 streams a block's tiles (a balanced contiguous run of the jobs' tiles)
+// through `stages` shared-memory stages with cp.async.bulk, each stage completing an mbarrier; the first
+// stages are issued before the PDL wait. Thread t holds the activation's chunks t, t + 256, ... (8 floats
 // each, XC of them; with the norm prologue, x · inv · norm_w rounded as the other GEMV rounds it) in
 // registers and sums w·act over those chunks of each row of the tile in chunk order (the tile's rows
 // interleaved, so their chains overlap); then each warp's xor tree, then the 8 warps' sums in warp
@@ -1248,7 +1249,7 @@ constexpr int kBulkMaxRows = 8;     // weight rows a stage
 constexpr int kBulkMaxXc = 12;      // activation chunks a thread: K <= 256 * 8 * 12 = 24,576
 constexpr int kBulkFusedMaxXc = 4;  // with the norm prologue or the SwiGLU pairing: K <= 8,192
 constexpr int kBulkMaxStages = 16;
-constexpr size_t kBulkStageBudget = 200 * 1024;
+constexpr size_t kBulkStageBudget = 104 * 1024;  // two blocks an SM (228 KB of shared memory)
 
 // Job rows (row pairs with kPair) a tile for XC chunks a thread: a stage holds about 16,384 weights.
 __host__ __device__ constexpr int bulk_tile_rows(int xc, bool pair) {
