@@ -1251,6 +1251,16 @@ constexpr int kBulkFusedMaxXc = 4;  // with the norm prologue or the SwiGLU pair
 constexpr int kBulkMaxStages = 16;
 constexpr size_t kBulkStageBudget = 104 * 1024;  // two blocks an SM (228 KB of shared memory)
 
+// The stages' bytes: kBulkStageBudget, or VV_CUDA_GEMV_BULK_KB (32 to 220) KB (more in flight, but the
+// next launch's block no longer fits beside this one above ~110). Read once.
+size_t bulk_budget() {
+  static const size_t b = [] {
+    const char* e = std::getenv("VV_CUDA_GEMV_BULK_KB");
+    return e ? static_cast<size_t>(std::clamp(std::atoi(e), 32, 220)) * 1024 : kBulkStageBudget;
+  }();
+  return b;
+}
+
 // Job rows (row pairs with kPair) a tile for XC chunks a thread: a stage holds about 16,384 weights.
 __host__ __device__ constexpr int bulk_tile_rows(int xc, bool pair) {
   return xc >= kBulkMaxRows ? 1
@@ -1448,7 +1458,7 @@ void launch_bulk(DecodeGemv g, cudaStream_t s) {
   }
   const uint32_t stride =
       static_cast<uint32_t>((static_cast<size_t>(g.K) * sizeof(WT) * SR + 127) / 128 * 128);
-  const int stages = static_cast<int>(std::clamp<size_t>(kBulkStageBudget / stride, 2, kBulkMaxStages));
+  const int stages = static_cast<int>(std::clamp<size_t>(bulk_budget() / stride, 2, kBulkMaxStages));
   // stages, kBulkMaxStages mbarriers, the warps' row sums [2][8][kBulkMaxRows], rms_inv's 16 floats
   const size_t smem =
       static_cast<size_t>(stages) * stride + 8 * kBulkMaxStages + (2 * 8 * kBulkMaxRows + 16) * sizeof(float);
