@@ -18,6 +18,7 @@
 
 #include "kernels/cuda/decode_attention.h"
 #include "kernels/cuda/decode_ops.cuh"
+#include "kernels/cuda/mbarrier.cuh"
 #include "kernels/cuda/mma_util.cuh"
 #include "kernels/cuda/pdl.cuh"
 
@@ -1321,26 +1322,15 @@ __global__ void __launch_bounds__(kBulkThreads, 1)
     const uint32_t bytes = static_cast<uint32_t>(row_bytes * static_cast<size_t>(rows));
     const uint32_t bar = bars + 8 * st, dst = base + static_cast<uint32_t>(st) * stride;
     const WT* wj = static_cast<const WT*>(g.j[jx].w);
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
-                 "r"(kPair ? 2 * bytes : bytes)
-                 : "memory");
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-            dst),
-        "l"(reinterpret_cast<uint64_t>(wj + n0 * K)), "r"(bytes), "r"(bar)
-        : "memory");
+    mbar::expect_tx(bar, kPair ? 2 * bytes : bytes);
+    mbar::bulk_copy(dst, wj + n0 * K, bytes, bar);
     if constexpr (kPair) {
-      asm volatile(
-          "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-              dst + static_cast<uint32_t>(row_bytes * TR)),
-          "l"(reinterpret_cast<uint64_t>(wj + (g.j[jx].N / 2 + n0) * K)), "r"(bytes), "r"(bar)
-          : "memory");
+      mbar::bulk_copy(dst + static_cast<uint32_t>(row_bytes * TR), wj + (g.j[jx].N / 2 + n0) * K, bytes, bar);
     }
   };
   if (tid == 0) {
-    for (int st = 0; st < stages; ++st)
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bars + 8 * st));
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    for (int st = 0; st < stages; ++st) mbar::init1(bars + 8 * st);
+    mbar::fence_init();
     // The weights do not depend on the previous kernel: in flight before the wait.
     for (int st = 0; st < stages && t0 + st < t1; ++st) issue(st, t0 + st);
   }
@@ -1378,11 +1368,7 @@ __global__ void __launch_bounds__(kBulkThreads, 1)
   for (int64_t t = t0; t < t1; ++t) {
     const int i = static_cast<int>(t - t0), st = i % stages;
     const uint32_t phase = static_cast<uint32_t>(i / stages) & 1u;
-    asm volatile(
-        "{\n.reg .pred p;\nWAIT_%=:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra "
-        "WAIT_%=;\n}\n" ::"r"(bars + 8 * st),
-        "r"(phase)
-        : "memory");
+    mbar::wait(bars + 8 * st, phase);
     int jx, rows;
     int64_t n0;
     locate(t, jx, n0, rows);

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstdlib>
 
+#include "kernels/cuda/mbarrier.cuh"
 #include "kernels/cuda/mma_util.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/stream_gemm.cuh"
@@ -227,10 +228,7 @@ __global__ void __launch_bounds__(128 * WG, 2 / WG)
         "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
         : "memory");
   };
-  auto expect = [&](int st) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bars + 8 * st), "r"(kStage)
-                 : "memory");
-  };
+  auto expect = [&](int st) { mbar::expect_tx(bars + 8 * st, kStage); };
   auto load_w = [&](int st, int64_t u) {
     tma(base + st * kStage, &wmap, static_cast<int>(u % ksteps) * kBK, static_cast<int>(u / ksteps) * BN,
         bars + 8 * st);
@@ -242,9 +240,8 @@ __global__ void __launch_bounds__(128 * WG, 2 / WG)
   if (tid == 0) {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&wmap)) : "memory");
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&xmap)) : "memory");
-    for (int st = 0; st < S; ++st)
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bars + 8 * st));
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    for (int st = 0; st < S; ++st) mbar::init1(bars + 8 * st);
+    mbar::fence_init();
     // The weights do not depend on the previous kernel: start streaming them before waiting for it.
     for (int st = 0; st < S && u0 + st < u1; ++st) {
       expect(st);
@@ -269,11 +266,7 @@ __global__ void __launch_bounds__(128 * WG, 2 / WG)
   for (int64_t u = u0; u < u1; ++u) {
     const int i = static_cast<int>(u - u0), st = i % S;
     const uint32_t phase = static_cast<uint32_t>(i / S) & 1u;
-    asm volatile(
-        "{\n.reg .pred p;\nWAIT_%=:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra "
-        "WAIT_%=;\n}\n" ::"r"(bars + 8 * st),
-        "r"(phase)
-        : "memory");
+    mbar::wait(bars + 8 * st, phase);
     const uint32_t w_addr = base + st * kStage + wg * 128 * 128, x_addr = base + st * kStage + kWBytes;
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
