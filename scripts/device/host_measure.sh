@@ -21,6 +21,7 @@
 #                (lone one-row GEMVs streamed by cp.async.bulk): their gpu tests, the one-row GEMM table with
 #                and without the bulk GEMV, then batch-1 decode (1,024-row prompt) with none, each, and
 #                two pairs, twice, interleaved
+#   curvepf      the curve's 64/128 points without and with VV_CUDA_L2_PREFETCH=1 (batched steps' o GEMM from L2)
 #   prefill4kab  the 4,096-row prefill, default against one 4,096-row chunk with VV_CUDA_ROPE_FLASH=1
 #                (vibevoice bench prefills a prompt in one chunk), interleaved, $AB_REPS (2) times
 #   normrope     VV_CUDA_NORM_DROP=1, VV_CUDA_ROPE_FLASH=1: their gpu tests (and the runner goldens with neither),
@@ -145,6 +146,11 @@ for step in "$@"; do
           run "decode_${cfg//[^A-Za-z0-9]/_}_$i" env "${kv[@]}" $B/cuda_decode_bench --preset 7b --bf16 --no-gemv \
             --tokens 256 --enc-audio 1 --job-audio 1 --job-tokens 1
         done
+      done ;;
+    curvepf)  # batched decode steps with the o projection's weights prefetched into L2 during the attention
+      for v in 0 1; do
+        run curve_l2pf$v env VV_CUDA_L2_PREFETCH=$v $B/engine_loop_bench --preset 7b --device cuda --bf16 \
+          --audio 30 --tokens "$CURVE_TOKENS" --concurrency 64,128
       done ;;
     prefill4kab)  # 4,096 rows: the default (1,024-row chunks) against one chunk with rope inside the flash kernel
       for i in $(seq "${AB_REPS:-2}"); do
