@@ -21,6 +21,8 @@
 #                (lone one-row GEMVs streamed by cp.async.bulk): their gpu tests, the one-row GEMM table with
 #                and without the bulk GEMV, then batch-1 decode (1,024-row prompt) with none, each, and
 #                two pairs, twice, interleaved
+#   ncugemv      Nsight Compute of the one-row GEMM table's GEMV launches (every shape: duration, DRAM
+#                bytes and throughput, grid, achieved occupancy), with the default GEMV and with VV_CUDA_GEMV_BULK=1
 #   curvepf      the curve's 64/128 points without and with VV_CUDA_L2_PREFETCH=1 (batched steps' o GEMM from L2)
 #   prefill4kab  the 4,096-row prefill, default against one 4,096-row chunk with VV_CUDA_ROPE_FLASH=1
 #                (vibevoice bench prefills a prompt in one chunk), interleaved, $AB_REPS (2) times
@@ -146,6 +148,15 @@ for step in "$@"; do
           run "decode_${cfg//[^A-Za-z0-9]/_}_$i" env "${kv[@]}" $B/cuda_decode_bench --preset 7b --bf16 --no-gemv \
             --tokens 256 --enc-audio 1 --job-audio 1 --job-tokens 1
         done
+      done ;;
+    ncugemv)  # why o/down/q stream slower than gate_up: per-launch DRAM figures of each one-row GEMV shape
+      NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+      M="gpu__time_duration.sum,dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed"
+      M="$M,launch__grid_size,sm__warps_active.avg.pct_of_peak_sustained_active"
+      for v in 0 1; do
+        run ncugemv_bulk$v env VV_CUDA_GEMV_BULK=$v $NCU --clock-control none --cache-control none --csv \
+          --kernel-name regex:decode_gemv --launch-count 200 --metrics "$M" \
+          $B/cuda_decode_bench --preset 7b --bf16 --table-only --gemv-m 1
       done ;;
     curvepf)  # batched decode steps with the o projection's weights prefetched into L2 during the attention
       for v in 0 1; do
