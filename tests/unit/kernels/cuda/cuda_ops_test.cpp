@@ -174,11 +174,7 @@ TEST(CudaOps, BulkStreamedOneRowGemvMatchesTheReferenceAndRepeatsBitwise) {
   { VV_CUDA_BACKEND_OR_SKIP(probe, false); }
   cudaDeviceProp prop{};
   const bool sm90 = cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major >= 9;
-  ::setenv("VV_CUDA_GEMV_BULK", "1", 1);
-  ::setenv("VV_CUDA_PROFILE", "1", 1);
-  auto made = make_backend("cuda:0", BackendOptions{});
-  ::unsetenv("VV_CUDA_GEMV_BULK");
-  ::unsetenv("VV_CUDA_PROFILE");
+  auto made = cuda_backend_with({{"VV_CUDA_GEMV_BULK", "1"}, {"VV_CUDA_PROFILE", "1"}}, false);
   ASSERT_TRUE(made.is_ok()) << made.status().to_string();
   Backend& gpu = **made;
   struct Case {

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/cpu_backend.h"
@@ -37,6 +38,18 @@ inline bool gpu_required() {
     }                                                                                           \
     var = std::move(*vv_be_);                                                                   \
   }
+
+// make_backend("cuda:0") with the environment variables `env` set while it is created (the backend
+// reads its VV_CUDA_* switches there), then unset again.
+inline Result<std::unique_ptr<Backend>> cuda_backend_with(
+    const std::vector<std::pair<const char*, const char*>>& env, bool bf16) {
+  for (const auto& [k, v] : env) ::setenv(k, v, 1);
+  BackendOptions opt;
+  opt.gpu_bf16_gemm = bf16;
+  auto be = make_backend("cuda:0", opt);
+  for (const auto& [k, v] : env) ::unsetenv(k);
+  return be;
+}
 
 // A device copy of a host matrix (same bytes, same strides).
 struct DeviceMatrix {

@@ -180,22 +180,17 @@ std::vector<float> cache_f32(const std::vector<uint8_t>& b, DType t, int64_t n) 
 }
 
 Result<std::unique_ptr<Backend>> backend_with(const char* var, const char* value) {
-  ::setenv(var, value, 1);
-  auto be = make_backend("cuda:0", BackendOptions{});
-  ::unsetenv(var);
-  return be;
+  return cuda_backend_with({{var, value}}, false);
 }
 
 // switch: a VV_CUDA_* switch set to 1 for all three backends (nullptr: none).
 void check_layer_fusion(const char* sw) {
   { VV_CUDA_BACKEND_OR_SKIP(probe, false); }
   auto make = [&](const char* var, const char* value) {
-    if (sw) ::setenv(sw, "1", 1);
-    if (var) ::setenv(var, value, 1);
-    auto be = make_backend("cuda:0", BackendOptions{});
-    if (var) ::unsetenv(var);
-    if (sw) ::unsetenv(sw);
-    return be;
+    std::vector<std::pair<const char*, const char*>> env;
+    if (sw) env.emplace_back(sw, "1");
+    if (var) env.emplace_back(var, value);
+    return cuda_backend_with(env, false);
   };
   auto fused_be = make(nullptr, nullptr);
   ASSERT_TRUE(fused_be.is_ok()) << fused_be.status().to_string();
@@ -288,9 +283,7 @@ TEST(CudaDecodeFusion, BalancedGemvRowsChangeNoBit) {
   VV_CUDA_BACKEND_OR_SKIP(plain, false);
   auto bal = backend_with("VV_CUDA_GEMV_BALANCE", "1");
   ASSERT_TRUE(bal.is_ok()) << bal.status().to_string();
-  ::setenv("VV_CUDA_GEMV_BALANCE", "1", 1);
-  auto prof = backend_with("VV_CUDA_PROFILE", "1");
-  ::unsetenv("VV_CUDA_GEMV_BALANCE");
+  auto prof = cuda_backend_with({{"VV_CUDA_GEMV_BALANCE", "1"}, {"VV_CUDA_PROFILE", "1"}}, false);
   ASSERT_TRUE(prof.is_ok()) << prof.status().to_string();
   const std::vector<LayerCase> cases = {
       {136, 40, 3, 1, 8, DType::kBF16, DType::kBF16, 37},            // fewer rows than blocks
@@ -385,14 +378,9 @@ TEST(CudaDecodeFusion, L2PrefetchOfTheOProjectionChangesNoBit) {
   cudaDeviceProp prop{};
   const bool sm90 = cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major >= 9;
   auto with = [](const char* mode, bool profile) {
-    ::setenv("VV_CUDA_L2_PREFETCH", mode, 1);
-    if (profile) ::setenv("VV_CUDA_PROFILE", "1", 1);
-    BackendOptions opt;
-    opt.gpu_bf16_gemm = true;
-    auto be = make_backend("cuda:0", opt);
-    ::unsetenv("VV_CUDA_L2_PREFETCH");
-    ::unsetenv("VV_CUDA_PROFILE");
-    return be;
+    std::vector<std::pair<const char*, const char*>> env = {{"VV_CUDA_L2_PREFETCH", mode}};
+    if (profile) env.emplace_back("VV_CUDA_PROFILE", "1");
+    return cuda_backend_with(env, true);
   };
   auto after = with("1", false), before = with("2", false), prof = with("1", true);
   ASSERT_TRUE(after.is_ok() && before.is_ok() && prof.is_ok());

@@ -86,12 +86,7 @@ FuseOut run_layer(Backend& be, const FuseCase& c, FuseData& d, bool discards = f
 
 Result<std::unique_ptr<Backend>> bf16_backend_with(
     const std::vector<std::pair<const char*, const char*>>& env) {
-  for (const auto& [k, v] : env) ::setenv(k, v, 1);
-  BackendOptions opt;
-  opt.gpu_bf16_gemm = true;
-  auto be = make_backend("cuda:0", opt);
-  for (const auto& [k, v] : env) ::unsetenv(k);
-  return be;
+  return cuda_backend_with(env, true);
 }
 
 TEST(CudaLtOperandFusion, LayerOpSequenceFusedEqualsUnfusedBitwise) {

@@ -211,17 +211,8 @@ TEST(CudaFlashPrefill, WarpgroupMmaScoresAndValuesOnHopper) {
 // The attention output and the cache must be the bits of the ops run one by one (rope_rotate and the
 // same cosf/sinf of the same angle in both kernels); q is left as it was (it was discarded).
 void rope_flash_case(int heads, int kv_heads, const std::vector<Seq>& seqs, int bs, uint32_t seed) {
-  auto make = [](bool fused) {
-    if (fused) ::setenv("VV_CUDA_ROPE_FLASH", "1", 1);
-    ::setenv("VV_CUDA_PROFILE", "1", 1);
-    BackendOptions opt;
-    opt.gpu_bf16_gemm = true;
-    auto be = make_backend("cuda:0", opt);
-    ::unsetenv("VV_CUDA_ROPE_FLASH");
-    ::unsetenv("VV_CUDA_PROFILE");
-    return be;
-  };
-  auto plain = make(false), fused = make(true);
+  auto plain = cuda_backend_with({{"VV_CUDA_PROFILE", "1"}}, true),
+       fused = cuda_backend_with({{"VV_CUDA_ROPE_FLASH", "1"}, {"VV_CUDA_PROFILE", "1"}}, true);
   ASSERT_TRUE(plain.is_ok() && fused.is_ok());
   const int D = 128, S = static_cast<int>(seqs.size());
   int max_blocks = 0, total_blocks = 0;
