@@ -259,6 +259,21 @@ class Backend {
       add_scaled(xt, gamma, vt);
     }
   }
+  // One ConvNeXt block of the encoders: the mixer branch (conv_mixer) then the FFN branch (conv_ffn) on
+  // the same rows x [T, C], both norms with eps. A backend that runs the whole block as one fused
+  // operation takes it and returns true: x is then as the two ops leave it, and u's last min(T, K−1)
+  // rows hold the mixer's normalised rows (the next segment's history, as conv_mixer leaves them); the
+  // rest of u and v and all of h are scratch. The default takes nothing and returns false; the caller
+  // then runs conv_mixer and conv_ffn itself (the FFN may then run over several clips' rows at once).
+  struct ConvBlockWeights {
+    Tensor norm_w, mixer_w, mixer_b, gamma;        // mixer branch: norm weight, taps [C, K], bias, scale
+    Tensor ffn_norm_w, w1, b1, w2, b2, ffn_gamma;  // FFN branch, as conv_ffn takes them
+  };
+  virtual bool conv_block(Tensor& x, float eps, const Tensor& history, const ConvBlockWeights& wt, Tensor& u,
+                          Tensor& v, Tensor& h) {
+    (void)x, (void)eps, (void)history, (void)wt, (void)u, (void)v, (void)h;
+    return false;
+  }
   // out[r,c] = silu(gate_up[r,c]) * gate_up[r, I + c], gate_up [n, 2I] → out [n, I]
   virtual void silu_mul(const Tensor& gate_up, Tensor& out) = 0;
   // The caller will not read t's contents again before overwriting them: a backend may leave t

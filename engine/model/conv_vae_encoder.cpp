@@ -254,6 +254,20 @@ void ConvVaeEncoder::run_mixer(const Block& b, Tensor& history, Tensor& x, int64
   update_history(history, u);
 }
 
+bool ConvVaeEncoder::run_block(const Block& b, Tensor& history, Tensor& x, int64_t ws_row) {
+  const int64_t t = x.rows(), c = b.channels;
+  Tensor u = f32_rows(ws_->u.buf.data(), ws_row, t, c);
+  Tensor v = f32_rows(ws_->v.buf.data(), ws_row, t, c);
+  const int64_t e = static_cast<int64_t>(spec_.ffn_expansion) * c;
+  const int64_t tile = std::min(t, std::max<int64_t>(1, ffn_tile_elems_ / e));
+  Tensor h = Tensor::matrix(ws_->ffn_h.buf.data(), DType::kF32, tile, e);
+  const Backend::ConvBlockWeights wt{b.norm.t,  b.mixer_w.t, b.mixer_b.t, b.gamma.t, b.ffn_norm.t,
+                                     b.fc1_w.t, b.fc1_b.t,   b.fc2_w.t,   b.fc2_b.t, b.ffn_gamma.t};
+  if (!be_.conv_block(x, spec_.rms_norm_eps, history, wt, u, v, h)) return false;
+  update_history(history, u);
+  return true;
+}
+
 void ConvVaeEncoder::run_ffn(const Block& b, Tensor& x) {
   const int64_t t = x.rows(), c = b.channels;
   Tensor u = Tensor::matrix(ws_->u.buf.data(), DType::kF32, t, c);
@@ -354,8 +368,21 @@ Status ConvVaeEncoder::encode_segments(std::span<const SegmentRef> items) {
     }
     Tensor all = f32_rows(nxt, p, span, producer.out);
     for (const Block& b : stages_[st]) {
-      for (size_t i = 0; i < nb; ++i) run_mixer(b, items[i].stream->mixer_state_[block_i], x[i], out_row[i]);
-      run_ffn(b, all);
+      // The whole block as one op per clip where the backend fuses it; otherwise the mixer per clip,
+      // then the FFN once over every clip's rows (one launch for the packed clips).
+      size_t fused = 0;
+      while (fused < nb && run_block(b, items[fused].stream->mixer_state_[block_i], x[fused], out_row[fused]))
+        ++fused;
+      if (fused == 0) {
+        for (size_t i = 0; i < nb; ++i)
+          run_mixer(b, items[i].stream->mixer_state_[block_i], x[i], out_row[i]);
+        run_ffn(b, all);
+      } else {
+        for (size_t i = fused; i < nb; ++i) {  // a backend that took the first clips but not these
+          run_mixer(b, items[i].stream->mixer_state_[block_i], x[i], out_row[i]);
+          run_ffn(b, x[i]);
+        }
+      }
       ++block_i;
     }
     ++conv_i;

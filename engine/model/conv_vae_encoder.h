@@ -128,6 +128,9 @@ class ConvVaeEncoder {
   Status run_conv(const Conv& c, Tensor& state, void* in_base, int64_t t_in, Tensor& out);
   void run_mixer(const Block& b, Tensor& history, Tensor& x, int64_t ws_row);
   void run_ffn(const Block& b, Tensor& x);
+  // Backend::conv_block on one clip's rows (and its history after it); false where the backend does
+  // not fuse the block (nothing has run then).
+  bool run_block(const Block& b, Tensor& history, Tensor& x, int64_t ws_row);
   void update_history(Tensor& history, const Tensor& u);
   void add_noise(EncoderStream& s, Tensor& out);
 

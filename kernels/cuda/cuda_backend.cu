@@ -468,6 +468,26 @@ class CudaBackend final : public Backend {
       launched("conv_mixer");
     });
   }
+  // A whole encoder block in one kernel (cuda::conv_block_fused) where VV_CUDA_ENC_BLOCK=1, bf16 mode,
+  // C ∈ {32, 64} (stages 0 and 1) and the operands both fused branches take; elsewhere false (the
+  // encoder then runs conv_mixer and conv_ffn). Same bits as those two.
+  bool conv_block(Tensor& x, float eps, const Tensor& history, const ConvBlockWeights& wt, Tensor& u,
+                  Tensor& v, Tensor& h) override {
+    if (!enc_block_ || compute_ != CudaCompute::kBF16 || !cuda::conv_block_fits(x, history, wt, u, v) ||
+        ffn_lt_takes(x, wt.w1, wt.b1, wt.w2, wt.b2, u, v, h))
+      return false;
+    Sig s(105);
+    s << x << eps << history << wt.norm_w << wt.mixer_w << wt.mixer_b << wt.gamma << wt.ffn_norm_w << wt.w1
+      << wt.b1 << wt.w2 << wt.b2 << wt.ffn_gamma << u << v;
+    defer(s, [=, this] {
+      Tensor xx = x, uu = u, vv = v;
+      const std::string label = "conv_block.fused.c" + std::to_string(x.cols());
+      OpTimer timer(this, label.c_str());
+      cuda::conv_block_fused(xx, eps, history, wt, uu, vv, stream_);
+      launched("conv_block");
+    });
+    return true;
+  }
   void discard(const Tensor& t) override {
     // Read by fuse_mlp_at and fuse_lt_operand_at (a norm output no one reads skips its f32 write);
     // nothing is recorded for one row (the GEMV path fuses without it).
@@ -1763,6 +1783,9 @@ class CudaBackend final : public Backend {
   bool ffn_lt_ = !(std::getenv("VV_CUDA_FFN_LT") && std::string(std::getenv("VV_CUDA_FFN_LT")) == "0");
   int64_t ffn_lt_min_ =
       std::getenv("VV_CUDA_FFN_LT_MIN") ? std::atoll(std::getenv("VV_CUDA_FFN_LT_MIN")) : kFfnLtMin;
+  // VV_CUDA_ENC_BLOCK=1: the encoders' stage-0 and stage-1 blocks as one kernel each (conv_block);
+  // opt-in until measured on a GPU.
+  bool enc_block_ = std::getenv("VV_CUDA_ENC_BLOCK") && std::string(std::getenv("VV_CUDA_ENC_BLOCK")) == "1";
   // The prefill MLP through bf16 intermediates (fuse_mlp_at); VV_CUDA_MLP_FUSE=0 turns it off (A/B).
   bool mlp_fuse_ = !(std::getenv("VV_CUDA_MLP_FUSE") && std::string(std::getenv("VV_CUDA_MLP_FUSE")) == "0");
   // VV_CUDA_MLP_FUSE_ROWS: the fewest rows the MLP fusion takes (default 2: batched decode steps and

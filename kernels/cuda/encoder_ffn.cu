@@ -12,6 +12,7 @@
 // The first version (4 warps, 64 rows, chunks loaded synchronously between two barriers, norm of one
 // row at a time; commit db4a299 has it as encoder_ffn_v1.cu) ran at ~74 TFLOP/s over stages 0-3.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -26,6 +27,7 @@ namespace vv::cuda {
 namespace {
 
 using mma::cp_async16;
+using mma::cp_async4_zfill;
 using mma::cp_async_commit;
 using mma::cp_async_wait;
 using mma::ldsm_a;
@@ -449,6 +451,307 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
+// ---- The whole ConvNeXt block (Backend::conv_block) at C ∈ {32, 64}, E = 4C ----------------------
+// Mixer (x += gamma ⊙ dwconv7(rms_norm(x))) and FFN in one pass: each warp takes runs of kRunRows
+// consecutive rows in order, 16 at a time. Per 16 rows it normalises and convolves with a lane per
+// channel (the 6 rows of u before the run come from the mixer's side pass, or the history at row 0,
+// and then from the warp's own previous 16 rows, in registers), normalises the mixed rows for the
+// FFN into shared memory as bf16, runs the resident FFN (both weights in shared memory, as
+// ffn_resident_kernel) and writes x once. The next 16 rows' loads are in flight in registers while
+// the current ones compute, and the FFN's residual comes from shared memory, not a second read of x.
+// Every value is computed as conv_mixer_fused and the FFN kernel compute it (same operations in the
+// same order: the norms' sums are warp_sum's tree, taken over 16 rows at once), so x and u's last
+// rows have the bits of conv_mixer then conv_ffn. Unfused a stage-0 block reads x ~3.1 times and
+// writes it twice; here ~1.1 and once.
+constexpr int kHaloRows = 6;  // the mixer's reach: kernel 7
+constexpr int kRunRows = 64;  // rows a warp takes in order (side-pass rows at each run's start)
+constexpr int kRunSubs = kRunRows / kWarpRows;
+
+template <int C>
+struct BlockCfg {
+  static constexpr int kPer = C / 32;  // channels per lane in the mixer phase
+  static constexpr int E = 4 * C;
+  static constexpr int LDU = C + 8, LDW1 = C + 8, LDW2 = E + 8;
+  // f32 rows of x; C + 8 keeps the epilogue's 8-byte reads (8 rows × 4 column pairs a half-warp) on
+  // 32 distinct banks.
+  static constexpr int LDX = C + 8;
+  // Per-channel vectors in shared memory, one row each: taps 0-6, mixer norm, mixer bias, mixer
+  // scale, FFN norm.
+  static constexpr int kVecRows = 11;
+  // C = 32: 76 KB and ≤ 128 registers, two blocks an SM. C = 64: the weights alone take 69 KB: one
+  // block of 12 warps (225 KB).
+  static constexpr int kWarps = C == 32 ? 8 : 12;
+  static constexpr int kMinBlocks = C == 32 ? 2 : 1;
+  static constexpr size_t kWeightBytes = (static_cast<size_t>(E) * LDW1 + static_cast<size_t>(C) * LDW2) * 2;
+  static constexpr size_t kVecBytes = static_cast<size_t>(kVecRows) * C * 4;
+  // Per warp: x rows [2][16][LDX] f32 (the current rows and the next ones in flight), the halo [6][C]
+  // f32, the normalised rows [16][LDU] bf16.
+  static constexpr size_t kWarpBytes =
+      (2 * kWarpRows * static_cast<size_t>(LDX) + 6 * C) * 4 + kWarpRows * LDU * 2;
+  static constexpr size_t smem = kWeightBytes + kVecBytes + kWarps * kWarpBytes;
+  static_assert(C % 32 == 0 && kWeightBytes % 16 == 0 && kVecBytes % 16 == 0 && kWarpBytes % 16 == 0,
+                "conv block layout");
+  static_assert(smem <= 227 * 1024, "conv block shared memory");
+};
+
+__device__ __forceinline__ float tap_f32(float v) {
+  return v;
+}
+__device__ __forceinline__ float tap_f32(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+__device__ __forceinline__ float tap_f32(__half v) {
+  return __half2float(v);
+}
+
+// One halving step of rows16_sum: N rows' partials in, N/2 out; lanes with bit O set keep the upper
+// half and send the lower one to their partner lane ^ O.
+template <int N, int O>
+__device__ __forceinline__ void fold_rows(const float (&p)[N], float (&q)[N / 2], int lane) {
+  const bool hi = (lane & O) != 0;
+#pragma unroll
+  for (int j = 0; j < N / 2; ++j) {
+    const float keep = hi ? p[j + N / 2] : p[j];
+    const float send = hi ? p[j] : p[j + N / 2];
+    q[j] = keep + __shfl_xor_sync(0xffffffffu, send, O);
+  }
+}
+
+// The warp sums of 16 rows' lane partials p[i]: returns row lane/2's sum (lanes 2i and 2i+1 hold row
+// i). Each step adds the same two partial sums as warp_sum's xor butterfly (own, then the partner's
+// at lane ^ O, for O = 16, 8, 4, 2, 1), so every row gets the bits warp_sum gives it; 16 shuffles
+// for the 16 rows instead of 80.
+__device__ __forceinline__ float rows16_sum(const float (&p)[16], int lane) {
+  float q8[8], q4[4], q2[2], q1[1];
+  fold_rows<16, 16>(p, q8, lane);
+  fold_rows<8, 8>(q8, q4, lane);
+  fold_rows<4, 4>(q4, q2, lane);
+  fold_rows<2, 2>(q2, q1, lane);
+  return q1[0] + __shfl_xor_sync(0xffffffffu, q1[0], 1);
+}
+
+// Issues the copies of the 16 rows r0.. of x (rows ≥ T as zeros) into Xb [16][LDX] and, where `halo`,
+// the 6 rows of u before run `run` into Hb [6][C] (the side pass's rows, or the history at row 0, or
+// zeros), then commits them as one group. A lane copies only its own
+// channels (lane + 32e), the ones it reads back in the mixer phase.
+template <int C>
+__device__ __forceinline__ void issue_block_rows(const float* x, int64_t ldx, int64_t T, int64_t r0,
+                                                 bool halo, int64_t run, const float* side, const float* hist,
+                                                 int64_t ldh, float* Xb, float* Hb, int lane) {
+  constexpr int P = C / 32, LDX = BlockCfg<C>::LDX;
+#pragma unroll
+  for (int i = 0; i < kWarpRows; ++i) {
+    const int64_t r = r0 + i;
+    const float* src = x + (r < T ? r : 0) * ldx;
+#pragma unroll
+    for (int e = 0; e < P; ++e) cp_async4_zfill(Xb + i * LDX + lane + 32 * e, src + lane + 32 * e, r < T);
+  }
+  if (halo) {
+    const float* src = run > 0 ? side + (run - 1) * kHaloRows * C : hist;
+    const int64_t lds = run > 0 ? C : ldh;
+#pragma unroll
+    for (int j = 0; j < kHaloRows; ++j) {
+#pragma unroll
+      for (int e = 0; e < P; ++e) {
+        const int c = lane + 32 * e;
+        cp_async4_zfill(Hb + j * C + c, src ? src + j * lds + c : x, src != nullptr);
+      }
+    }
+  }
+  cp_async_commit();
+}
+
+template <int C, typename WT, bool kFast>
+__global__ void __launch_bounds__(BlockCfg<C>::kWarps * 32, BlockCfg<C>::kMinBlocks)
+    conv_block_kernel(float* x, int64_t ldx, int64_t T, const float* __restrict__ hist, int64_t ldh,
+                      const float* __restrict__ side, const float* __restrict__ nw1,
+                      const WT* __restrict__ taps, int64_t ldw, const float* __restrict__ mb,
+                      const float* __restrict__ g1, const float* __restrict__ nw2,
+                      const __nv_bfloat16* __restrict__ w1, const float* __restrict__ b1,
+                      const __nv_bfloat16* __restrict__ w2, const float* __restrict__ b2,
+                      const float* __restrict__ g2, float eps, float* __restrict__ u, int64_t ldu) {
+  using K = BlockCfg<C>;
+  constexpr int E = K::E, P = K::kPer, NW = K::kWarps, KC = C / 16;
+  constexpr int LDU = K::LDU, LDW1 = K::LDW1, LDW2 = K::LDW2, LDX = K::LDX;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __nv_bfloat16* W1s = reinterpret_cast<__nv_bfloat16*>(smem_raw);
+  __nv_bfloat16* W2s = W1s + E * LDW1;
+  float* Vs = reinterpret_cast<float*>(smem_raw + K::kWeightBytes);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  unsigned char* wbase = smem_raw + K::kWeightBytes + K::kVecBytes + warp * K::kWarpBytes;
+  float* Xb = reinterpret_cast<float*>(wbase);  // [2][16][LDX]
+  float* Hb = Xb + 2 * kWarpRows * LDX;         // [6][C]
+  __nv_bfloat16* Uw = reinterpret_cast<__nv_bfloat16*>(Hb + kHaloRows * C);
+
+  for (int i = threadIdx.x; i < E * (C / 8); i += NW * 32) {
+    const int row = i / (C / 8), c8 = (i % (C / 8)) * 8;
+    cp_async16(W1s + row * LDW1 + c8, w1 + static_cast<int64_t>(row) * C + c8);
+  }
+  for (int i = threadIdx.x; i < C * (E / 8); i += NW * 32) {
+    const int row = i / (E / 8), h8 = (i % (E / 8)) * 8;
+    cp_async16(W2s + row * LDW2 + h8, w2 + static_cast<int64_t>(row) * E + h8);
+  }
+  cp_async_commit();
+  for (int c = threadIdx.x; c < C; c += NW * 32) {
+#pragma unroll
+    for (int k = 0; k < 7; ++k) Vs[k * C + c] = tap_f32(taps[c * ldw + k]);
+    Vs[7 * C + c] = nw1[c];
+    Vs[8 * C + c] = mb ? mb[c] : 0.f;
+    Vs[9 * C + c] = g1[c];
+    Vs[10 * C + c] = nw2[c];
+  }
+  const int64_t runs = (T + kRunRows - 1) / kRunRows;
+  const int64_t wstride = static_cast<int64_t>(gridDim.x) * NW;
+  int64_t run = static_cast<int64_t>(blockIdx.x) * NW + warp;
+  int sub = 0, buf = 0;
+  if (run < runs) issue_block_rows<C>(x, ldx, T, run * kRunRows, true, run, side, hist, ldh, Xb, Hb, lane);
+  cp_async_wait<0>();
+  __syncthreads();  // the weights and vectors are in shared memory (the block's only barrier)
+
+  while (run < runs) {
+    const int64_t r0 = run * kRunRows + sub * kWarpRows;
+    float* Xc = Xb + buf * kWarpRows * LDX;
+    cp_async_wait<0>();  // this lane's copies of these rows (and halo) have landed
+    // The 6 rows of u before these: the copied halo at a run's start, else the previous rows' own
+    // (stored by this lane below).
+    float ring[kHaloRows][P];
+#pragma unroll
+    for (int j = 0; j < kHaloRows; ++j)
+#pragma unroll
+      for (int e = 0; e < P; ++e) ring[j][e] = Hb[j * C + lane + 32 * e];
+    __syncwarp();  // read before the next run's halo may be copied over it
+    // The next 16 rows (and the halo, where they start a run) are copied while these compute.
+    int64_t nrun = run;
+    int nsub = sub + 1;
+    if (nsub == kRunSubs || r0 + kWarpRows >= T) {
+      nrun = run + wstride;
+      nsub = 0;
+    }
+    if (nrun < runs)
+      issue_block_rows<C>(x, ldx, T, nrun * kRunRows + nsub * kWarpRows, nsub == 0, nrun, side, hist, ldh,
+                          Xb + (buf ^ 1) * kWarpRows * LDX, Hb, lane);
+
+    float wk[7][P], nwa[P], mba[P], g1a[P], nwb[P];
+#pragma unroll
+    for (int e = 0; e < P; ++e) {
+      const int c = lane + 32 * e;
+#pragma unroll
+      for (int k = 0; k < 7; ++k) wk[k][e] = Vs[k * C + c];
+      nwa[e] = Vs[7 * C + c];
+      mba[e] = Vs[8 * C + c];
+      g1a[e] = Vs[9 * C + c];
+      nwb[e] = Vs[10 * C + c];
+    }
+    float xc[kWarpRows][P];
+#pragma unroll
+    for (int i = 0; i < kWarpRows; ++i)
+#pragma unroll
+      for (int e = 0; e < P; ++e) xc[i][e] = Xc[i * LDX + lane + 32 * e];
+
+    // Mixer: u = rms_norm(x) (row_inv_rms's arithmetic), then the causal conv over u and x += g1 ⊙ y.
+    float pr[kWarpRows];
+#pragma unroll
+    for (int i = 0; i < kWarpRows; ++i) {
+      float ss = 0.f;
+#pragma unroll
+      for (int e = 0; e < P; ++e) ss = fmaf(xc[i][e], xc[i][e], ss);
+      pr[i] = ss;
+    }
+    const float inv1 = 1.0f / sqrtf(rows16_sum(pr, lane) / static_cast<float>(C) + eps);
+    float uu[kWarpRows][P];
+#pragma unroll
+    for (int i = 0; i < kWarpRows; ++i) {
+      const float iv = __shfl_sync(0xffffffffu, inv1, 2 * i);
+#pragma unroll
+      for (int e = 0; e < P; ++e) uu[i][e] = (xc[i][e] * iv) * nwa[e];
+    }
+#pragma unroll
+    for (int i = 0; i < kWarpRows; ++i) {
+#pragma unroll
+      for (int e = 0; e < P; ++e) {
+        float a = 0.f;
+#pragma unroll
+        for (int k = 0; k < 7; ++k) {
+          const int src = i + k - kHaloRows;
+          a = fmaf(wk[k][e], src < 0 ? ring[src + kHaloRows][e] : uu[src][e], a);
+        }
+        const float y = a + mba[e];
+        float o = xc[i][e];
+        o += g1a[e] * y;
+        xc[i][e] = o;
+      }
+    }
+    // Only u's last rows leave the kernel: the caller carries them as the next segment's history.
+    if (r0 + kWarpRows > T - kHaloRows) {
+#pragma unroll
+      for (int i = 0; i < kWarpRows; ++i) {
+        const int64_t r = r0 + i;
+        if (r >= T - kHaloRows && r < T) {
+#pragma unroll
+          for (int e = 0; e < P; ++e) u[r * ldu + lane + 32 * e] = uu[i][e];
+        }
+      }
+    }
+    if (nsub != 0) {  // the run goes on: its next rows' halo is these rows' last 6 (no copy targets Hb)
+#pragma unroll
+      for (int j = 0; j < kHaloRows; ++j)
+#pragma unroll
+        for (int e = 0; e < P; ++e) Hb[j * C + lane + 32 * e] = uu[kWarpRows - kHaloRows + j][e];
+    }
+
+    // FFN norm (norm_rows' arithmetic) into Uw as bf16; the mixed rows back into Xc for the residual.
+#pragma unroll
+    for (int i = 0; i < kWarpRows; ++i) {
+      float ss = 0.f;
+#pragma unroll
+      for (int e = 0; e < P; ++e) ss = fmaf(xc[i][e], xc[i][e], ss);
+      pr[i] = ss;
+    }
+    const float inv2 = 1.0f / sqrtf(rows16_sum(pr, lane) / static_cast<float>(C) + eps);
+#pragma unroll
+    for (int i = 0; i < kWarpRows; ++i) {
+      const float iv = __shfl_sync(0xffffffffu, inv2, 2 * i);
+#pragma unroll
+      for (int e = 0; e < P; ++e) {
+        const int c = lane + 32 * e;
+        Uw[i * LDU + c] = __float2bfloat16_rn(xc[i][e] * iv * nwb[e]);
+        Xc[i * LDX + c] = xc[i][e];
+      }
+    }
+    __syncwarp();
+    uint32_t uf[KC][4];
+#pragma unroll
+    for (int kd = 0; kd < KC; ++kd) ldsm_a(Uw + kd * 16, LDU, lane, uf[kd]);
+    float acc[C / 8][4];
+#pragma unroll
+    for (int ct = 0; ct < C / 8; ++ct) acc[ct][0] = acc[ct][1] = acc[ct][2] = acc[ct][3] = 0.f;
+#pragma unroll
+    for (int j0 = 0; j0 < E; j0 += kHid)
+      ffn_chunk<C, LDU, LDW1, LDW2, true, kFast>(Uw, uf, W1s + j0 * LDW1, W2s + j0, b1 + j0, acc, lane);
+    // x = mixed + g2 ⊙ (acc + b2), as ffn_store applies it.
+    const int g = lane >> 2, t4 = lane & 3;
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int i = g + 8 * hh;
+      const int64_t r = r0 + i;
+      if (r >= T) continue;
+      float* xr = x + r * ldx;
+#pragma unroll
+      for (int ct = 0; ct < C / 8; ++ct) {
+        const int c = ct * 8 + 2 * t4;
+        float2 o = *reinterpret_cast<const float2*>(Xc + i * LDX + c);
+        o.x += g2[c] * (acc[ct][2 * hh] + b2[c]);
+        o.y += g2[c + 1] * (acc[ct][2 * hh + 1] + b2[c + 1]);
+        *reinterpret_cast<float2*>(xr + c) = o;
+      }
+    }
+    __syncwarp();  // every lane is done with Uw and Xc before they are written again
+    run = nrun;
+    sub = nsub;
+    buf ^= 1;
+  }
+}
+
 int sm_count() {
   int dev = 0, n = 0;
   cudaGetDevice(&dev);
@@ -507,6 +810,47 @@ void launch_wide(Tensor& x, const Tensor& norm_w, float eps, const Tensor& w1, c
       x.ptr<float>(), x.row_stride(), T, norm_w.ptr<const float>(), eps, w1.ptr<const __nv_bfloat16>(),
       b1.ptr<const float>(), w2.ptr<const __nv_bfloat16>(), b2.ptr<const float>(), gamma.ptr<const float>(),
       static_cast<int>(w1.rows()));
+}
+
+template <int C, typename WT, bool F>
+void launch_block(Tensor& x, float eps, const float* hist, int64_t ldh, const float* side,
+                  const Backend::ConvBlockWeights& wt, const WT* taps, Tensor& u, cudaStream_t s) {
+  using K = BlockCfg<C>;
+  static int grid_cap = 0;  // per instantiation: blocks resident at once on the whole device
+  if (grid_cap == 0) {
+    cudaFuncSetAttribute(conv_block_kernel<C, WT, F>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         static_cast<int>(K::smem));
+    int per_sm = 0;
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, conv_block_kernel<C, WT, F>, K::kWarps * 32,
+                                                  K::smem);
+    grid_cap = (per_sm > 0 ? per_sm : 1) * sm_count();
+  }
+  const int64_t T = x.rows();
+  const int64_t runs = (T + kRunRows - 1) / kRunRows;
+  const int64_t blocks = std::min<int64_t>((runs + K::kWarps - 1) / K::kWarps, grid_cap);
+  const float* mb = wt.mixer_b.data ? wt.mixer_b.ptr<const float>() : nullptr;
+  conv_block_kernel<C, WT, F><<<static_cast<unsigned>(blocks), K::kWarps * 32, K::smem, s>>>(
+      x.ptr<float>(), x.row_stride(), T, hist, ldh, side, wt.norm_w.ptr<const float>(), taps,
+      wt.mixer_w.row_stride(), mb, wt.gamma.ptr<const float>(), wt.ffn_norm_w.ptr<const float>(),
+      wt.w1.ptr<const __nv_bfloat16>(), wt.b1.ptr<const float>(), wt.w2.ptr<const __nv_bfloat16>(),
+      wt.b2.ptr<const float>(), wt.ffn_gamma.ptr<const float>(), eps, u.ptr<float>(), u.row_stride());
+}
+
+template <int C, bool F>
+void launch_block_taps(Tensor& x, float eps, const float* hist, int64_t ldh, const float* side,
+                       const Backend::ConvBlockWeights& wt, Tensor& u, cudaStream_t s) {
+  switch (wt.mixer_w.dtype) {
+    case DType::kBF16:
+      launch_block<C, __nv_bfloat16, F>(x, eps, hist, ldh, side, wt, wt.mixer_w.ptr<const __nv_bfloat16>(), u,
+                                        s);
+      break;
+    case DType::kF16:
+      launch_block<C, __half, F>(x, eps, hist, ldh, side, wt, wt.mixer_w.ptr<const __half>(), u, s);
+      break;
+    default:
+      launch_block<C, float, F>(x, eps, hist, ldh, side, wt, wt.mixer_w.ptr<const float>(), u, s);
+      break;
+  }
 }
 
 bool aligned16(const void* p) {
@@ -577,6 +921,43 @@ bool conv_ffn_fits(const Tensor& x, const Tensor& norm_w, const Tensor& w1, cons
   if (w1.cols() != C || w1.row_stride() != C || w2.rows() != C || w2.cols() != E || w2.row_stride() != E)
     return false;
   return aligned16(w1.data) && aligned16(w2.data);
+}
+
+bool conv_block_fits(const Tensor& x, const Tensor& history, const Backend::ConvBlockWeights& wt,
+                     const Tensor& u, const Tensor& v) {
+  const int64_t T = x.rows(), C = x.cols();
+  if ((C != 32 && C != 64) || T <= 0 || wt.w1.rows() != 4 * C) return false;
+  // 76 KB (C = 32) or 225 KB (C = 64) of shared memory a block: sm_90 has 227 KB, sm_80 163 KB.
+  int dev = 0, optin = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+  if (static_cast<size_t>(optin) < (C == 32 ? BlockCfg<32>::smem : BlockCfg<64>::smem)) return false;
+  if (!conv_ffn_fits(x, wt.ffn_norm_w, wt.w1, wt.b1, wt.w2, wt.b2, wt.ffn_gamma) ||
+      !conv_mixer_fits(x, wt.norm_w, history, wt.mixer_w, wt.mixer_b, wt.gamma, u, v))
+    return false;
+  // The side pass's rows: 6 rows of C per run of kRunRows after the first, in v.
+  const int64_t runs = (T + kRunRows - 1) / kRunRows;
+  const int64_t need = (runs - 1) * kHaloRows * C;
+  const int64_t have = v.rows() > 0 ? (v.rows() - 1) * v.row_stride() + v.cols() : 0;
+  return need == 0 || (v.data && have >= need);
+}
+
+void conv_block_fused(Tensor& x, float eps, const Tensor& history, const Backend::ConvBlockWeights& wt,
+                      Tensor& u, Tensor& v, cudaStream_t s) {
+  const int64_t T = x.rows();
+  if (T == 0) return;
+  float* side = v.ptr<float>();
+  if (T > kRunRows) mixer_halo(x, wt.norm_w, eps, side, kRunRows, s);
+  const float* hist = history.data && history.rows() > 0 ? history.ptr<const float>() : nullptr;
+  const int64_t ldh = hist ? history.row_stride() : 0;
+  const bool fast = fast_erf_enabled();
+  if (x.cols() == 32) {
+    fast ? launch_block_taps<32, true>(x, eps, hist, ldh, side, wt, u, s)
+         : launch_block_taps<32, false>(x, eps, hist, ldh, side, wt, u, s);
+  } else {
+    fast ? launch_block_taps<64, true>(x, eps, hist, ldh, side, wt, u, s)
+         : launch_block_taps<64, false>(x, eps, hist, ldh, side, wt, u, s);
+  }
 }
 
 void conv_ffn_fused(Tensor& x, const Tensor& norm_w, float eps, const Tensor& w1, const Tensor& b1,

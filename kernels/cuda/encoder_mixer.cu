@@ -302,19 +302,23 @@ bool conv_mixer_fits(const Tensor& x, const Tensor& norm_w, const Tensor& histor
   return v.dtype == DType::kF32 && (need == 0 || (v.data && have >= need));
 }
 
+void mixer_halo(const Tensor& x, const Tensor& norm_w, float eps, float* side, int R, cudaStream_t s) {
+  const int64_t tiles = (x.rows() + R - 1) / R;
+  const int64_t halo_rows = (tiles - 1) * kHalo;
+  if (halo_rows <= 0) return;
+  mixer_halo_kernel<<<static_cast<unsigned>((halo_rows + 7) / 8), 256, 0, s>>>(
+      x.ptr<const float>(), x.row_stride(), norm_w.ptr<const float>(), eps, side, static_cast<int>(x.cols()),
+      R, halo_rows);
+}
+
 void conv_mixer_fused(Tensor& x, const Tensor& norm_w, float eps, const Tensor& history, const Tensor& w,
                       const Tensor& bias, const Tensor& gamma, Tensor& u, Tensor& v, cudaStream_t s) {
   const int64_t T = x.rows(), C = x.cols();
   if (T * C == 0) return;
   const int R = mix_rows(C);
   const int64_t tiles = (T + R - 1) / R;
-  const int64_t halo_rows = (tiles - 1) * kHalo;
   float* side = v.ptr<float>();
-  if (halo_rows > 0) {
-    mixer_halo_kernel<<<static_cast<unsigned>((halo_rows + 7) / 8), 256, 0, s>>>(
-        x.ptr<const float>(), x.row_stride(), norm_w.ptr<const float>(), eps, side, static_cast<int>(C), R,
-        halo_rows);
-  }
+  mixer_halo(x, norm_w, eps, side, R, s);
   const size_t smem = mixer_smem_bytes(C);
   const float* hp = history.data && history.rows() > 0 ? history.ptr<const float>() : nullptr;
   const float* bp = bias.data ? bias.ptr<const float>() : nullptr;

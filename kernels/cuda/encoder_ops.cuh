@@ -29,6 +29,19 @@ bool conv_mixer_fits(const Tensor& x, const Tensor& norm_w, const Tensor& histor
 void conv_mixer_fused(Tensor& x, const Tensor& norm_w, float eps, const Tensor& history, const Tensor& w,
                       const Tensor& bias, const Tensor& gamma, Tensor& u, Tensor& v, cudaStream_t s);
 
+// conv_mixer_fused's side pass for tiles of R rows: u (x normalised with norm_w, rms_norm's bits) of
+// the 6 rows before every tile but the first into side[(tile − 1)·6 + j][C], from x as it is now.
+void mixer_halo(const Tensor& x, const Tensor& norm_w, float eps, float* side, int R, cudaStream_t s);
+
+// Backend::conv_block in one kernel (after mixer_halo's side pass into v) at C ∈ {32, 64}, E = 4C: the
+// operands conv_mixer_fused and conv_ffn_fused (resident form) both take, and v room for 6 rows of C
+// per 64 rows after the first. x and u's last min(T, 6) rows get the bits of conv_mixer_fused then
+// conv_ffn_fused; the rest of u is not written.
+bool conv_block_fits(const Tensor& x, const Tensor& history, const Backend::ConvBlockWeights& wt,
+                     const Tensor& u, const Tensor& v);
+void conv_block_fused(Tensor& x, float eps, const Tensor& history, const Backend::ConvBlockWeights& wt,
+                      Tensor& u, Tensor& v, cudaStream_t s);
+
 // x[t,c] += gamma[c] · (bias[c] + Σ_k w[c,k] · u[t + k − 6, c]) with u's rows before 0 from history
 // ([6, C], or zeros when history has no data): depthwise_conv1d_causal then add_scaled, in one pass
 // and with the same f32 arithmetic. Kernel size 7 only (dwconv_add_fits).

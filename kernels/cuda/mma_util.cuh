@@ -118,6 +118,13 @@ __device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, b
                "r"(valid ? 16 : 0)
                : "memory");
 }
+// 4 bytes (zeros where !valid; gmem is then not read): a thread copying exactly the elements it
+// later reads itself needs no barrier after its own cp_async_wait.
+__device__ __forceinline__ void cp_async4_zfill(void* smem, const void* gmem, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
+               "r"(valid ? 4 : 0)
+               : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 }

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -219,6 +220,146 @@ TEST(CudaEncoderOps, FusedMixerOddPrimeAndProductionShapes) {
     VV_CUDA_BACKEND_OR_SKIP(gpu, bf16);
     check_mixer_shapes(*gpu);
   }
+}
+
+// Backend::conv_block (VV_CUDA_ENC_BLOCK=1): the whole block in one kernel at C ∈ {32, 64}. It computes
+// every value as conv_mixer then conv_ffn compute it on the same GPU, so x and u's last rows are
+// compared with those two ops' bitwise (the default backend, which declines conv_block); where the CPU
+// reference is affordable, also against it with the mixer's and the FFN's own tolerances (the mixed
+// rows from the CPU backend's conv_mixer, the FFN update within 5e-3 as check_ffn).
+size_t first_bit_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) return i;
+  return a.size();
+}
+
+void check_block(Backend& blk, Backend& ops, int64_t T, int64_t C, bool with_history, DType taps,
+                 uint32_t seed, bool cpu_reference) {
+  const int64_t E = 4 * C;
+  HostMatrix x = random_matrix(T, C, DType::kF32, seed);
+  HostMatrix hist = random_matrix(6, C, DType::kF32, seed + 1);
+  HostMatrix nw = random_matrix(1, C, DType::kF32, seed + 2, 1.5f);
+  HostMatrix w = random_matrix(C, 7, taps, seed + 3, 0.5f);
+  HostMatrix b = random_matrix(1, C, DType::kF32, seed + 4, 0.2f);
+  HostMatrix gamma = random_matrix(1, C, DType::kF32, seed + 5);
+  HostMatrix nw2 = random_matrix(1, C, DType::kF32, seed + 6, 1.5f);
+  HostMatrix w1 = random_matrix(E, C, DType::kBF16, seed + 7, 1.0f / std::sqrt(static_cast<float>(C)));
+  HostMatrix b1 = random_matrix(1, E, DType::kF32, seed + 8, 0.2f);
+  HostMatrix w2 = random_matrix(C, E, DType::kBF16, seed + 9, 1.0f / std::sqrt(static_cast<float>(E)));
+  HostMatrix b2 = random_matrix(1, C, DType::kF32, seed + 10, 0.2f);
+  HostMatrix g2 = random_matrix(1, C, DType::kF32, seed + 11);
+  const float eps = 1e-5f;
+  const std::string what = "conv_block T=" + std::to_string(T) + " C=" + std::to_string(C) + " " +
+                           dtype_name(taps) + (with_history ? " history" : " zeros");
+  const int64_t keep = std::min<int64_t>(T, 6);
+
+  // Runs the block on `be`, through conv_block or as conv_mixer then conv_ffn; returns x and u's
+  // last rows (u read between the two ops on the op path: the FFN may use u as scratch).
+  const auto run = [&](Backend& be, bool block, std::vector<float>& gx, std::vector<float>& gu) {
+    DeviceMatrix dx = to_device(be, x), dh = to_device(be, hist), dnw = to_device(be, nw),
+                 dw = to_device(be, w);
+    DeviceMatrix db = to_device(be, b), dg = to_device(be, gamma), dnw2 = to_device(be, nw2);
+    DeviceMatrix dw1 = to_device(be, w1), db1 = to_device(be, b1), dw2 = to_device(be, w2),
+                 db2 = to_device(be, b2);
+    DeviceMatrix dg2 = to_device(be, g2);
+    DeviceMatrix du = poisoned(be, T, C), dv = poisoned(be, T, C),
+                 dhh = poisoned(be, std::min<int64_t>(T, 1000), E);
+    const auto vec = [](DeviceMatrix& m, int64_t n) { return Tensor::vector(m.buf.data(), DType::kF32, n); };
+    const Tensor hv = with_history ? dh.t : Tensor::matrix(nullptr, DType::kF32, 6, C);
+    Backend::ConvBlockWeights wt{vec(dnw, C), dw.t,        vec(db, C), vec(dg, C),  vec(dnw2, C),
+                                 dw1.t,       vec(db1, E), dw2.t,      vec(db2, C), vec(dg2, C)};
+    if (block) {
+      ASSERT_TRUE(be.conv_block(dx.t, eps, hv, wt, du.t, dv.t, dhh.t)) << what << ": not taken";
+      const std::vector<float> all = download_f32(be, du.t);
+      gu.assign(all.end() - keep * C, all.end());
+    } else {
+      be.conv_mixer(dx.t, wt.norm_w, eps, hv, wt.mixer_w, wt.mixer_b, wt.gamma, du.t, dv.t);
+      const std::vector<float> all = download_f32(be, du.t);
+      gu.assign(all.end() - keep * C, all.end());
+      be.conv_ffn(dx.t, wt.ffn_norm_w, eps, wt.w1, wt.b1, wt.w2, wt.b2, wt.ffn_gamma, du.t, dv.t, dhh.t);
+    }
+    gx = download_f32(be, dx.t);
+  };
+  std::vector<float> bx, bu, ox, ou;
+  run(blk, true, bx, bu);
+  run(ops, false, ox, ou);
+  EXPECT_EQ(first_bit_difference(bx, ox), bx.size())
+      << what << ": x differs from conv_mixer + conv_ffn at element " << first_bit_difference(bx, ox);
+  EXPECT_EQ(first_bit_difference(bu, ou), bu.size())
+      << what << ": u's last rows differ at element " << first_bit_difference(bu, ou);
+  if (!cpu_reference) return;
+  static std::unique_ptr<Backend> cpu = make_cpu_backend();
+  HostMatrix mixed = x, u = random_matrix(T, C, DType::kF32, seed + 12),
+             v = random_matrix(T, C, DType::kF32, seed + 13);
+  Tensor mv = mixed.view(), uv = u.view(), vv = v.view();
+  const Tensor hv = with_history ? hist.view() : Tensor::matrix(nullptr, DType::kF32, 6, C);
+  cpu->conv_mixer(mv, Tensor::vector(nw.bytes.data(), DType::kF32, C), eps, hv, w.view(),
+                  Tensor::vector(b.bytes.data(), DType::kF32, C),
+                  Tensor::vector(gamma.bytes.data(), DType::kF32, C), uv, vv);
+  const std::vector<float> wu = host_rows(uv);
+  expect_close(bu, std::vector<float>(wu.end() - keep * C, wu.end()), 1e-5, what + ": u (last rows) vs cpu");
+  const std::vector<float> want = ffn_reference(mixed, nw2, eps, w1, b1, w2, b2, g2);
+  const std::vector<float> m = host_rows(mv);
+  std::vector<float> got = bx;
+  for (size_t i = 0; i < got.size(); ++i) got[i] -= m[i];
+  expect_close(got, want, 5e-3, what + ": FFN update vs cpu");
+}
+
+TEST(CudaEncoderOps, WholeBlockInOneKernelEqualsMixerThenFfnBitwise) {
+  VV_CUDA_BACKEND_OR_SKIP(ops, true);
+  auto blk = cuda_backend_with({{"VV_CUDA_ENC_BLOCK", "1"}, {"VV_CUDA_PROFILE", "1"}}, true);
+  ASSERT_TRUE(blk.is_ok()) << blk.status().to_string();
+  Backend& be = **blk;
+  // Rows: one, fewer than the conv's reach, one 16-row step, a run (64) and one past it, odd and prime
+  // counts with partial last steps; the taps as F32, BF16 and F16; with and without history.
+  check_block(be, *ops, 1, 32, true, DType::kF32, 101, true);
+  check_block(be, *ops, 5, 64, true, DType::kF32, 102, true);
+  check_block(be, *ops, 16, 32, false, DType::kBF16, 103, true);
+  check_block(be, *ops, 63, 32, true, DType::kF16, 104, true);
+  check_block(be, *ops, 64, 64, true, DType::kF32, 105, true);
+  check_block(be, *ops, 65, 32, true, DType::kBF16, 106, true);
+  check_block(be, *ops, 129, 64, false, DType::kF32, 107, true);
+  check_block(be, *ops, 1031, 32, true, DType::kF32, 108, true);
+  check_block(be, *ops, 4099, 64, true, DType::kBF16, 109, true);
+  check_block(be, *ops, 20011, 32, true, DType::kF32, 110, true);
+  // More runs than the grid's warps (C = 32: 2 blocks × 8 warps an SM; C = 64: 12 warps an SM; 64
+  // rows a run), so each warp takes several runs and prefetches across them; a 60 s stage-0 clip is
+  // 1.44 M rows.
+  check_block(be, *ops, 300007, 32, true, DType::kF32, 111, false);
+  check_block(be, *ops, 250007, 64, true, DType::kF32, 112, false);
+  const std::string table = backend_profile_report(be);
+  for (const char* label : {"conv_block.fused.c32", "conv_block.fused.c64"})
+    EXPECT_NE(table.find(label), std::string::npos) << label << " not run\n" << table;
+}
+
+// conv_block declines (returns false, runs nothing) by default, in f32 mode, at other widths and
+// where E ≠ 4C: the encoder then runs conv_mixer and conv_ffn.
+TEST(CudaEncoderOps, WholeBlockKernelDeclinesWhatItDoesNotTake) {
+  VV_CUDA_BACKEND_OR_SKIP(plain, true);
+  auto blk = cuda_backend_with({{"VV_CUDA_ENC_BLOCK", "1"}}, true);
+  auto f32 = cuda_backend_with({{"VV_CUDA_ENC_BLOCK", "1"}}, false);
+  ASSERT_TRUE(blk.is_ok() && f32.is_ok());
+  const auto declines = [](Backend& be, int64_t T, int64_t C, int64_t E) {
+    HostMatrix x = random_matrix(T, C, DType::kF32, 7);
+    HostMatrix f = random_matrix(1, std::max(C, E), DType::kF32, 8);
+    HostMatrix w = random_matrix(C, 7, DType::kF32, 9), w1 = random_matrix(E, C, DType::kBF16, 10),
+               w2 = random_matrix(C, E, DType::kBF16, 11);
+    DeviceMatrix dx = to_device(be, x), df = to_device(be, f), dw = to_device(be, w), dw1 = to_device(be, w1),
+                 dw2 = to_device(be, w2);
+    DeviceMatrix du = poisoned(be, T, C), dv = poisoned(be, T, C), dh = poisoned(be, T, E);
+    const Tensor vc = Tensor::vector(df.buf.data(), DType::kF32, C),
+                 ve = Tensor::vector(df.buf.data(), DType::kF32, E);
+    Backend::ConvBlockWeights wt{vc, dw.t, vc, vc, vc, dw1.t, ve, dw2.t, vc, vc};
+    const bool taken =
+        be.conv_block(dx.t, 1e-5f, Tensor::matrix(nullptr, DType::kF32, 6, C), wt, du.t, dv.t, dh.t);
+    EXPECT_EQ(download_f32(be, dx.t), host_rows(x.view())) << "x changed, C=" << C << " E=" << E;
+    return !taken;
+  };
+  EXPECT_TRUE(declines(*plain, 100, 32, 128)) << "taken without VV_CUDA_ENC_BLOCK=1";
+  EXPECT_TRUE(declines(**f32, 100, 32, 128)) << "taken in f32 mode";
+  EXPECT_TRUE(declines(**blk, 100, 128, 512)) << "taken at C = 128";
+  EXPECT_TRUE(declines(**blk, 100, 48, 192)) << "taken at C = 48";
+  EXPECT_TRUE(declines(**blk, 100, 32, 64)) << "taken with E = 2C";
 }
 
 }  // namespace

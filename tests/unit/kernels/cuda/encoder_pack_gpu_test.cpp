@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -39,32 +40,32 @@ std::vector<float> rows_of(Backend& be, const SpeechRows& r) {
   return out;
 }
 
-void run_packed_vs_cpu(bool bf16) {
-  VV_CUDA_BACKEND_OR_SKIP(gpu, bf16);
-  if (!gpu) return;
-  auto ckpt = Checkpoint::open(hf_model_dir());
-  ASSERT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
-  auto cpu = cpu_backend();
-  const int hop = (*ckpt)->spec().acoustic.hop();
-  // Lengths in hops (odd, prime, a sample short of a hop multiple) and segments in hops: every job
-  // ends on a short final segment beside the others' full ones.
-  const int64_t hops[] = {23, 7, 41, 3, 17};
-  const int64_t segs[] = {5, 4, 8, 2, 16};
+// Lengths in hops (odd, prime, a sample short of a hop multiple) and segments in hops: every job
+// ends on a short final segment beside the others' full ones.
+constexpr int kJobs = 5;
+constexpr int64_t kHops[kJobs] = {23, 7, 41, 3, 17};
+constexpr int64_t kSegs[kJobs] = {5, 4, 8, 2, 16};
+
+std::vector<std::vector<float>> clips_for(int hop) {
   std::vector<std::vector<float>> clips;
+  for (int i = 0; i < kJobs; ++i)
+    clips.push_back(audio(kHops[i] * hop - (i % 2 ? 0 : 777), 10 + static_cast<uint64_t>(i)));
+  return clips;
+}
+
+// The five jobs packed through SpeechEmbedder::step on `gpu`: each job's rows.
+void packed_rows(Backend& gpu, const Checkpoint& ckpt, const std::vector<std::vector<float>>& clips,
+                 std::vector<std::vector<float>>& out) {
+  const int hop = ckpt.spec().acoustic.hop();
   int64_t budget = 0;
-  for (int i = 0; i < 5; ++i) {
-    clips.push_back(audio(hops[i] * hop - (i % 2 ? 0 : 777), 10 + static_cast<uint64_t>(i)));
-    budget += segs[i] * hop;
-  }
-  auto ge = SpeechEmbedder::create(*gpu, (*ckpt)->spec(), (*ckpt)->weights(), hop * 16, budget);
-  auto ce = SpeechEmbedder::create(*cpu, (*ckpt)->spec(), (*ckpt)->weights(), hop * 16);
+  for (int i = 0; i < kJobs; ++i) budget += kSegs[i] * hop;
+  auto ge = SpeechEmbedder::create(gpu, ckpt.spec(), ckpt.weights(), hop * 16, budget);
   ASSERT_TRUE(ge.is_ok()) << ge.status().to_string();
-  ASSERT_TRUE(ce.is_ok()) << ce.status().to_string();
   std::vector<std::unique_ptr<SpeechJob>> jobs;
   std::vector<SpeechJob*> ptrs;
-  for (int i = 0; i < 5; ++i) {
+  for (int i = 0; i < kJobs; ++i) {
     auto j = (*ge)->start(clips[i].data(), static_cast<int64_t>(clips[i].size()),
-                          EncodeOptions{segs[i] * hop, {}});
+                          EncodeOptions{kSegs[i] * hop, {}});
     ASSERT_TRUE(j.is_ok()) << j.status().to_string();
     ptrs.push_back(j->get());
     jobs.push_back(std::move(j).value());
@@ -75,21 +76,61 @@ void run_packed_vs_cpu(bool bf16) {
     if (all) break;
     ASSERT_TRUE((*ge)->step(ptrs).is_ok());
   }
-  const char* mode = bf16 ? "bf16" : "f32";
-  for (int i = 0; i < 5; ++i) {
+  out.clear();
+  for (int i = 0; i < kJobs; ++i) {
     ASSERT_TRUE(jobs[i]->done());
-    const std::vector<float> got = rows_of(*gpu, jobs[i]->take());
+    out.push_back(rows_of(gpu, jobs[i]->take()));
+  }
+}
+
+void run_packed_vs_cpu(bool bf16) {
+  VV_CUDA_BACKEND_OR_SKIP(gpu, bf16);
+  if (!gpu) return;
+  auto ckpt = Checkpoint::open(hf_model_dir());
+  ASSERT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
+  auto cpu = cpu_backend();
+  const int hop = (*ckpt)->spec().acoustic.hop();
+  const std::vector<std::vector<float>> clips = clips_for(hop);
+  std::vector<std::vector<float>> got;
+  ASSERT_NO_FATAL_FAILURE(packed_rows(*gpu, **ckpt, clips, got));
+  auto ce = SpeechEmbedder::create(*cpu, (*ckpt)->spec(), (*ckpt)->weights(), hop * 16);
+  ASSERT_TRUE(ce.is_ok()) << ce.status().to_string();
+  const char* mode = bf16 ? "bf16" : "f32";
+  for (int i = 0; i < kJobs; ++i) {
     auto ref = (*ce)->embed(clips[i].data(), static_cast<int64_t>(clips[i].size()),
-                            EncodeOptions{segs[i] * hop, {}});
+                            EncodeOptions{kSegs[i] * hop, {}});
     ASSERT_TRUE(ref.is_ok()) << ref.status().to_string();
     const std::vector<float> want = rows_of(*cpu, *ref);
-    ASSERT_EQ(got.size(), want.size());
-    const Diff d = compare(got.data(), want.data(), got.size());
+    ASSERT_EQ(got[i].size(), want.size());
+    const Diff d = compare(got[i].data(), want.data(), want.size());
     std::printf("  cuda %s packed job %d vs cpu alone: rel_max %.2e rel_l2 %.2e\n", mode, i, d.rel_max(),
                 d.rel_l2);
     EXPECT_LE(d.max_abs_err, (bf16 ? 0.15 : 1e-4) * d.max_abs_ref) << mode << " job " << i;
     EXPECT_LE(d.rel_l2, bf16 ? 0.1 : 3e-5) << mode << " job " << i;
   }
+}
+
+// VV_CUDA_ENC_BLOCK=1 runs the tiny model's 32- and 64-channel blocks as one kernel each, per clip
+// (conv_block); the default runs the mixer per clip and the FFN once over the packed clips. Both
+// compute every row the same way, so the packed jobs' rows are bitwise those of the default.
+TEST(CudaEncoderPack, WholeBlockKernelGivesTheDefaultsBitsForPackedJobs) {
+  VV_CUDA_BACKEND_OR_SKIP(gpu, true);
+  if (!gpu) return;
+  auto blk = cuda_backend_with({{"VV_CUDA_ENC_BLOCK", "1"}, {"VV_CUDA_PROFILE", "1"}}, true);
+  ASSERT_TRUE(blk.is_ok()) << blk.status().to_string();
+  auto ckpt = Checkpoint::open(hf_model_dir());
+  ASSERT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
+  const std::vector<std::vector<float>> clips = clips_for((*ckpt)->spec().acoustic.hop());
+  std::vector<std::vector<float>> want, got;
+  ASSERT_NO_FATAL_FAILURE(packed_rows(*gpu, **ckpt, clips, want));
+  ASSERT_NO_FATAL_FAILURE(packed_rows(**blk, **ckpt, clips, got));
+  for (int i = 0; i < kJobs; ++i) {
+    ASSERT_EQ(got[i].size(), want[i].size());
+    EXPECT_EQ(std::memcmp(got[i].data(), want[i].data(), want[i].size() * sizeof(float)), 0) << "job " << i;
+  }
+  const std::string table = backend_profile_report(**blk);
+  for (const char* label : {"conv_block.fused.c32", "conv_block.fused.c64"})
+    EXPECT_NE(table.find(label), std::string::npos) << label << " not run\n" << table;
 }
 
 TEST(CudaEncoderPack, F32PackedJobsMatchTheCpuEmbedderAlone) {
