@@ -187,6 +187,7 @@ class CudaBackend final : public Backend {
     b->l2_bytes_ = static_cast<size_t>(std::max(prop.l2CacheSize, 0));
     if (prop.major < 9) b->l2_prefetch_ = 0;  // cp.async.bulk.prefetch is sm_90+
     if (prop.major < 9) b->gemv_bulk_ = false;  // so is cp.async.bulk
+    if (!(prop.major == 9 && prop.minor == 0)) b->ffn_wg_ = false;  // wgmma: sm_90a
     if (cudaStreamCreateWithFlags(&b->stream_, cudaStreamNonBlocking) != cudaSuccess) {
       return internal_error("CUDA backend: cannot create a stream on device " + std::to_string(o.device));
     }
@@ -361,6 +362,18 @@ class CudaBackend final : public Backend {
     }
     if (compute_ != CudaCompute::kBF16 || !cuda::conv_ffn_fits(x, norm_w, w1, b1, w2, b2, gamma)) {
       Backend::conv_ffn(x, norm_w, eps, w1, b1, w2, b2, gamma, u, v, h);
+      return;
+    }
+    if (ffn_wg_ && cuda::conv_ffn_wg_fits(x, norm_w, w1, b1, w2, b2, gamma)) {
+      Sig s(106);
+      s << x << norm_w << eps << w1 << b1 << w2 << b2 << gamma;
+      defer(s, [=, this] {
+        Tensor xx = x;
+        const std::string label = "conv_ffn.wg.c" + std::to_string(x.cols());
+        OpTimer timer(this, label.c_str());
+        cuda::conv_ffn_wg(xx, norm_w, eps, w1, b1, w2, b2, gamma, stream_);
+        launched("conv_ffn");
+      });
       return;
     }
     Sig s(101);
@@ -1783,6 +1796,9 @@ class CudaBackend final : public Backend {
   bool ffn_lt_ = !(std::getenv("VV_CUDA_FFN_LT") && std::string(std::getenv("VV_CUDA_FFN_LT")) == "0");
   int64_t ffn_lt_min_ =
       std::getenv("VV_CUDA_FFN_LT_MIN") ? std::atoll(std::getenv("VV_CUDA_FFN_LT_MIN")) : kFfnLtMin;
+  // VV_CUDA_FFN_WG=1 (sm_90 only): the encoders' 128-channel FFN (stage 2) on wgmma (cuda::conv_ffn_wg)
+  // instead of the mma.sync kernel; opt-in until measured on a GPU.
+  bool ffn_wg_ = std::getenv("VV_CUDA_FFN_WG") && std::string(std::getenv("VV_CUDA_FFN_WG")) == "1";
   // VV_CUDA_ENC_BLOCK=1: the encoders' stage-0 and stage-1 blocks as one kernel each (conv_block);
   // opt-in until measured on a GPU.
   bool enc_block_ = std::getenv("VV_CUDA_ENC_BLOCK") && std::string(std::getenv("VV_CUDA_ENC_BLOCK")) == "1";

@@ -22,6 +22,7 @@
 
 #include "kernels/cuda/encoder_ops.cuh"
 #include "kernels/cuda/mma_util.cuh"
+#include "kernels/cuda/wgmma_util.cuh"
 
 namespace vv::cuda {
 namespace {
@@ -752,6 +753,226 @@ __global__ void __launch_bounds__(BlockCfg<C>::kWarps * 32, BlockCfg<C>::kMinBlo
   }
 }
 
+// ---- The FFN branch on wgmma (VV_CUDA_FFN_WG=1, sm_90a) at C = 128, E = 4C ---------------------------
+// The mma.sync kernels above reach ~140 TFLOP/s at C = 128 (stage 2: 4.1 ms for both encoders over 60 s,
+// session 10). Here a persistent block of two warpgroups takes 128-row tiles; per tile:
+//  - the tile's x (f32) has been copied into one of two staging buffers during the previous tile;
+//    each warp normalises its 16 rows into U (bf16, each warpgroup's 64 rows in 128-byte-swizzled
+//    atoms, K-major: wgmma's A operand);
+//  - the hidden columns go 64 at a time: the chunk's W1 rows [64][C] and W2 columns [C][64] come by
+//    cp.async into one of two swizzled stages (the next chunk's copies in flight), then per warpgroup
+//    h = U·W1cᵀ (wgmma m64n64k16, both operands in shared memory), bias and GELU in f32, rounded to
+//    bf16 into the A registers of acc += h·W2cᵀ (wgmma m64n128k16, B K-major from the stage);
+//  - x = staged x + gamma ⊙ (acc + b2), written once; the next tile's x was copied meanwhile.
+// The staging buffers are f32 [128][C] with 16-byte chunk k of row r at chunk k ^ 2·(r mod 8), so the
+// epilogue's 8-byte reads (rows g, columns 8j + 2q) and the norm's row reads hit distinct banks.
+// Not bitwise the mma.sync kernel's (the tensor cores' own summation order); the CPU reference bound
+// of conv_ffn (5e-3 of the update's largest magnitude) holds for both.
+constexpr int kWgRows = 128;  // rows a tile: two warpgroups of 64
+constexpr uint32_t kWgAtom = 64 * 128;
+
+template <int C>
+struct FfnWgCfg {
+  static constexpr int E = 4 * C, NCH = E / kHid;
+  static constexpr uint32_t kU = 2 * (C / 64) * kWgAtom;                    // U: two warpgroups' atoms
+  static constexpr uint32_t kW1 = (C / 64) * kWgAtom;                       // a stage's W1 rows [64][C]
+  static constexpr uint32_t kStage = kW1 + static_cast<uint32_t>(C) * 128;  // + W2 columns [C][64]
+  static constexpr uint32_t kX = static_cast<uint32_t>(kWgRows) * C * 4;    // a staging buffer
+  static constexpr size_t smem = 1024 + kU + 2 * kStage + 2 * kX;
+  static_assert(C % 64 == 0 && smem <= 227 * 1024, "wgmma FFN layout");
+};
+
+// Float offset of element (r, c) in a staging buffer (16-byte chunks XOR-swizzled by row).
+template <int C>
+__device__ __forceinline__ int xs_index(int r, int c) {
+  return r * C + ((((c >> 2) ^ ((r & 7) << 1))) << 2) + (c & 3);
+}
+
+#ifdef VV_WGMMA
+// Copies of rows [r0, r0 + 128) of x (rows ≥ T as zeros) into a staging buffer; not committed.
+template <int C>
+__device__ __forceinline__ void ffn_wg_issue_x(const float* x, int64_t ldx, int64_t T, int64_t r0,
+                                               float* Xs) {
+  constexpr int kChunks = kWgRows * C / 4;
+  for (int i = threadIdx.x; i < kChunks; i += 256) {
+    const int r = i / (C / 4), k = i % (C / 4);
+    const int64_t row = r0 + r;
+    const bool valid = row < T;
+    mma::cp_async16_zfill(Xs + xs_index<C>(r, 4 * k), x + (valid ? row : 0) * ldx + 4 * k, valid);
+  }
+}
+
+// Copies of hidden chunk ch's weights into a stage: W1 rows [64ch, 64ch + 64) as C/64 swizzled atoms
+// (K-major, 64 rows × 128 bytes each), then W2's columns [64ch, 64ch + 64) of its C rows as 128-byte
+// swizzled rows (K-major, N = C); not committed.
+template <int C>
+__device__ __forceinline__ void ffn_wg_issue_w(const __nv_bfloat16* __restrict__ w1,
+                                               const __nv_bfloat16* __restrict__ w2, int ch,
+                                               unsigned char* st) {
+  using K = FfnWgCfg<C>;
+  for (int i = threadIdx.x; i < 64 * (C / 8); i += 256) {
+    const int j = i / (C / 8), c8 = i % (C / 8);
+    mma::cp_async16(st + (c8 / 8) * kWgAtom + sw128_offset(j, c8 % 8),
+                    w1 + static_cast<int64_t>(ch * kHid + j) * C + c8 * 8);
+  }
+  for (int i = threadIdx.x; i < C * 8; i += 256) {
+    const int n = i / 8, k8 = i % 8;
+    mma::cp_async16(st + K::kW1 + sw128_offset(n, k8),
+                    w2 + static_cast<int64_t>(n) * K::E + ch * kHid + k8 * 8);
+  }
+}
+#endif
+
+template <int C, bool kFast>
+__global__ void __launch_bounds__(256, 1)
+    ffn_wg_kernel(float* x, int64_t ldx, int64_t T, const float* __restrict__ norm_w, float eps,
+                  const __nv_bfloat16* __restrict__ w1, const float* __restrict__ b1,
+                  const __nv_bfloat16* __restrict__ w2, const float* __restrict__ b2,
+                  const float* __restrict__ gamma) {
+#ifdef VV_WGMMA
+  using K = FfnWgCfg<C>;
+  constexpr int P = C / 32, NCH = K::NCH, KA = C / 64;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const uint32_t raw = smem_u32(smem_raw);
+  const uint32_t u_addr = (raw + 1023) & ~1023u;
+  const uint32_t w_addr = u_addr + K::kU;  // stage s at w_addr + s·kStage
+  unsigned char* Ub = smem_raw + (u_addr - raw);
+  unsigned char* Wb = Ub + K::kU;
+  float* Xs0 = reinterpret_cast<float*>(Wb + 2 * K::kStage);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3, wg = warp >> 2;
+  const int64_t tiles = (T + kWgRows - 1) / kWgRows;
+  int64_t tile = blockIdx.x;
+  if (tile >= tiles) return;
+  int xb = 0, stage = 0;
+  ffn_wg_issue_x<C>(x, ldx, T, tile * kWgRows, Xs0);
+  ffn_wg_issue_w<C>(w1, w2, 0, Wb);
+  mma::cp_async_commit();
+  bool first = true;
+  float acc[C / 8][4];
+#pragma unroll
+  for (int j = 0; j < C / 8; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+  while (tile < tiles) {
+    const int64_t r0 = tile * kWgRows;
+    const int64_t next = tile + gridDim.x;
+    float* Xs = Xs0 + xb * (K::kX / 4);
+    // This tile's x: the prologue's group (the only one), or an older group than the newest (this
+    // tile's first weight chunk, issued during the previous tile's last chunk).
+    if (first) {
+      mma::cp_async_wait<0>();
+    } else {
+      mma::cp_async_wait<1>();
+    }
+    __syncthreads();
+    {  // RMSNorm of the warp's 16 rows (rows 16·warp.. of the tile) into U as bf16
+      float xv[kWarpRows][P];
+#pragma unroll
+      for (int i = 0; i < kWarpRows; ++i)
+#pragma unroll
+        for (int e = 0; e < P; ++e) xv[i][e] = Xs[xs_index<C>(warp * kWarpRows + i, lane + 32 * e)];
+      float pr[kWarpRows];
+#pragma unroll
+      for (int i = 0; i < kWarpRows; ++i) {
+        float ss = 0.f;
+#pragma unroll
+        for (int e = 0; e < P; ++e) ss = fmaf(xv[i][e], xv[i][e], ss);
+        pr[i] = ss;
+      }
+      const float inv = 1.0f / sqrtf(rows16_sum(pr, lane) / static_cast<float>(C) + eps);
+#pragma unroll
+      for (int i = 0; i < kWarpRows; ++i) {
+        const float iv = __shfl_sync(0xffffffffu, inv, 2 * i);
+        const int rw = (warp & 3) * kWarpRows + i;  // row within the warpgroup's 64
+#pragma unroll
+        for (int e = 0; e < P; ++e) {
+          const int c = lane + 32 * e;
+          *reinterpret_cast<__nv_bfloat16*>(Ub + (wg * KA + c / 64) * kWgAtom +
+                                            sw128_offset(rw, (c % 64) / 8) + (c % 8) * 2) =
+              __float2bfloat16_rn(xv[i][e] * iv * norm_w[c]);
+        }
+      }
+    }
+    fence_proxy_async_shared();  // U's stores, for wgmma
+    __syncthreads();
+    const uint32_t ua = u_addr + wg * KA * kWgAtom;
+#pragma unroll 1
+    for (int j = 0; j < NCH; ++j) {
+      // The next chunk's weights (this tile's j + 1, or the next tile's first) into the other stage,
+      // whose last readers (chunk j − 1's wgmmas) were waited for before the barrier that ended it;
+      // with the first chunk, the next tile's x into the other staging buffer.
+      if (j + 1 < NCH) {
+        ffn_wg_issue_w<C>(w1, w2, j + 1, Wb + (stage ^ 1) * K::kStage);
+      } else if (next < tiles) {
+        ffn_wg_issue_w<C>(w1, w2, 0, Wb + (stage ^ 1) * K::kStage);
+      }
+      if (j == 0 && next < tiles) ffn_wg_issue_x<C>(x, ldx, T, next * kWgRows, Xs0 + (xb ^ 1) * (K::kX / 4));
+      mma::cp_async_commit();
+      mma::cp_async_wait<1>();     // chunk j's stage (every group but the newest)
+      fence_proxy_async_shared();  // this thread's copies, for wgmma
+      __syncthreads();
+      const uint32_t sa = w_addr + stage * K::kStage;
+      float h[kHid / 8][4];
+#pragma unroll
+      for (int n = 0; n < kHid / 8; ++n) h[n][0] = h[n][1] = h[n][2] = h[n][3] = 0.f;
+      wgmma_fence_operands<kHid / 2>(&h[0][0]);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < C / 16; ++kk) {  // 32 bytes of each 128-byte row per k16 step
+        const uint32_t off = (kk / 4) * kWgAtom + 32 * (kk % 4);
+        wgmma_bf16<64>(&h[0][0], sw128_desc(ua + off), sw128_desc(sa + off));
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_fence_operands<kHid / 2>(&h[0][0]);
+      uint32_t a[kHid / 16][4];
+#pragma unroll
+      for (int n = 0; n < kHid / 8; ++n) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float bb = b1[j * kHid + n * 8 + 2 * t4 + e];
+          h[n][e] = gelu_of<kFast>(h[n][e] + bb);
+          h[n][2 + e] = gelu_of<kFast>(h[n][2 + e] + bb);
+        }
+      }
+#pragma unroll
+      for (int kk = 0; kk < kHid / 16; ++kk) mma::pack_a_from_c(h[2 * kk], h[2 * kk + 1], a[kk]);
+      wgmma_fence_operands<C / 2>(&acc[0][0]);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kHid / 16; ++kk)
+        wgmma_bf16_rs<C>(&acc[0][0], a[kk], sw128_desc(sa + K::kW1 + 32 * kk));
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_fence_operands<C / 2>(&acc[0][0]);
+      __syncthreads();  // every warpgroup is done with this stage
+      stage ^= 1;
+    }
+    // x = staged x + gamma ⊙ (acc + b2); acc's rows 16·warp + g + 8h, columns 8n + 2·t4 + e.
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int rt = warp * kWarpRows + g + 8 * hh;
+      const int64_t r = r0 + rt;
+#pragma unroll
+      for (int n = 0; n < C / 8; ++n) {
+        const int c = n * 8 + 2 * t4;
+        if (r < T) {
+          float2 o = *reinterpret_cast<const float2*>(Xs + xs_index<C>(rt, c));
+          o.x += gamma[c] * (acc[n][2 * hh] + b2[c]);
+          o.y += gamma[c + 1] * (acc[n][2 * hh + 1] + b2[c + 1]);
+          *reinterpret_cast<float2*>(x + r * ldx + c) = o;
+        }
+        acc[n][2 * hh] = acc[n][2 * hh + 1] = 0.f;
+      }
+    }
+    first = false;
+    xb ^= 1;
+    tile = next;
+  }
+#else
+  (void)x, (void)ldx, (void)T, (void)norm_w, (void)eps, (void)w1, (void)b1, (void)w2, (void)b2, (void)gamma;
+  static_assert(FfnWgCfg<C>::NCH * kHid == FfnWgCfg<C>::E, "wgmma FFN chunks");
+#endif
+}
+
 int sm_count() {
   int dev = 0, n = 0;
   cudaGetDevice(&dev);
@@ -853,6 +1074,25 @@ void launch_block_taps(Tensor& x, float eps, const float* hist, int64_t ldh, con
   }
 }
 
+template <int C, bool F>
+void launch_ffn_wg(Tensor& x, const Tensor& norm_w, float eps, const Tensor& w1, const Tensor& b1,
+                   const Tensor& w2, const Tensor& b2, const Tensor& gamma, cudaStream_t s) {
+  using K = FfnWgCfg<C>;
+  static int grid_cap = 0;  // per instantiation: blocks resident at once on the whole device
+  if (grid_cap == 0) {
+    cudaFuncSetAttribute(ffn_wg_kernel<C, F>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         static_cast<int>(K::smem));
+    int per_sm = 0;
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ffn_wg_kernel<C, F>, 256, K::smem);
+    grid_cap = (per_sm > 0 ? per_sm : 1) * sm_count();
+  }
+  const int64_t T = x.rows();
+  const int64_t blocks = std::min<int64_t>((T + kWgRows - 1) / kWgRows, grid_cap);
+  ffn_wg_kernel<C, F><<<static_cast<unsigned>(blocks), 256, K::smem, s>>>(
+      x.ptr<float>(), x.row_stride(), T, norm_w.ptr<const float>(), eps, w1.ptr<const __nv_bfloat16>(),
+      b1.ptr<const float>(), w2.ptr<const __nv_bfloat16>(), b2.ptr<const float>(), gamma.ptr<const float>());
+}
+
 bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
@@ -921,6 +1161,27 @@ bool conv_ffn_fits(const Tensor& x, const Tensor& norm_w, const Tensor& w1, cons
   if (w1.cols() != C || w1.row_stride() != C || w2.rows() != C || w2.cols() != E || w2.row_stride() != E)
     return false;
   return aligned16(w1.data) && aligned16(w2.data);
+}
+
+bool conv_ffn_wg_fits(const Tensor& x, const Tensor& norm_w, const Tensor& w1, const Tensor& b1,
+                      const Tensor& w2, const Tensor& b2, const Tensor& gamma) {
+  const int64_t C = x.cols();
+  if (C != 128 || w1.rows() != 4 * C || !conv_ffn_fits(x, norm_w, w1, b1, w2, b2, gamma)) return false;
+  if (x.row_stride() % 4 != 0 || !aligned16(x.data)) return false;  // 16-byte copies of x's rows
+  int dev = 0, optin = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+  return static_cast<size_t>(optin) >= FfnWgCfg<128>::smem;
+}
+
+void conv_ffn_wg(Tensor& x, const Tensor& norm_w, float eps, const Tensor& w1, const Tensor& b1,
+                 const Tensor& w2, const Tensor& b2, const Tensor& gamma, cudaStream_t s) {
+  if (x.rows() == 0) return;
+  if (fast_erf_enabled()) {
+    launch_ffn_wg<128, true>(x, norm_w, eps, w1, b1, w2, b2, gamma, s);
+  } else {
+    launch_ffn_wg<128, false>(x, norm_w, eps, w1, b1, w2, b2, gamma, s);
+  }
 }
 
 bool conv_block_fits(const Tensor& x, const Tensor& history, const Backend::ConvBlockWeights& wt,

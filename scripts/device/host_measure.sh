@@ -34,9 +34,10 @@
 #                it (fused = unfused bitwise), then decode with and without it
 #   fasterf      VV_CUDA_FFN_FAST_ERF=1 (the fused FFN's GELU with a 1.5e-7 erf): the FFN gpu tests with it,
 #                then the encoders over 60 s with and without it
-#   encblock     VV_CUDA_ENC_BLOCK=1 (an encoder block at 32/64 channels as one kernel, conv_block): its gpu tests
-#                (and with VV_CUDA_FFN_FAST_ERF=1), both encoders over 60 s with neither, it, it with the fast erf,
-#                the fast erf alone (twice, interleaved), per-op times with it, Nsight of its first 4 launches
+#   encblock     VV_CUDA_ENC_BLOCK=1 (an encoder block at 32/64 channels as one kernel, conv_block) and
+#                VV_CUDA_FFN_WG=1 (the 128-channel FFN on wgmma): the encoder gpu tests (and with
+#                VV_CUDA_FFN_FAST_ERF=1), both encoders over 60 s with none, each, both, both with the fast
+#                erf, the fast erf alone (twice, interleaved), per-op times with both, Nsight of 8 launches
 #   opprofile4k  per-op times (VV_CUDA_PROFILE=1) of the 4,096-row prefill
 #   prefill4k    cuda_decode_bench's prefill at 4,096 rows (issue 11's second prefill point)
 #   decode_tuned, curve_tuned  decode, and the curve's 64/128 points, with VV_CUDA_LT_ALGOS=16 (each GEMM
@@ -208,18 +209,19 @@ for step in "$@"; do
     encblock)  # VV_CUDA_ENC_BLOCK=1 (a 32/64-channel encoder block as one kernel): tests, encoders A/B, profile, Nsight
       run encblock_tests env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda --gtest_filter='CudaEncoderOps.*:CudaEncoderPack*'
       run encblock_tests_fasterf env VV_REQUIRE_GPU=1 VV_CUDA_FFN_FAST_ERF=1 $B/unit_kernels_cuda \
-        --gtest_filter='CudaEncoderOps.WholeBlock*:CudaEncoderPack.WholeBlock*'
+        --gtest_filter='CudaEncoderOps.WholeBlock*:CudaEncoderOps.Wgmma*:CudaEncoderPack.WholeBlock*'
       E="$B/cuda_decode_bench --preset 7b --bf16 --no-gemv --prompt 16 --tokens 4 --enc-audio 60 --enc-reps 5 --job-audio 1 --job-tokens 1"
       for i in 1 2; do
-        for cfg in plain VV_CUDA_ENC_BLOCK=1 "VV_CUDA_ENC_BLOCK=1 VV_CUDA_FFN_FAST_ERF=1" VV_CUDA_FFN_FAST_ERF=1; do
+        for cfg in plain VV_CUDA_ENC_BLOCK=1 VV_CUDA_FFN_WG=1 "VV_CUDA_ENC_BLOCK=1 VV_CUDA_FFN_WG=1" \
+          "VV_CUDA_ENC_BLOCK=1 VV_CUDA_FFN_WG=1 VV_CUDA_FFN_FAST_ERF=1" VV_CUDA_FFN_FAST_ERF=1; do
           read -ra kv <<<"${cfg/plain/VV_CUDA_NONE=1}"
           run "enc_${cfg//[^A-Za-z0-9]/_}_$i" env "${kv[@]}" $E
         done
       done
-      run encblock_prof env VV_CUDA_PROFILE=1 VV_CUDA_ENC_BLOCK=1 $E
+      run encblock_prof env VV_CUDA_PROFILE=1 VV_CUDA_ENC_BLOCK=1 VV_CUDA_FFN_WG=1 $E
       NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-      run ncuencblock env VV_CUDA_ENC_BLOCK=1 $NCU --clock-control none --kernel-name regex:conv_block_kernel \
-        --launch-count 4 --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
+      run ncuencblock env VV_CUDA_ENC_BLOCK=1 VV_CUDA_FFN_WG=1 $NCU --clock-control none \
+        --kernel-name regex:'conv_block_kernel|ffn_wg_kernel' --launch-count 8 --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
         --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section LaunchStats \
         ${E/--enc-reps 5/--enc-reps 1} ;;
     opprofile4k) run opprofile4k env VV_CUDA_PROFILE=1 $B/cuda_decode_bench --preset 7b --bf16 --no-gemv \

@@ -14,6 +14,7 @@
 // Mixer tolerance: f32 throughout on both sides (same taps, same order): 1e-5 of max|ref|. Of u only
 // the last min(T, 6) rows are compared: the conv's reach, all that the encoder carries to the next
 // segment, and all that the fused kernel writes (Backend::conv_mixer).
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -149,6 +150,32 @@ TEST(CudaEncoderOps, FfnOnCublasLtFromWidth256InRowTiles) {
   const std::string rest = backend_profile_report(*gpu);
   EXPECT_EQ(rest.find("conv_ffn.lt"), std::string::npos) << rest;
   EXPECT_NE(rest.find("conv_ffn.fused.c128"), std::string::npos) << rest;
+}
+
+// VV_CUDA_FFN_WG=1: the 128-channel FFN on wgmma (sm_90 only; elsewhere the backend keeps the mma.sync
+// kernel and the label must not appear). Same reference and bound as the fused kernel's: one row, a
+// partial 128-row tile, exactly one tile and one past it, odd and prime counts, and enough rows that
+// the persistent blocks take several tiles each (the next tile's x and first weight chunk copied
+// during the current one). Other widths keep their kernels.
+TEST(CudaEncoderOps, WgmmaFfnAt128ChannelsOnHopper) {
+  VV_CUDA_BACKEND_OR_SKIP(plain, true);
+  auto wg = cuda_backend_with({{"VV_CUDA_FFN_WG", "1"}, {"VV_CUDA_PROFILE", "1"}}, true);
+  ASSERT_TRUE(wg.is_ok()) << wg.status().to_string();
+  Backend& be = **wg;
+  (void)backend_profile_report(be);
+  check_ffn(be, 1, 128, 512, 31);
+  check_ffn(be, 65, 128, 512, 32);
+  check_ffn(be, 128, 128, 512, 33);
+  check_ffn(be, 129, 128, 512, 34);
+  check_ffn(be, 997, 128, 512, 35);
+  check_ffn(be, 40009, 128, 512, 36);
+  cudaDeviceProp prop{};
+  const bool sm90 = cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major == 9 && prop.minor == 0;
+  const std::string table = backend_profile_report(be);
+  EXPECT_EQ(table.find("conv_ffn.wg.c128") != std::string::npos, sm90) << table;
+  EXPECT_EQ(table.find("conv_ffn.fused.c128") == std::string::npos, sm90) << table;
+  check_ffn(be, 4099, 64, 256, 37);   // other widths: their own kernels
+  check_ffn(be, 1031, 128, 384, 38);  // E ≠ 4C: the streamed mma.sync form
 }
 
 TEST(CudaEncoderOps, FfnWidthsTheFusedKernelDoesNotTakeRunTheOpSequence) {
