@@ -16,6 +16,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "kernels/cuda/convert.cuh"
 #include "kernels/cuda/decode_attention.h"
 #include "kernels/cuda/decode_ops.cuh"
 #include "kernels/cuda/mbarrier.cuh"
@@ -336,30 +337,6 @@ void dispatch_gemv(const DecodeGemv& g, int64_t tasks, cudaStream_t s) {
   } else {
     launch_gemv<WT, 1, false>(g, tasks, s);
   }
-}
-
-template <typename T>
-__device__ __forceinline__ T from_f32(float v);
-template <>
-__device__ __forceinline__ float from_f32<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-template <>
-__device__ __forceinline__ __half from_f32<__half>(float v) {
-  return __float2half_rn(v);
-}
-__device__ __forceinline__ float to_f32(float v) {
-  return v;
-}
-__device__ __forceinline__ float to_f32(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-__device__ __forceinline__ float to_f32(__half v) {
-  return __half2float(v);
 }
 
 // One thread per (row, head, frequency) over the q heads then the k heads; a k thread also writes

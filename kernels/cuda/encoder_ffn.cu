@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "kernels/cuda/convert.cuh"
 #include "kernels/cuda/encoder_ops.cuh"
 #include "kernels/cuda/mma_util.cuh"
 #include "kernels/cuda/wgmma_util.cuh"
@@ -41,10 +42,6 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kWarpRows = 16;
 constexpr int kTileRows = kWarps * kWarpRows;  // rows per block of the streamed form
 constexpr int kHid = 64;                       // hidden columns per chunk
-
-__device__ __forceinline__ float gelu_erf(float x) {
-  return x * 0.5f * (1.0f + erff(x * 0.70710678118654752440f));
-}
 
 // VV_CUDA_FFN_FAST_ERF=1 (opt-in until measured): the same GELU with erf from Abramowitz & Stegun
 // 7.1.26 (|error| ≤ 1.5e-7 on erf; one reciprocal, one exp, five FMAs, no branch) instead of erff's
@@ -495,16 +492,6 @@ struct BlockCfg {
   static_assert(smem <= 227 * 1024, "conv block shared memory");
 };
 
-__device__ __forceinline__ float tap_f32(float v) {
-  return v;
-}
-__device__ __forceinline__ float tap_f32(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-__device__ __forceinline__ float tap_f32(__half v) {
-  return __half2float(v);
-}
-
 // One halving step of rows16_sum: N rows' partials in, N/2 out; lanes with bit O set keep the upper
 // half and send the lower one to their partner lane ^ O.
 template <int N, int O>
@@ -529,6 +516,22 @@ __device__ __forceinline__ float rows16_sum(const float (&p)[16], int lane) {
   fold_rows<4, 4>(q4, q2, lane);
   fold_rows<2, 2>(q2, q1, lane);
   return q1[0] + __shfl_xor_sync(0xffffffffu, q1[0], 1);
+}
+
+// 1/sqrt(mean(x²) + eps) of 16 rows held a channel per lane (xv[i][e]: row i, channel lane + 32e), in
+// row_inv_rms's (and norm_rows') arithmetic: lane-strided fmaf, warp_sum's tree, then the division.
+// Lane l returns row l/2's.
+template <int C>
+__device__ __forceinline__ float rows16_inv_rms(const float (&xv)[kWarpRows][C / 32], float eps, int lane) {
+  float pr[kWarpRows];
+#pragma unroll
+  for (int i = 0; i < kWarpRows; ++i) {
+    float ss = 0.f;
+#pragma unroll
+    for (int e = 0; e < C / 32; ++e) ss = fmaf(xv[i][e], xv[i][e], ss);
+    pr[i] = ss;
+  }
+  return 1.0f / sqrtf(rows16_sum(pr, lane) / static_cast<float>(C) + eps);
 }
 
 // Issues the copies of the 16 rows r0.. of x (rows ≥ T as zeros) into Xb [16][LDX] and, where `halo`,
@@ -595,7 +598,7 @@ __global__ void __launch_bounds__(BlockCfg<C>::kWarps * 32, BlockCfg<C>::kMinBlo
   cp_async_commit();
   for (int c = threadIdx.x; c < C; c += NW * 32) {
 #pragma unroll
-    for (int k = 0; k < 7; ++k) Vs[k * C + c] = tap_f32(taps[c * ldw + k]);
+    for (int k = 0; k < 7; ++k) Vs[k * C + c] = to_f32(taps[c * ldw + k]);
     Vs[7 * C + c] = nw1[c];
     Vs[8 * C + c] = mb ? mb[c] : 0.f;
     Vs[9 * C + c] = g1[c];
@@ -650,15 +653,7 @@ __global__ void __launch_bounds__(BlockCfg<C>::kWarps * 32, BlockCfg<C>::kMinBlo
       for (int e = 0; e < P; ++e) xc[i][e] = Xc[i * LDX + lane + 32 * e];
 
     // Mixer: u = rms_norm(x) (row_inv_rms's arithmetic), then the causal conv over u and x += g1 ⊙ y.
-    float pr[kWarpRows];
-#pragma unroll
-    for (int i = 0; i < kWarpRows; ++i) {
-      float ss = 0.f;
-#pragma unroll
-      for (int e = 0; e < P; ++e) ss = fmaf(xc[i][e], xc[i][e], ss);
-      pr[i] = ss;
-    }
-    const float inv1 = 1.0f / sqrtf(rows16_sum(pr, lane) / static_cast<float>(C) + eps);
+    const float inv1 = rows16_inv_rms<C>(xc, eps, lane);
     float uu[kWarpRows][P];
 #pragma unroll
     for (int i = 0; i < kWarpRows; ++i) {
@@ -701,14 +696,7 @@ __global__ void __launch_bounds__(BlockCfg<C>::kWarps * 32, BlockCfg<C>::kMinBlo
     }
 
     // FFN norm (norm_rows' arithmetic) into Uw as bf16; the mixed rows back into Xc for the residual.
-#pragma unroll
-    for (int i = 0; i < kWarpRows; ++i) {
-      float ss = 0.f;
-#pragma unroll
-      for (int e = 0; e < P; ++e) ss = fmaf(xc[i][e], xc[i][e], ss);
-      pr[i] = ss;
-    }
-    const float inv2 = 1.0f / sqrtf(rows16_sum(pr, lane) / static_cast<float>(C) + eps);
+    const float inv2 = rows16_inv_rms<C>(xc, eps, lane);
 #pragma unroll
     for (int i = 0; i < kWarpRows; ++i) {
       const float iv = __shfl_sync(0xffffffffu, inv2, 2 * i);
@@ -869,15 +857,7 @@ __global__ void __launch_bounds__(256, 1)
       for (int i = 0; i < kWarpRows; ++i)
 #pragma unroll
         for (int e = 0; e < P; ++e) xv[i][e] = Xs[xs_index<C>(warp * kWarpRows + i, lane + 32 * e)];
-      float pr[kWarpRows];
-#pragma unroll
-      for (int i = 0; i < kWarpRows; ++i) {
-        float ss = 0.f;
-#pragma unroll
-        for (int e = 0; e < P; ++e) ss = fmaf(xv[i][e], xv[i][e], ss);
-        pr[i] = ss;
-      }
-      const float inv = 1.0f / sqrtf(rows16_sum(pr, lane) / static_cast<float>(C) + eps);
+      const float inv = rows16_inv_rms<C>(xv, eps, lane);
 #pragma unroll
       for (int i = 0; i < kWarpRows; ++i) {
         const float iv = __shfl_sync(0xffffffffu, inv, 2 * i);

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/convert.cuh"
 #include "kernels/cuda/encoder_ops.cuh"
 
 namespace vv::cuda {
@@ -22,16 +23,6 @@ namespace {
 
 constexpr int kTaps = 7;
 constexpr int kRun = 16;
-
-__device__ __forceinline__ float to_f32(float v) {
-  return v;
-}
-__device__ __forceinline__ float to_f32(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-__device__ __forceinline__ float to_f32(__half v) {
-  return __half2float(v);
-}
 
 // Same arithmetic as dwconv_kernel (taps in order, fmaf, then + bias) and add_scaled_kernel.
 template <typename WT>
