@@ -482,11 +482,13 @@ class CudaBackend final : public Backend {
     });
   }
   // A whole encoder block in one kernel (cuda::conv_block_fused) where VV_CUDA_ENC_BLOCK=1, bf16 mode,
-  // C ∈ {32, 64} (stages 0 and 1) and the operands both fused branches take; elsewhere false (the
-  // encoder then runs conv_mixer and conv_ffn). Same bits as those two.
+  // C ∈ {32, 64} (stages 0 and 1), or C = 128 (stage 2) with the wgmma FFN (VV_CUDA_FFN_WG=1, sm_90),
+  // and the operands both fused branches take; elsewhere false (the encoder then runs conv_mixer and
+  // conv_ffn). Same bits as those two.
   bool conv_block(Tensor& x, float eps, const Tensor& history, const ConvBlockWeights& wt, Tensor& u,
                   Tensor& v, Tensor& h) override {
-    if (!enc_block_ || compute_ != CudaCompute::kBF16 || !cuda::conv_block_fits(x, history, wt, u, v) ||
+    if (!enc_block_ || compute_ != CudaCompute::kBF16 ||
+        !cuda::conv_block_fits(x, history, wt, u, v, ffn_wg_) ||
         ffn_lt_takes(x, wt.w1, wt.b1, wt.w2, wt.b2, u, v, h))
       return false;
     Sig s(105);

@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <type_traits>
 
 #include "kernels/cuda/convert.cuh"
 #include "kernels/cuda/encoder_ops.cuh"
@@ -811,12 +812,32 @@ __device__ __forceinline__ void ffn_wg_issue_w(const __nv_bfloat16* __restrict__
 }
 #endif
 
-template <int C, bool kFast>
+// The mixer branch for ffn_wg_kernel's whole-block form (conv_block at C = 128): the taps [C, 7] (row
+// stride ldw), the mixer's norm weight, bias (may be null) and scale, the 6 rows of u before every
+// 128-row tile after the first (mixer_halo's side pass), the history (null: zeros), and u, whose rows
+// from T − 6 on receive the tile's normalised rows.
+template <typename WT>
+struct WgMixer {
+  const float* hist;
+  int64_t ldh;
+  const float* side;
+  const float* nw;
+  const WT* taps;
+  int64_t ldw;
+  const float* bias;
+  const float* gamma;
+  float* u;
+  int64_t ldu;
+};
+struct WgNoMixer {};
+
+template <int C, bool kFast, typename Mix>
 __global__ void __launch_bounds__(256, 1)
     ffn_wg_kernel(float* x, int64_t ldx, int64_t T, const float* __restrict__ norm_w, float eps,
                   const __nv_bfloat16* __restrict__ w1, const float* __restrict__ b1,
                   const __nv_bfloat16* __restrict__ w2, const float* __restrict__ b2,
-                  const float* __restrict__ gamma) {
+                  const float* __restrict__ gamma, Mix mix) {
+  constexpr bool kMix = !std::is_same_v<Mix, WgNoMixer>;
 #ifdef VV_WGMMA
   using K = FfnWgCfg<C>;
   constexpr int P = C / 32, NCH = K::NCH, KA = C / 64;
@@ -857,6 +878,67 @@ __global__ void __launch_bounds__(256, 1)
       for (int i = 0; i < kWarpRows; ++i)
 #pragma unroll
         for (int e = 0; e < P; ++e) xv[i][e] = Xs[xs_index<C>(warp * kWarpRows + i, lane + 32 * e)];
+      if constexpr (kMix) {
+        // The mixer first, with conv_mixer_fused's arithmetic: u = rms_norm(x) of the tile's rows into
+        // the other staging buffer (free until the next tile's copy, issued after the barrier below),
+        // the 6 rows of u before the tile into U's region (free until the FFN norm), then the conv and
+        // x += gamma ⊙ y, into xv and in place into the staged x (for the FFN's residual).
+        float* Hs = reinterpret_cast<float*>(Ub);
+        float* Us = Xs0 + (xb ^ 1) * (K::kX / 4);
+        for (int i = threadIdx.x; i < kHaloRows * C; i += 256) {
+          const int j = i / C, c = i % C;
+          float v = 0.f;
+          if (tile > 0) {
+            v = mix.side[((tile - 1) * kHaloRows + j) * C + c];
+          } else if (mix.hist) {
+            v = mix.hist[j * mix.ldh + c];
+          }
+          Hs[i] = v;
+        }
+        const float inv1 = rows16_inv_rms<C>(xv, eps, lane);
+#pragma unroll
+        for (int i = 0; i < kWarpRows; ++i) {
+          const float iv = __shfl_sync(0xffffffffu, inv1, 2 * i);
+          const int rt = warp * kWarpRows + i;
+          const int64_t r = r0 + rt;
+#pragma unroll
+          for (int e = 0; e < P; ++e) {
+            const int c = lane + 32 * e;
+            const float uv = (xv[i][e] * iv) * mix.nw[c];
+            Us[xs_index<C>(rt, c)] = uv;
+            if (r >= T - kHaloRows && r < T) mix.u[r * mix.ldu + c] = uv;
+          }
+        }
+        __syncthreads();  // every row's u and the halo are in shared memory
+#pragma unroll
+        for (int e = 0; e < P; ++e) {
+          const int c = lane + 32 * e;
+          float wk[7];
+#pragma unroll
+          for (int k = 0; k < 7; ++k) wk[k] = to_f32(mix.taps[c * mix.ldw + k]);
+          const float bc = mix.bias ? mix.bias[c] : 0.f, gc = mix.gamma[c];
+          float win[kWarpRows + kHaloRows];  // u of rows 16·warp − 6 .. 16·warp + 15
+#pragma unroll
+          for (int t = 0; t < kWarpRows + kHaloRows; ++t) {
+            const int rt = warp * kWarpRows - kHaloRows + t;
+            win[t] = rt < 0 ? Hs[(rt + kHaloRows) * C + c] : Us[xs_index<C>(rt, c)];
+          }
+#pragma unroll
+          for (int i = 0; i < kWarpRows; ++i) {
+            float a = 0.f;
+#pragma unroll
+            for (int k = 0; k < 7; ++k) a = fmaf(wk[k], win[i + k], a);
+            const float y = a + bc;
+            float o = xv[i][e];
+            o += gc * y;
+            xv[i][e] = o;
+            Xs[xs_index<C>(warp * kWarpRows + i, c)] = o;
+          }
+        }
+        __syncthreads();  // the halo and u are read: U's region and the other buffer may be written
+      } else {
+        (void)mix;
+      }
       const float inv = rows16_inv_rms<C>(xv, eps, lane);
 #pragma unroll
       for (int i = 0; i < kWarpRows; ++i) {
@@ -949,7 +1031,8 @@ __global__ void __launch_bounds__(256, 1)
   }
 #else
   (void)x, (void)ldx, (void)T, (void)norm_w, (void)eps, (void)w1, (void)b1, (void)w2, (void)b2, (void)gamma;
-  static_assert(FfnWgCfg<C>::NCH * kHid == FfnWgCfg<C>::E, "wgmma FFN chunks");
+  (void)mix;
+  static_assert(FfnWgCfg<C>::NCH * kHid == FfnWgCfg<C>::E && (kMix || !kMix), "wgmma FFN chunks");
 #endif
 }
 
@@ -1054,23 +1137,57 @@ void launch_block_taps(Tensor& x, float eps, const float* hist, int64_t ldh, con
   }
 }
 
-template <int C, bool F>
+template <int C, bool F, typename Mix = WgNoMixer>
 void launch_ffn_wg(Tensor& x, const Tensor& norm_w, float eps, const Tensor& w1, const Tensor& b1,
-                   const Tensor& w2, const Tensor& b2, const Tensor& gamma, cudaStream_t s) {
+                   const Tensor& w2, const Tensor& b2, const Tensor& gamma, cudaStream_t s, Mix mix = {}) {
   using K = FfnWgCfg<C>;
   static int grid_cap = 0;  // per instantiation: blocks resident at once on the whole device
   if (grid_cap == 0) {
-    cudaFuncSetAttribute(ffn_wg_kernel<C, F>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cudaFuncSetAttribute(ffn_wg_kernel<C, F, Mix>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                          static_cast<int>(K::smem));
     int per_sm = 0;
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ffn_wg_kernel<C, F>, 256, K::smem);
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ffn_wg_kernel<C, F, Mix>, 256, K::smem);
     grid_cap = (per_sm > 0 ? per_sm : 1) * sm_count();
   }
   const int64_t T = x.rows();
   const int64_t blocks = std::min<int64_t>((T + kWgRows - 1) / kWgRows, grid_cap);
-  ffn_wg_kernel<C, F><<<static_cast<unsigned>(blocks), 256, K::smem, s>>>(
+  ffn_wg_kernel<C, F, Mix><<<static_cast<unsigned>(blocks), 256, K::smem, s>>>(
       x.ptr<float>(), x.row_stride(), T, norm_w.ptr<const float>(), eps, w1.ptr<const __nv_bfloat16>(),
-      b1.ptr<const float>(), w2.ptr<const __nv_bfloat16>(), b2.ptr<const float>(), gamma.ptr<const float>());
+      b1.ptr<const float>(), w2.ptr<const __nv_bfloat16>(), b2.ptr<const float>(), gamma.ptr<const float>(),
+      mix);
+}
+
+// conv_block at C = 128: the wgmma FFN kernel with the mixer in front (after the side pass).
+template <bool F, typename WT>
+void launch_block_wg(Tensor& x, float eps, const float* hist, int64_t ldh, const float* side,
+                     const Backend::ConvBlockWeights& wt, const WT* taps, Tensor& u, cudaStream_t s) {
+  const WgMixer<WT> mix{hist,
+                        ldh,
+                        side,
+                        wt.norm_w.ptr<const float>(),
+                        taps,
+                        wt.mixer_w.row_stride(),
+                        wt.mixer_b.data ? wt.mixer_b.ptr<const float>() : nullptr,
+                        wt.gamma.ptr<const float>(),
+                        u.ptr<float>(),
+                        u.row_stride()};
+  launch_ffn_wg<128, F>(x, wt.ffn_norm_w, eps, wt.w1, wt.b1, wt.w2, wt.b2, wt.ffn_gamma, s, mix);
+}
+
+template <bool F>
+void launch_block_wg_taps(Tensor& x, float eps, const float* hist, int64_t ldh, const float* side,
+                          const Backend::ConvBlockWeights& wt, Tensor& u, cudaStream_t s) {
+  switch (wt.mixer_w.dtype) {
+    case DType::kBF16:
+      launch_block_wg<F>(x, eps, hist, ldh, side, wt, wt.mixer_w.ptr<const __nv_bfloat16>(), u, s);
+      break;
+    case DType::kF16:
+      launch_block_wg<F>(x, eps, hist, ldh, side, wt, wt.mixer_w.ptr<const __half>(), u, s);
+      break;
+    default:
+      launch_block_wg<F>(x, eps, hist, ldh, side, wt, wt.mixer_w.ptr<const float>(), u, s);
+      break;
+  }
 }
 
 bool aligned16(const void* p) {
@@ -1165,19 +1282,24 @@ void conv_ffn_wg(Tensor& x, const Tensor& norm_w, float eps, const Tensor& w1, c
 }
 
 bool conv_block_fits(const Tensor& x, const Tensor& history, const Backend::ConvBlockWeights& wt,
-                     const Tensor& u, const Tensor& v) {
+                     const Tensor& u, const Tensor& v, bool wgmma) {
   const int64_t T = x.rows(), C = x.cols();
-  if ((C != 32 && C != 64) || T <= 0 || wt.w1.rows() != 4 * C) return false;
-  // 76 KB (C = 32) or 225 KB (C = 64) of shared memory a block: sm_90 has 227 KB, sm_80 163 KB.
-  int dev = 0, optin = 0;
-  cudaGetDevice(&dev);
-  cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-  if (static_cast<size_t>(optin) < (C == 32 ? BlockCfg<32>::smem : BlockCfg<64>::smem)) return false;
-  if (!conv_ffn_fits(x, wt.ffn_norm_w, wt.w1, wt.b1, wt.w2, wt.b2, wt.ffn_gamma) ||
-      !conv_mixer_fits(x, wt.norm_w, history, wt.mixer_w, wt.mixer_b, wt.gamma, u, v))
-    return false;
-  // The side pass's rows: 6 rows of C per run of kRunRows after the first, in v.
-  const int64_t runs = (T + kRunRows - 1) / kRunRows;
+  if (T <= 0 || wt.w1.rows() != 4 * C) return false;
+  if (C == 128) {
+    if (!wgmma || !conv_ffn_wg_fits(x, wt.ffn_norm_w, wt.w1, wt.b1, wt.w2, wt.b2, wt.ffn_gamma)) return false;
+  } else {
+    if (C != 32 && C != 64) return false;
+    // 76 KB (C = 32) or 225 KB (C = 64) of shared memory a block: sm_90 has 227 KB, sm_80 163 KB.
+    int dev = 0, optin = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    if (static_cast<size_t>(optin) < (C == 32 ? BlockCfg<32>::smem : BlockCfg<64>::smem)) return false;
+    if (!conv_ffn_fits(x, wt.ffn_norm_w, wt.w1, wt.b1, wt.w2, wt.b2, wt.ffn_gamma)) return false;
+  }
+  if (!conv_mixer_fits(x, wt.norm_w, history, wt.mixer_w, wt.mixer_b, wt.gamma, u, v)) return false;
+  // The side pass's rows: 6 rows of C per run (C = 128: per tile) after the first, in v.
+  const int64_t R = C == 128 ? kWgRows : kRunRows;
+  const int64_t runs = (T + R - 1) / R;
   const int64_t need = (runs - 1) * kHaloRows * C;
   const int64_t have = v.rows() > 0 ? (v.rows() - 1) * v.row_stride() + v.cols() : 0;
   return need == 0 || (v.data && have >= need);
@@ -1188,11 +1310,15 @@ void conv_block_fused(Tensor& x, float eps, const Tensor& history, const Backend
   const int64_t T = x.rows();
   if (T == 0) return;
   float* side = v.ptr<float>();
-  if (T > kRunRows) mixer_halo(x, wt.norm_w, eps, side, kRunRows, s);
+  const int R = x.cols() == 128 ? kWgRows : kRunRows;
+  if (T > R) mixer_halo(x, wt.norm_w, eps, side, R, s);
   const float* hist = history.data && history.rows() > 0 ? history.ptr<const float>() : nullptr;
   const int64_t ldh = hist ? history.row_stride() : 0;
   const bool fast = fast_erf_enabled();
-  if (x.cols() == 32) {
+  if (x.cols() == 128) {
+    fast ? launch_block_wg_taps<true>(x, eps, hist, ldh, side, wt, u, s)
+         : launch_block_wg_taps<false>(x, eps, hist, ldh, side, wt, u, s);
+  } else if (x.cols() == 32) {
     fast ? launch_block_taps<32, true>(x, eps, hist, ldh, side, wt, u, s)
          : launch_block_taps<32, false>(x, eps, hist, ldh, side, wt, u, s);
   } else {

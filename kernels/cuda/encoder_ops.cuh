@@ -41,12 +41,16 @@ void conv_ffn_wg(Tensor& x, const Tensor& norm_w, float eps, const Tensor& w1, c
 // the 6 rows before every tile but the first into side[(tile − 1)·6 + j][C], from x as it is now.
 void mixer_halo(const Tensor& x, const Tensor& norm_w, float eps, float* side, int R, cudaStream_t s);
 
-// Backend::conv_block in one kernel (after mixer_halo's side pass into v) at C ∈ {32, 64}, E = 4C: the
-// operands conv_mixer_fused and conv_ffn_fused (resident form) both take, and v room for 6 rows of C
-// per 64 rows after the first. x and u's last min(T, 6) rows get the bits of conv_mixer_fused then
-// conv_ffn_fused; the rest of u is not written.
+// Backend::conv_block in one kernel (after mixer_halo's side pass into v), E = 4C:
+//  - C ∈ {32, 64}: the operands conv_mixer_fused and conv_ffn_fused (resident form) both take, v room
+//    for 6 rows of C per 64 rows after the first; x and u's last min(T, 6) rows get the bits of
+//    conv_mixer_fused then conv_ffn_fused;
+//  - C = 128 where `wgmma` (the caller's sm_90 and VV_CUDA_FFN_WG): the operands conv_mixer_fused and
+//    conv_ffn_wg take, v room for 6 rows per 128 after the first; the bits of conv_mixer_fused then
+//    conv_ffn_wg.
+// The rest of u is not written.
 bool conv_block_fits(const Tensor& x, const Tensor& history, const Backend::ConvBlockWeights& wt,
-                     const Tensor& u, const Tensor& v);
+                     const Tensor& u, const Tensor& v, bool wgmma);
 void conv_block_fused(Tensor& x, float eps, const Tensor& history, const Backend::ConvBlockWeights& wt,
                       Tensor& u, Tensor& v, cudaStream_t s);
 

@@ -38,6 +38,11 @@ float gelu_ref(float x) {
   return x * 0.5f * (1.0f + std::erf(x * 0.70710678118654752440f));
 }
 
+bool device_is_sm90() {
+  cudaDeviceProp prop{};
+  return cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major == 9 && prop.minor == 0;
+}
+
 // x (host F32 [T, C]) += gamma ⊙ (gelu(bf16(rms_norm(x))·w1ᵀ + b1) rounded to bf16 ·w2ᵀ + b2).
 std::vector<float> ffn_reference(const HostMatrix& x, const HostMatrix& nw, float eps, const HostMatrix& w1,
                                  const HostMatrix& b1, const HostMatrix& w2, const HostMatrix& b2,
@@ -169,8 +174,7 @@ TEST(CudaEncoderOps, WgmmaFfnAt128ChannelsOnHopper) {
   check_ffn(be, 129, 128, 512, 34);
   check_ffn(be, 997, 128, 512, 35);
   check_ffn(be, 40009, 128, 512, 36);
-  cudaDeviceProp prop{};
-  const bool sm90 = cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major == 9 && prop.minor == 0;
+  const bool sm90 = device_is_sm90();
   const std::string table = backend_profile_report(be);
   EXPECT_EQ(table.find("conv_ffn.wg.c128") != std::string::npos, sm90) << table;
   EXPECT_EQ(table.find("conv_ffn.fused.c128") == std::string::npos, sm90) << table;
@@ -332,11 +336,16 @@ void check_block(Backend& blk, Backend& ops, int64_t T, int64_t C, bool with_his
   expect_close(got, want, 5e-3, what + ": FFN update vs cpu");
 }
 
+// Both backends with VV_CUDA_FFN_WG=1, so that at C = 128 (sm_90) the op sequence's FFN is the wgmma
+// kernel the block form runs; at 32 and 64 channels the switch changes nothing.
 TEST(CudaEncoderOps, WholeBlockInOneKernelEqualsMixerThenFfnBitwise) {
-  VV_CUDA_BACKEND_OR_SKIP(ops, true);
-  auto blk = cuda_backend_with({{"VV_CUDA_ENC_BLOCK", "1"}, {"VV_CUDA_PROFILE", "1"}}, true);
-  ASSERT_TRUE(blk.is_ok()) << blk.status().to_string();
+  VV_CUDA_BACKEND_OR_SKIP(plain, true);
+  auto opsr = cuda_backend_with({{"VV_CUDA_FFN_WG", "1"}}, true);
+  auto blk = cuda_backend_with(
+      {{"VV_CUDA_ENC_BLOCK", "1"}, {"VV_CUDA_FFN_WG", "1"}, {"VV_CUDA_PROFILE", "1"}}, true);
+  ASSERT_TRUE(blk.is_ok() && opsr.is_ok());
   Backend& be = **blk;
+  std::unique_ptr<Backend>& ops = *opsr;
   // Rows: one, fewer than the conv's reach, one 16-row step, a run (64) and one past it, odd and prime
   // counts with partial last steps; the taps as F32, BF16 and F16; with and without history.
   check_block(be, *ops, 1, 32, true, DType::kF32, 101, true);
@@ -354,8 +363,19 @@ TEST(CudaEncoderOps, WholeBlockInOneKernelEqualsMixerThenFfnBitwise) {
   // 1.44 M rows.
   check_block(be, *ops, 300007, 32, true, DType::kF32, 111, false);
   check_block(be, *ops, 250007, 64, true, DType::kF32, 112, false);
+  std::vector<const char*> labels = {"conv_block.fused.c32", "conv_block.fused.c64"};
+  if (device_is_sm90()) {
+    // C = 128 on the wgmma kernel with the mixer in front: one partial tile, one and a bit, odd and
+    // prime counts, and more tiles than blocks (the side pass's rows at every tile after the first).
+    check_block(be, *ops, 5, 128, true, DType::kF32, 113, true);
+    check_block(be, *ops, 129, 128, false, DType::kBF16, 114, true);
+    check_block(be, *ops, 997, 128, true, DType::kF16, 115, true);
+    check_block(be, *ops, 40009, 128, true, DType::kF32, 116, false);
+    check_block(be, *ops, 4099, 128, true, DType::kF32, 117, true);
+    labels.push_back("conv_block.fused.c128");
+  }
   const std::string table = backend_profile_report(be);
-  for (const char* label : {"conv_block.fused.c32", "conv_block.fused.c64"})
+  for (const char* label : labels)
     EXPECT_NE(table.find(label), std::string::npos) << label << " not run\n" << table;
 }
 
@@ -384,7 +404,7 @@ TEST(CudaEncoderOps, WholeBlockKernelDeclinesWhatItDoesNotTake) {
   };
   EXPECT_TRUE(declines(*plain, 100, 32, 128)) << "taken without VV_CUDA_ENC_BLOCK=1";
   EXPECT_TRUE(declines(**f32, 100, 32, 128)) << "taken in f32 mode";
-  EXPECT_TRUE(declines(**blk, 100, 128, 512)) << "taken at C = 128";
+  EXPECT_TRUE(declines(**blk, 100, 128, 512)) << "taken at C = 128 without VV_CUDA_FFN_WG=1";
   EXPECT_TRUE(declines(**blk, 100, 48, 192)) << "taken at C = 48";
   EXPECT_TRUE(declines(**blk, 100, 32, 64)) << "taken with E = 2C";
 }

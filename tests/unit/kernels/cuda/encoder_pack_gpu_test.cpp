@@ -5,6 +5,7 @@
 // the golden README's rather than bitwise. f32 compute: its end-to-end float32 bound (max|a−b| ≤
 // 1e-4·max|ref|, rel_l2 ≤ 3e-5). bf16 compute: the bound of CudaRunnerGolden's bf16 stages
 // (0.15·max|ref|, rel_l2 ≤ 0.1), what bf16 operands explain through the encoders' blocks.
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -110,14 +111,18 @@ void run_packed_vs_cpu(bool bf16) {
   }
 }
 
-// VV_CUDA_ENC_BLOCK=1 runs the tiny model's 32- and 64-channel blocks as one kernel each, per clip
-// (conv_block); the default runs the mixer per clip and the FFN once over the packed clips. Both
-// compute every row the same way, so the packed jobs' rows are bitwise those of the default.
+// VV_CUDA_ENC_BLOCK=1 runs the tiny model's 32- and 64-channel blocks (and, on sm_90 with
+// VV_CUDA_FFN_WG=1, its 128-channel ones) as one kernel each, per clip (conv_block); without it the
+// encoder runs the mixer per clip and the FFN once over the packed clips. Both compute every row the
+// same way, so the packed jobs' rows are bitwise those of the op sequence (both with VV_CUDA_FFN_WG=1).
 TEST(CudaEncoderPack, WholeBlockKernelGivesTheDefaultsBitsForPackedJobs) {
-  VV_CUDA_BACKEND_OR_SKIP(gpu, true);
-  if (!gpu) return;
-  auto blk = cuda_backend_with({{"VV_CUDA_ENC_BLOCK", "1"}, {"VV_CUDA_PROFILE", "1"}}, true);
-  ASSERT_TRUE(blk.is_ok()) << blk.status().to_string();
+  VV_CUDA_BACKEND_OR_SKIP(plain, true);
+  if (!plain) return;
+  auto ops = cuda_backend_with({{"VV_CUDA_FFN_WG", "1"}}, true);
+  auto blk = cuda_backend_with(
+      {{"VV_CUDA_ENC_BLOCK", "1"}, {"VV_CUDA_FFN_WG", "1"}, {"VV_CUDA_PROFILE", "1"}}, true);
+  ASSERT_TRUE(blk.is_ok() && ops.is_ok());
+  Backend* gpu = ops->get();
   auto ckpt = Checkpoint::open(hf_model_dir());
   ASSERT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
   const std::vector<std::vector<float>> clips = clips_for((*ckpt)->spec().acoustic.hop());
@@ -129,8 +134,11 @@ TEST(CudaEncoderPack, WholeBlockKernelGivesTheDefaultsBitsForPackedJobs) {
     EXPECT_EQ(std::memcmp(got[i].data(), want[i].data(), want[i].size() * sizeof(float)), 0) << "job " << i;
   }
   const std::string table = backend_profile_report(**blk);
+  cudaDeviceProp prop{};
+  const bool sm90 = cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major == 9 && prop.minor == 0;
   for (const char* label : {"conv_block.fused.c32", "conv_block.fused.c64"})
     EXPECT_NE(table.find(label), std::string::npos) << label << " not run\n" << table;
+  EXPECT_EQ(table.find("conv_block.fused.c128") != std::string::npos, sm90) << table;
 }
 
 TEST(CudaEncoderPack, F32PackedJobsMatchTheCpuEmbedderAlone) {
