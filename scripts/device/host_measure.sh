@@ -23,7 +23,8 @@
 #                two pairs, twice, interleaved
 #   ncugemv      Nsight Compute of the one-row GEMM table's GEMV launches (every shape: duration, DRAM
 #                bytes and throughput, grid, achieved occupancy), with the default GEMV and with VV_CUDA_GEMV_BULK=1
-#   curvepf      the curve's 64/128 points without and with VV_CUDA_L2_PREFETCH=1 (batched steps' o GEMM from L2)
+#   curvepf      the curve's 64/128 points without and with VV_CUDA_L2_PREFETCH=1 (batched steps' o GEMM from L2),
+#                and with VV_CUDA_MMA_DECODE_CHUNK=128 and 256 (keys per unit of the batched decode attention)
 #   prefill4kab  the 4,096-row prefill, default against one 4,096-row chunk with VV_CUDA_ROPE_FLASH=1
 #                (vibevoice bench prefills a prompt in one chunk), interleaved, $AB_REPS (2) times
 #   normrope     VV_CUDA_NORM_DROP=1, VV_CUDA_ROPE_FLASH=1: their gpu tests (and the runner goldens with neither),
@@ -162,9 +163,10 @@ for step in "$@"; do
           --kernel-name regex:decode_gemv --launch-count 200 --metrics "$M" \
           $B/cuda_decode_bench --preset 7b --bf16 --table-only --gemv-m 1
       done ;;
-    curvepf)  # batched decode steps with the o projection's weights prefetched into L2 during the attention
-      for v in 0 1; do
-        run curve_l2pf$v env VV_CUDA_L2_PREFETCH=$v $B/engine_loop_bench --preset 7b --device cuda --bf16 \
+    curvepf)  # batched decode steps: the o projection's weights prefetched into L2 during the attention, and
+      # the tensor-core decode attention's keys per unit (64, the default; 128; 256)
+      for cfg in VV_CUDA_L2_PREFETCH=0 VV_CUDA_L2_PREFETCH=1 VV_CUDA_MMA_DECODE_CHUNK=128 VV_CUDA_MMA_DECODE_CHUNK=256; do
+        run "curve_${cfg//[^A-Za-z0-9]/_}" env "$cfg" $B/engine_loop_bench --preset 7b --device cuda --bf16 \
           --audio 30 --tokens "$CURVE_TOKENS" --concurrency 64,128
       done ;;
     prefill4kab)  # 4,096 rows: the default (1,024-row chunks) against one chunk with rope inside the flash kernel
