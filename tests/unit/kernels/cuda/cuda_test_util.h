@@ -4,10 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -49,6 +51,19 @@ inline Result<std::unique_ptr<Backend>> cuda_backend_with(
   auto be = make_backend("cuda:0", opt);
   for (const auto& [k, v] : env) ::unsetenv(k);
   return be;
+}
+
+// fn(begin, end) over [0, n) in contiguous ranges, one thread each, as many as the machine has cores:
+// for the GPU tests' CPU references (the device host has 16 cores). Each range computes its own
+// outputs with the same code, so the results do not depend on the split.
+template <typename Fn>
+void parallel_ranges(int64_t n, Fn fn) {
+  const int64_t threads =
+      std::clamp<int64_t>(static_cast<int64_t>(std::thread::hardware_concurrency()), 1, 64);
+  const int64_t per = std::max<int64_t>(1, (n + threads - 1) / threads);
+  std::vector<std::thread> pool;
+  for (int64_t b = 0; b < n; b += per) pool.emplace_back([&fn, b, e = std::min(n, b + per)] { fn(b, e); });
+  for (std::thread& t : pool) t.join();
 }
 
 // A device copy of a host matrix (same bytes, same strides).

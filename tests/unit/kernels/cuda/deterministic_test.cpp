@@ -193,7 +193,10 @@ TEST(CudaDeterministicAttention, RowsDoNotDependOnTheRowsBesideThem) {
   HostMatrix qr = bf16_rounded_f32(q), kr = bf16_rounded_f32(kc), vr = bf16_rounded_f32(vc);
   HostMatrix want = random_matrix(n, qw, DType::kF32, 84);
   Tensor want_t = want.view();
-  ref::paged_attention(qr.view(), hrows, KvLayer{kr.view(), vr.view()}, shape, want_t);
+  parallel_ranges(shape.heads, [&](int64_t h0, int64_t h1) {
+    ref::paged_attention(qr.view(), hrows, KvLayer{kr.view(), vr.view()}, shape, want_t, static_cast<int>(h0),
+                         static_cast<int>(h1));
+  });
   expect_close(all, host_rows(want_t), 4e-3, "deterministic attention, 2 decode rows + a 300-row chunk", 1.0);
 }
 

@@ -49,23 +49,25 @@ std::vector<float> ffn_reference(const HostMatrix& x, const HostMatrix& nw, floa
                                  const HostMatrix& gamma) {
   const int64_t T = x.rows, C = x.cols, E = w1.rows;
   std::vector<float> out(static_cast<size_t>(T * C));
-  std::vector<float> u(C), h(E);
-  for (int64_t t = 0; t < T; ++t) {
-    double ss = 0;
-    for (int64_t c = 0; c < C; ++c) ss += static_cast<double>(x.at(t, c)) * x.at(t, c);
-    const float inv = 1.0f / std::sqrt(static_cast<float>(ss / C) + eps);
-    for (int64_t c = 0; c < C; ++c) u[c] = round_bf16(x.at(t, c) * inv * nw.at(0, c));
-    for (int64_t j = 0; j < E; ++j) {
-      double a = 0;
-      for (int64_t c = 0; c < C; ++c) a += static_cast<double>(u[c]) * w1.at(j, c);
-      h[j] = round_bf16(gelu_ref(static_cast<float>(a) + b1.at(0, j)));
+  parallel_ranges(T, [&](int64_t t0, int64_t t1) {
+    std::vector<float> u(C), h(E);
+    for (int64_t t = t0; t < t1; ++t) {
+      double ss = 0;
+      for (int64_t c = 0; c < C; ++c) ss += static_cast<double>(x.at(t, c)) * x.at(t, c);
+      const float inv = 1.0f / std::sqrt(static_cast<float>(ss / C) + eps);
+      for (int64_t c = 0; c < C; ++c) u[c] = round_bf16(x.at(t, c) * inv * nw.at(0, c));
+      for (int64_t j = 0; j < E; ++j) {
+        double a = 0;
+        for (int64_t c = 0; c < C; ++c) a += static_cast<double>(u[c]) * w1.at(j, c);
+        h[j] = round_bf16(gelu_ref(static_cast<float>(a) + b1.at(0, j)));
+      }
+      for (int64_t c = 0; c < C; ++c) {
+        double a = 0;
+        for (int64_t j = 0; j < E; ++j) a += static_cast<double>(h[j]) * w2.at(c, j);
+        out[t * C + c] = gamma.at(0, c) * (static_cast<float>(a) + b2.at(0, c));  // the update
+      }
     }
-    for (int64_t c = 0; c < C; ++c) {
-      double a = 0;
-      for (int64_t j = 0; j < E; ++j) a += static_cast<double>(h[j]) * w2.at(c, j);
-      out[t * C + c] = gamma.at(0, c) * (static_cast<float>(a) + b2.at(0, c));  // the update
-    }
-  }
+  });
   return out;
 }
 

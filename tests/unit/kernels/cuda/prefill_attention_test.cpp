@@ -87,7 +87,10 @@ void check_flash(Backend& gpu, int heads, int kv_heads, int D, DType kv_dtype, c
     const KvLayer rounded_cache{kr.view(), vr.view()};
     HostMatrix want = random_matrix(n, qw, DType::kF32, 76);
     Tensor want_t = want.view();
-    ref::paged_attention(qr.view(), rows, rounded_cache, shape, want_t);
+    parallel_ranges(shape.heads, [&](int64_t h0, int64_t h1) {
+      ref::paged_attention(qr.view(), rows, rounded_cache, shape, want_t, static_cast<int>(h0),
+                           static_cast<int>(h1));
+    });
     ref_it = references.emplace(what.str(), host_rows(want_t)).first;
   }
 

@@ -68,22 +68,27 @@ void sk_reference(const HostMatrix& a, const HostMatrix& w, const HostMatrix* bi
                   const SkCase& c, std::vector<double>* want, std::vector<double>* scale) {
   want->assign(static_cast<size_t>(c.M * c.N), 0.0);
   scale->assign(static_cast<size_t>(c.M * c.N), 0.0);
-  std::vector<float> ab(static_cast<size_t>(c.M * c.K));
+  std::vector<float> ab(static_cast<size_t>(c.M * c.K)), wf(static_cast<size_t>(c.N * c.K));
   for (int64_t i = 0; i < c.M * c.K; ++i) ab[i] = bf16_to_f32(f32_to_bf16(a.f[i]));
-  for (int64_t m = 0; m < c.M; ++m) {
-    for (int64_t n = 0; n < c.N; ++n) {
+  parallel_ranges(c.N, [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n)
+      for (int64_t k = 0; k < c.K; ++k) wf[n * c.K + k] = w.at(n, k);
+  });
+  parallel_ranges(c.M * c.N, [&](int64_t i0, int64_t i1) {  // output elements, row-major
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t m = i / c.N, n = i % c.N;
       double s = 0, t = 0;
       for (int64_t k = 0; k < c.K; ++k) {
-        const double p = static_cast<double>(ab[m * c.K + k]) * w.at(n, k);
+        const double p = static_cast<double>(ab[m * c.K + k]) * wf[n * c.K + k];
         s += p;
         t += std::fabs(p);
       }
       if (bias) s += bias->at(0, n), t += std::fabs(bias->at(0, n));
       if (c.residual) s += res.at(m, n), t += std::fabs(res.at(m, n));
-      (*want)[m * c.N + n] = s;
-      (*scale)[m * c.N + n] = t;
+      (*want)[i] = s;
+      (*scale)[i] = t;
     }
-  }
+  });
 }
 
 // Runs each case on `be` and checks it against the float64 reference (1e-4 of the terms' size: f32
