@@ -356,15 +356,8 @@ class CudaBackend final : public Backend {
   // with its scaled residual. Profile labels carry the width (the encoder stage).
   void conv_ffn(Tensor& x, const Tensor& norm_w, float eps, const Tensor& w1, const Tensor& b1,
                 const Tensor& w2, const Tensor& b2, const Tensor& gamma, Tensor& u, Tensor& v, Tensor& h) override {
-    if (ffn_lt_takes(x, w1, b1, w2, b2, u, v, h)) {
-      conv_ffn_lt(x, norm_w, eps, w1, b1, w2, b2, gamma, u, v, h);
-      return;
-    }
-    if (compute_ != CudaCompute::kBF16 || !cuda::conv_ffn_fits(x, norm_w, w1, b1, w2, b2, gamma)) {
-      Backend::conv_ffn(x, norm_w, eps, w1, b1, w2, b2, gamma, u, v, h);
-      return;
-    }
-    if (ffn_wg_ && cuda::conv_ffn_wg_fits(x, norm_w, w1, b1, w2, b2, gamma)) {
+    if (ffn_wg_ && compute_ == CudaCompute::kBF16 &&
+        cuda::conv_ffn_wg_fits(x, norm_w, w1, b1, w2, b2, gamma)) {
       Sig s(106);
       s << x << norm_w << eps << w1 << b1 << w2 << b2 << gamma;
       defer(s, [=, this] {
@@ -374,6 +367,14 @@ class CudaBackend final : public Backend {
         cuda::conv_ffn_wg(xx, norm_w, eps, w1, b1, w2, b2, gamma, stream_);
         launched("conv_ffn");
       });
+      return;
+    }
+    if (ffn_lt_takes(x, w1, b1, w2, b2, u, v, h)) {
+      conv_ffn_lt(x, norm_w, eps, w1, b1, w2, b2, gamma, u, v, h);
+      return;
+    }
+    if (compute_ != CudaCompute::kBF16 || !cuda::conv_ffn_fits(x, norm_w, w1, b1, w2, b2, gamma)) {
+      Backend::conv_ffn(x, norm_w, eps, w1, b1, w2, b2, gamma, u, v, h);
       return;
     }
     Sig s(101);
@@ -1798,8 +1799,8 @@ class CudaBackend final : public Backend {
   bool ffn_lt_ = !(std::getenv("VV_CUDA_FFN_LT") && std::string(std::getenv("VV_CUDA_FFN_LT")) == "0");
   int64_t ffn_lt_min_ =
       std::getenv("VV_CUDA_FFN_LT_MIN") ? std::atoll(std::getenv("VV_CUDA_FFN_LT_MIN")) : kFfnLtMin;
-  // VV_CUDA_FFN_WG=1 (sm_90 only): the encoders' 128-channel FFN (stage 2) on wgmma (cuda::conv_ffn_wg)
-  // instead of the mma.sync kernel; opt-in until measured on a GPU.
+  // VV_CUDA_FFN_WG=1 (sm_90 only): the encoders' 128- and 256-channel FFNs (stages 2 and 3) on wgmma
+  // (cuda::conv_ffn_wg) instead of the mma.sync kernel and cuBLASLt; opt-in until measured on a GPU.
   bool ffn_wg_ = std::getenv("VV_CUDA_FFN_WG") && std::string(std::getenv("VV_CUDA_FFN_WG")) == "1";
   // VV_CUDA_ENC_BLOCK=1: the encoders' stage-0 and stage-1 blocks as one kernel each (conv_block);
   // opt-in until measured on a GPU.

@@ -766,7 +766,11 @@ struct FfnWgCfg {
   static constexpr uint32_t kU = 2 * (C / 64) * kWgAtom;                    // U: two warpgroups' atoms
   static constexpr uint32_t kW1 = (C / 64) * kWgAtom;                       // a stage's W1 rows [64][C]
   static constexpr uint32_t kStage = kW1 + static_cast<uint32_t>(C) * 128;  // + W2 columns [C][64]
-  static constexpr uint32_t kX = static_cast<uint32_t>(kWgRows) * C * 4;    // a staging buffer
+  // C ≤ 128: x staged in shared memory (two f32 buffers: this tile's, the next one's in flight). C = 256:
+  // no room (U and the stages take 192 KB): the norm reads x from global memory and the epilogue adds
+  // into it there.
+  static constexpr bool kStaged = C <= 128;
+  static constexpr uint32_t kX = kStaged ? static_cast<uint32_t>(kWgRows) * C * 4 : 0;  // a staging buffer
   static constexpr size_t smem = 1024 + kU + 2 * kStage + 2 * kX;
   static_assert(C % 64 == 0 && smem <= 227 * 1024, "wgmma FFN layout");
 };
@@ -852,8 +856,9 @@ __global__ void __launch_bounds__(256, 1)
   const int64_t tiles = (T + kWgRows - 1) / kWgRows;
   int64_t tile = blockIdx.x;
   if (tile >= tiles) return;
+  static_assert(K::kStaged || !kMix, "the mixer form stages x");
   int xb = 0, stage = 0;
-  ffn_wg_issue_x<C>(x, ldx, T, tile * kWgRows, Xs0);
+  if constexpr (K::kStaged) ffn_wg_issue_x<C>(x, ldx, T, tile * kWgRows, Xs0);
   ffn_wg_issue_w<C>(w1, w2, 0, Wb);
   mma::cp_async_commit();
   bool first = true;
@@ -866,13 +871,49 @@ __global__ void __launch_bounds__(256, 1)
     float* Xs = Xs0 + xb * (K::kX / 4);
     // This tile's x: the prologue's group (the only one), or an older group than the newest (this
     // tile's first weight chunk, issued during the previous tile's last chunk).
-    if (first) {
-      mma::cp_async_wait<0>();
-    } else {
-      mma::cp_async_wait<1>();
+    if constexpr (K::kStaged) {
+      if (first) {
+        mma::cp_async_wait<0>();
+      } else {
+        mma::cp_async_wait<1>();
+      }
     }
     __syncthreads();
-    {  // RMSNorm of the warp's 16 rows (rows 16·warp.. of the tile) into U as bf16
+    if constexpr (!K::kStaged) {
+      // RMSNorm of the warp's 16 rows from global memory, 4 rows at a time with the next 4 rows' loads
+      // in flight (row_inv_rms's arithmetic per row), into U as bf16.
+      float xa[2][4][P];
+      const auto load4 = [&](int q, float(&dst)[4][P]) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int64_t r = r0 + warp * kWarpRows + 4 * q + i;
+#pragma unroll
+          for (int e = 0; e < P; ++e) dst[i][e] = r < T ? x[r * ldx + lane + 32 * e] : 0.f;
+        }
+      };
+      load4(0, xa[0]);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        if (q + 1 < 4) load4(q + 1, xa[(q + 1) & 1]);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          float ss = 0.f;
+#pragma unroll
+          for (int e = 0; e < P; ++e) ss = fmaf(xa[q & 1][i][e], xa[q & 1][i][e], ss);
+#pragma unroll
+          for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+          const float iv = 1.0f / sqrtf(ss / static_cast<float>(C) + eps);
+          const int rw = (warp & 3) * kWarpRows + 4 * q + i;  // row within the warpgroup's 64
+#pragma unroll
+          for (int e = 0; e < P; ++e) {
+            const int c = lane + 32 * e;
+            *reinterpret_cast<__nv_bfloat16*>(Ub + (wg * KA + c / 64) * kWgAtom +
+                                              sw128_offset(rw, (c % 64) / 8) + (c % 8) * 2) =
+                __float2bfloat16_rn(xa[q & 1][i][e] * iv * norm_w[c]);
+          }
+        }
+      }
+    } else {  // RMSNorm of the warp's 16 rows (rows 16·warp.. of the tile) into U as bf16
       float xv[kWarpRows][P];
 #pragma unroll
       for (int i = 0; i < kWarpRows; ++i)
@@ -966,7 +1007,10 @@ __global__ void __launch_bounds__(256, 1)
       } else if (next < tiles) {
         ffn_wg_issue_w<C>(w1, w2, 0, Wb + (stage ^ 1) * K::kStage);
       }
-      if (j == 0 && next < tiles) ffn_wg_issue_x<C>(x, ldx, T, next * kWgRows, Xs0 + (xb ^ 1) * (K::kX / 4));
+      if constexpr (K::kStaged) {
+        if (j == 0 && next < tiles)
+          ffn_wg_issue_x<C>(x, ldx, T, next * kWgRows, Xs0 + (xb ^ 1) * (K::kX / 4));
+      }
       mma::cp_async_commit();
       mma::cp_async_wait<1>();     // chunk j's stage (every group but the newest)
       fence_proxy_async_shared();  // this thread's copies, for wgmma
@@ -1008,7 +1052,9 @@ __global__ void __launch_bounds__(256, 1)
       __syncthreads();  // every warpgroup is done with this stage
       stage ^= 1;
     }
-    // x = staged x + gamma ⊙ (acc + b2); acc's rows 16·warp + g + 8h, columns 8n + 2·t4 + e.
+    // x = staged x + gamma ⊙ (acc + b2); acc's rows 16·warp + g + 8h, columns 8n + 2·t4 + e. Unstaged
+    // (C = 256): the update added into x in L2 (a reduction, no round trip; one more rounding than the
+    // staged form's fused multiply-add, 2^-24 of the update).
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const int rt = warp * kWarpRows + g + 8 * hh;
@@ -1017,10 +1063,15 @@ __global__ void __launch_bounds__(256, 1)
       for (int n = 0; n < C / 8; ++n) {
         const int c = n * 8 + 2 * t4;
         if (r < T) {
-          float2 o = *reinterpret_cast<const float2*>(Xs + xs_index<C>(rt, c));
-          o.x += gamma[c] * (acc[n][2 * hh] + b2[c]);
-          o.y += gamma[c + 1] * (acc[n][2 * hh + 1] + b2[c + 1]);
-          *reinterpret_cast<float2*>(x + r * ldx + c) = o;
+          if constexpr (K::kStaged) {
+            float2 o = *reinterpret_cast<const float2*>(Xs + xs_index<C>(rt, c));
+            o.x += gamma[c] * (acc[n][2 * hh] + b2[c]);
+            o.y += gamma[c + 1] * (acc[n][2 * hh + 1] + b2[c + 1]);
+            *reinterpret_cast<float2*>(x + r * ldx + c) = o;
+          } else {
+            atomicAdd(x + r * ldx + c, gamma[c] * (acc[n][2 * hh] + b2[c]));
+            atomicAdd(x + r * ldx + c + 1, gamma[c + 1] * (acc[n][2 * hh + 1] + b2[c + 1]));
+          }
         }
         acc[n][2 * hh] = acc[n][2 * hh + 1] = 0.f;
       }
@@ -1263,21 +1314,25 @@ bool conv_ffn_fits(const Tensor& x, const Tensor& norm_w, const Tensor& w1, cons
 bool conv_ffn_wg_fits(const Tensor& x, const Tensor& norm_w, const Tensor& w1, const Tensor& b1,
                       const Tensor& w2, const Tensor& b2, const Tensor& gamma) {
   const int64_t C = x.cols();
-  if (C != 128 || w1.rows() != 4 * C || !conv_ffn_fits(x, norm_w, w1, b1, w2, b2, gamma)) return false;
+  if ((C != 128 && C != 256) || w1.rows() != 4 * C || !conv_ffn_fits(x, norm_w, w1, b1, w2, b2, gamma))
+    return false;
   if (x.row_stride() % 4 != 0 || !aligned16(x.data)) return false;  // 16-byte copies of x's rows
   int dev = 0, optin = 0;
   cudaGetDevice(&dev);
   cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-  return static_cast<size_t>(optin) >= FfnWgCfg<128>::smem;
+  return static_cast<size_t>(optin) >= (C == 128 ? FfnWgCfg<128>::smem : FfnWgCfg<256>::smem);
 }
 
 void conv_ffn_wg(Tensor& x, const Tensor& norm_w, float eps, const Tensor& w1, const Tensor& b1,
                  const Tensor& w2, const Tensor& b2, const Tensor& gamma, cudaStream_t s) {
   if (x.rows() == 0) return;
-  if (fast_erf_enabled()) {
-    launch_ffn_wg<128, true>(x, norm_w, eps, w1, b1, w2, b2, gamma, s);
+  const bool fast = fast_erf_enabled();
+  if (x.cols() == 256) {
+    fast ? launch_ffn_wg<256, true>(x, norm_w, eps, w1, b1, w2, b2, gamma, s)
+         : launch_ffn_wg<256, false>(x, norm_w, eps, w1, b1, w2, b2, gamma, s);
   } else {
-    launch_ffn_wg<128, false>(x, norm_w, eps, w1, b1, w2, b2, gamma, s);
+    fast ? launch_ffn_wg<128, true>(x, norm_w, eps, w1, b1, w2, b2, gamma, s)
+         : launch_ffn_wg<128, false>(x, norm_w, eps, w1, b1, w2, b2, gamma, s);
   }
 }
 

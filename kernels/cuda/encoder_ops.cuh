@@ -29,9 +29,10 @@ bool conv_mixer_fits(const Tensor& x, const Tensor& norm_w, const Tensor& histor
 void conv_mixer_fused(Tensor& x, const Tensor& norm_w, float eps, const Tensor& history, const Tensor& w,
                       const Tensor& bias, const Tensor& gamma, Tensor& u, Tensor& v, cudaStream_t s);
 
-// conv_ffn_fused's arithmetic on wgmma (sm_90a; the caller checks the device is sm_90): C = 128, E = 4C,
-// the operands conv_ffn_fits takes, x's rows 16-byte aligned, 225 KB of shared memory a block. Not
-// bitwise conv_ffn_fused (the tensor cores' summation order).
+// conv_ffn_fused's arithmetic on wgmma (sm_90a; the caller checks the device is sm_90): C = 128 or 256,
+// E = 4C, the operands conv_ffn_fits takes, x's rows 16-byte aligned, 225 / 193 KB of shared memory a
+// block. Not bitwise conv_ffn_fused (the tensor cores' summation order); at C = 256 the update is added
+// into x by reductions in L2 (one more rounding).
 bool conv_ffn_wg_fits(const Tensor& x, const Tensor& norm_w, const Tensor& w1, const Tensor& b1,
                       const Tensor& w2, const Tensor& b2, const Tensor& gamma);
 void conv_ffn_wg(Tensor& x, const Tensor& norm_w, float eps, const Tensor& w1, const Tensor& b1,

@@ -159,12 +159,12 @@ TEST(CudaEncoderOps, FfnOnCublasLtFromWidth256InRowTiles) {
   EXPECT_NE(rest.find("conv_ffn.fused.c128"), std::string::npos) << rest;
 }
 
-// VV_CUDA_FFN_WG=1: the 128-channel FFN on wgmma (sm_90 only; elsewhere the backend keeps the mma.sync
-// kernel and the label must not appear). Same reference and bound as the fused kernel's: one row, a
-// partial 128-row tile, exactly one tile and one past it, odd and prime counts, and enough rows that
-// the persistent blocks take several tiles each (the next tile's x and first weight chunk copied
-// during the current one). Other widths keep their kernels.
-TEST(CudaEncoderOps, WgmmaFfnAt128ChannelsOnHopper) {
+// VV_CUDA_FFN_WG=1: the 128- and 256-channel FFNs on wgmma (sm_90 only; elsewhere the backend keeps the
+// mma.sync kernel and cuBLASLt, and the labels must not appear). Same reference and bound as the fused
+// kernel's: one row, a partial 128-row tile, exactly one tile and one past it, odd and prime counts, and
+// enough rows that the persistent blocks take several tiles each (the next tile's x and first weight chunk
+// copied during the current one). Other widths keep their kernels.
+TEST(CudaEncoderOps, WgmmaFfnAt128And256ChannelsOnHopper) {
   VV_CUDA_BACKEND_OR_SKIP(plain, true);
   auto wg = cuda_backend_with({{"VV_CUDA_FFN_WG", "1"}, {"VV_CUDA_PROFILE", "1"}}, true);
   ASSERT_TRUE(wg.is_ok()) << wg.status().to_string();
@@ -176,9 +176,15 @@ TEST(CudaEncoderOps, WgmmaFfnAt128ChannelsOnHopper) {
   check_ffn(be, 129, 128, 512, 34);
   check_ffn(be, 997, 128, 512, 35);
   check_ffn(be, 40009, 128, 512, 36);
+  // C = 256 (stage 3; x not staged: the norm reads global memory, the epilogue adds by reductions).
+  check_ffn(be, 1, 256, 1024, 41);
+  check_ffn(be, 129, 256, 1024, 42);
+  check_ffn(be, 1543, 256, 1024, 43);
+  check_ffn(be, 20011, 256, 1024, 44);
   const bool sm90 = device_is_sm90();
   const std::string table = backend_profile_report(be);
   EXPECT_EQ(table.find("conv_ffn.wg.c128") != std::string::npos, sm90) << table;
+  EXPECT_EQ(table.find("conv_ffn.wg.c256") != std::string::npos, sm90) << table;
   EXPECT_EQ(table.find("conv_ffn.fused.c128") == std::string::npos, sm90) << table;
   check_ffn(be, 4099, 64, 256, 37);   // other widths: their own kernels
   check_ffn(be, 1031, 128, 384, 38);  // E ≠ 4C: the streamed mma.sync form
