@@ -38,7 +38,7 @@
 #   encblock     VV_CUDA_ENC_BLOCK=1 (an encoder block at 32/64 channels as one kernel, conv_block) and
 #                VV_CUDA_FFN_WG=1 (the 128-channel FFN on wgmma): the encoder gpu tests (and with
 #                VV_CUDA_FFN_FAST_ERF=1), both encoders over 60 s with none, each, both, both with the fast
-#                erf, the fast erf alone (twice, interleaved), per-op times with both, Nsight of 8 launches
+#                erf, the fast erf alone (twice, interleaved), per-op times with both, Nsight of 12 launches
 #   opprofile4k  per-op times (VV_CUDA_PROFILE=1) of the 4,096-row prefill
 #   prefill4k    cuda_decode_bench's prefill at 4,096 rows (issue 11's second prefill point)
 #   decode_tuned, curve_tuned  decode, and the curve's 64/128 points, with VV_CUDA_LT_ALGOS=16 (each GEMM
@@ -223,7 +223,7 @@ for step in "$@"; do
       run encblock_prof env VV_CUDA_PROFILE=1 VV_CUDA_ENC_BLOCK=1 VV_CUDA_FFN_WG=1 $E
       NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
       run ncuencblock env VV_CUDA_ENC_BLOCK=1 VV_CUDA_FFN_WG=1 $NCU --clock-control none \
-        --kernel-name regex:'conv_block_kernel|ffn_wg_kernel' --launch-count 8 --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
+        --kernel-name regex:'conv_block_kernel|ffn_wg_kernel' --launch-count 12 --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
         --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section LaunchStats \
         ${E/--enc-reps 5/--enc-reps 1} ;;
     opprofile4k) run opprofile4k env VV_CUDA_PROFILE=1 $B/cuda_decode_bench --preset 7b --bf16 --no-gemv \
