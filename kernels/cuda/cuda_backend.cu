@@ -488,9 +488,11 @@ class CudaBackend final : public Backend {
   // conv_ffn). Same bits as those two.
   bool conv_block(Tensor& x, float eps, const Tensor& history, const ConvBlockWeights& wt, Tensor& u,
                   Tensor& v, Tensor& h) override {
+    // conv_ffn would take cuBLASLt at these widths only below the default VV_CUDA_FFN_LT_MIN; at 128
+    // channels the wgmma FFN comes first there too.
     if (!enc_block_ || compute_ != CudaCompute::kBF16 ||
         !cuda::conv_block_fits(x, history, wt, u, v, ffn_wg_) ||
-        ffn_lt_takes(x, wt.w1, wt.b1, wt.w2, wt.b2, u, v, h))
+        (x.cols() != 128 && ffn_lt_takes(x, wt.w1, wt.b1, wt.w2, wt.b2, u, v, h)))
       return false;
     Sig s(105);
     s << x << eps << history << wt.norm_w << wt.mixer_w << wt.mixer_b << wt.gamma << wt.ffn_norm_w << wt.w1
@@ -1802,8 +1804,8 @@ class CudaBackend final : public Backend {
   // VV_CUDA_FFN_WG=1 (sm_90 only): the encoders' 128- and 256-channel FFNs (stages 2 and 3) on wgmma
   // (cuda::conv_ffn_wg) instead of the mma.sync kernel and cuBLASLt; opt-in until measured on a GPU.
   bool ffn_wg_ = std::getenv("VV_CUDA_FFN_WG") && std::string(std::getenv("VV_CUDA_FFN_WG")) == "1";
-  // VV_CUDA_ENC_BLOCK=1: the encoders' stage-0 and stage-1 blocks as one kernel each (conv_block);
-  // opt-in until measured on a GPU.
+  // VV_CUDA_ENC_BLOCK=1: the encoders' stage-0 and stage-1 blocks (and stage 2's with VV_CUDA_FFN_WG=1)
+  // as one kernel each (conv_block); opt-in until measured on a GPU.
   bool enc_block_ = std::getenv("VV_CUDA_ENC_BLOCK") && std::string(std::getenv("VV_CUDA_ENC_BLOCK")) == "1";
   // The prefill MLP through bf16 intermediates (fuse_mlp_at); VV_CUDA_MLP_FUSE=0 turns it off (A/B).
   bool mlp_fuse_ = !(std::getenv("VV_CUDA_MLP_FUSE") && std::string(std::getenv("VV_CUDA_MLP_FUSE")) == "0");
