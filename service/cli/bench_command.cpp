@@ -75,6 +75,25 @@ class CountingBackend final : public Backend {
                                Tensor& out) override {
     in_->depthwise_conv1d_causal(x, h, w, b, out);
   }
+  // The encoders' branches go to the wrapped backend whole (it may run them as fused kernels, as the
+  // transcription path does); the FFN's two products are counted here: 2·T·C·E FLOPs each, its
+  // weights once.
+  void conv_mixer(Tensor& x, const Tensor& nw, float eps, const Tensor& hist, const Tensor& w,
+                  const Tensor& b, const Tensor& g, Tensor& u, Tensor& v) override {
+    in_->conv_mixer(x, nw, eps, hist, w, b, g, u, v);
+  }
+  void conv_ffn(Tensor& x, const Tensor& nw, float eps, const Tensor& w1, const Tensor& b1, const Tensor& w2,
+                const Tensor& b2, const Tensor& g, Tensor& u, Tensor& v, Tensor& h) override {
+    count_ffn(x, w1, w2);
+    in_->conv_ffn(x, nw, eps, w1, b1, w2, b2, g, u, v, h);
+  }
+  bool conv_block(Tensor& x, float eps, const Tensor& hist, const ConvBlockWeights& wt, Tensor& u, Tensor& v,
+                  Tensor& h) override {
+    if (!in_->conv_block(x, eps, hist, wt, u, v, h)) return false;
+    count_ffn(x, wt.w1, wt.w2);
+    return true;
+  }
+  std::string device_error() const override { return in_->device_error(); }
   void add_scaled(Tensor& x, const Tensor& s, const Tensor& y) override { in_->add_scaled(x, s, y); }
   void add(const Tensor& a, const Tensor& b, Tensor& out) override { in_->add(a, b, out); }
   void silu_mul(const Tensor& gu, Tensor& out) override { in_->silu_mul(gu, out); }
@@ -104,6 +123,13 @@ class CountingBackend final : public Backend {
   void set_host_visible(bool v) { host_visible_ = v; }
 
  private:
+  void count_ffn(const Tensor& x, const Tensor& w1, const Tensor& w2) {
+    const double T = static_cast<double>(x.rows()), C = static_cast<double>(x.cols());
+    const double E = static_cast<double>(w1.rows());
+    counts.gemm_flops += 4.0 * T * C * E;
+    counts.weight_bytes += C * E * (dtype_size(w1.dtype) + dtype_size(w2.dtype));
+  }
+
   std::unique_ptr<Backend> in_;
   bool host_visible_ = true;
 };
