@@ -49,6 +49,8 @@
 #   ncu          Nsight Compute sections of the stream GEMM and of cuBLASLt on gate_up at 64 rows
 #   opprofile    cuda_decode_bench with VV_CUDA_PROFILE=1: per-op times of prefill, b1 decode, encoders
 #   ncuprefill   Nsight Compute: each kernel's time in the 1,024-row table and the prefills
+#   ncuattn      Nsight Compute sections (stalls, memory, source counters) of batch-1 decode attention launches
+#                after a 1,024-row prompt
 #   ncudecode    Nsight Compute: every kernel's duration, in order, of a short prefill and 12 batch-1 decode
 #                tokens (the last ~175 rows are one token's kernels, each alone: the step's sum without gaps)
 #   table1k      the GEMM table at 1,024 rows (the prefill's shapes, cuBLASLt, f32 output)
@@ -271,6 +273,14 @@ for step in "$@"; do
         --launch-skip 220 --launch-count 1 $SECTIONS $B/cuda_decode_bench --preset 7b --bf16 --table-only \
         --gemv-m 64 ;;
     opprofile) run opprofile env VV_CUDA_PROFILE=1 $B/cuda_decode_bench --preset 7b --bf16 ;;
+    ncuattn)  # why batch-1's decode attention takes ~16 µs a layer: Nsight sections of a few launches of it
+      # after a 1,024-row prompt (the decode steps' launches; the prefill's attention is the flash kernel)
+      NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+      run ncuattn timeout 300 $NCU --clock-control none --kernel-name regex:decode_attn_kernel --launch-skip 56 \
+        --launch-count 3 --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
+        --section Occupancy --section MemoryWorkloadAnalysis --section LaunchStats --section SourceCounters \
+        $B/cuda_decode_bench --preset 7b --bf16 --no-gemv --prompt 1024 --tokens 4 --enc-audio 1 --job-audio 1 \
+        --job-tokens 1 ;;
     ncudecode)
       NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
       run ncudecode timeout 240 $NCU --clock-control none --cache-control none --metrics gpu__time_duration.sum \
