@@ -24,8 +24,9 @@
 #   ncugemv      Nsight Compute of the one-row GEMM table's GEMV launches (every shape: duration, DRAM
 #                bytes and throughput, grid, achieved occupancy), with the default GEMV and with VV_CUDA_GEMV_BULK=1
 #   curvepf      the curve's 64/128 points without and with VV_CUDA_L2_PREFETCH=1 (batched steps' o GEMM from L2),
-#                and with VV_CUDA_MMA_DECODE_CHUNK=128, 256, and 256 with 4 stages (the batched decode attention's
-#                keys per unit: fewer units to merge, more steps a warp)
+#                and with VV_CUDA_MMA_DECODE_CHUNK=128, 256, 256 with 4 stages, 256 with 4 warps a block (the
+#                batched decode attention's keys per unit: fewer units to merge, more steps a warp; at ~600 keys
+#                256 × 4 puts a row's units in one block, one wave)
 #   prefill4kab  the 4,096-row prefill, default against one 4,096-row chunk with VV_CUDA_ROPE_FLASH=1
 #                (vibevoice bench prefills a prompt in one chunk), interleaved, $AB_REPS (2) times
 #   normrope     VV_CUDA_NORM_DROP=1, VV_CUDA_ROPE_FLASH=1: their gpu tests (and the runner goldens with neither),
@@ -169,7 +170,8 @@ for step in "$@"; do
     curvepf)  # batched decode steps: the o projection's weights prefetched into L2 during the attention, and
       # the tensor-core decode attention's keys per unit (64, the default; 128; 256)
       for cfg in VV_CUDA_L2_PREFETCH=0 VV_CUDA_L2_PREFETCH=1 VV_CUDA_MMA_DECODE_CHUNK=128 VV_CUDA_MMA_DECODE_CHUNK=256 \
-        "VV_CUDA_MMA_DECODE_CHUNK=256 VV_CUDA_MMA_DECODE_STAGES=4"; do
+        "VV_CUDA_MMA_DECODE_CHUNK=256 VV_CUDA_MMA_DECODE_STAGES=4" \
+        "VV_CUDA_MMA_DECODE_CHUNK=256 VV_CUDA_MMA_DECODE_WARPS=4"; do
         read -ra kv <<<"$cfg"
         run "curve_${cfg//[^A-Za-z0-9]/_}" env "${kv[@]}" $B/engine_loop_bench --preset 7b --device cuda --bf16 \
           --audio 30 --tokens "$CURVE_TOKENS" --concurrency 64,128
