@@ -57,6 +57,8 @@
 #   table1k      the GEMM table at 1,024 rows (the prefill's shapes, cuBLASLt, f32 output)
 #   roofline     decode_roofline.py 1 8 64 128 (plain cuBLAS, weights only, graph-replayed)
 #   reference    the PyTorch reference's batched decode (bench_reference.py's method) at $REF_BATCHES
+#   benchref     ../shared/golden/bench_reference.py --reps 2 --batches $BENCHREF_BATCHES (1): the reference's
+#                encoder, prefill, decode and standard-job figures (≈ 4 min; timeout $BENCHREF_TIMEOUT, 480 s)
 #   curve        engine_loop_bench 7b bf16 --audio 30 --tokens $CURVE_TOKENS at $CURVE_N (1,2,..,128) requests
 #   profile      the same at 64 requests with VV_CUDA_PROFILE=1 (per-op times, synced)
 #   ttft         engine_loop_bench --ttft-probe 300
@@ -304,6 +306,10 @@ for step in "$@"; do
     reference)
       run reference env PYTHONPATH=$VV_REF_PYTHONPATH:$VV_DEV/golden python3 scripts/device/reference_batched.py \
         --batches "$REF_BATCHES" ;;
+    benchref)  # bench_reference.py itself (encoders over 60 s, prefill 1K/4K, decode, the standard job warm and
+      # cold): the same-call figures issue 11's ratios are taken against; batch 1 only ($BENCHREF_BATCHES), 2 reps
+      run benchref timeout "${BENCHREF_TIMEOUT:-480}" env PYTHONPATH=$VV_REF_PYTHONPATH:$VV_DEV/golden \
+        python3 $VV_DEV/golden/bench_reference.py --device cuda --reps 2 --batches "${BENCHREF_BATCHES:-1}" ;;
     curve) run curve $B/engine_loop_bench --preset 7b --device cuda --bf16 --audio 30 --tokens "$CURVE_TOKENS" \
       --concurrency "${CURVE_N:-1,2,4,8,16,32,64,128}" ;;
     profile) run profile env VV_CUDA_PROFILE=1 $B/engine_loop_bench --preset 7b --device cuda --bf16 --audio 30 \
