@@ -65,6 +65,8 @@
 #   invariance   engine_loop_bench --invariance 8 --audio 10 --tokens 32
 #   attn         cuda_decode_bench --attn-bench: the register and stream mma kernels (NOTES decattn2)
 # Everything written under $OUT ends in $OUT/logs.tgz (the device returns at most 8 files).
+# scripts/device/summarize.py DIR... prints every kept .json's figures per configuration (median of the
+# _1, _2 ... repeats), for reading a call's results.
 #   deterministic  the same with --deterministic, and the curve's 1/64/128 points with it (its cost)
 # Usage: OUT=... scripts/device/host_measure.sh step...
 set -uo pipefail
@@ -331,6 +333,8 @@ for step in "$@"; do
     *) echo "unknown step $step" | tee -a "$OUT/steps.txt" ;;
   esac
 done
+# The figures of every kept .json, per configuration, on stdout (the call's output tail) and in the archive.
+python3 scripts/device/summarize.py "$OUT" 2>&1 | tee "$OUT/summary.txt"
 # At most 8 files come back from $OUT: everything goes into one archive, steps.txt stays beside it.
 (cd "$OUT" && tar -czf /tmp/vvlogs.tgz --exclude=logs.tgz . && find . -type f ! -name steps.txt -delete &&
   mv /tmp/vvlogs.tgz logs.tgz)
