@@ -178,6 +178,23 @@ __device__ __forceinline__ void ffn_store(float* x, int64_t ldx, int64_t T, int6
   }
 }
 
+// The resident FFN of a warp's 16 normalised rows (Uw [16][C+8], bf16): both weights in shared memory
+// (W1s [4C][C+8], W2s [C][4C+8]), the hidden columns 64 at a time; acc gets the second GEMM's f32 sums.
+template <int C, bool kFast>
+__device__ __forceinline__ void ffn_resident_rows(const __nv_bfloat16* Uw, const __nv_bfloat16* W1s,
+                                                  const __nv_bfloat16* W2s, const float* __restrict__ b1,
+                                                  float (&acc)[C / 8][4], int lane) {
+  constexpr int E = 4 * C, LDU = C + 8, LDW1 = C + 8, LDW2 = E + 8, KC = C / 16;
+  uint32_t uf[KC][4];
+#pragma unroll
+  for (int kd = 0; kd < KC; ++kd) ldsm_a(Uw + kd * 16, LDU, lane, uf[kd]);
+#pragma unroll
+  for (int ct = 0; ct < C / 8; ++ct) acc[ct][0] = acc[ct][1] = acc[ct][2] = acc[ct][3] = 0.f;
+#pragma unroll
+  for (int j0 = 0; j0 < E; j0 += kHid)
+    ffn_chunk<C, LDU, LDW1, LDW2, true, kFast>(Uw, uf, W1s + j0 * LDW1, W2s + j0, b1 + j0, acc, lane);
+}
+
 template <int C>
 constexpr size_t resident_smem_bytes() {
   // W1 [4C][C+8], W2 [C][4C+8], U [8 warps][16][C+8], bf16.
@@ -192,7 +209,7 @@ __global__ void __launch_bounds__(kThreads, 2)
                         const __nv_bfloat16* __restrict__ w1, const float* __restrict__ b1,
                         const __nv_bfloat16* __restrict__ w2, const float* __restrict__ b2,
                         const float* __restrict__ gamma) {
-  constexpr int E = 4 * C, LDU = C + 8, LDW1 = C + 8, LDW2 = E + 8, KC = C / 16;
+  constexpr int E = 4 * C, LDU = C + 8, LDW1 = C + 8, LDW2 = E + 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __nv_bfloat16* W1s = reinterpret_cast<__nv_bfloat16*>(smem_raw);
   __nv_bfloat16* W2s = W1s + E * LDW1;
@@ -217,15 +234,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int64_t r0 = wt * kWarpRows;
     norm_rows<C, LDU>(x, ldx, T, r0, norm_w, eps, Uw, lane);
     __syncwarp();
-    uint32_t uf[KC][4];
-#pragma unroll
-    for (int kd = 0; kd < KC; ++kd) ldsm_a(Uw + kd * 16, LDU, lane, uf[kd]);
     float acc[C / 8][4];
-#pragma unroll
-    for (int ct = 0; ct < C / 8; ++ct) acc[ct][0] = acc[ct][1] = acc[ct][2] = acc[ct][3] = 0.f;
-#pragma unroll
-    for (int j0 = 0; j0 < E; j0 += kHid)
-      ffn_chunk<C, LDU, LDW1, LDW2, true, kFast>(Uw, uf, W1s + j0 * LDW1, W2s + j0, b1 + j0, acc, lane);
+    ffn_resident_rows<C, kFast>(Uw, W1s, W2s, b1, acc, lane);
     ffn_store<C>(x, ldx, T, r0, acc, b2, gamma, lane);
     __syncwarp();  // every lane's ldmatrix of Uw is done before the next tile overwrites it
   }
@@ -576,7 +586,7 @@ __global__ void __launch_bounds__(BlockCfg<C>::kWarps * 32, BlockCfg<C>::kMinBlo
                       const __nv_bfloat16* __restrict__ w2, const float* __restrict__ b2,
                       const float* __restrict__ g2, float eps, float* __restrict__ u, int64_t ldu) {
   using K = BlockCfg<C>;
-  constexpr int E = K::E, P = K::kPer, NW = K::kWarps, KC = C / 16;
+  constexpr int E = K::E, P = K::kPer, NW = K::kWarps;
   constexpr int LDU = K::LDU, LDW1 = K::LDW1, LDW2 = K::LDW2, LDX = K::LDX;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __nv_bfloat16* W1s = reinterpret_cast<__nv_bfloat16*>(smem_raw);
@@ -709,15 +719,8 @@ __global__ void __launch_bounds__(BlockCfg<C>::kWarps * 32, BlockCfg<C>::kMinBlo
       }
     }
     __syncwarp();
-    uint32_t uf[KC][4];
-#pragma unroll
-    for (int kd = 0; kd < KC; ++kd) ldsm_a(Uw + kd * 16, LDU, lane, uf[kd]);
     float acc[C / 8][4];
-#pragma unroll
-    for (int ct = 0; ct < C / 8; ++ct) acc[ct][0] = acc[ct][1] = acc[ct][2] = acc[ct][3] = 0.f;
-#pragma unroll
-    for (int j0 = 0; j0 < E; j0 += kHid)
-      ffn_chunk<C, LDU, LDW1, LDW2, true, kFast>(Uw, uf, W1s + j0 * LDW1, W2s + j0, b1 + j0, acc, lane);
+    ffn_resident_rows<C, kFast>(Uw, W1s, W2s, b1, acc, lane);
     // x = mixed + g2 ⊙ (acc + b2), as ffn_store applies it.
     const int g = lane >> 2, t4 = lane & 3;
 #pragma unroll
