@@ -66,7 +66,7 @@
 #   attn         cuda_decode_bench --attn-bench: the register and stream mma kernels (NOTES decattn2)
 # Everything written under $OUT ends in $OUT/logs.tgz (the device returns at most 8 files).
 # scripts/device/summarize.py DIR... prints every kept .json's figures per configuration (median of the
-# _1, _2 ... repeats), for reading a call's results.
+# repeats, named <configuration>_r1, _r2, ...), for reading a call's results.
 #   deterministic  the same with --deterministic, and the curve's 1/64/128 points with it (its cost)
 # Usage: OUT=... scripts/device/host_measure.sh step...
 set -uo pipefail
@@ -158,7 +158,7 @@ for step in "$@"; do
           "VV_CUDA_GEMV_BULK=1 VV_CUDA_GEMV_BULK_KB=200" "VV_CUDA_GEMV_BALANCE=1 VV_CUDA_L2_PREFETCH=1" \
           "VV_CUDA_GEMV_BULK=1 VV_CUDA_L2_PREFETCH=1"; do
           read -ra kv <<<"${cfg/plain/VV_CUDA_NONE=1}"
-          run "decode_${cfg//[^A-Za-z0-9]/_}_$i" env "${kv[@]}" $B/cuda_decode_bench --preset 7b --bf16 --no-gemv \
+          run "decode_${cfg//[^A-Za-z0-9]/_}_r$i" env "${kv[@]}" $B/cuda_decode_bench --preset 7b --bf16 --no-gemv \
             --tokens 256 --enc-audio 1 --job-audio 1 --job-tokens 1
         done
       done ;;
@@ -183,9 +183,9 @@ for step in "$@"; do
     prefill4kab)  # 4,096 rows: the default (1,024-row chunks) against one chunk with rope inside the flash kernel
       for i in $(seq "${AB_REPS:-2}"); do
         P="$B/cuda_decode_bench --preset 7b --bf16 --no-gemv --prompt 4096 --tokens 16 --enc-audio 1 --job-audio 1 --job-tokens 1"
-        run pre4096_default_$i $P
-        run pre4096_c4096rope_$i env VV_CUDA_ROPE_FLASH=1 $P --chunk 4096
-        run pre4096_c4096_$i $P --chunk 4096
+        run pre4096_default_r$i $P
+        run pre4096_c4096rope_r$i env VV_CUDA_ROPE_FLASH=1 $P --chunk 4096
+        run pre4096_c4096_r$i $P --chunk 4096
       done ;;
     prefillchunk)  # the 4,096-row prefill in chunks of 1,024 (the default), 2,048 and 4,096 rows
       for c in 1024 2048 4096; do
@@ -228,7 +228,7 @@ for step in "$@"; do
         for cfg in plain VV_CUDA_ENC_BLOCK=1 VV_CUDA_FFN_WG=1 "VV_CUDA_ENC_BLOCK=1 VV_CUDA_FFN_WG=1" \
           "VV_CUDA_ENC_BLOCK=1 VV_CUDA_FFN_WG=1 VV_CUDA_FFN_FAST_ERF=1"; do
           read -ra kv <<<"${cfg/plain/VV_CUDA_NONE=1}"
-          run "enc_${cfg//[^A-Za-z0-9]/_}_$i" env "${kv[@]}" $E
+          run "enc_${cfg//[^A-Za-z0-9]/_}_r$i" env "${kv[@]}" $E
         done
       done
       run encblock_prof env VV_CUDA_PROFILE=1 VV_CUDA_ENC_BLOCK=1 VV_CUDA_FFN_WG=1 $E

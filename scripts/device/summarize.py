@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """The figures of a host_measure.sh output folder, one line per configuration.
 
-Reads every <step>.json that host_measure.sh kept (the last JSON line a tool printed) under the folders
-given, groups the runs of one configuration (names that differ only in a trailing _1, _2, ... repeat
-index) and prints, per configuration and figure, the median and the runs. Scalars only, plus the
-curve's points (full_tps per concurrency). Usage: summarize.py DIR [DIR ...]
+Reads every <step>.json that host_measure.sh kept (the last JSON line a tool printed) under the
+folders given, groups the runs of one configuration (names that differ only in a trailing repeat
+index _r1, _r2, ...) and prints, per configuration and figure, the median and the runs: scalars only,
+plus the curve's points (full_tps and decode_tps per concurrency). Usage: summarize.py DIR [DIR ...]
 """
 import json
 import pathlib
@@ -42,7 +42,7 @@ def main(argv):
                 continue
             if not isinstance(doc, dict):
                 continue
-            name = re.sub(r"_\d+$", "", f.stem)
+            name = re.sub(r"_r\d+$", "", f.stem)
             for k, v in figures(doc).items():
                 groups.setdefault(name, {}).setdefault(k, []).append(v)
     for name in sorted(groups):
