@@ -25,6 +25,7 @@
 #include "engine/runner/runner.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/device/backend_factory.h"
+#include "kernels/forwarding_backend.h"
 #include "service/cli/commands.h"
 
 namespace vv::cli {
@@ -43,69 +44,32 @@ double process_cpu_seconds() {
 
 // Forwards every op to the wrapped backend and counts what the GEMMs and attention do: FLOPs (2·M·N·K
 // per GEMM, 4·len·head_dim per attended position and head) and bytes of weights streamed.
-class CountingBackend final : public Backend {
+class CountingBackend final : public ForwardingBackend {
  public:
-  explicit CountingBackend(std::unique_ptr<Backend> inner) : in_(std::move(inner)) {}
+  explicit CountingBackend(std::unique_ptr<Backend> inner) : ForwardingBackend(std::move(inner)) {}
   struct Counts {
     double gemm_flops = 0, attn_flops = 0, weight_bytes = 0, kv_bytes = 0;
   };
   Counts counts;
 
-  std::string name() const override { return in_->name(); }
-  Buffer allocate(size_t bytes) override { return in_->allocate(bytes); }
-  void upload(void* dst, const void* src, size_t bytes) override { in_->upload(dst, src, bytes); }
-  void download(void* dst, const void* src, size_t bytes) override { in_->download(dst, src, bytes); }
-  void synchronize() override { in_->synchronize(); }
-  size_t allocated_bytes() const override { return in_->allocated_bytes(); }
-  size_t peak_allocated_bytes() const override { return in_->peak_allocated_bytes(); }
-  void reset_peak() override { in_->reset_peak(); }
-  bool device_memory(size_t* free_bytes, size_t* total_bytes) override {
-    return in_->device_memory(free_bytes, total_bytes);
-  }
-  Buffer allocate_host(size_t bytes) override { return in_->allocate_host(bytes); }
-  uint64_t copy_async(void* dst, const void* src, size_t bytes) override { return in_->copy_async(dst, src, bytes); }
-  void wait_copy(uint64_t ticket) override { in_->wait_copy(ticket); }
   void gemm(const Tensor& a, const Tensor& w, const Tensor* bias, Tensor& out, Epilogue ep) override {
     counts.gemm_flops += 2.0 * static_cast<double>(a.rows()) * static_cast<double>(w.rows()) * static_cast<double>(w.cols());
     counts.weight_bytes += static_cast<double>(w.rows()) * static_cast<double>(w.cols()) * dtype_size(w.dtype);
-    in_->gemm(a, w, bias, out, ep);
-  }
-  void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override { in_->rms_norm(x, w, eps, out); }
-  void depthwise_conv1d_causal(const Tensor& x, const Tensor& h, const Tensor& w, const Tensor& b,
-                               Tensor& out) override {
-    in_->depthwise_conv1d_causal(x, h, w, b, out);
+    inner().gemm(a, w, bias, out, ep);
   }
   // The encoders' branches go to the wrapped backend whole (it may run them as fused kernels, as the
   // transcription path does); the FFN's two products are counted here: 2·T·C·E FLOPs each, its
   // weights once.
-  void conv_mixer(Tensor& x, const Tensor& nw, float eps, const Tensor& hist, const Tensor& w,
-                  const Tensor& b, const Tensor& g, Tensor& u, Tensor& v) override {
-    in_->conv_mixer(x, nw, eps, hist, w, b, g, u, v);
-  }
   void conv_ffn(Tensor& x, const Tensor& nw, float eps, const Tensor& w1, const Tensor& b1, const Tensor& w2,
                 const Tensor& b2, const Tensor& g, Tensor& u, Tensor& v, Tensor& h) override {
     count_ffn(x, w1, w2);
-    in_->conv_ffn(x, nw, eps, w1, b1, w2, b2, g, u, v, h);
+    inner().conv_ffn(x, nw, eps, w1, b1, w2, b2, g, u, v, h);
   }
   bool conv_block(Tensor& x, float eps, const Tensor& hist, const ConvBlockWeights& wt, Tensor& u, Tensor& v,
                   Tensor& h) override {
-    if (!in_->conv_block(x, eps, hist, wt, u, v, h)) return false;
+    if (!inner().conv_block(x, eps, hist, wt, u, v, h)) return false;
     count_ffn(x, wt.w1, wt.w2);
     return true;
-  }
-  std::string device_error() const override { return in_->device_error(); }
-  void add_scaled(Tensor& x, const Tensor& s, const Tensor& y) override { in_->add_scaled(x, s, y); }
-  void add(const Tensor& a, const Tensor& b, Tensor& out) override { in_->add(a, b, out); }
-  void silu_mul(const Tensor& gu, Tensor& out) override { in_->silu_mul(gu, out); }
-  void discard(const Tensor& t) override { in_->discard(t); }
-  void embedding(const Tensor& t, const Tensor& ids, Tensor& out) override { in_->embedding(t, ids, out); }
-  void copy(const Tensor& src, Tensor& dst) override { in_->copy(src, dst); }
-  void rope(Tensor& x, const Tensor& pos, int heads, int head_dim, float theta) override {
-    in_->rope(x, pos, heads, head_dim, theta);
-  }
-  void kv_write(const Tensor& k, const Tensor& v, const AttentionRows& rows, KvLayer& cache,
-                const AttentionShape& shape) override {
-    in_->kv_write(k, v, rows, cache, shape);
   }
   void paged_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, const AttentionShape& shape,
                        Tensor& out) override {
@@ -117,9 +81,8 @@ class CountingBackend final : public Backend {
       counts.attn_flops += 4.0 * attended * shape.heads * shape.head_dim;
       counts.kv_bytes += 2.0 * attended * shape.kv_heads * shape.head_dim * dtype_size(cache.k.dtype);
     }
-    in_->paged_attention(q, rows, cache, shape, out);
+    inner().paged_attention(q, rows, cache, shape, out);
   }
-  void argmax(const Tensor& logits, Tensor& out) override { in_->argmax(logits, out); }
   void set_host_visible(bool v) { host_visible_ = v; }
 
  private:
@@ -129,8 +92,6 @@ class CountingBackend final : public Backend {
     counts.gemm_flops += 4.0 * T * C * E;
     counts.weight_bytes += C * E * (dtype_size(w1.dtype) + dtype_size(w2.dtype));
   }
-
-  std::unique_ptr<Backend> in_;
   bool host_visible_ = true;
 };
 

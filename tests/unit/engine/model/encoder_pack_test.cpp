@@ -19,6 +19,7 @@
 
 #include "engine/model/conv_vae_encoder.h"
 #include "engine/model/speech_embedder.h"
+#include "kernels/forwarding_backend.h"
 #include "tests/unit/engine/model/golden_fixture.h"
 #include "tests/unit/engine/model/model_test_util.h"
 
@@ -151,9 +152,10 @@ TEST(EncoderPack, PackedClipsAreBitwiseEachClipAloneForOneToFiveClips) {
 // the CPU's mixer then its FFN, keeping u's last rows (the history) as conv_block promises. `every`:
 // it declines each every-th call (0: never), so that a launch mixes fused clips with the fallback of
 // the rest. Everything else goes to the CPU backend.
-class BlockTaker final : public Backend {
+class BlockTaker final : public ForwardingBackend {
  public:
-  BlockTaker(std::unique_ptr<Backend> inner, int every) : in_(std::move(inner)), every_(every) {}
+  BlockTaker(std::unique_ptr<Backend> inner, int every)
+      : ForwardingBackend(std::move(inner)), every_(every) {}
   int taken = 0, declined = 0;
 
   bool conv_block(Tensor& x, float eps, const Tensor& history, const ConvBlockWeights& wt, Tensor& u,
@@ -163,63 +165,21 @@ class BlockTaker final : public Backend {
       return false;
     }
     ++taken;
-    in_->conv_mixer(x, wt.norm_w, eps, history, wt.mixer_w, wt.mixer_b, wt.gamma, u, v);
+    inner().conv_mixer(x, wt.norm_w, eps, history, wt.mixer_w, wt.mixer_b, wt.gamma, u, v);
     // The FFN may use u as scratch: u's last rows (host memory here) are put back after it.
     const int64_t keep = std::min<int64_t>(x.rows(), 6), C = x.cols();
     std::vector<float> last(static_cast<size_t>(keep * C));
     for (int64_t r = 0; r < keep; ++r)
       std::memcpy(last.data() + r * C, u.ptr<float>() + (x.rows() - keep + r) * u.row_stride(),
                   C * sizeof(float));
-    in_->conv_ffn(x, wt.ffn_norm_w, eps, wt.w1, wt.b1, wt.w2, wt.b2, wt.ffn_gamma, u, v, h);
+    inner().conv_ffn(x, wt.ffn_norm_w, eps, wt.w1, wt.b1, wt.w2, wt.b2, wt.ffn_gamma, u, v, h);
     for (int64_t r = 0; r < keep; ++r)
       std::memcpy(u.ptr<float>() + (x.rows() - keep + r) * u.row_stride(), last.data() + r * C,
                   C * sizeof(float));
     return true;
   }
 
-  std::string name() const override { return "block-taking " + in_->name(); }
-  Buffer allocate(size_t bytes) override { return in_->allocate(bytes); }
-  void upload(void* dst, const void* src, size_t bytes) override { in_->upload(dst, src, bytes); }
-  void download(void* dst, const void* src, size_t bytes) override { in_->download(dst, src, bytes); }
-  void synchronize() override { in_->synchronize(); }
-  void gemm(const Tensor& a, const Tensor& w, const Tensor* bias, Tensor& out, Epilogue ep) override {
-    in_->gemm(a, w, bias, out, ep);
-  }
-  void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override {
-    in_->rms_norm(x, w, eps, out);
-  }
-  void depthwise_conv1d_causal(const Tensor& x, const Tensor& h, const Tensor& w, const Tensor& b,
-                               Tensor& out) override {
-    in_->depthwise_conv1d_causal(x, h, w, b, out);
-  }
-  void add_scaled(Tensor& x, const Tensor& sc, const Tensor& y) override { in_->add_scaled(x, sc, y); }
-  void add(const Tensor& a, const Tensor& b, Tensor& out) override { in_->add(a, b, out); }
-  void conv_mixer(Tensor& x, const Tensor& nw, float eps, const Tensor& h, const Tensor& w, const Tensor& b,
-                  const Tensor& g, Tensor& u, Tensor& v) override {
-    in_->conv_mixer(x, nw, eps, h, w, b, g, u, v);
-  }
-  void conv_ffn(Tensor& x, const Tensor& nw, float eps, const Tensor& w1, const Tensor& b1, const Tensor& w2,
-                const Tensor& b2, const Tensor& g, Tensor& u, Tensor& v, Tensor& h) override {
-    in_->conv_ffn(x, nw, eps, w1, b1, w2, b2, g, u, v, h);
-  }
-  void silu_mul(const Tensor& gu, Tensor& out) override { in_->silu_mul(gu, out); }
-  void embedding(const Tensor& t, const Tensor& ids, Tensor& out) override { in_->embedding(t, ids, out); }
-  void copy(const Tensor& src, Tensor& dst) override { in_->copy(src, dst); }
-  void rope(Tensor& x, const Tensor& pos, int heads, int hd, float theta) override {
-    in_->rope(x, pos, heads, hd, theta);
-  }
-  void kv_write(const Tensor& k, const Tensor& v, const AttentionRows& rows, KvLayer& cache,
-                const AttentionShape& shape) override {
-    in_->kv_write(k, v, rows, cache, shape);
-  }
-  void paged_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
-                       const AttentionShape& shape, Tensor& out) override {
-    in_->paged_attention(q, rows, cache, shape, out);
-  }
-  void argmax(const Tensor& logits, Tensor& out) override { in_->argmax(logits, out); }
-
  private:
-  std::unique_ptr<Backend> in_;
   int every_ = 0;
   int calls_ = 0;
 };

@@ -12,73 +12,28 @@
 #include "engine/runner/cpu_runner.h"
 #include "engine/runner/runner.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/forwarding_backend.h"
 #include "tests/unit/engine/model/golden_fixture.h"
 
 namespace vv::test {
 namespace {
 
-class FaultAfterGemms final : public Backend {
+class FaultAfterGemms final : public ForwardingBackend {
  public:
   FaultAfterGemms(std::unique_ptr<Backend> inner, long fault_after)
-      : in_(std::move(inner)), after_(fault_after) {}
+      : ForwardingBackend(std::move(inner)), after_(fault_after) {}
   std::string device_error() const override {
     return gemms_.load() > after_ ? "injected: an illegal memory access was encountered" : "";
   }
   long gemms() const { return gemms_.load(); }
 
-  std::string name() const override { return "faulty " + in_->name(); }
-  Buffer allocate(size_t bytes) override { return in_->allocate(bytes); }
-  void upload(void* dst, const void* src, size_t bytes) override { in_->upload(dst, src, bytes); }
-  void download(void* dst, const void* src, size_t bytes) override { in_->download(dst, src, bytes); }
-  void synchronize() override { in_->synchronize(); }
-  size_t allocated_bytes() const override { return in_->allocated_bytes(); }
-  size_t peak_allocated_bytes() const override { return in_->peak_allocated_bytes(); }
-  void reset_peak() override { in_->reset_peak(); }
-  bool device_memory(size_t* f, size_t* t) override { return in_->device_memory(f, t); }
-  Buffer allocate_host(size_t bytes) override { return in_->allocate_host(bytes); }
-  uint64_t copy_async(void* dst, const void* src, size_t bytes) override {
-    return in_->copy_async(dst, src, bytes);
-  }
-  void wait_copy(uint64_t ticket) override { in_->wait_copy(ticket); }
+  std::string name() const override { return "faulty " + ForwardingBackend::name(); }
   void gemm(const Tensor& a, const Tensor& w, const Tensor* bias, Tensor& out, Epilogue ep) override {
     ++gemms_;
-    in_->gemm(a, w, bias, out, ep);
+    inner().gemm(a, w, bias, out, ep);
   }
-  void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override {
-    in_->rms_norm(x, w, eps, out);
-  }
-  void depthwise_conv1d_causal(const Tensor& x, const Tensor& h, const Tensor& w, const Tensor& b,
-                               Tensor& out) override {
-    in_->depthwise_conv1d_causal(x, h, w, b, out);
-  }
-  void add_scaled(Tensor& x, const Tensor& s, const Tensor& y) override { in_->add_scaled(x, s, y); }
-  void add(const Tensor& a, const Tensor& b, Tensor& out) override { in_->add(a, b, out); }
-  void conv_mixer(Tensor& x, const Tensor& nw, float eps, const Tensor& h, const Tensor& w, const Tensor& b,
-                  const Tensor& g, Tensor& u, Tensor& v) override {
-    in_->conv_mixer(x, nw, eps, h, w, b, g, u, v);
-  }
-  void conv_ffn(Tensor& x, const Tensor& nw, float eps, const Tensor& w1, const Tensor& b1, const Tensor& w2,
-                const Tensor& b2, const Tensor& g, Tensor& u, Tensor& v, Tensor& h) override {
-    in_->conv_ffn(x, nw, eps, w1, b1, w2, b2, g, u, v, h);
-  }
-  void silu_mul(const Tensor& gu, Tensor& out) override { in_->silu_mul(gu, out); }
-  void embedding(const Tensor& t, const Tensor& ids, Tensor& out) override { in_->embedding(t, ids, out); }
-  void copy(const Tensor& src, Tensor& dst) override { in_->copy(src, dst); }
-  void rope(Tensor& x, const Tensor& pos, int heads, int hd, float theta) override {
-    in_->rope(x, pos, heads, hd, theta);
-  }
-  void kv_write(const Tensor& k, const Tensor& v, const AttentionRows& rows, KvLayer& cache,
-                const AttentionShape& shape) override {
-    in_->kv_write(k, v, rows, cache, shape);
-  }
-  void paged_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
-                       const AttentionShape& shape, Tensor& out) override {
-    in_->paged_attention(q, rows, cache, shape, out);
-  }
-  void argmax(const Tensor& logits, Tensor& out) override { in_->argmax(logits, out); }
 
  private:
-  std::unique_ptr<Backend> in_;
   long after_;
   std::atomic<long> gemms_{0};
 };
