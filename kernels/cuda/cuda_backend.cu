@@ -482,8 +482,8 @@ class CudaBackend final : public Backend {
       launched("conv_mixer");
     });
   }
-  // A whole encoder block in one kernel (cuda::conv_block_fused) where VV_CUDA_ENC_BLOCK=1, bf16 mode,
-  // C ∈ {32, 64} (stages 0 and 1), or C = 128 (stage 2) with the wgmma FFN (VV_CUDA_FFN_WG=1, sm_90),
+  // A whole encoder block in one kernel (cuda::conv_block_fused) unless VV_CUDA_ENC_BLOCK=0, bf16 mode,
+  // C ∈ {32, 64} (stages 0 and 1), or C = 128 (stage 2) with the wgmma FFN (sm_90, not VV_CUDA_FFN_WG=0),
   // and the operands both fused branches take; elsewhere false (the encoder then runs conv_mixer and
   // conv_ffn). Same bits as those two.
   bool conv_block(Tensor& x, float eps, const Tensor& history, const ConvBlockWeights& wt, Tensor& u,
@@ -1801,12 +1801,13 @@ class CudaBackend final : public Backend {
   bool ffn_lt_ = !(std::getenv("VV_CUDA_FFN_LT") && std::string(std::getenv("VV_CUDA_FFN_LT")) == "0");
   int64_t ffn_lt_min_ =
       std::getenv("VV_CUDA_FFN_LT_MIN") ? std::atoll(std::getenv("VV_CUDA_FFN_LT_MIN")) : kFfnLtMin;
-  // VV_CUDA_FFN_WG=1 (sm_90 only): the encoders' 128- and 256-channel FFNs (stages 2 and 3) on wgmma
-  // (cuda::conv_ffn_wg) instead of the mma.sync kernel and cuBLASLt; opt-in until measured on a GPU.
-  bool ffn_wg_ = std::getenv("VV_CUDA_FFN_WG") && std::string(std::getenv("VV_CUDA_FFN_WG")) == "1";
-  // VV_CUDA_ENC_BLOCK=1: the encoders' stage-0 and stage-1 blocks (and stage 2's with VV_CUDA_FFN_WG=1)
-  // as one kernel each (conv_block); opt-in until measured on a GPU.
-  bool enc_block_ = std::getenv("VV_CUDA_ENC_BLOCK") && std::string(std::getenv("VV_CUDA_ENC_BLOCK")) == "1";
+  // The encoders' 128- and 256-channel FFNs (stages 2 and 3) on wgmma (cuda::conv_ffn_wg; sm_90 only)
+  // instead of the mma.sync kernel and cuBLASLt; VV_CUDA_FFN_WG=0 turns it off (A/B).
+  bool ffn_wg_ = !(std::getenv("VV_CUDA_FFN_WG") && std::string(std::getenv("VV_CUDA_FFN_WG")) == "0");
+  // The encoders' stage-0 and stage-1 blocks (and stage 2's with the wgmma FFN) as one kernel each
+  // (conv_block); VV_CUDA_ENC_BLOCK=0 turns it off (A/B).
+  bool enc_block_ =
+      !(std::getenv("VV_CUDA_ENC_BLOCK") && std::string(std::getenv("VV_CUDA_ENC_BLOCK")) == "0");
   // The prefill MLP through bf16 intermediates (fuse_mlp_at); VV_CUDA_MLP_FUSE=0 turns it off (A/B).
   bool mlp_fuse_ = !(std::getenv("VV_CUDA_MLP_FUSE") && std::string(std::getenv("VV_CUDA_MLP_FUSE")) == "0");
   // VV_CUDA_MLP_FUSE_ROWS: the fewest rows the MLP fusion takes (default 2: batched decode steps and

@@ -114,7 +114,8 @@ struct FfnEnv {
 };
 
 TEST(CudaEncoderOps, FusedFfnProductionWidthsOddAndPrimeRows) {
-  FfnEnv env{{"VV_CUDA_FFN_LT", "0"}};  // the fused kernel at every width it takes (256 and 512 too)
+  // The mma.sync fused kernel at every width it takes (128, 256 and 512 too; not the wgmma form).
+  FfnEnv env{{"VV_CUDA_FFN_LT", "0"}, {"VV_CUDA_FFN_WG", "0"}};
   VV_CUDA_BACKEND_OR_SKIP(gpu, true);
   check_ffn(*gpu, 1, 32, 128, 1);
   check_ffn(*gpu, 20011, 32, 128, 2);
@@ -138,7 +139,7 @@ TEST(CudaEncoderOps, FusedFfnProductionWidthsOddAndPrimeRows) {
 // From 256 channels (bf16 weights, C and E multiples of 8) the FFN runs on cuBLASLt in row tiles of
 // twice h's rows (check_ffn's h: 1,000 rows, so 2,000-row tiles and a partial last one).
 TEST(CudaEncoderOps, FfnOnCublasLtFromWidth256InRowTiles) {
-  FfnEnv env{{"VV_CUDA_PROFILE", "1"}};
+  FfnEnv env{{"VV_CUDA_PROFILE", "1"}, {"VV_CUDA_FFN_WG", "0"}};  // 128 and 256 otherwise on wgmma
   VV_CUDA_BACKEND_OR_SKIP(gpu, true);
   (void)backend_profile_report(*gpu);
   check_ffn(*gpu, 5003, 256, 1024, 21);  // three tiles, the last partial
@@ -191,7 +192,7 @@ TEST(CudaEncoderOps, WgmmaFfnAt128And256ChannelsOnHopper) {
 }
 
 TEST(CudaEncoderOps, FfnWidthsTheFusedKernelDoesNotTakeRunTheOpSequence) {
-  FfnEnv env{{"VV_CUDA_FFN_LT", "0"}};
+  FfnEnv env{{"VV_CUDA_FFN_LT", "0"}, {"VV_CUDA_FFN_WG", "0"}};
   VV_CUDA_BACKEND_OR_SKIP(gpu, true);
   check_ffn(*gpu, 1031, 48, 192, 6);    // C not in {32, 64, 128, 256, 512}
   check_ffn(*gpu, 129, 1024, 4096, 7);  // a later stage's width
@@ -337,18 +338,22 @@ void check_block(Backend& blk, Backend& ops, int64_t T, int64_t C, bool with_his
                   Tensor::vector(gamma.bytes.data(), DType::kF32, C), uv, vv);
   const std::vector<float> wu = host_rows(uv);
   expect_close(bu, std::vector<float>(wu.end() - keep * C, wu.end()), 1e-5, what + ": u (last rows) vs cpu");
-  const std::vector<float> want = ffn_reference(mixed, nw2, eps, w1, b1, w2, b2, g2);
+  // The CPU mixer wrote its output through the view into mixed's bytes; its f (what at() reads, and so
+  // what ffn_reference sees) still holds x until it is refreshed from them.
   const std::vector<float> m = host_rows(mv);
+  mixed.f = m;
+  const std::vector<float> want = ffn_reference(mixed, nw2, eps, w1, b1, w2, b2, g2);
   std::vector<float> got = bx;
   for (size_t i = 0; i < got.size(); ++i) got[i] -= m[i];
   expect_close(got, want, 5e-3, what + ": FFN update vs cpu");
 }
 
-// Both backends with VV_CUDA_FFN_WG=1, so that at C = 128 (sm_90) the op sequence's FFN is the wgmma
-// kernel the block form runs; at 32 and 64 channels the switch changes nothing.
+// Both backends with VV_CUDA_FFN_WG=1 (the default), so that at C = 128 (sm_90) the op sequence's FFN
+// is the wgmma kernel the block form runs; at 32 and 64 channels the switch changes nothing. The op
+// sequence's backend has VV_CUDA_ENC_BLOCK=0.
 TEST(CudaEncoderOps, WholeBlockInOneKernelEqualsMixerThenFfnBitwise) {
   VV_CUDA_BACKEND_OR_SKIP(plain, true);
-  auto opsr = cuda_backend_with({{"VV_CUDA_FFN_WG", "1"}}, true);
+  auto opsr = cuda_backend_with({{"VV_CUDA_FFN_WG", "1"}, {"VV_CUDA_ENC_BLOCK", "0"}}, true);
   auto blk = cuda_backend_with(
       {{"VV_CUDA_ENC_BLOCK", "1"}, {"VV_CUDA_FFN_WG", "1"}, {"VV_CUDA_PROFILE", "1"}}, true);
   ASSERT_TRUE(blk.is_ok() && opsr.is_ok());
@@ -387,13 +392,15 @@ TEST(CudaEncoderOps, WholeBlockInOneKernelEqualsMixerThenFfnBitwise) {
     EXPECT_NE(table.find(label), std::string::npos) << label << " not run\n" << table;
 }
 
-// conv_block declines (returns false, runs nothing) by default, in f32 mode, at other widths and
-// where E ≠ 4C: the encoder then runs conv_mixer and conv_ffn.
+// conv_block declines (returns false, runs nothing) with VV_CUDA_ENC_BLOCK=0, in f32 mode, at other
+// widths, at 128 channels without the wgmma FFN and where E ≠ 4C: the encoder then runs conv_mixer and
+// conv_ffn.
 TEST(CudaEncoderOps, WholeBlockKernelDeclinesWhatItDoesNotTake) {
   VV_CUDA_BACKEND_OR_SKIP(plain, true);
-  auto blk = cuda_backend_with({{"VV_CUDA_ENC_BLOCK", "1"}}, true);
+  auto off = cuda_backend_with({{"VV_CUDA_ENC_BLOCK", "0"}}, true);
+  auto blk = cuda_backend_with({{"VV_CUDA_ENC_BLOCK", "1"}, {"VV_CUDA_FFN_WG", "0"}}, true);
   auto f32 = cuda_backend_with({{"VV_CUDA_ENC_BLOCK", "1"}}, false);
-  ASSERT_TRUE(blk.is_ok() && f32.is_ok());
+  ASSERT_TRUE(off.is_ok() && blk.is_ok() && f32.is_ok());
   const auto declines = [](Backend& be, int64_t T, int64_t C, int64_t E) {
     HostMatrix x = random_matrix(T, C, DType::kF32, 7);
     HostMatrix f = random_matrix(1, std::max(C, E), DType::kF32, 8);
@@ -410,9 +417,9 @@ TEST(CudaEncoderOps, WholeBlockKernelDeclinesWhatItDoesNotTake) {
     EXPECT_EQ(download_f32(be, dx.t), host_rows(x.view())) << "x changed, C=" << C << " E=" << E;
     return !taken;
   };
-  EXPECT_TRUE(declines(*plain, 100, 32, 128)) << "taken without VV_CUDA_ENC_BLOCK=1";
+  EXPECT_TRUE(declines(**off, 100, 32, 128)) << "taken with VV_CUDA_ENC_BLOCK=0";
   EXPECT_TRUE(declines(**f32, 100, 32, 128)) << "taken in f32 mode";
-  EXPECT_TRUE(declines(**blk, 100, 128, 512)) << "taken at C = 128 without VV_CUDA_FFN_WG=1";
+  EXPECT_TRUE(declines(**blk, 100, 128, 512)) << "taken at C = 128 with VV_CUDA_FFN_WG=0";
   EXPECT_TRUE(declines(**blk, 100, 48, 192)) << "taken at C = 48";
   EXPECT_TRUE(declines(**blk, 100, 32, 64)) << "taken with E = 2C";
 }

@@ -111,14 +111,15 @@ void run_packed_vs_cpu(bool bf16) {
   }
 }
 
-// VV_CUDA_ENC_BLOCK=1 runs the tiny model's 32- and 64-channel blocks (and, on sm_90 with
-// VV_CUDA_FFN_WG=1, its 128-channel ones) as one kernel each, per clip (conv_block); without it the
-// encoder runs the mixer per clip and the FFN once over the packed clips. Both compute every row the
-// same way, so the packed jobs' rows are bitwise those of the op sequence (both with VV_CUDA_FFN_WG=1).
+// By default (VV_CUDA_ENC_BLOCK on) the tiny model's 32- and 64-channel blocks (and, on sm_90 with
+// the wgmma FFN, its 128-channel ones) run as one kernel each, per clip (conv_block); with
+// VV_CUDA_ENC_BLOCK=0 the encoder runs the mixer per clip and the FFN once over the packed clips. Both
+// compute every row the same way, so the packed jobs' rows are bitwise those of the op sequence (both
+// with VV_CUDA_FFN_WG=1).
 TEST(CudaEncoderPack, WholeBlockKernelGivesTheDefaultsBitsForPackedJobs) {
   VV_CUDA_BACKEND_OR_SKIP(plain, true);
   if (!plain) return;
-  auto ops = cuda_backend_with({{"VV_CUDA_FFN_WG", "1"}}, true);
+  auto ops = cuda_backend_with({{"VV_CUDA_FFN_WG", "1"}, {"VV_CUDA_ENC_BLOCK", "0"}}, true);
   auto blk = cuda_backend_with(
       {{"VV_CUDA_ENC_BLOCK", "1"}, {"VV_CUDA_FFN_WG", "1"}, {"VV_CUDA_PROFILE", "1"}}, true);
   ASSERT_TRUE(blk.is_ok() && ops.is_ok());
