@@ -41,6 +41,8 @@
 #                VV_CUDA_FFN_WG=1 (the 128-channel FFN on wgmma): the encoder gpu tests (and with
 #                VV_CUDA_FFN_FAST_ERF=1), both encoders over 60 s with none, each, both, both with the fast
 #                erf (twice, interleaved), per-op times with both, Nsight of 12 launches (≈ 6 min)
+#   testsgolden  the gpu suite ($GTEST_FILTER) in $SHARDS (3) shards at once with make_golden.py --preset full
+#                beside them, then gpu_full_golden (`tests golden` in about half the time)
 #   opprofile4k  per-op times (VV_CUDA_PROFILE=1) of the 4,096-row prefill
 #   prefill4k    cuda_decode_bench's prefill at 4,096 rows (issue 11's second prefill point)
 #   decode_tuned, curve_tuned  decode, and the curve's 64/128 points, with VV_CUDA_LT_ALGOS=16 (each GEMM
@@ -90,6 +92,18 @@ run() {  # name command...
 for step in "$@"; do
   case $step in
     tests) run tests env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda --gtest_filter="${GTEST_FILTER:-*}" ;;
+    testsgolden)  # the gpu suite in $SHARDS (3) gtest shards at once, make_golden.py --preset full beside
+      # them, then gpu_full_golden: what `tests golden` checks, in about half the time
+      run golden_make env PYTHONPATH=$VV_REF_PYTHONPATH python3 $VV_DEV/golden/make_golden.py --preset full \
+        --device cuda --skip-fp64 --out /tmp/goldfull &
+      n=${SHARDS:-3}
+      for ((k = 0; k < n; ++k)); do
+        run "tests_shard$k" env VV_REQUIRE_GPU=1 GTEST_TOTAL_SHARDS=$n GTEST_SHARD_INDEX=$k $B/unit_kernels_cuda \
+          --gtest_filter="${GTEST_FILTER:-*}" &
+      done
+      wait
+      cat "$OUT"/tests_shard*.log | grep -E '^\[  (PASSED|FAILED) ' | tee "$OUT/tests_summary.txt"
+      run golden_check env -u GTEST_FILTER VV_GOLDEN_DIR=/tmp/goldfull VV_REQUIRE_GPU=1 $B/gpu_full_golden ;;
     golden)
       run golden_make env PYTHONPATH=$VV_REF_PYTHONPATH python3 $VV_DEV/golden/make_golden.py --preset full \
         --device cuda --skip-fp64 --out /tmp/goldfull
