@@ -167,10 +167,10 @@ for step in "$@"; do
       run table_m1_bulk env VV_CUDA_GEMV_BULK=1 $B/cuda_decode_bench --preset 7b --bf16 --table-only --gemv-m 1
       run table_m1_bulk200 env VV_CUDA_GEMV_BULK=1 VV_CUDA_GEMV_BULK_KB=200 $B/cuda_decode_bench --preset 7b --bf16 \
         --table-only --gemv-m 1
-      for i in 1 2; do
-        for cfg in plain VV_CUDA_L2_PREFETCH=1 VV_CUDA_L2_PREFETCH=2 VV_CUDA_GEMV_BALANCE=1 VV_CUDA_GEMV_BULK=1 \
-          "VV_CUDA_GEMV_BULK=1 VV_CUDA_GEMV_BULK_KB=200" "VV_CUDA_GEMV_BALANCE=1 VV_CUDA_L2_PREFETCH=1" \
-          "VV_CUDA_GEMV_BULK=1 VV_CUDA_L2_PREFETCH=1"; do
+      # B1_CFGS: ';'-separated configurations (default: the eight below); B1_REPS rounds (2)
+      IFS=';' read -ra b1cfgs <<<"${B1_CFGS:-plain;VV_CUDA_L2_PREFETCH=1;VV_CUDA_L2_PREFETCH=2;VV_CUDA_GEMV_BALANCE=1;VV_CUDA_GEMV_BULK=1;VV_CUDA_GEMV_BULK=1 VV_CUDA_GEMV_BULK_KB=200;VV_CUDA_GEMV_BALANCE=1 VV_CUDA_L2_PREFETCH=1;VV_CUDA_GEMV_BULK=1 VV_CUDA_L2_PREFETCH=1}"
+      for i in $(seq "${B1_REPS:-2}"); do
+        for cfg in "${b1cfgs[@]}"; do
           read -ra kv <<<"${cfg/plain/VV_CUDA_NONE=1}"
           run "decode_${cfg//[^A-Za-z0-9]/_}_r$i" env "${kv[@]}" $B/cuda_decode_bench --preset 7b --bf16 --no-gemv \
             --tokens 256 --enc-audio 1 --job-audio 1 --job-tokens 1
