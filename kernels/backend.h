@@ -206,6 +206,15 @@ class Backend {
   }
   virtual void wait_copy(uint64_t ticket) { (void)ticket; }
 
+  // --- a second op stream (the two speech encoders run side by side) ---------------------------
+  // A backend on the same device whose ops run on a stream of their own, concurrently with this
+  // one's; its Buffers and this one's are usable by both. nullptr where ops cannot overlap (the
+  // default; the caller then runs everything here, in order). The lane must not outlive this backend.
+  virtual std::unique_ptr<Backend> make_lane() { return nullptr; }
+  // Orders two backends of one device: ops issued here after the call run after every op issued to
+  // `other` before it. The default (no lanes) has nothing to order.
+  virtual void wait_for(Backend& other) { (void)other; }
+
   // --- dense ops (activations are F32 unless stated) ------------------------------------------
   // out[M,N] (=|+=) a[M,K]·w[N,K]ᵀ + bias[N]. a: F32 rows (row stride may differ from K, even be
   // smaller than K: overlapping rows express a convolution); w: F32, BF16 or F16 contiguous;

@@ -33,6 +33,12 @@ class ForwardingBackend : public Backend {
     return in_->copy_async(dst, src, bytes);
   }
   void wait_copy(uint64_t ticket) override { in_->wait_copy(ticket); }
+  // No lane of its own (a wrapper that wants one wraps the inner backend's); the order between two
+  // wrappers is the order between what they wrap.
+  void wait_for(Backend& other) override {
+    auto* f = dynamic_cast<ForwardingBackend*>(&other);
+    in_->wait_for(f ? f->inner() : other);
+  }
   void gemm(const Tensor& a, const Tensor& w, const Tensor* bias, Tensor& out, Epilogue ep) override {
     in_->gemm(a, w, bias, out, ep);
   }

@@ -12,13 +12,18 @@ Result<std::unique_ptr<SpeechEmbedder>> SpeechEmbedder::create(Backend& be, cons
   std::unique_ptr<SpeechEmbedder> e(new SpeechEmbedder(be));
   if (max_segment <= 0) max_segment = spec.chunk_size;
   e->hidden_ = spec.decoder.hidden_size;
-  // The two encoders run one after the other: one workspace, sized for the larger of the two.
+  // Encoders that run one after the other share one workspace, sized for the larger of the two;
+  // on a second stream (a lane) the semantic one runs beside the acoustic one, with its own.
+  e->lane_ = be.make_lane();
+  Backend& sem_be = e->lane_ ? *e->lane_ : be;
   auto ws = std::make_shared<EncoderWorkspace>();
+  auto ws_sem = e->lane_ ? std::make_shared<EncoderWorkspace>() : ws;
   VV_ASSIGN_OR_RETURN(e->acoustic_, ConvVaeEncoder::create(be, spec.acoustic, w.acoustic, max_segment,
                                                            "acoustic", ws, max_pack));
-  VV_ASSIGN_OR_RETURN(e->semantic_, ConvVaeEncoder::create(be, spec.semantic, w.semantic, max_segment,
-                                                           "semantic", ws, max_pack));
+  VV_ASSIGN_OR_RETURN(e->semantic_, ConvVaeEncoder::create(sem_be, spec.semantic, w.semantic, max_segment,
+                                                           "semantic", ws_sem, max_pack));
   ws->allocate(be);
+  if (ws_sem != ws) ws_sem->allocate(sem_be);
   if (e->acoustic_->hop() != e->semantic_->hop()) {
     return invalid_argument("acoustic hop " + std::to_string(e->acoustic_->hop()) +
                             " differs from semantic hop " + std::to_string(e->semantic_->hop()));
@@ -97,8 +102,13 @@ Status SpeechEmbedder::step(std::span<SpeechJob* const> jobs) {
     ra.push_back({job.acoustic_.get(), it.src, it.len, lat_a_.t.row_slice(it.frame, rows)});
     rs.push_back({job.semantic_.get(), it.src, it.len, lat_s_.t.row_slice(it.frame, rows)});
   }
+  // With a lane: the semantic encoder's ops wait for everything issued here so far (the previous
+  // step's connector still reads lat_s_), then both encoders' ops are issued, each on its stream,
+  // and the connector waits for the semantic one.
+  if (lane_) lane_->wait_for(be_);
   VV_RETURN_IF_ERROR(acoustic_->encode_segments(ra));
   VV_RETURN_IF_ERROR(semantic_->encode_segments(rs));
+  if (lane_) be_.wait_for(*lane_);
   // The connectors are per frame: one pass over every job's frames gives each job's rows. A single
   // job's go straight to its own rows; several go through the packed rows and are copied out.
   Tensor la = lat_a_.t.row_slice(0, frames), ls = lat_s_.t.row_slice(0, frames);

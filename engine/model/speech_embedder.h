@@ -62,7 +62,9 @@ class SpeechEmbedder {
   // one step() over several jobs encodes, all jobs together (0 = max_segment; never less). The
   // encoders' shared workspace is sized for max_pack samples (ConvVaeEncoder::create), plus
   // max_pack/hop packed frames of latents and speech rows here: (Da + Ds + H)·4 B per frame, 6.8 MB
-  // for 60 s at the 7B shape.
+  // for 60 s at the 7B shape. Where the backend has a second stream (make_lane; the CUDA backend
+  // unless VV_CUDA_LANES=0) the semantic encoder runs on it beside the acoustic one, with a
+  // workspace of its own (the same size again).
   static Result<std::unique_ptr<SpeechEmbedder>> create(Backend& be, const ModelSpec& spec,
                                                         const ModelWeights& w, int64_t max_segment = 0,
                                                         int64_t max_pack = 0);
@@ -93,6 +95,10 @@ class SpeechEmbedder {
   SpeechEmbedder(Backend& be) : be_(be) {}
   Backend& be_;
   int hidden_ = 0;
+  // The semantic encoder's backend where be_ has a second stream (Backend::make_lane): the two
+  // encoders then run side by side, each with its own workspace. Declared before the encoders, so
+  // that it outlives them.
+  std::unique_ptr<Backend> lane_;
   std::unique_ptr<ConvVaeEncoder> acoustic_, semantic_;
   std::unique_ptr<SpeechConnector> connector_;
   // One launch's latents and speech rows, the jobs' frames one after another: [max_pack/hop, ·].

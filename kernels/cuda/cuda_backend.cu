@@ -153,6 +153,7 @@ class CudaBackend final : public Backend {
       if (e) cudaEventDestroy(e);
     if (copy_ready_) cudaEventDestroy(copy_ready_);
     if (copy_stream_) cudaStreamDestroy(copy_stream_);
+    if (lane_event_) cudaEventDestroy(lane_event_);
     if (stream_) cudaStreamDestroy(stream_);
   }
 
@@ -166,6 +167,7 @@ class CudaBackend final : public Backend {
     std::unique_ptr<CudaBackend> b(new CudaBackend());
     b->device_ = o.device;
     b->compute_ = o.compute;
+    b->requested_compute_ = o.compute;
     const char* det = std::getenv("VV_CUDA_DETERMINISTIC");
     b->deterministic_ = o.deterministic || (det && std::string(det) == "1");
     if (b->deterministic_) {
@@ -274,6 +276,41 @@ class CudaBackend final : public Backend {
     if (!copy_stream_ || ticket >= next_copy_) return;
     flush();
     check(cudaStreamWaitEvent(stream_, copy_done_[ticket % copy_done_.size()], 0), "wait_copy");
+  }
+  // A second backend of the same device and options on a stream of its own (its own cuBLASLt
+  // handle, workspaces and graphs), ordered after every op issued here so far, so that weights and
+  // buffers made here are ready for it. VV_CUDA_LANES=0: none (the encoders then run in order).
+  std::unique_ptr<Backend> make_lane() override {
+    if (!lanes_) return nullptr;
+    CudaBackendOptions o;
+    o.device = device_;
+    o.compute = requested_compute_;
+    o.deterministic = deterministic_;
+    auto lane = create(o);
+    if (!lane.is_ok()) {
+      std::fprintf(stderr, "vibevoice: no second stream (%s); the encoders run one after the other\n",
+                   lane.status().to_string().c_str());
+      return nullptr;
+    }
+    (*lane)->wait_for(*this);
+    return std::move(lane).value();
+  }
+  // Both backends' recorded ops are launched first (never inside a graph capture: the event is
+  // recorded and waited on between flushes), then this stream waits for an event behind the other's.
+  void wait_for(Backend& other) override {
+    auto* o = dynamic_cast<CudaBackend*>(&other);
+    if (o == this) return;
+    if (o == nullptr || o->device_ != device_) {  // not a stream of this device: wait on the host
+      other.synchronize();
+      return;
+    }
+    flush();
+    o->flush();
+    cudaSetDevice(device_);
+    if (!lane_event_ && !check(cudaEventCreateWithFlags(&lane_event_, cudaEventDisableTiming), "lane event"))
+      return;
+    check(cudaEventRecord(lane_event_, o->stream_), "wait_for record");
+    check(cudaStreamWaitEvent(stream_, lane_event_, 0), "wait_for wait");
   }
   // Pageable sources are staged by the driver before the call returns, so the host buffer may be
   // reused at once; the copy itself is ordered on the stream.
@@ -1775,6 +1812,10 @@ class CudaBackend final : public Backend {
   std::map<PlanKey, Plan> plans_;
   std::map<std::pair<float, int>, float*> inv_freq_;
   cudaStream_t copy_stream_ = nullptr;  // copy_async (made on first use)
+  cudaEvent_t lane_event_ = nullptr;    // wait_for (made on first use)
+  // make_lane gives a second stream unless VV_CUDA_LANES=0 (read at creation).
+  bool lanes_ = !(std::getenv("VV_CUDA_LANES") && std::string(std::getenv("VV_CUDA_LANES")) == "0");
+  CudaCompute requested_compute_ = CudaCompute::kF32;  // as created (compute_ may fall back to f32)
   cudaEvent_t copy_ready_ = nullptr;
   std::array<cudaEvent_t, 16> copy_done_{};
   uint64_t next_copy_ = 0;

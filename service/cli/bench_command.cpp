@@ -46,11 +46,27 @@ double process_cpu_seconds() {
 // per GEMM, 4·len·head_dim per attended position and head) and bytes of weights streamed.
 class CountingBackend final : public ForwardingBackend {
  public:
-  explicit CountingBackend(std::unique_ptr<Backend> inner) : ForwardingBackend(std::move(inner)) {}
   struct Counts {
     double gemm_flops = 0, attn_flops = 0, weight_bytes = 0, kv_bytes = 0;
   };
-  Counts counts;
+  explicit CountingBackend(std::unique_ptr<Backend> inner,
+                           std::shared_ptr<Counts> shared = std::make_shared<Counts>())
+      : ForwardingBackend(std::move(inner)), shared_(std::move(shared)), counts(*shared_) {}
+
+ private:
+  std::shared_ptr<Counts> shared_;  // shared with the lanes made from this backend
+
+ public:
+  Counts& counts;
+
+  // A lane of the wrapped backend (the semantic encoder's stream), counted into the same figures.
+  std::unique_ptr<Backend> make_lane() override {
+    std::unique_ptr<Backend> lane = inner().make_lane();
+    if (!lane) return nullptr;
+    auto c = std::make_unique<CountingBackend>(std::move(lane), shared_);
+    c->host_visible_ = host_visible_;
+    return c;
+  }
 
   void gemm(const Tensor& a, const Tensor& w, const Tensor* bias, Tensor& out, Epilogue ep) override {
     counts.gemm_flops += 2.0 * static_cast<double>(a.rows()) * static_cast<double>(w.rows()) * static_cast<double>(w.cols());

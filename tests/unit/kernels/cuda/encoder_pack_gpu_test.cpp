@@ -142,6 +142,34 @@ TEST(CudaEncoderPack, WholeBlockKernelGivesTheDefaultsBitsForPackedJobs) {
   EXPECT_EQ(table.find("conv_block.fused.c128") != std::string::npos, sm90) << table;
 }
 
+// The semantic encoder on a second stream (Backend::make_lane, the default): both encoders' ops are
+// issued each on its stream and the connector waits for both (Backend::wait_for). Every op computes
+// what it computes on one stream, so the packed jobs' rows are bitwise those with VV_CUDA_LANES=0
+// (one stream, the encoders in order), over several packed steps (each step's semantic ops wait for
+// the previous step's connector, which still reads the latents they overwrite).
+TEST(CudaEncoderPack, SemanticEncoderOnASecondStreamGivesTheOneStreamBits) {
+  for (const bool bf16 : {true, false}) {
+    VV_CUDA_BACKEND_OR_SKIP(gpu, bf16);
+    if (!gpu) return;
+    auto one = cuda_backend_with({{"VV_CUDA_LANES", "0"}}, bf16);
+    ASSERT_TRUE(one.is_ok()) << one.status().to_string();
+    EXPECT_NE(gpu->make_lane(), nullptr) << "no lane by default";
+    EXPECT_EQ((*one)->make_lane(), nullptr) << "a lane with VV_CUDA_LANES=0";
+    auto ckpt = Checkpoint::open(hf_model_dir());
+    ASSERT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
+    const std::vector<std::vector<float>> clips = clips_for((*ckpt)->spec().acoustic.hop());
+    std::vector<std::vector<float>> want, got;
+    ASSERT_NO_FATAL_FAILURE(packed_rows(**one, **ckpt, clips, want));
+    ASSERT_NO_FATAL_FAILURE(packed_rows(*gpu, **ckpt, clips, got));
+    ASSERT_EQ(got.size(), want.size());
+    for (int i = 0; i < kJobs; ++i) {
+      ASSERT_EQ(got[i].size(), want[i].size());
+      EXPECT_EQ(std::memcmp(got[i].data(), want[i].data(), want[i].size() * sizeof(float)), 0)
+          << (bf16 ? "bf16" : "f32") << " job " << i;
+    }
+  }
+}
+
 TEST(CudaEncoderPack, F32PackedJobsMatchTheCpuEmbedderAlone) {
   run_packed_vs_cpu(false);
 }
