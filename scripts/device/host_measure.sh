@@ -43,6 +43,8 @@
 #                erf (twice, interleaved), per-op times with both, Nsight of 12 launches (≈ 6 min)
 #   testsgolden  the gpu suite ($GTEST_FILTER) in $SHARDS (3) shards at once with make_golden.py --preset full
 #                beside them, then gpu_full_golden (`tests golden` in about half the time)
+#   lanes        both encoders over 60 s: the semantic encoder on a second stream (default) against one stream
+#                (VV_CUDA_LANES=0), $AB_REPS (2) rounds
 #   opprofile4k  per-op times (VV_CUDA_PROFILE=1) of the 4,096-row prefill
 #   prefill4k    cuda_decode_bench's prefill at 4,096 rows (issue 11's second prefill point)
 #   decode_tuned, curve_tuned  decode, and the curve's 64/128 points, with VV_CUDA_LT_ALGOS=16 (each GEMM
@@ -251,6 +253,12 @@ for step in "$@"; do
         --kernel-name regex:'conv_block_kernel|ffn_wg_kernel' --launch-count 12 --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
         --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section LaunchStats \
         ${E/--enc-reps 5/--enc-reps 1} ;;
+    lanes)  # both encoders over 60 s with the semantic one on a second stream (default) and on one stream
+      E="$B/cuda_decode_bench --preset 7b --bf16 --no-gemv --prompt 16 --tokens 4 --enc-audio 60 --enc-reps 5 --job-audio 1 --job-tokens 1"
+      for i in $(seq "${AB_REPS:-2}"); do
+        run "enc_lanes_r$i" $E
+        run "enc_onestream_r$i" env VV_CUDA_LANES=0 $E
+      done ;;
     opprofile4k) run opprofile4k env VV_CUDA_PROFILE=1 $B/cuda_decode_bench --preset 7b --bf16 --no-gemv \
       --prompt 4096 --tokens 4 --enc-audio 1 --job-audio 1 --job-tokens 1 ;;
     prefill4k) run prefill4k $B/cuda_decode_bench --preset 7b --bf16 --no-gemv --prompt 4096 --tokens 16 \
