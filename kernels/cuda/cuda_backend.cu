@@ -105,6 +105,7 @@ class CudaBackend;
 
 // VV_CUDA_PROFILE=1: every op is timed with events and the stream is drained after it, so the
 // per-op table (profile_report) shows where a step's time goes. Off: no events, no syncs.
+// VV_CUDA_PROFILE=2: the same, with each GEMM's rows, columns and depth in its label.
 struct OpTimer {
   CudaBackend* be;
   const char* op;
@@ -1143,6 +1144,9 @@ class CudaBackend final : public Backend {
   void run_gemm(const Tensor& a, const Tensor& w, const Tensor* bias, Tensor& out, Epilogue ep) {
     const int64_t M = out.rows();
     if (M == 0 || out.cols() == 0) return;
+    if (profile_shapes_)
+      prof_suffix_ =
+          " m" + std::to_string(M) + " n" + std::to_string(out.cols()) + " k" + std::to_string(a.cols());
     const float* bp = bias && bias->data ? bias->ptr<const float>() : nullptr;
     const bool half_w = w.dtype == DType::kBF16 || w.dtype == DType::kF16;
     // VV_CUDA_STREAM_GEMM=1-...: one-row GEMMs too (those the decode flush fuses keep decode_gemv).
@@ -1820,7 +1824,10 @@ class CudaBackend final : public Backend {
   std::array<cudaEvent_t, 16> copy_done_{};
   uint64_t next_copy_ = 0;
   std::string first_error_;
-  bool profiling_ = std::getenv("VV_CUDA_PROFILE") && std::string(std::getenv("VV_CUDA_PROFILE")) == "1";
+  bool profiling_ = std::getenv("VV_CUDA_PROFILE") && (std::string(std::getenv("VV_CUDA_PROFILE")) == "1" ||
+                                                       std::string(std::getenv("VV_CUDA_PROFILE")) == "2");
+  bool profile_shapes_ = std::getenv("VV_CUDA_PROFILE") && std::string(std::getenv("VV_CUDA_PROFILE")) == "2";
+  std::string prof_suffix_;  // appended to the next timed op's label (VV_CUDA_PROFILE=2: a GEMM's shape)
   cudaEvent_t ev0_ = nullptr, ev1_ = nullptr;
   // VV_CUDA_GRAPHS=0 launches every op at once (no recording, no fusion, no graphs); profiling
   // records and fuses but launches without graphs.
@@ -1910,7 +1917,8 @@ OpTimer::~OpTimer() {
   cudaEventSynchronize(be->ev1_);
   float ms = 0;
   cudaEventElapsedTime(&ms, be->ev0_, be->ev1_);
-  auto& e = be->prof_[op];
+  auto& e = be->prof_[be->prof_suffix_.empty() ? std::string(op) : op + be->prof_suffix_];
+  be->prof_suffix_.clear();
   e.first += ms;
   e.second += 1;
 }

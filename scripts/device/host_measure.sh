@@ -45,6 +45,7 @@
 #                beside them, then gpu_full_golden (`tests golden` in about half the time)
 #   lanes        both encoders over 60 s: the semantic encoder on a second stream (default) against one stream
 #                (VV_CUDA_LANES=0), $AB_REPS (2) rounds
+#   encshapes    per-op times of both encoders over 60 s with each GEMM's shape (VV_CUDA_PROFILE=2)
 #   opprofile4k  per-op times (VV_CUDA_PROFILE=1) of the 4,096-row prefill
 #   prefill4k    cuda_decode_bench's prefill at 4,096 rows (issue 11's second prefill point)
 #   decode_tuned, curve_tuned  decode, and the curve's 64/128 points, with VV_CUDA_LT_ALGOS=16 (each GEMM
@@ -259,6 +260,8 @@ for step in "$@"; do
         run "enc_lanes_r$i" $E
         run "enc_onestream_r$i" env VV_CUDA_LANES=0 $E
       done ;;
+    encshapes) run encshapes env VV_CUDA_PROFILE=2 $B/cuda_decode_bench --preset 7b --bf16 --no-gemv --prompt 16 \
+      --tokens 4 --enc-audio 60 --enc-reps 2 --job-audio 1 --job-tokens 1 ;;
     opprofile4k) run opprofile4k env VV_CUDA_PROFILE=1 $B/cuda_decode_bench --preset 7b --bf16 --no-gemv \
       --prompt 4096 --tokens 4 --enc-audio 1 --job-audio 1 --job-tokens 1 ;;
     prefill4k) run prefill4k $B/cuda_decode_bench --preset 7b --bf16 --no-gemv --prompt 4096 --tokens 16 \
