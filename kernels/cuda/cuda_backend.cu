@@ -402,7 +402,7 @@ class CudaBackend final : public Backend {
         Tensor xx = x;
         const std::string label = "conv_ffn.wg.c" + std::to_string(x.cols());
         OpTimer timer(this, label.c_str());
-        cuda::conv_ffn_wg(xx, norm_w, eps, w1, b1, w2, b2, gamma, stream_);
+        cuda::conv_ffn_wg(xx, norm_w, eps, w1, b1, w2, b2, gamma, deterministic_, stream_);
         launched("conv_ffn");
       });
       return;
@@ -421,7 +421,7 @@ class CudaBackend final : public Backend {
       Tensor xx = x;
       const std::string label = "conv_ffn.fused.c" + std::to_string(x.cols());
       OpTimer timer(this, label.c_str());
-      cuda::conv_ffn_fused(xx, norm_w, eps, w1, b1, w2, b2, gamma, stream_);
+      cuda::conv_ffn_fused(xx, norm_w, eps, w1, b1, w2, b2, gamma, deterministic_, stream_);
       launched("conv_ffn");
     });
   }
@@ -539,7 +539,7 @@ class CudaBackend final : public Backend {
       Tensor xx = x, uu = u, vv = v;
       const std::string label = "conv_block.fused.c" + std::to_string(x.cols());
       OpTimer timer(this, label.c_str());
-      cuda::conv_block_fused(xx, eps, history, wt, uu, vv, stream_);
+      cuda::conv_block_fused(xx, eps, history, wt, uu, vv, deterministic_, stream_);
       launched("conv_block");
     });
     return true;
@@ -645,7 +645,7 @@ class CudaBackend final : public Backend {
   //    GEMV with the norm in its prologue (it still writes the norm's output);
   //  - one-row GEMMs sharing their input row (up to kMaxDecodeJobs): one GEMV launch;
   //  - a one-row gate_up GEMM followed by silu_mul of its output: the GEMV's SwiGLU epilogue;
-  //  - rope(q), rope(k), kv_write(k, v) at the same positions: one kernel (VV_CUDA_ROPE_FLASH=1, a
+  //  - rope(q), rope(k), kv_write(k, v) at the same positions: one kernel (unless VV_CUDA_ROPE_FLASH=0, a
   //    wgmma flash form, then paged_attention(q) and discard(q): k's rope alone, q's in the flash
   //    kernel; fuse_rope_flash_at).
   // And, for any row count in bf16 mode (fuse_mlp_at, fuse_lt_operand_at): the MLP block through bf16
@@ -1019,7 +1019,7 @@ class CudaBackend final : public Backend {
     });
   }
 
-  // VV_CUDA_ROPE_FLASH=1 (opt-in): rope(q), rope(k), kv_write(k, v), paged_attention(q) on the flash
+  // Unless VV_CUDA_ROPE_FLASH=0: rope(q), rope(k), kv_write(k, v), paged_attention(q) on the flash
   // kernel's wgmma forms, then discard(q): rope is applied to q as the flash kernel loads it (the
   // same bits), so rope_kv_write rotates k alone and q is neither rewritten nor read back (at 1,024
   // rows of the 7B, 14.7 MB written and 14.7 MB read less per layer). q is left as it was.
@@ -1889,10 +1889,10 @@ class CudaBackend final : public Backend {
   // VV_CUDA_NORM_DROP=1: an rms_norm fused with its GEMMs writes only their bf16 pack, not its f32
   // output, where the caller discards that right after them (opt-in until measured on a GPU).
   bool norm_drop_ = std::getenv("VV_CUDA_NORM_DROP") && std::string(std::getenv("VV_CUDA_NORM_DROP")) == "1";
-  // VV_CUDA_ROPE_FLASH=1: q's rope inside the flash kernel's wgmma forms (fuse_rope_flash_at; opt-in
-  // until measured on a GPU).
+  // q's rope inside the flash kernel's wgmma forms (fuse_rope_flash_at); VV_CUDA_ROPE_FLASH=0 turns it
+  // off (A/B).
   bool rope_flash_ =
-      std::getenv("VV_CUDA_ROPE_FLASH") && std::string(std::getenv("VV_CUDA_ROPE_FLASH")) == "1";
+      !(std::getenv("VV_CUDA_ROPE_FLASH") && std::string(std::getenv("VV_CUDA_ROPE_FLASH")) == "0");
   struct GraphStats {
     int64_t replayed = 0, captured = 0, first = 0, ungraphed = 0, clears = 0;
     double captured_ms = 0, first_ms = 0, ungraphed_ms = 0;  // host time of those flushes

@@ -1327,9 +1327,9 @@ bool conv_ffn_wg_fits(const Tensor& x, const Tensor& norm_w, const Tensor& w1, c
 }
 
 void conv_ffn_wg(Tensor& x, const Tensor& norm_w, float eps, const Tensor& w1, const Tensor& b1,
-                 const Tensor& w2, const Tensor& b2, const Tensor& gamma, cudaStream_t s) {
+                 const Tensor& w2, const Tensor& b2, const Tensor& gamma, bool exact_erf, cudaStream_t s) {
   if (x.rows() == 0) return;
-  const bool fast = fast_erf_enabled();
+  const bool fast = fast_erf_enabled() && !exact_erf;
   if (x.cols() == 256) {
     fast ? launch_ffn_wg<256, true>(x, norm_w, eps, w1, b1, w2, b2, gamma, s)
          : launch_ffn_wg<256, false>(x, norm_w, eps, w1, b1, w2, b2, gamma, s);
@@ -1364,7 +1364,7 @@ bool conv_block_fits(const Tensor& x, const Tensor& history, const Backend::Conv
 }
 
 void conv_block_fused(Tensor& x, float eps, const Tensor& history, const Backend::ConvBlockWeights& wt,
-                      Tensor& u, Tensor& v, cudaStream_t s) {
+                      Tensor& u, Tensor& v, bool exact_erf, cudaStream_t s) {
   const int64_t T = x.rows();
   if (T == 0) return;
   float* side = v.ptr<float>();
@@ -1372,7 +1372,7 @@ void conv_block_fused(Tensor& x, float eps, const Tensor& history, const Backend
   if (T > R) mixer_halo(x, wt.norm_w, eps, side, R, s);
   const float* hist = history.data && history.rows() > 0 ? history.ptr<const float>() : nullptr;
   const int64_t ldh = hist ? history.row_stride() : 0;
-  const bool fast = fast_erf_enabled();
+  const bool fast = fast_erf_enabled() && !exact_erf;
   if (x.cols() == 128) {
     fast ? launch_block_wg_taps<true>(x, eps, hist, ldh, side, wt, u, s)
          : launch_block_wg_taps<false>(x, eps, hist, ldh, side, wt, u, s);
@@ -1386,9 +1386,9 @@ void conv_block_fused(Tensor& x, float eps, const Tensor& history, const Backend
 }
 
 void conv_ffn_fused(Tensor& x, const Tensor& norm_w, float eps, const Tensor& w1, const Tensor& b1,
-                    const Tensor& w2, const Tensor& b2, const Tensor& gamma, cudaStream_t s) {
+                    const Tensor& w2, const Tensor& b2, const Tensor& gamma, bool exact_erf, cudaStream_t s) {
   if (x.rows() == 0) return;
-  if (fast_erf_enabled()) {
+  if (fast_erf_enabled() && !exact_erf) {
     conv_ffn_fused_as<true>(x, norm_w, eps, w1, b1, w2, b2, gamma, s);
   } else {
     conv_ffn_fused_as<false>(x, norm_w, eps, w1, b1, w2, b2, gamma, s);

@@ -17,8 +17,11 @@ bool conv_ffn_fits(const Tensor& x, const Tensor& norm_w, const Tensor& w1, cons
 // normalised rows (rounded to bf16, as the bf16 GEMM path rounds its operand) stay in shared memory,
 // the hidden rows are made 64 columns at a time in registers (bias, GELU in f32, rounded to bf16)
 // and multiplied straight into the f32 accumulators of the second GEMM.
+// The GELU's erf: the fast form (VV_CUDA_FFN_FAST_ERF, on unless 0) unless `exact_erf`, then erff, as
+// the op sequence's GELU passes compute it (deterministic mode: a row's bits must not depend on which
+// path its launch takes). The same parameter on conv_ffn_wg and conv_block_fused.
 void conv_ffn_fused(Tensor& x, const Tensor& norm_w, float eps, const Tensor& w1, const Tensor& b1,
-                    const Tensor& w2, const Tensor& b2, const Tensor& gamma, cudaStream_t s);
+                    const Tensor& w2, const Tensor& b2, const Tensor& gamma, bool exact_erf, cudaStream_t s);
 
 // Backend::conv_mixer in two kernels with rms_norm's and dwconv_add's f32 arithmetic (the same bits):
 // x += gamma ⊙ dwconv7(rms_norm(x), history). Writes only the last min(T, 6) rows of u (what the
@@ -36,7 +39,7 @@ void conv_mixer_fused(Tensor& x, const Tensor& norm_w, float eps, const Tensor& 
 bool conv_ffn_wg_fits(const Tensor& x, const Tensor& norm_w, const Tensor& w1, const Tensor& b1,
                       const Tensor& w2, const Tensor& b2, const Tensor& gamma);
 void conv_ffn_wg(Tensor& x, const Tensor& norm_w, float eps, const Tensor& w1, const Tensor& b1,
-                 const Tensor& w2, const Tensor& b2, const Tensor& gamma, cudaStream_t s);
+                 const Tensor& w2, const Tensor& b2, const Tensor& gamma, bool exact_erf, cudaStream_t s);
 
 // conv_mixer_fused's side pass for tiles of R rows: u (x normalised with norm_w, rms_norm's bits) of
 // the 6 rows before every tile but the first into side[(tile − 1)·6 + j][C], from x as it is now.
@@ -53,7 +56,7 @@ void mixer_halo(const Tensor& x, const Tensor& norm_w, float eps, float* side, i
 bool conv_block_fits(const Tensor& x, const Tensor& history, const Backend::ConvBlockWeights& wt,
                      const Tensor& u, const Tensor& v, bool wgmma);
 void conv_block_fused(Tensor& x, float eps, const Tensor& history, const Backend::ConvBlockWeights& wt,
-                      Tensor& u, Tensor& v, cudaStream_t s);
+                      Tensor& u, Tensor& v, bool exact_erf, cudaStream_t s);
 
 // x[t,c] += gamma[c] · (bias[c] + Σ_k w[c,k] · u[t + k − 6, c]) with u's rows before 0 from history
 // ([6, C], or zeros when history has no data): depthwise_conv1d_causal then add_scaled, in one pass

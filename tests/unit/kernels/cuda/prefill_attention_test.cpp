@@ -209,12 +209,13 @@ TEST(CudaFlashPrefill, WarpgroupMmaScoresAndValuesOnHopper) {
   check_hopper_form("wgf", "flashwgf");
 }
 
-// VV_CUDA_ROPE_FLASH=1 (sm_90, the wgmma forms): rope(q), rope(k), kv_write, paged_attention(q),
+// VV_CUDA_ROPE_FLASH (the default; sm_90, the wgmma forms): rope(q), rope(k), kv_write, paged_attention(q),
 // discard(q) run as rope_kv_write of k alone and the flash kernel applying q's rope as it loads it.
-// The attention output and the cache must be the bits of the ops run one by one (rope_rotate and the
+// The attention output and the cache must be the bits of the ops run one by one (VV_CUDA_ROPE_FLASH=0;
+// rope_rotate and the
 // same cosf/sinf of the same angle in both kernels); q is left as it was (it was discarded).
 void rope_flash_case(int heads, int kv_heads, const std::vector<Seq>& seqs, int bs, uint32_t seed) {
-  auto plain = cuda_backend_with({{"VV_CUDA_PROFILE", "1"}}, true),
+  auto plain = cuda_backend_with({{"VV_CUDA_ROPE_FLASH", "0"}, {"VV_CUDA_PROFILE", "1"}}, true),
        fused = cuda_backend_with({{"VV_CUDA_ROPE_FLASH", "1"}, {"VV_CUDA_PROFILE", "1"}}, true);
   ASSERT_TRUE(plain.is_ok() && fused.is_ok());
   const int D = 128, S = static_cast<int>(seqs.size());
