@@ -360,6 +360,9 @@ for step in "$@"; do
 done
 # The figures of every kept .json, per configuration, on stdout (the call's output tail) and in the archive.
 python3 scripts/device/summarize.py "$OUT" 2>&1 | tee "$OUT/summary.txt"
-# At most 8 files come back from $OUT: everything goes into one archive, steps.txt stays beside it.
-(cd "$OUT" && tar -czf /tmp/vvlogs.tgz --exclude=logs.tgz . && find . -type f ! -name steps.txt -delete &&
-  mv /tmp/vvlogs.tgz logs.tgz)
+# At most 8 files come back from $OUT: everything goes into one archive, steps.txt stays beside it. A
+# second invocation into the same $OUT keeps the first one's archive and writes logs2.tgz, and so on.
+arch=logs.tgz
+for ((n = 2; n < 100 && ${#arch} > 0; ++n)); do [ -e "$OUT/$arch" ] || break; arch=logs$n.tgz; done
+(cd "$OUT" && tar -czf /tmp/vvlogs.tgz --exclude='logs*.tgz' . && find . -type f ! -name steps.txt ! -name 'logs*.tgz' -delete &&
+  mv /tmp/vvlogs.tgz "$arch")
