@@ -189,7 +189,7 @@ class CudaBackend final : public Backend {
     b->sms_ = prop.multiProcessorCount;
     b->l2_bytes_ = static_cast<size_t>(std::max(prop.l2CacheSize, 0));
     if (prop.major < 9) b->l2_prefetch_ = 0;  // cp.async.bulk.prefetch is sm_90+
-    if (prop.major < 9) b->gemv_bulk_ = false;  // so is cp.async.bulk
+    if (prop.major < 9) b->gemv_bulk_ = 0;    // so is cp.async.bulk
     if (!(prop.major == 9 && prop.minor == 0)) b->ffn_wg_ = false;  // wgmma: sm_90a
     if (cudaStreamCreateWithFlags(&b->stream_, cudaStreamNonBlocking) != cudaSuccess) {
       return internal_error("CUDA backend: cannot create a stream on device " + std::to_string(o.device));
@@ -755,7 +755,6 @@ class CudaBackend final : public Backend {
     d.wt = g0.w.dtype;
     d.sms = sms_;
     d.balance = gemv_balance_;
-    d.bulk = gemv_bulk_;
     if (norm) {
       d.norm_w = norm->w.ptr<const float>();
       d.eps = norm->f;
@@ -785,6 +784,7 @@ class CudaBackend final : public Backend {
       }
     }
     if (!norm && d.count == 1 && !d.silu_out) return 0;  // a lone GEMM: run_gemm takes the same kernel
+    d.bulk = gemv_bulk_ == 1 || (gemv_bulk_ == 3 && !d.silu_out);
     out.push_back([=, this] {
       OpTimer timer(this, d.bulk && profiling_ && cuda::decode_gemv_bulk_takes(d) ? "decode_gemv.fused_bulk"
                                                                                   : "decode_gemv.fused");
@@ -1160,7 +1160,7 @@ class CudaBackend final : public Backend {
       d.wt = w.dtype;
       d.sms = sms_;
       d.balance = gemv_balance_;
-      d.bulk = gemv_bulk_;
+      d.bulk = gemv_bulk_ != 0;
       d.count = 1;
       d.j[0].w = w.data;
       d.j[0].ldw = w.row_stride();
@@ -1801,9 +1801,15 @@ class CudaBackend final : public Backend {
   size_t attn_ws_bytes_ = 0;
   int sms_ = 132;
   size_t l2_bytes_ = 0;
-  // VV_CUDA_GEMV_BULK=1 (opt-in until measured on a GPU; sm_90): one-row GEMVs, fused or not, stream
-  // their weights by cp.async.bulk where cuda::DecodeGemv::bulk takes them.
-  bool gemv_bulk_ = std::getenv("VV_CUDA_GEMV_BULK") && std::string(std::getenv("VV_CUDA_GEMV_BULK")) == "1";
+  // VV_CUDA_GEMV_BULK (opt-in; sm_90): one-row GEMVs stream their weights by cp.async.bulk where
+  // cuda::DecodeGemv::bulk takes them. 1: every one; 2: the lone ones only (batch-1's o and down), not
+  // the flush's fused launches; 3: all but the gate_up launch with the SwiGLU epilogue. 0 otherwise.
+  // (Session 15: with 1 each lone GEMV of the one-row table was faster, the decode step slower.)
+  int gemv_bulk_ = [] {
+    const char* v = std::getenv("VV_CUDA_GEMV_BULK");
+    const std::string s = v ? v : "";
+    return s == "1" ? 1 : s == "2" ? 2 : s == "3" ? 3 : 0;
+  }();
   // VV_CUDA_GEMV_BALANCE=1 (opt-in until measured on a GPU): cuda::DecodeGemv::balance.
   bool gemv_balance_ =
       std::getenv("VV_CUDA_GEMV_BALANCE") && std::string(std::getenv("VV_CUDA_GEMV_BALANCE")) == "1";
