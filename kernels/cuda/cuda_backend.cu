@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/cuda/conv_gemm.cuh"
 #include "kernels/cuda/cublaslt_loader.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_ops.cuh"
@@ -1177,6 +1178,10 @@ class CudaBackend final : public Backend {
                M <= (compute_ == CudaCompute::kBF16 ? kSkinnyRowsBf16 : kSkinnyRowsF32)) {
       OpTimer timer(this, "gemm.skinny");
       cuda::gemv(a, w, bp, out, ep, stream_);
+    } else if (conv_gemm_ && compute_ == CudaCompute::kBF16 && ep == Epilogue::kNone &&
+               M >= kConvGemmMinRows && cuda::conv_gemm_fits(a, w, out)) {
+      OpTimer timer(this, "gemm.conv_mma");
+      cuda::conv_gemm(a, w, bp, out, stream_);
     } else if (compute_ == CudaCompute::kBF16 && half_w) {
       OpTimer timer(this, !profiling_                   ? ""
                           : skinny_takes(a, w, out, ep) ? "gemm.skinny_mma"
@@ -1810,6 +1815,12 @@ class CudaBackend final : public Backend {
     const std::string s = v ? v : "";
     return s == "1" ? 1 : s == "2" ? 2 : s == "3" ? 3 : 0;
   }();
+  // VV_CUDA_CONV_GEMM=1 (opt-in until measured on a GPU): bf16 mode, GEMMs of f32 rows (the encoders'
+  // strided convs: overlapping rows) by bf16 weights with N ∈ {32, 64, 128} and at least
+  // kConvGemmMinRows rows run on cuda::conv_gemm, which rounds a's values to bf16 as it loads them
+  // instead of packing them first. A row's bits do not depend on the row count.
+  bool conv_gemm_ = std::getenv("VV_CUDA_CONV_GEMM") && std::string(std::getenv("VV_CUDA_CONV_GEMM")) == "1";
+  static constexpr int64_t kConvGemmMinRows = 2048;
   // VV_CUDA_GEMV_BALANCE=1 (opt-in until measured on a GPU): cuda::DecodeGemv::balance.
   bool gemv_balance_ =
       std::getenv("VV_CUDA_GEMV_BALANCE") && std::string(std::getenv("VV_CUDA_GEMV_BALANCE")) == "1";

@@ -45,6 +45,7 @@
 #                beside them, then gpu_full_golden (`tests golden` in about half the time)
 #   lanes        both encoders over 60 s: the semantic encoder on a second stream (default) against one stream
 #                (VV_CUDA_LANES=0), $AB_REPS (2) rounds
+#   convgemm     VV_CUDA_CONV_GEMM=1: its gpu tests, both encoders over 60 s with and without it, its GEMM shapes' times
 #   encshapes    per-op times of both encoders over 60 s with each GEMM's shape (VV_CUDA_PROFILE=2)
 #   opprofile4k  per-op times (VV_CUDA_PROFILE=1) of the 4,096-row prefill
 #   prefill4k    cuda_decode_bench's prefill at 4,096 rows (issue 11's second prefill point)
@@ -260,6 +261,15 @@ for step in "$@"; do
         run "enc_lanes_r$i" $E
         run "enc_onestream_r$i" env VV_CUDA_LANES=0 $E
       done ;;
+    convgemm)  # VV_CUDA_CONV_GEMM=1 (the encoders' strided convs without the bf16 pack): its gpu tests, both
+      # encoders over 60 s with and without it ($AB_REPS rounds), the per-GEMM profile with it
+      run convgemm_tests env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda --gtest_filter='CudaConvGemm*:CudaEncoderPack*'
+      E="$B/cuda_decode_bench --preset 7b --bf16 --no-gemv --prompt 16 --tokens 4 --enc-audio 60 --enc-reps 5 --job-audio 1 --job-tokens 1"
+      for i in $(seq "${AB_REPS:-2}"); do
+        run "enc_default_r$i" $E
+        run "enc_convgemm_r$i" env VV_CUDA_CONV_GEMM=1 $E
+      done
+      run encshapes_convgemm env VV_CUDA_CONV_GEMM=1 VV_CUDA_PROFILE=2 ${E/--enc-reps 5/--enc-reps 2} ;;
     encshapes) run encshapes env VV_CUDA_PROFILE=2 $B/cuda_decode_bench --preset 7b --bf16 --no-gemv --prompt 16 \
       --tokens 4 --enc-audio 60 --enc-reps 2 --job-audio 1 --job-tokens 1 ;;
     opprofile4k) run opprofile4k env VV_CUDA_PROFILE=1 $B/cuda_decode_bench --preset 7b --bf16 --no-gemv \
