@@ -58,6 +58,8 @@
 #   ncuprefill   Nsight Compute: each kernel's time in the 1,024-row table and the prefills
 #   ncuattn      Nsight Compute sections (stalls, memory, source counters) of batch-1 decode attention launches
 #                after a 1,024-row prompt
+#   ncudecodebulk  ncudecode with VV_CUDA_GEMV_BULK=1
+#   ncuencsrc    Nsight Compute: instruction mix, stall reasons and hot SASS of the encoders' block kernels
 #   ncudecode    Nsight Compute: every kernel's duration, in order, of a short prefill and 12 batch-1 decode
 #                tokens (the last ~175 rows are one token's kernels, each alone: the step's sum without gaps)
 #   table1k      the GEMM table at 1,024 rows (the prefill's shapes, cuBLASLt, f32 output)
@@ -327,6 +329,17 @@ for step in "$@"; do
       run ncudecode timeout 240 $NCU --clock-control none --cache-control none --metrics gpu__time_duration.sum \
         --csv --launch-count 4000 $B/cuda_decode_bench --preset 7b --bf16 --no-gemv --prompt 64 --tokens 4 \
         --enc-audio 1 --job-audio 1 --job-tokens 1 ;;
+    ncudecodebulk)  # ncudecode's per-kernel durations with VV_CUDA_GEMV_BULK=1 (which fused form loses)
+      NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+      run ncudecode_bulk env VV_CUDA_GEMV_BULK=1 timeout 240 $NCU --clock-control none --cache-control none \
+        --metrics gpu__time_duration.sum --csv --launch-count 4000 $B/cuda_decode_bench --preset 7b --bf16 --no-gemv \
+        --prompt 64 --tokens 4 --enc-audio 1 --job-audio 1 --job-tokens 1 ;;
+    ncuencsrc)  # where the encoders' block kernels spend their issue slots: instruction mix, stalls, hot SASS
+      NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+      run ncuencsrc $NCU --clock-control none --kernel-name regex:'conv_block_kernel|ffn_wg_kernel' --launch-count 4 \
+        --section InstructionStats --section WarpStateStats --section SourceCounters --section ComputeWorkloadAnalysis \
+        $B/cuda_decode_bench --preset 7b --bf16 --no-gemv --prompt 16 --tokens 4 --enc-audio 60 --enc-reps 1 \
+        --job-audio 1 --job-tokens 1 ;;
     ncuprefill)  # every kernel's duration (Nsight Compute, clocks and caches left alone) of the prefill's
       # kind (GEMMs, packs, norms, attention) in the warm-up (256 rows) and the timed 1,024-row prefill;
       # then the flash kernel's sections on one layer of the timed prefill
