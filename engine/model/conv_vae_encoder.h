@@ -46,6 +46,9 @@ struct EncoderWorkspace {
   bool allocated = false;
   void need(int64_t st, int64_t ac, int64_t ff, int64_t sc, int64_t no);
   void allocate(Backend& be);
+  size_t bytes() const {  // what allocate() takes
+    return static_cast<size_t>(2 * stage + 2 * act + ffn + scratch + noise) * sizeof(float);
+  }
 };
 
 // The carried state of one clip through one encoder: the last (K − stride) input rows of every

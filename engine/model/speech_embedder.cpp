@@ -13,13 +13,17 @@ Result<std::unique_ptr<SpeechEmbedder>> SpeechEmbedder::create(Backend& be, cons
   if (max_segment <= 0) max_segment = spec.chunk_size;
   e->hidden_ = spec.decoder.hidden_size;
   // Encoders that run one after the other share one workspace, sized for the larger of the two;
-  // on a second stream (a lane) the semantic one runs beside the acoustic one, with its own.
-  e->lane_ = be.make_lane();
-  Backend& sem_be = e->lane_ ? *e->lane_ : be;
+  // on a second stream (a lane) the semantic one runs beside the acoustic one, with its own. A lane
+  // only where that second workspace (about the acoustic one's) is at most an eighth of the device's
+  // free memory, which the decoder's KV cache would otherwise get.
   auto ws = std::make_shared<EncoderWorkspace>();
-  auto ws_sem = e->lane_ ? std::make_shared<EncoderWorkspace>() : ws;
   VV_ASSIGN_OR_RETURN(e->acoustic_, ConvVaeEncoder::create(be, spec.acoustic, w.acoustic, max_segment,
                                                            "acoustic", ws, max_pack));
+  size_t free_bytes = 0, total_bytes = 0;
+  if (!be.device_memory(&free_bytes, &total_bytes) || ws->bytes() <= free_bytes / 8)
+    e->lane_ = be.make_lane();
+  Backend& sem_be = e->lane_ ? *e->lane_ : be;
+  auto ws_sem = e->lane_ ? std::make_shared<EncoderWorkspace>() : ws;
   VV_ASSIGN_OR_RETURN(e->semantic_, ConvVaeEncoder::create(sem_be, spec.semantic, w.semantic, max_segment,
                                                            "semantic", ws_sem, max_pack));
   ws->allocate(be);

@@ -294,6 +294,7 @@ class CudaBackend final : public Backend {
                    lane.status().to_string().c_str());
       return nullptr;
     }
+    static_cast<CudaBackend&>(**lane).lane_parent_ = this;
     (*lane)->wait_for(*this);
     return std::move(lane).value();
   }
@@ -1475,10 +1476,17 @@ class CudaBackend final : public Backend {
   bool check(cudaError_t e, const char* what) {
     if (e == cudaSuccess) return true;
     if (first_error_.empty()) {
-      first_error_ = std::string(what) + ": " + cudaGetErrorString(e);
+      record_error(std::string(what) + ": " + cudaGetErrorString(e));
       std::fprintf(stderr, "vibevoice: CUDA error on device %d: %s\n", device_, first_error_.c_str());
     }
     return false;
+  }
+  // The first error, also on the backend a lane was made from (whose device_error() the runner
+  // checks: a failed launch of the semantic encoder must fail the step as one of the main stream's).
+  void record_error(const std::string& e) {
+    if (first_error_.empty()) first_error_ = e;
+    if (lane_parent_ && lane_parent_->first_error_.empty())
+      lane_parent_->first_error_ = "second stream: " + e;
   }
   void launched(const char* op) { check(cudaGetLastError(), op); }
 
@@ -1671,7 +1679,7 @@ class CudaBackend final : public Backend {
   // The first failed cublasLtMatmul becomes the device error (stderr once).
   void lt_check(cublasStatus_t st) {
     if (st == CUBLAS_STATUS_SUCCESS || !first_error_.empty()) return;
-    first_error_ = "cublasLtMatmul failed with status " + std::to_string(static_cast<int>(st));
+    record_error("cublasLtMatmul failed with status " + std::to_string(static_cast<int>(st)));
     std::fprintf(stderr, "vibevoice: %s\n", first_error_.c_str());
   }
 
@@ -1834,6 +1842,7 @@ class CudaBackend final : public Backend {
   std::map<std::pair<float, int>, float*> inv_freq_;
   cudaStream_t copy_stream_ = nullptr;  // copy_async (made on first use)
   cudaEvent_t lane_event_ = nullptr;    // wait_for (made on first use)
+  CudaBackend* lane_parent_ = nullptr;  // the backend this one is a lane of (it outlives the lane)
   // make_lane gives a second stream unless VV_CUDA_LANES=0 (read at creation).
   bool lanes_ = !(std::getenv("VV_CUDA_LANES") && std::string(std::getenv("VV_CUDA_LANES")) == "0");
   CudaCompute requested_compute_ = CudaCompute::kF32;  // as created (compute_ may fall back to f32)
