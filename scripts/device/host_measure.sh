@@ -46,6 +46,7 @@
 #   lanes        both encoders over 60 s: the semantic encoder on a second stream (default) against one stream
 #                (VV_CUDA_LANES=0), $AB_REPS (2) rounds
 #   convgemm     VV_CUDA_CONV_GEMM=1: its gpu tests, both encoders over 60 s with and without it, its GEMM shapes' times
+#   encalgos     both encoders over 60 s with VV_CUDA_LT_ALGOS=16 against the default
 #   encshapes    per-op times of both encoders over 60 s with each GEMM's shape (VV_CUDA_PROFILE=2)
 #   opprofile4k  per-op times (VV_CUDA_PROFILE=1) of the 4,096-row prefill
 #   prefill4k    cuda_decode_bench's prefill at 4,096 rows (issue 11's second prefill point)
@@ -272,6 +273,13 @@ for step in "$@"; do
         run "enc_convgemm_r$i" env VV_CUDA_CONV_GEMM=1 $E
       done
       run encshapes_convgemm env VV_CUDA_CONV_GEMM=1 VV_CUDA_PROFILE=2 ${E/--enc-reps 5/--enc-reps 2} ;;
+    encalgos)  # both encoders over 60 s with VV_CUDA_LT_ALGOS=16 (each cuBLASLt shape times 16 algorithms: the
+      # late stages' few-row FFN GEMMs and convs may take split-K ones) against the default, $AB_REPS rounds
+      E="$B/cuda_decode_bench --preset 7b --bf16 --no-gemv --prompt 16 --tokens 4 --enc-audio 60 --enc-reps 5 --job-audio 1 --job-tokens 1"
+      for i in $(seq "${AB_REPS:-2}"); do
+        run "enc_default_r$i" $E
+        run "enc_ltalgos16_r$i" env VV_CUDA_LT_ALGOS=16 $E
+      done ;;
     encshapes) run encshapes env VV_CUDA_PROFILE=2 $B/cuda_decode_bench --preset 7b --bf16 --no-gemv --prompt 16 \
       --tokens 4 --enc-audio 60 --enc-reps 2 --job-audio 1 --job-tokens 1 ;;
     opprofile4k) run opprofile4k env VV_CUDA_PROFILE=1 $B/cuda_decode_bench --preset 7b --bf16 --no-gemv \
