@@ -44,9 +44,10 @@ constexpr int kWarpRows = 16;
 constexpr int kTileRows = kWarps * kWarpRows;  // rows per block of the streamed form
 constexpr int kHid = 64;                       // hidden columns per chunk
 
-// By default (VV_CUDA_FFN_FAST_ERF=0 gives erff back): the same GELU with erf from Abramowitz & Stegun
-// 7.1.26 (|error| ≤ 1.5e-7 on erf; one reciprocal, one exp, five FMAs, no branch) instead of erff's
-// ~30 instructions, which are most of the small widths' work (E hidden values per row against 2C·E
+// By default (VV_CUDA_FFN_FAST_ERF=0 gives erff back; so does the caller's exact_erf, in deterministic
+// mode, where the op sequence's erff GELU may compute some of a row's launches): the same GELU with erf from
+// Abramowitz & Stegun 7.1.26 (|error| ≤ 1.5e-7 on erf; one reciprocal, one exp, five FMAs, no branch) instead
+// of erff's ~30 instructions, which are most of the small widths' work (E hidden values per row against 2C·E
 // multiply-adds on the tensor cores). 1 + erf(z) is formed without cancellation: 2 − erfc(|z|) for
 // z ≥ 0 and erfc(|z|) below, so negative inputs keep their relative accuracy.
 __device__ __forceinline__ float gelu_erf_fast(float x) {
