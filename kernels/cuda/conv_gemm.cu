@@ -103,20 +103,13 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
-int sms_of_current_device(int* dev_out) {
-  int dev = 0, n = 0;
-  cudaGetDevice(&dev);
-  cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
-  *dev_out = dev;
-  return n > 0 ? n : 1;
-}
-
 template <int N, bool kVec>
-void launch(const Tensor& a, const Tensor& w, const float* bias, Tensor& out, int K, int KP, cudaStream_t s) {
+void launch(const Tensor& a, const Tensor& w, const float* bias, Tensor& out, int K, int KP, int sms,
+            cudaStream_t s) {
   constexpr int kMaxDevices = 64;
   static std::atomic<size_t> attr_bytes[kMaxDevices] = {};  // the shared memory allowed so far, per device
   int dev = 0;
-  const int sms = sms_of_current_device(&dev);
+  cudaGetDevice(&dev);
   const size_t smem = smem_bytes(N, KP);
   if (dev >= 0 && dev < kMaxDevices && attr_bytes[dev].load() < smem) {
     cudaFuncSetAttribute(conv_gemm_kernel<N, kVec>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -125,17 +118,18 @@ void launch(const Tensor& a, const Tensor& w, const float* bias, Tensor& out, in
   }
   const int64_t M = out.rows();
   const int64_t tiles = (M + 15) / 16;
-  const int64_t blocks = std::min<int64_t>((tiles + kWarps - 1) / kWarps, 2 * static_cast<int64_t>(sms));
+  const int64_t blocks =
+      std::min<int64_t>((tiles + kWarps - 1) / kWarps, 2 * static_cast<int64_t>(std::max(sms, 1)));
   conv_gemm_kernel<N, kVec><<<static_cast<unsigned>(blocks), kThreads, smem, s>>>(
       a.ptr<const float>(), a.row_stride(), M, K, KP, w.ptr<const __nv_bfloat16>(), w.row_stride(), bias,
       out.ptr<float>(), out.row_stride());
 }
 
 template <int N>
-void launch_n(const Tensor& a, const Tensor& w, const float* bias, Tensor& out, cudaStream_t s) {
+void launch_n(const Tensor& a, const Tensor& w, const float* bias, Tensor& out, int sms, cudaStream_t s) {
   const int K = static_cast<int>(a.cols()), KP = (K + 15) / 16 * 16;
   const bool vec = K % 2 == 0 && a.row_stride() % 2 == 0 && reinterpret_cast<uintptr_t>(a.data) % 8 == 0;
-  vec ? launch<N, true>(a, w, bias, out, K, KP, s) : launch<N, false>(a, w, bias, out, K, KP, s);
+  vec ? launch<N, true>(a, w, bias, out, K, KP, sms, s) : launch<N, false>(a, w, bias, out, K, KP, sms, s);
 }
 
 }  // namespace
@@ -151,14 +145,14 @@ bool conv_gemm_fits(const Tensor& a, const Tensor& w, const Tensor& out) {
          reinterpret_cast<uintptr_t>(a.data) % 4 == 0 && reinterpret_cast<uintptr_t>(w.data) % 2 == 0;
 }
 
-void conv_gemm(const Tensor& a, const Tensor& w, const float* bias, Tensor& out, cudaStream_t s) {
+void conv_gemm(const Tensor& a, const Tensor& w, const float* bias, Tensor& out, int sms, cudaStream_t s) {
   switch (w.rows()) {
     case 32:
-      return launch_n<32>(a, w, bias, out, s);
+      return launch_n<32>(a, w, bias, out, sms, s);
     case 64:
-      return launch_n<64>(a, w, bias, out, s);
+      return launch_n<64>(a, w, bias, out, sms, s);
     default:
-      return launch_n<128>(a, w, bias, out, s);
+      return launch_n<128>(a, w, bias, out, sms, s);
   }
 }
 

@@ -20,7 +20,7 @@ bool conv_gemm_fits(const Tensor& a, const Tensor& w, const Tensor& out);
 
 // out[M, N] = bf16(a)[M, K]·wᵀ + bias (bias F32 [N] or nullptr). Per row the products are summed in
 // f32 on the tensor cores 16 values of k at a time, in k order, so a row's bits depend on K only,
-// not on M or on the rows beside it.
-void conv_gemm(const Tensor& a, const Tensor& w, const float* bias, Tensor& out, cudaStream_t s);
+// not on M or on the rows beside it. sms: the device's multiprocessors (the persistent grid's size).
+void conv_gemm(const Tensor& a, const Tensor& w, const float* bias, Tensor& out, int sms, cudaStream_t s);
 
 }  // namespace vv::cuda

@@ -1182,7 +1182,7 @@ class CudaBackend final : public Backend {
     } else if (conv_gemm_ && compute_ == CudaCompute::kBF16 && ep == Epilogue::kNone &&
                M >= kConvGemmMinRows && cuda::conv_gemm_fits(a, w, out)) {
       OpTimer timer(this, "gemm.conv_mma");
-      cuda::conv_gemm(a, w, bp, out, stream_);
+      cuda::conv_gemm(a, w, bp, out, sms_, stream_);
     } else if (compute_ == CudaCompute::kBF16 && half_w) {
       OpTimer timer(this, !profiling_                   ? ""
                           : skinny_takes(a, w, out, ep) ? "gemm.skinny_mma"
@@ -1850,9 +1850,9 @@ class CudaBackend final : public Backend {
   std::array<cudaEvent_t, 16> copy_done_{};
   uint64_t next_copy_ = 0;
   std::string first_error_;
-  bool profiling_ = std::getenv("VV_CUDA_PROFILE") && (std::string(std::getenv("VV_CUDA_PROFILE")) == "1" ||
-                                                       std::string(std::getenv("VV_CUDA_PROFILE")) == "2");
-  bool profile_shapes_ = std::getenv("VV_CUDA_PROFILE") && std::string(std::getenv("VV_CUDA_PROFILE")) == "2";
+  std::string profile_env_ = std::getenv("VV_CUDA_PROFILE") ? std::getenv("VV_CUDA_PROFILE") : "";
+  bool profiling_ = profile_env_ == "1" || profile_env_ == "2";
+  bool profile_shapes_ = profile_env_ == "2";
   std::string prof_suffix_;  // appended to the next timed op's label (VV_CUDA_PROFILE=2: a GEMM's shape)
   cudaEvent_t ev0_ = nullptr, ev1_ = nullptr;
   // VV_CUDA_GRAPHS=0 launches every op at once (no recording, no fusion, no graphs); profiling

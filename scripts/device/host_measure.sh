@@ -35,12 +35,12 @@
 #                curve's 64/128 points with the default (256) and with it
 #   gemvwide     VV_CUDA_GEMV_WIDE=1 (the fused norm + q/k/v GEMV in one round): the decode gpu tests with
 #                it (fused = unfused bitwise), then decode with and without it
-#   fasterf      VV_CUDA_FFN_FAST_ERF=1 (the fused FFN's GELU with a 1.5e-7 erf): the FFN gpu tests with it,
-#                then the encoders over 60 s with and without it
-#   encblock     VV_CUDA_ENC_BLOCK=1 (an encoder block at 32/64 channels as one kernel, conv_block) and
-#                VV_CUDA_FFN_WG=1 (the 128-channel FFN on wgmma): the encoder gpu tests (and with
-#                VV_CUDA_FFN_FAST_ERF=1), both encoders over 60 s with none, each, both, both with the fast
-#                erf (twice, interleaved), per-op times with both, Nsight of 12 launches (≈ 6 min)
+#   fasterf      the fused FFN's fast erf (default) against erff (VV_CUDA_FFN_FAST_ERF=0): the FFN gpu tests
+#                with erff, then the encoders over 60 s with each
+#   encblock     the encoder block kernel (VV_CUDA_ENC_BLOCK), the wgmma FFN (VV_CUDA_FFN_WG) and the fast erf,
+#                all default: the encoder gpu tests (and with erff), both encoders over 60 s with none, the
+#                block kernel, the wgmma FFN, both, all three (twice, interleaved), per-op times, Nsight of
+#                12 launches (≈ 6 min)
 #   testsgolden  the gpu suite ($GTEST_FILTER) in $SHARDS (3) shards at once with make_golden.py --preset full
 #                beside them, then gpu_full_golden (`tests golden` in about half the time)
 #   lanes        both encoders over 60 s: the semantic encoder on a second stream (default) against one stream
@@ -87,6 +87,8 @@ scripts/device/host_build.sh >"$OUT/build.log" 2>&1 || { cat "$OUT/build.log"; e
 B=/tmp/vvbuild/tests
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,memory.used,temperature.gpu --format=csv >"$OUT/gpu.txt" 2>&1
 CURVE_TOKENS=${CURVE_TOKENS:-256}
+# Both encoders over 60 s of audio (the median of 5 encodes), the encoder steps' A/B command.
+E="$B/cuda_decode_bench --preset 7b --bf16 --no-gemv --prompt 16 --tokens 4 --enc-audio 60 --enc-reps 5 --job-audio 1 --job-tokens 1"
 REF_BATCHES=${REF_BATCHES:-1,8,64,128}
 run() {  # name command...
   local name=$1; shift
@@ -125,7 +127,6 @@ for step in "$@"; do
       run decode_nomlpfuse env VV_CUDA_MLP_FUSE=0 $B/cuda_decode_bench --preset 7b --bf16 --no-gemv ;;
     ffnlt)
       run ffnlt_tests env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda --gtest_filter='CudaEncoderOps*:CudaEncoderPack*'
-      E="$B/cuda_decode_bench --preset 7b --bf16 --no-gemv --prompt 16 --tokens 4 --enc-audio 60 --enc-reps 5 --job-audio 1 --job-tokens 1"
       run enc_lt $E
       run enc_nolt env VV_CUDA_FFN_LT=0 $E
       run enc_lt128 env VV_CUDA_FFN_LT_MIN=128 $E
@@ -234,32 +235,31 @@ for step in "$@"; do
         --gtest_filter='CudaDecode*:CudaRunnerGolden*'
       run decode_gemvwide env VV_CUDA_GEMV_WIDE=1 $B/cuda_decode_bench --preset 7b --bf16 --no-gemv
       run decode_plain $B/cuda_decode_bench --preset 7b --bf16 --no-gemv ;;
-    fasterf)
-      run fasterf_tests env VV_REQUIRE_GPU=1 VV_CUDA_FFN_FAST_ERF=1 $B/unit_kernels_cuda \
+    fasterf)  # the fast erf (the default since session 15) against erff
+      run fasterf_tests env VV_REQUIRE_GPU=1 VV_CUDA_FFN_FAST_ERF=0 $B/unit_kernels_cuda \
         --gtest_filter='CudaEncoderOps.*Ffn*:CudaEncoderPack*'
-      E="$B/cuda_decode_bench --preset 7b --bf16 --no-gemv --prompt 16 --tokens 4 --enc-audio 60 --enc-reps 5 --job-audio 1 --job-tokens 1"
-      run enc_erf $E
-      run enc_fasterf env VV_CUDA_FFN_FAST_ERF=1 $E ;;
-    encblock)  # VV_CUDA_ENC_BLOCK=1 (a 32/64-channel encoder block as one kernel): tests, encoders A/B, profile, Nsight
+      run enc_erf env VV_CUDA_FFN_FAST_ERF=0 $E
+      run enc_fasterf $E ;;
+    encblock)  # the encoder block kernel, the wgmma FFN, the fast erf: tests, encoders A/B, profile, Nsight
       run encblock_tests env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda --gtest_filter='CudaEncoderOps.*:CudaEncoderPack*'
-      run encblock_tests_fasterf env VV_REQUIRE_GPU=1 VV_CUDA_FFN_FAST_ERF=1 $B/unit_kernels_cuda \
+      run encblock_tests_erff env VV_REQUIRE_GPU=1 VV_CUDA_FFN_FAST_ERF=0 $B/unit_kernels_cuda \
         --gtest_filter='CudaEncoderOps.WholeBlock*:CudaEncoderOps.Wgmma*:CudaEncoderPack.WholeBlock*'
-      E="$B/cuda_decode_bench --preset 7b --bf16 --no-gemv --prompt 16 --tokens 4 --enc-audio 60 --enc-reps 5 --job-audio 1 --job-tokens 1"
+      # (all three are the default since session 15: "plain" is them all, the others take some away)
+      O="VV_CUDA_ENC_BLOCK=0 VV_CUDA_FFN_WG=0 VV_CUDA_FFN_FAST_ERF=0"
       for i in 1 2; do
-        for cfg in plain VV_CUDA_ENC_BLOCK=1 VV_CUDA_FFN_WG=1 "VV_CUDA_ENC_BLOCK=1 VV_CUDA_FFN_WG=1" \
-          "VV_CUDA_ENC_BLOCK=1 VV_CUDA_FFN_WG=1 VV_CUDA_FFN_FAST_ERF=1"; do
+        for cfg in "$O" "VV_CUDA_FFN_WG=0 VV_CUDA_FFN_FAST_ERF=0" "VV_CUDA_ENC_BLOCK=0 VV_CUDA_FFN_FAST_ERF=0" \
+          VV_CUDA_FFN_FAST_ERF=0 plain; do
           read -ra kv <<<"${cfg/plain/VV_CUDA_NONE=1}"
           run "enc_${cfg//[^A-Za-z0-9]/_}_r$i" env "${kv[@]}" $E
         done
       done
-      run encblock_prof env VV_CUDA_PROFILE=1 VV_CUDA_ENC_BLOCK=1 VV_CUDA_FFN_WG=1 $E
+      run encblock_prof env VV_CUDA_PROFILE=1 $E
       NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-      run ncuencblock env VV_CUDA_ENC_BLOCK=1 VV_CUDA_FFN_WG=1 $NCU --clock-control none \
+      run ncuencblock $NCU --clock-control none \
         --kernel-name regex:'conv_block_kernel|ffn_wg_kernel' --launch-count 12 --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
         --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section LaunchStats \
         ${E/--enc-reps 5/--enc-reps 1} ;;
     lanes)  # both encoders over 60 s with the semantic one on a second stream (default) and on one stream
-      E="$B/cuda_decode_bench --preset 7b --bf16 --no-gemv --prompt 16 --tokens 4 --enc-audio 60 --enc-reps 5 --job-audio 1 --job-tokens 1"
       for i in $(seq "${AB_REPS:-2}"); do
         run "enc_lanes_r$i" $E
         run "enc_onestream_r$i" env VV_CUDA_LANES=0 $E
@@ -267,7 +267,6 @@ for step in "$@"; do
     convgemm)  # VV_CUDA_CONV_GEMM=1 (the encoders' strided convs without the bf16 pack): its gpu tests, both
       # encoders over 60 s with and without it ($AB_REPS rounds), the per-GEMM profile with it
       run convgemm_tests env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda --gtest_filter='CudaConvGemm*:CudaEncoderPack*'
-      E="$B/cuda_decode_bench --preset 7b --bf16 --no-gemv --prompt 16 --tokens 4 --enc-audio 60 --enc-reps 5 --job-audio 1 --job-tokens 1"
       for i in $(seq "${AB_REPS:-2}"); do
         run "enc_default_r$i" $E
         run "enc_convgemm_r$i" env VV_CUDA_CONV_GEMM=1 $E
@@ -275,7 +274,6 @@ for step in "$@"; do
       run encshapes_convgemm env VV_CUDA_CONV_GEMM=1 VV_CUDA_PROFILE=2 ${E/--enc-reps 5/--enc-reps 2} ;;
     encalgos)  # both encoders over 60 s with VV_CUDA_LT_ALGOS=16 (each cuBLASLt shape times 16 algorithms: the
       # late stages' few-row FFN GEMMs and convs may take split-K ones) against the default, $AB_REPS rounds
-      E="$B/cuda_decode_bench --preset 7b --bf16 --no-gemv --prompt 16 --tokens 4 --enc-audio 60 --enc-reps 5 --job-audio 1 --job-tokens 1"
       for i in $(seq "${AB_REPS:-2}"); do
         run "enc_default_r$i" $E
         run "enc_ltalgos16_r$i" env VV_CUDA_LT_ALGOS=16 $E
