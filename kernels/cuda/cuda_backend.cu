@@ -404,7 +404,7 @@ class CudaBackend final : public Backend {
         Tensor xx = x;
         const std::string label = "conv_ffn.wg.c" + std::to_string(x.cols());
         OpTimer timer(this, label.c_str());
-        cuda::conv_ffn_wg(xx, norm_w, eps, w1, b1, w2, b2, gamma, deterministic_, stream_);
+        cuda::conv_ffn_wg(xx, norm_w, eps, w1, b1, w2, b2, gamma, deterministic_, ffn_wg_pipe_, stream_);
         launched("conv_ffn");
       });
       return;
@@ -541,7 +541,7 @@ class CudaBackend final : public Backend {
       Tensor xx = x, uu = u, vv = v;
       const std::string label = "conv_block.fused.c" + std::to_string(x.cols());
       OpTimer timer(this, label.c_str());
-      cuda::conv_block_fused(xx, eps, history, wt, uu, vv, deterministic_, stream_);
+      cuda::conv_block_fused(xx, eps, history, wt, uu, vv, deterministic_, ffn_wg_pipe_, stream_);
       launched("conv_block");
     });
     return true;
@@ -773,8 +773,16 @@ class CudaBackend final : public Backend {
       J.ep = static_cast<int>(g.ep);
       ++q;
     }
-    // gate_up then silu_mul over its output: the SwiGLU epilogue.
-    if (swiglu_epilogue_ && d.count == 1 && q < recs.size() && recs[q].kind == OpRec::kSiluMul) {
+    // gate_up then silu_mul over its output: the SwiGLU epilogue. Not with VV_CUDA_GEMV_BULK=3 where
+    // the bulk kernel takes the launch: gate_up streams alone (its rows' bits those of the lone bulk
+    // GEMV, as in an unfused step) and silu_mul stays an op of its own.
+    bool pair_ok = true;
+    if (gemv_bulk_ == 3) {
+      cuda::DecodeGemv lone = d;
+      lone.bulk = true;
+      pair_ok = !cuda::decode_gemv_bulk_takes(lone);
+    }
+    if (swiglu_epilogue_ && pair_ok && d.count == 1 && q < recs.size() && recs[q].kind == OpRec::kSiluMul) {
       const OpRec& m = recs[q];
       const int64_t I = m.out.cols(), K = g0.a.cols();
       if (m.a.data == g0.out.data && m.a.rows() == 1 && m.a.cols() == g0.out.cols() && m.out.rows() == 1 &&
@@ -1814,20 +1822,22 @@ class CudaBackend final : public Backend {
   size_t attn_ws_bytes_ = 0;
   int sms_ = 132;
   size_t l2_bytes_ = 0;
-  // VV_CUDA_GEMV_BULK (opt-in; sm_90): one-row GEMVs stream their weights by cp.async.bulk where
-  // cuda::DecodeGemv::bulk takes them. 1: every one; 2: the lone ones only (batch-1's o and down), not
-  // the flush's fused launches; 3: all but the gate_up launch with the SwiGLU epilogue. 0 otherwise.
-  // (Session 15: with 1 each lone GEMV of the one-row table was faster, the decode step slower.)
+  // VV_CUDA_GEMV_BULK (sm_90): one-row GEMVs stream their weights by cp.async.bulk where
+  // cuda::DecodeGemv::bulk takes them. 3 (the default): all but the gate_up launch with the SwiGLU
+  // epilogue; 1: every one; 2: the lone ones only (batch-1's o and down), not the flush's fused
+  // launches; 0: none. (Session 16, H100, same call: batch-1 decode 159.9 tok/s with 3, 154.1 with 1,
+  // 156.2 with 2, 153.4 with none.)
   int gemv_bulk_ = [] {
     const char* v = std::getenv("VV_CUDA_GEMV_BULK");
-    const std::string s = v ? v : "";
+    const std::string s = v ? v : "3";
     return s == "1" ? 1 : s == "2" ? 2 : s == "3" ? 3 : 0;
   }();
-  // VV_CUDA_CONV_GEMM=1 (opt-in until measured on a GPU): bf16 mode, GEMMs of f32 rows (the encoders'
-  // strided convs: overlapping rows) by bf16 weights with N ∈ {32, 64, 128} and at least
-  // kConvGemmMinRows rows run on cuda::conv_gemm, which rounds a's values to bf16 as it loads them
-  // instead of packing them first. A row's bits do not depend on the row count.
-  bool conv_gemm_ = std::getenv("VV_CUDA_CONV_GEMM") && std::string(std::getenv("VV_CUDA_CONV_GEMM")) == "1";
+  // VV_CUDA_CONV_GEMM (default on; =0 off): bf16 mode, GEMMs of f32 rows (the encoders' strided
+  // convs: overlapping rows) by bf16 weights with N ∈ {32, 64, 128} and at least kConvGemmMinRows rows
+  // run on cuda::conv_gemm, which rounds a's values to bf16 as it loads them instead of packing them
+  // first. A row's bits do not depend on the row count.
+  bool conv_gemm_ =
+      !(std::getenv("VV_CUDA_CONV_GEMM") && std::string(std::getenv("VV_CUDA_CONV_GEMM")) == "0");
   static constexpr int64_t kConvGemmMinRows = 2048;
   // VV_CUDA_GEMV_BALANCE=1 (opt-in until measured on a GPU): cuda::DecodeGemv::balance.
   bool gemv_balance_ =
@@ -1878,6 +1888,10 @@ class CudaBackend final : public Backend {
   // The encoders' 128- and 256-channel FFNs (stages 2 and 3) on wgmma (cuda::conv_ffn_wg; sm_90 only)
   // instead of the mma.sync kernel and cuBLASLt; VV_CUDA_FFN_WG=0 turns it off (A/B).
   bool ffn_wg_ = !(std::getenv("VV_CUDA_FFN_WG") && std::string(std::getenv("VV_CUDA_FFN_WG")) == "0");
+  // VV_CUDA_FFN_WG_PIPE=0: the wgmma FFN without its first GEMM a chunk ahead (cuda::conv_ffn_wg's
+  // `pipe`; the same bits either way).
+  bool ffn_wg_pipe_ =
+      !(std::getenv("VV_CUDA_FFN_WG_PIPE") && std::string(std::getenv("VV_CUDA_FFN_WG_PIPE")) == "0");
   // The encoders' stage-0 and stage-1 blocks (and stage 2's with the wgmma FFN) as one kernel each
   // (conv_block); VV_CUDA_ENC_BLOCK=0 turns it off (A/B).
   bool enc_block_ =

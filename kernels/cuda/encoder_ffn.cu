@@ -813,23 +813,34 @@ __device__ __forceinline__ void ffn_wg_issue_x(const float* x, int64_t ldx, int6
 }
 
 // Copies of hidden chunk ch's weights into a stage: W1 rows [64ch, 64ch + 64) as C/64 swizzled atoms
-// (K-major, 64 rows × 128 bytes each), then W2's columns [64ch, 64ch + 64) of its C rows as 128-byte
-// swizzled rows (K-major, N = C); not committed.
+// (K-major, 64 rows × 128 bytes each) at the stage's start (ffn_wg_issue_w1), W2's columns [64ch,
+// 64ch + 64) of its C rows as 128-byte swizzled rows (K-major, N = C) after them (ffn_wg_issue_w2);
+// not committed.
 template <int C>
-__device__ __forceinline__ void ffn_wg_issue_w(const __nv_bfloat16* __restrict__ w1,
-                                               const __nv_bfloat16* __restrict__ w2, int ch,
-                                               unsigned char* st) {
-  using K = FfnWgCfg<C>;
+__device__ __forceinline__ void ffn_wg_issue_w1(const __nv_bfloat16* __restrict__ w1, int ch,
+                                                unsigned char* st) {
   for (int i = threadIdx.x; i < 64 * (C / 8); i += 256) {
     const int j = i / (C / 8), c8 = i % (C / 8);
     mma::cp_async16(st + (c8 / 8) * kWgAtom + sw128_offset(j, c8 % 8),
                     w1 + static_cast<int64_t>(ch * kHid + j) * C + c8 * 8);
   }
+}
+template <int C>
+__device__ __forceinline__ void ffn_wg_issue_w2(const __nv_bfloat16* __restrict__ w2, int ch,
+                                                unsigned char* st) {
+  using K = FfnWgCfg<C>;
   for (int i = threadIdx.x; i < C * 8; i += 256) {
     const int n = i / 8, k8 = i % 8;
     mma::cp_async16(st + K::kW1 + sw128_offset(n, k8),
                     w2 + static_cast<int64_t>(n) * K::E + ch * kHid + k8 * 8);
   }
+}
+template <int C>
+__device__ __forceinline__ void ffn_wg_issue_w(const __nv_bfloat16* __restrict__ w1,
+                                               const __nv_bfloat16* __restrict__ w2, int ch,
+                                               unsigned char* st) {
+  ffn_wg_issue_w1<C>(w1, ch, st);
+  ffn_wg_issue_w2<C>(w2, ch, st);
 }
 #endif
 
@@ -852,7 +863,7 @@ struct WgMixer {
 };
 struct WgNoMixer {};
 
-template <int C, bool kFast, typename Mix>
+template <int C, bool kFast, typename Mix, bool kPipe>
 __global__ void __launch_bounds__(256, 1)
     ffn_wg_kernel(float* x, int64_t ldx, int64_t T, const float* __restrict__ norm_w, float eps,
                   const __nv_bfloat16* __restrict__ w1, const float* __restrict__ b1,
@@ -878,6 +889,12 @@ __global__ void __launch_bounds__(256, 1)
   if constexpr (K::kStaged) ffn_wg_issue_x<C>(x, ldx, T, tile * kWgRows, Xs0);
   ffn_wg_issue_w<C>(w1, w2, 0, Wb);
   mma::cp_async_commit();
+  if constexpr (kPipe) {  // chunk 1's W1, then its W2, in groups of their own (the loop's pattern)
+    ffn_wg_issue_w1<C>(w1, 1, Wb + K::kStage);
+    mma::cp_async_commit();
+    ffn_wg_issue_w2<C>(w2, 1, Wb + K::kStage);
+    mma::cp_async_commit();
+  }
   bool first = true;
   float acc[C / 8][4];
 #pragma unroll
@@ -888,7 +905,11 @@ __global__ void __launch_bounds__(256, 1)
     float* Xs = Xs0 + xb * (K::kX / 4);
     // This tile's x: the prologue's group (the only one), or an older group than the newest (this
     // tile's first weight chunk, issued during the previous tile's last chunk).
-    if constexpr (K::kStaged) {
+    if constexpr (kPipe) {
+      // The newest two groups are chunk 1's W1 and W2; x and chunk 0's W1 (for the GEMM 1 issued
+      // after the norm) are older.
+      mma::cp_async_wait<2>();
+    } else if constexpr (K::kStaged) {
       if (first) {
         mma::cp_async_wait<0>();
       } else {
@@ -1014,6 +1035,85 @@ __global__ void __launch_bounds__(256, 1)
     fence_proxy_async_shared();  // U's stores, for wgmma
     __syncthreads();
     const uint32_t ua = u_addr + wg * KA * kWgAtom;
+    if constexpr (kPipe) {
+      // GEMM 1 one chunk ahead: chunk j + 1's h = U·W1ᵀ runs on the tensor cores while this warpgroup
+      // takes chunk j's GELUs. A stage's W1 half is free once its GEMM 1 is done, its W2 half once its
+      // GEMM 2 is: the W1 copies go two chunks ahead after the first barrier of a chunk, the W2 copies
+      // after the second. Per chunk j (stage j & 1), in order: GEMM 1 (j) waited; every thread's copies
+      // of W1 (j + 1) and W2 (j) waited, barrier; GEMM 1 (j + 1) issued (not past the tile: the next
+      // tile's U is not written yet); W1 (j + 2) copied into this stage (the next tile's chunks past the
+      // end; with the first chunk the next tile's x); GELUs; GEMM 2 (j) issued and waited (with GEMM 1
+      // (j + 1)); barrier; W2 (j + 2) copied. Two cp.async groups a chunk, committed even when empty,
+      // so that "all but the newest" always names W1 (j + 1) and W2 (j).
+      const auto gemm1 = [&](float(&hh)[kHid / 8][4], int slot) {
+        const uint32_t sa = w_addr + slot * K::kStage;
+#pragma unroll
+        for (int n = 0; n < kHid / 8; ++n) hh[n][0] = hh[n][1] = hh[n][2] = hh[n][3] = 0.f;
+        wgmma_fence_operands<kHid / 2>(&hh[0][0]);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < C / 16; ++kk) {
+          const uint32_t off = (kk / 4) * kWgAtom + 32 * (kk % 4);
+          wgmma_bf16<64>(&hh[0][0], sw128_desc(ua + off), sw128_desc(sa + off));
+        }
+        wgmma_commit();
+      };
+      const auto chunk = [&](int j, float(&hc)[kHid / 8][4], float(&hn)[kHid / 8][4]) {
+        const int slot = j & 1;
+        const bool more = j + 2 < NCH || next < tiles;  // a chunk two ahead, in this tile or the next
+        const int c2 = j + 2 < NCH ? j + 2 : j + 2 - NCH;
+        wgmma_wait<0>();
+        wgmma_fence_operands<kHid / 2>(&hc[0][0]);
+        mma::cp_async_wait<1>();
+        fence_proxy_async_shared();
+        __syncthreads();
+        if (j + 1 < NCH) gemm1(hn, slot ^ 1);
+        if (more) ffn_wg_issue_w1<C>(w1, c2, Wb + slot * K::kStage);
+        if constexpr (K::kStaged) {
+          if (j == 0 && next < tiles)
+            ffn_wg_issue_x<C>(x, ldx, T, next * kWgRows, Xs0 + (xb ^ 1) * (K::kX / 4));
+        }
+        mma::cp_async_commit();
+        // The GELUs into new registers, not in place: ptxas serialises every wgmma of a kernel where
+        // other instructions define a wgmma's accumulator registers while a wgmma is in flight.
+        uint32_t a[kHid / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < kHid / 16; ++kk) {
+          float gv[2][4];
+#pragma unroll
+          for (int q = 0; q < 2; ++q) {
+            const int n = 2 * kk + q;
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const float bb = b1[j * kHid + n * 8 + 2 * t4 + e];
+              gv[q][e] = gelu_of<kFast>(hc[n][e] + bb);
+              gv[q][2 + e] = gelu_of<kFast>(hc[n][2 + e] + bb);
+            }
+          }
+          mma::pack_a_from_c(gv[0], gv[1], a[kk]);
+        }
+        wgmma_fence_operands<C / 2>(&acc[0][0]);
+        wgmma_fence();
+        const uint32_t sa = w_addr + slot * K::kStage;
+#pragma unroll
+        for (int kk = 0; kk < kHid / 16; ++kk)
+          wgmma_bf16_rs<C>(&acc[0][0], a[kk], sw128_desc(sa + K::kW1 + 32 * kk));
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_operands<C / 2>(&acc[0][0]);
+        wgmma_fence_operands<kHid / 2>(&hn[0][0]);
+        __syncthreads();  // every warpgroup is done with this stage's W2
+        if (more) ffn_wg_issue_w2<C>(w2, c2, Wb + slot * K::kStage);
+        mma::cp_async_commit();
+      };
+      float h0[kHid / 8][4], h1[kHid / 8][4];
+      gemm1(h0, 0);
+#pragma unroll 1
+      for (int j = 0; j < NCH; j += 2) {
+        chunk(j, h0, h1);
+        chunk(j + 1, h1, h0);
+      }
+    } else {
 #pragma unroll 1
     for (int j = 0; j < NCH; ++j) {
       // The next chunk's weights (this tile's j + 1, or the next tile's first) into the other stage,
@@ -1068,6 +1168,7 @@ __global__ void __launch_bounds__(256, 1)
       wgmma_fence_operands<C / 2>(&acc[0][0]);
       __syncthreads();  // every warpgroup is done with this stage
       stage ^= 1;
+    }
     }
     // x = staged x + gamma ⊙ (acc + b2); acc's rows 16·warp + g + 8h, columns 8n + 2·t4 + e. Unstaged
     // (C = 256): the update added into x in L2 (a reduction, no round trip; one more rounding than the
@@ -1205,30 +1306,42 @@ void launch_block_taps(Tensor& x, float eps, const float* hist, int64_t ldh, con
   }
 }
 
-template <int C, bool F, typename Mix = WgNoMixer>
-void launch_ffn_wg(Tensor& x, const Tensor& norm_w, float eps, const Tensor& w1, const Tensor& b1,
-                   const Tensor& w2, const Tensor& b2, const Tensor& gamma, cudaStream_t s, Mix mix = {}) {
+template <int C, bool F, typename Mix, bool P>
+void launch_ffn_wg_as(Tensor& x, const Tensor& norm_w, float eps, const Tensor& w1, const Tensor& b1,
+                      const Tensor& w2, const Tensor& b2, const Tensor& gamma, cudaStream_t s, Mix mix) {
   using K = FfnWgCfg<C>;
   static int grid_cap = 0;  // per instantiation: blocks resident at once on the whole device
   if (grid_cap == 0) {
-    cudaFuncSetAttribute(ffn_wg_kernel<C, F, Mix>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cudaFuncSetAttribute(ffn_wg_kernel<C, F, Mix, P>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                          static_cast<int>(K::smem));
     int per_sm = 0;
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ffn_wg_kernel<C, F, Mix>, 256, K::smem);
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ffn_wg_kernel<C, F, Mix, P>, 256, K::smem);
     grid_cap = (per_sm > 0 ? per_sm : 1) * sm_count();
   }
   const int64_t T = x.rows();
   const int64_t blocks = std::min<int64_t>((T + kWgRows - 1) / kWgRows, grid_cap);
-  ffn_wg_kernel<C, F, Mix><<<static_cast<unsigned>(blocks), 256, K::smem, s>>>(
+  ffn_wg_kernel<C, F, Mix, P><<<static_cast<unsigned>(blocks), 256, K::smem, s>>>(
       x.ptr<float>(), x.row_stride(), T, norm_w.ptr<const float>(), eps, w1.ptr<const __nv_bfloat16>(),
       b1.ptr<const float>(), w2.ptr<const __nv_bfloat16>(), b2.ptr<const float>(), gamma.ptr<const float>(),
       mix);
 }
 
+template <int C, bool F, typename Mix = WgNoMixer>
+void launch_ffn_wg(Tensor& x, const Tensor& norm_w, float eps, const Tensor& w1, const Tensor& b1,
+                   const Tensor& w2, const Tensor& b2, const Tensor& gamma, bool pipe, cudaStream_t s,
+                   Mix mix = {}) {
+  if (pipe) {
+    launch_ffn_wg_as<C, F, Mix, true>(x, norm_w, eps, w1, b1, w2, b2, gamma, s, mix);
+  } else {
+    launch_ffn_wg_as<C, F, Mix, false>(x, norm_w, eps, w1, b1, w2, b2, gamma, s, mix);
+  }
+}
+
 // conv_block at C = 128: the wgmma FFN kernel with the mixer in front (after the side pass).
 template <bool F, typename WT>
 void launch_block_wg(Tensor& x, float eps, const float* hist, int64_t ldh, const float* side,
-                     const Backend::ConvBlockWeights& wt, const WT* taps, Tensor& u, cudaStream_t s) {
+                     const Backend::ConvBlockWeights& wt, const WT* taps, Tensor& u, bool pipe,
+                     cudaStream_t s) {
   const WgMixer<WT> mix{hist,
                         ldh,
                         side,
@@ -1239,21 +1352,21 @@ void launch_block_wg(Tensor& x, float eps, const float* hist, int64_t ldh, const
                         wt.gamma.ptr<const float>(),
                         u.ptr<float>(),
                         u.row_stride()};
-  launch_ffn_wg<128, F>(x, wt.ffn_norm_w, eps, wt.w1, wt.b1, wt.w2, wt.b2, wt.ffn_gamma, s, mix);
+  launch_ffn_wg<128, F>(x, wt.ffn_norm_w, eps, wt.w1, wt.b1, wt.w2, wt.b2, wt.ffn_gamma, pipe, s, mix);
 }
 
 template <bool F>
 void launch_block_wg_taps(Tensor& x, float eps, const float* hist, int64_t ldh, const float* side,
-                          const Backend::ConvBlockWeights& wt, Tensor& u, cudaStream_t s) {
+                          const Backend::ConvBlockWeights& wt, Tensor& u, bool pipe, cudaStream_t s) {
   switch (wt.mixer_w.dtype) {
     case DType::kBF16:
-      launch_block_wg<F>(x, eps, hist, ldh, side, wt, wt.mixer_w.ptr<const __nv_bfloat16>(), u, s);
+      launch_block_wg<F>(x, eps, hist, ldh, side, wt, wt.mixer_w.ptr<const __nv_bfloat16>(), u, pipe, s);
       break;
     case DType::kF16:
-      launch_block_wg<F>(x, eps, hist, ldh, side, wt, wt.mixer_w.ptr<const __half>(), u, s);
+      launch_block_wg<F>(x, eps, hist, ldh, side, wt, wt.mixer_w.ptr<const __half>(), u, pipe, s);
       break;
     default:
-      launch_block_wg<F>(x, eps, hist, ldh, side, wt, wt.mixer_w.ptr<const float>(), u, s);
+      launch_block_wg<F>(x, eps, hist, ldh, side, wt, wt.mixer_w.ptr<const float>(), u, pipe, s);
       break;
   }
 }
@@ -1341,15 +1454,16 @@ bool conv_ffn_wg_fits(const Tensor& x, const Tensor& norm_w, const Tensor& w1, c
 }
 
 void conv_ffn_wg(Tensor& x, const Tensor& norm_w, float eps, const Tensor& w1, const Tensor& b1,
-                 const Tensor& w2, const Tensor& b2, const Tensor& gamma, bool exact_erf, cudaStream_t s) {
+                 const Tensor& w2, const Tensor& b2, const Tensor& gamma, bool exact_erf, bool pipe,
+                 cudaStream_t s) {
   if (x.rows() == 0) return;
   const bool fast = fast_erf_enabled() && !exact_erf;
   if (x.cols() == 256) {
-    fast ? launch_ffn_wg<256, true>(x, norm_w, eps, w1, b1, w2, b2, gamma, s)
-         : launch_ffn_wg<256, false>(x, norm_w, eps, w1, b1, w2, b2, gamma, s);
+    fast ? launch_ffn_wg<256, true>(x, norm_w, eps, w1, b1, w2, b2, gamma, pipe, s)
+         : launch_ffn_wg<256, false>(x, norm_w, eps, w1, b1, w2, b2, gamma, pipe, s);
   } else {
-    fast ? launch_ffn_wg<128, true>(x, norm_w, eps, w1, b1, w2, b2, gamma, s)
-         : launch_ffn_wg<128, false>(x, norm_w, eps, w1, b1, w2, b2, gamma, s);
+    fast ? launch_ffn_wg<128, true>(x, norm_w, eps, w1, b1, w2, b2, gamma, pipe, s)
+         : launch_ffn_wg<128, false>(x, norm_w, eps, w1, b1, w2, b2, gamma, pipe, s);
   }
 }
 
@@ -1378,7 +1492,7 @@ bool conv_block_fits(const Tensor& x, const Tensor& history, const Backend::Conv
 }
 
 void conv_block_fused(Tensor& x, float eps, const Tensor& history, const Backend::ConvBlockWeights& wt,
-                      Tensor& u, Tensor& v, bool exact_erf, cudaStream_t s) {
+                      Tensor& u, Tensor& v, bool exact_erf, bool pipe, cudaStream_t s) {
   const int64_t T = x.rows();
   if (T == 0) return;
   float* side = v.ptr<float>();
@@ -1388,8 +1502,8 @@ void conv_block_fused(Tensor& x, float eps, const Tensor& history, const Backend
   const int64_t ldh = hist ? history.row_stride() : 0;
   const bool fast = fast_erf_enabled() && !exact_erf;
   if (x.cols() == 128) {
-    fast ? launch_block_wg_taps<true>(x, eps, hist, ldh, side, wt, u, s)
-         : launch_block_wg_taps<false>(x, eps, hist, ldh, side, wt, u, s);
+    fast ? launch_block_wg_taps<true>(x, eps, hist, ldh, side, wt, u, pipe, s)
+         : launch_block_wg_taps<false>(x, eps, hist, ldh, side, wt, u, pipe, s);
   } else if (x.cols() == 32) {
     fast ? launch_block_taps<32, true>(x, eps, hist, ldh, side, wt, u, s)
          : launch_block_taps<32, false>(x, eps, hist, ldh, side, wt, u, s);

@@ -16,7 +16,7 @@
 #                the prefills at $FLASH_ROWS rows (1024 4096) with each of $FLASH_FORMS (narrow wg wgp wgf wgfl),
 #                Nsight sections of one 4K-chunk launch of each of $FLASH_NCU (wg wgp wgf wgfl; "none": none)
 #   prefillchunk the 4,096-row prefill in chunks of 1,024, 2,048, 4,096 rows (cuda_decode_bench --chunk)
-#   b1opt        VV_CUDA_L2_PREFETCH=1/2 (the o projection's weights into L2 before the decode attention),
+#   b1opt        ($B1_CFGS, $B1_REPS; B1_TABLES=0 skips its tests and tables) VV_CUDA_L2_PREFETCH=1/2 (the o projection's weights into L2 before the decode attention),
 #                VV_CUDA_GEMV_BALANCE=1 (o and down rows spread evenly over the SMs) and VV_CUDA_GEMV_BULK=1
 #                (lone one-row GEMVs streamed by cp.async.bulk): their gpu tests, the one-row GEMM table with
 #                and without the bulk GEMV, then batch-1 decode (1,024-row prompt) with none, each, and
@@ -43,9 +43,11 @@
 #                12 launches (≈ 6 min)
 #   testsgolden  the gpu suite ($GTEST_FILTER) in $SHARDS (3) shards at once with make_golden.py --preset full
 #                beside them, then gpu_full_golden (`tests golden` in about half the time)
+#   wgpipe       VV_CUDA_FFN_WG_PIPE (default) against =0: the encoder gpu tests with it off, both encoders over
+#                60 s with each ($AB_REPS rounds), per-op times with each
 #   lanes        both encoders over 60 s: the semantic encoder on a second stream (default) against one stream
 #                (VV_CUDA_LANES=0), $AB_REPS (2) rounds
-#   convgemm     VV_CUDA_CONV_GEMM=1: its gpu tests, both encoders over 60 s with and without it, its GEMM shapes' times
+#   convgemm     VV_CUDA_CONV_GEMM (default) against =0: its gpu tests, both encoders over 60 s with each, its GEMM shapes' times
 #   encalgos     both encoders over 60 s with VV_CUDA_LT_ALGOS=16 against the default
 #   encshapes    per-op times of both encoders over 60 s with each GEMM's shape (VV_CUDA_PROFILE=2)
 #   opprofile4k  per-op times (VV_CUDA_PROFILE=1) of the 4,096-row prefill
@@ -170,11 +172,14 @@ for step in "$@"; do
           --section Occupancy --section ComputeWorkloadAnalysis --section LaunchStats $P --prompt 4096
       done ;;
     b1opt)  # batch-1 decode opt-ins: their gpu tests, then decode with neither, each, both (twice, interleaved)
-      run b1opt_tests env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda --gtest_filter='CudaDecodeFusion*:CudaOps.Bulk*'
-      run table_m1 $B/cuda_decode_bench --preset 7b --bf16 --table-only --gemv-m 1
-      run table_m1_bulk env VV_CUDA_GEMV_BULK=1 $B/cuda_decode_bench --preset 7b --bf16 --table-only --gemv-m 1
-      run table_m1_bulk200 env VV_CUDA_GEMV_BULK=1 VV_CUDA_GEMV_BULK_KB=200 $B/cuda_decode_bench --preset 7b --bf16 \
-        --table-only --gemv-m 1
+      # B1_TABLES=0: neither the tests nor the one-row tables (a call that ran testsgolden already)
+      if [ "${B1_TABLES:-1}" != 0 ]; then
+        run b1opt_tests env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda --gtest_filter='CudaDecodeFusion*:CudaOps.Bulk*'
+        run table_m1 env VV_CUDA_GEMV_BULK=0 $B/cuda_decode_bench --preset 7b --bf16 --table-only --gemv-m 1
+        run table_m1_bulk env VV_CUDA_GEMV_BULK=1 $B/cuda_decode_bench --preset 7b --bf16 --table-only --gemv-m 1
+        run table_m1_bulk200 env VV_CUDA_GEMV_BULK=1 VV_CUDA_GEMV_BULK_KB=200 $B/cuda_decode_bench --preset 7b \
+          --bf16 --table-only --gemv-m 1
+      fi
       # B1_CFGS: ';'-separated configurations (default: the eight below); B1_REPS rounds (2)
       IFS=';' read -ra b1cfgs <<<"${B1_CFGS:-plain;VV_CUDA_L2_PREFETCH=1;VV_CUDA_L2_PREFETCH=2;VV_CUDA_GEMV_BALANCE=1;VV_CUDA_GEMV_BULK=1;VV_CUDA_GEMV_BULK=1 VV_CUDA_GEMV_BULK_KB=200;VV_CUDA_GEMV_BALANCE=1 VV_CUDA_L2_PREFETCH=1;VV_CUDA_GEMV_BULK=1 VV_CUDA_L2_PREFETCH=1}"
       for i in $(seq "${B1_REPS:-2}"); do
@@ -259,19 +264,29 @@ for step in "$@"; do
         --kernel-name regex:'conv_block_kernel|ffn_wg_kernel' --launch-count 12 --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
         --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section LaunchStats \
         ${E/--enc-reps 5/--enc-reps 1} ;;
+    wgpipe)  # the wgmma FFN's first GEMM a chunk ahead (default) against VV_CUDA_FFN_WG_PIPE=0: the encoder gpu
+      # tests with it off too, both encoders over 60 s with each ($AB_REPS rounds), per-op times with each
+      run wgpipe_tests_off env VV_REQUIRE_GPU=1 VV_CUDA_FFN_WG_PIPE=0 $B/unit_kernels_cuda \
+        --gtest_filter='CudaEncoderOps.*:CudaEncoderPack.*'
+      for i in $(seq "${AB_REPS:-2}"); do
+        run "enc_pipe_r$i" $E
+        run "enc_nopipe_r$i" env VV_CUDA_FFN_WG_PIPE=0 $E
+      done
+      run encshapes_pipe env VV_CUDA_PROFILE=2 ${E/--enc-reps 5/--enc-reps 2}
+      run encshapes_nopipe env VV_CUDA_FFN_WG_PIPE=0 VV_CUDA_PROFILE=2 ${E/--enc-reps 5/--enc-reps 2} ;;
     lanes)  # both encoders over 60 s with the semantic one on a second stream (default) and on one stream
       for i in $(seq "${AB_REPS:-2}"); do
         run "enc_lanes_r$i" $E
         run "enc_onestream_r$i" env VV_CUDA_LANES=0 $E
       done ;;
-    convgemm)  # VV_CUDA_CONV_GEMM=1 (the encoders' strided convs without the bf16 pack): its gpu tests, both
-      # encoders over 60 s with and without it ($AB_REPS rounds), the per-GEMM profile with it
+    convgemm)  # VV_CUDA_CONV_GEMM (default; the encoders' strided convs without the bf16 pack): its gpu tests,
+      # both encoders over 60 s with and without it (=0; $AB_REPS rounds), the per-GEMM profile with it
       run convgemm_tests env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda --gtest_filter='CudaConvGemm*:CudaEncoderPack*'
       for i in $(seq "${AB_REPS:-2}"); do
-        run "enc_default_r$i" $E
-        run "enc_convgemm_r$i" env VV_CUDA_CONV_GEMM=1 $E
+        run "enc_convgemm_r$i" $E
+        run "enc_noconvgemm_r$i" env VV_CUDA_CONV_GEMM=0 $E
       done
-      run encshapes_convgemm env VV_CUDA_CONV_GEMM=1 VV_CUDA_PROFILE=2 ${E/--enc-reps 5/--enc-reps 2} ;;
+      run encshapes_convgemm env VV_CUDA_PROFILE=2 ${E/--enc-reps 5/--enc-reps 2} ;;
     encalgos)  # both encoders over 60 s with VV_CUDA_LT_ALGOS=16 (each cuBLASLt shape times 16 algorithms: the
       # late stages' few-row FFN GEMMs and convs may take split-K ones) against the default, $AB_REPS rounds
       for i in $(seq "${AB_REPS:-2}"); do

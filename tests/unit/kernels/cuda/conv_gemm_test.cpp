@@ -1,5 +1,5 @@
-// cuda::conv_gemm (VV_CUDA_CONV_GEMM=1; labelled gpu, skips without a device): the encoders' strided
-// convolutions as GEMMs whose f32 rows overlap (row stride stride·C_in < K = kernel·C_in), with bf16
+// cuda::conv_gemm (default; VV_CUDA_CONV_GEMM=0 off; labelled gpu, skips without a device): the encoders'
+// strided convolutions as GEMMs whose f32 rows overlap (row stride stride·C_in < K = kernel·C_in), with bf16
 // weights, against a reference on the host that rounds a's values to bf16 as the kernel (and
 // gemm_lt's pack) does and sums in double; then a row's bits alone against the same row in a longer
 // launch and from a shifted view (they must not depend on the row count or the row's place).
@@ -102,10 +102,16 @@ TEST(CudaConvGemm, OverlappingRowsAgainstTheReferenceAndIndependentOfTheRowCount
   check_case(be, {2048, 16, 1, 1, 32, true}, 16);
   const std::string table = backend_profile_report(be);
   EXPECT_NE(table.find("gemm.conv_mma"), std::string::npos) << table;
-  // Below 2,048 rows the backend keeps cuBLASLt; without the switch too.
+  // Below 2,048 rows the backend keeps cuBLASLt; with VV_CUDA_CONV_GEMM=0 too. The default backend
+  // (switch unset) takes the kernel.
   check_case(be, {2047, 32, 2, 4, 64, true}, 17);
-  check_case(*plain, {9001, 32, 2, 4, 64, true}, 18);
   EXPECT_EQ(backend_profile_report(be).find("gemm.conv_mma"), std::string::npos);
+  auto off = cuda_backend_with({{"VV_CUDA_CONV_GEMM", "0"}, {"VV_CUDA_PROFILE", "1"}}, true);
+  ASSERT_TRUE(off.is_ok()) << off.status().to_string();
+  (void)backend_profile_report(**off);
+  check_case(**off, {9001, 32, 2, 4, 64, true}, 18);
+  EXPECT_EQ(backend_profile_report(**off).find("gemm.conv_mma"), std::string::npos);
+  check_case(*plain, {9001, 32, 2, 4, 64, true}, 19);
 }
 
 TEST(CudaConvGemm, FitsOnlyWhatItTakes) {

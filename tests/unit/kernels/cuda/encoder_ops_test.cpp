@@ -71,20 +71,26 @@ std::vector<float> ffn_reference(const HostMatrix& x, const HostMatrix& nw, floa
   return out;
 }
 
-void check_ffn(Backend& gpu, int64_t T, int64_t C, int64_t E, uint32_t seed) {
-  HostMatrix x = random_matrix(T, C, DType::kF32, seed);
-  HostMatrix nw = random_matrix(1, C, DType::kF32, seed + 1, 1.5f);
-  HostMatrix w1 = random_matrix(E, C, DType::kBF16, seed + 2, 1.0f / std::sqrt(static_cast<float>(C)));
-  HostMatrix b1 = random_matrix(1, E, DType::kF32, seed + 3, 0.2f);
-  HostMatrix w2 = random_matrix(C, E, DType::kBF16, seed + 4, 1.0f / std::sqrt(static_cast<float>(E)));
-  HostMatrix b2 = random_matrix(1, C, DType::kF32, seed + 5, 0.2f);
-  HostMatrix gamma = random_matrix(1, C, DType::kF32, seed + 6);
-  const float eps = 1e-5f;
-  const std::vector<float> want = ffn_reference(x, nw, eps, w1, b1, w2, b2, gamma);
+// The FFN's operands for (T, C, E, seed): x, then the norm weight, w1, b1, w2, b2 and gamma.
+struct FfnCase {
+  HostMatrix x, nw, w1, b1, w2, b2, gamma;
+  FfnCase(int64_t T, int64_t C, int64_t E, uint32_t seed)
+      : x(random_matrix(T, C, DType::kF32, seed)),
+        nw(random_matrix(1, C, DType::kF32, seed + 1, 1.5f)),
+        w1(random_matrix(E, C, DType::kBF16, seed + 2, 1.0f / std::sqrt(static_cast<float>(C)))),
+        b1(random_matrix(1, E, DType::kF32, seed + 3, 0.2f)),
+        w2(random_matrix(C, E, DType::kBF16, seed + 4, 1.0f / std::sqrt(static_cast<float>(E)))),
+        b2(random_matrix(1, C, DType::kF32, seed + 5, 0.2f)),
+        gamma(random_matrix(1, C, DType::kF32, seed + 6)) {}
+};
+constexpr float kFfnEps = 1e-5f;
 
-  DeviceMatrix dx = to_device(gpu, x), dnw = to_device(gpu, nw), dw1 = to_device(gpu, w1),
-               db1 = to_device(gpu, b1);
-  DeviceMatrix dw2 = to_device(gpu, w2), db2 = to_device(gpu, b2), dg = to_device(gpu, gamma);
+// Backend::conv_ffn on the GPU over a case's operands; returns x after it.
+std::vector<float> run_ffn(Backend& gpu, FfnCase& k) {
+  const int64_t T = k.x.rows, C = k.x.cols, E = k.w1.rows;
+  DeviceMatrix dx = to_device(gpu, k.x), dnw = to_device(gpu, k.nw), dw1 = to_device(gpu, k.w1),
+               db1 = to_device(gpu, k.b1);
+  DeviceMatrix dw2 = to_device(gpu, k.w2), db2 = to_device(gpu, k.b2), dg = to_device(gpu, k.gamma);
   DeviceMatrix du = poisoned(gpu, T, C), dv = poisoned(gpu, T, C);
   const int64_t tile = std::min<int64_t>(T, 1000);  // the unfused path's hidden rows per step
   DeviceMatrix dh = poisoned(gpu, tile, E);
@@ -92,9 +98,15 @@ void check_ffn(Backend& gpu, int64_t T, int64_t C, int64_t E, uint32_t seed) {
          b1v = Tensor::vector(db1.buf.data(), DType::kF32, E);
   Tensor b2v = Tensor::vector(db2.buf.data(), DType::kF32, C),
          gv = Tensor::vector(dg.buf.data(), DType::kF32, C);
-  gpu.conv_ffn(dx.t, nwv, eps, dw1.t, b1v, dw2.t, b2v, gv, du.t, dv.t, dh.t);
-  std::vector<float> got = download_f32(gpu, dx.t);
-  for (int64_t i = 0; i < T * C; ++i) got[i] -= x.f[i];
+  gpu.conv_ffn(dx.t, nwv, kFfnEps, dw1.t, b1v, dw2.t, b2v, gv, du.t, dv.t, dh.t);
+  return download_f32(gpu, dx.t);
+}
+
+void check_ffn(Backend& gpu, int64_t T, int64_t C, int64_t E, uint32_t seed) {
+  FfnCase k(T, C, E, seed);
+  const std::vector<float> want = ffn_reference(k.x, k.nw, kFfnEps, k.w1, k.b1, k.w2, k.b2, k.gamma);
+  std::vector<float> got = run_ffn(gpu, k);
+  for (int64_t i = 0; i < T * C; ++i) got[i] -= k.x.f[i];
   expect_close(got, want, 5e-3,
                "conv_ffn T=" + std::to_string(T) + " C=" + std::to_string(C) + " E=" + std::to_string(E));
 }
@@ -390,6 +402,47 @@ TEST(CudaEncoderOps, WholeBlockInOneKernelEqualsMixerThenFfnBitwise) {
   const std::string table = backend_profile_report(be);
   for (const char* label : labels)
     EXPECT_NE(table.find(label), std::string::npos) << label << " not run\n" << table;
+}
+
+// The wgmma FFN issues chunk j + 1's first GEMM before chunk j's GELUs (default); with
+// VV_CUDA_FFN_WG_PIPE=0 it does not. The same operations in the same order: the same bits, at C = 128
+// and 256 over a partial tile, odd and prime counts and more tiles than blocks (each block then runs
+// the chunk pipeline across tiles). The whole-block form at 128 is compared in
+// WholeBlockPipelinedGivesTheUnpipelinedOpsBits. Off sm_90 both backends take the same other kernels.
+TEST(CudaEncoderOps, WgmmaFfnPipelinedGivesTheUnpipelinedBits) {
+  VV_CUDA_BACKEND_OR_SKIP(plain, true);
+  auto off = cuda_backend_with({{"VV_CUDA_FFN_WG_PIPE", "0"}, {"VV_CUDA_PROFILE", "1"}}, true);
+  ASSERT_TRUE(off.is_ok()) << off.status().to_string();
+  (void)backend_profile_report(**off);
+  struct Shape {
+    int64_t T, C;
+  };
+  uint32_t seed = 61;
+  for (const Shape& sh : {Shape{77, 128}, Shape{997, 128}, Shape{40009, 128}, Shape{1, 256}, Shape{1543, 256},
+                          Shape{90001, 256}}) {
+    FfnCase k(sh.T, sh.C, 4 * sh.C, seed);
+    seed += 10;
+    const std::vector<float> on = run_ffn(*plain, k), no = run_ffn(**off, k);
+    EXPECT_EQ(first_bit_difference(on, no), on.size())
+        << "T=" << sh.T << " C=" << sh.C << ": the pipelined FFN differs at element "
+        << first_bit_difference(on, no);
+  }
+  const std::string table = backend_profile_report(**off);
+  EXPECT_EQ(table.find("conv_ffn.wg.c256") != std::string::npos, device_is_sm90()) << table;
+}
+
+// The whole-block kernel at C = 128 (sm_90) with its FFN's first GEMM a chunk ahead (default) against
+// conv_mixer then conv_ffn with VV_CUDA_FFN_WG_PIPE=0: the same bits.
+TEST(CudaEncoderOps, WholeBlockPipelinedGivesTheUnpipelinedOpsBits) {
+  VV_CUDA_BACKEND_OR_SKIP(plain, true);
+  auto opsr = cuda_backend_with({{"VV_CUDA_ENC_BLOCK", "0"}, {"VV_CUDA_FFN_WG_PIPE", "0"}}, true);
+  auto blk = cuda_backend_with({{"VV_CUDA_PROFILE", "1"}}, true);
+  ASSERT_TRUE(blk.is_ok() && opsr.is_ok());
+  check_block(**blk, **opsr, 129, 128, false, DType::kBF16, 121, false);
+  check_block(**blk, **opsr, 40009, 128, true, DType::kF32, 122, false);
+  check_block(**blk, **opsr, 4099, 64, true, DType::kF32, 123, false);
+  const std::string table = backend_profile_report(**blk);
+  EXPECT_EQ(table.find("conv_block.fused.c128") != std::string::npos, device_is_sm90()) << table;
 }
 
 // conv_block declines (returns false, runs nothing) with VV_CUDA_ENC_BLOCK=0, in f32 mode, at other
