@@ -516,6 +516,10 @@ __global__ void __launch_bounds__(kAttnThreads)
   const int L = row_pos[r] + 1;
   const int k0 = split * chunk;
   const int nk = max(min(L, k0 + chunk) - k0, 0);
+  // The splits holding keys (the table's width may reach past the row's length): the others leave at
+  // once and take no part in the merge.
+  const int nse = min(nsplit, (L + chunk - 1) / chunk);
+  if (nk == 0) return;
   const float* qr = q + r * ldq + static_cast<int64_t>(kvh) * G * D;
   for (int i = tid; i < G * D; i += kAttnThreads) Qs[i] = qr[i];
   for (int j = tid; j < nk; j += kAttnThreads) {
@@ -531,6 +535,15 @@ __global__ void __launch_bounds__(kAttnThreads)
   for (int g = 0; g < kAttnMaxG; ++g)
 #pragma unroll
     for (int e = 0; e < 4; ++e) qv[g][e] = g < G && dl ? Qs[g * D + d0 + e] : 0.f;
+  // The V rows of the warp's first round are loaded with its K rows (one trip to memory fewer when a
+  // split is one round, as up to 16,384 keys of table width).
+  float vpre[kAttnKeysPerWarp][4];
+#pragma unroll
+  for (int u = 0; u < kAttnKeysPerWarp; ++u) {
+    const int j = warp * kAttnKeysPerWarp + u;
+    vpre[u][0] = vpre[u][1] = vpre[u][2] = vpre[u][3] = 0.f;
+    if (dl && j < nk) load4(vc + slots[j] * ldc + hoff, vpre[u]);
+  }
   for (int j0 = warp * kAttnKeysPerWarp; j0 < nk; j0 += kAttnRound) {
     float kf[kAttnKeysPerWarp][4];
 #pragma unroll
@@ -576,10 +589,17 @@ __global__ void __launch_bounds__(kAttnThreads)
   for (int g = 0; g < kAttnMaxG; ++g) acc[g][0] = acc[g][1] = acc[g][2] = acc[g][3] = 0.f;
   for (int j0 = warp * kAttnKeysPerWarp; j0 < nk; j0 += kAttnRound) {
     float vf[kAttnKeysPerWarp][4];
+    if (j0 == warp * kAttnKeysPerWarp) {
 #pragma unroll
-    for (int u = 0; u < kAttnKeysPerWarp; ++u) {
-      vf[u][0] = vf[u][1] = vf[u][2] = vf[u][3] = 0.f;
-      if (dl && j0 + u < nk) load4(vc + slots[j0 + u] * ldc + hoff, vf[u]);
+      for (int u = 0; u < kAttnKeysPerWarp; ++u)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) vf[u][e] = vpre[u][e];
+    } else {
+#pragma unroll
+      for (int u = 0; u < kAttnKeysPerWarp; ++u) {
+        vf[u][0] = vf[u][1] = vf[u][2] = vf[u][3] = 0.f;
+        if (dl && j0 + u < nk) load4(vc + slots[j0 + u] * ldc + hoff, vf[u]);
+      }
     }
 #pragma unroll
     for (int u = 0; u < kAttnKeysPerWarp; ++u) {
@@ -608,13 +628,13 @@ __global__ void __launch_bounds__(kAttnThreads)
   for (int i = tid; i < G * D; i += kAttnThreads) {
     float a = 0.f;
     for (int w = 0; w < kAttnWarps; ++w) a += red[w * G * D + i];
-    if (nsplit == 1) {
+    if (nse == 1) {
       orow[i] = a / mls[1][i / D];
     } else {
       wacc[i] = a;
     }
   }
-  if (nsplit == 1) return;
+  if (nse == 1) return;
   float* wml = ws + n * kv_heads * nsplit * G * D + (pair * nsplit + split) * G * 2;
   if (tid < G) {
     wml[tid * 2] = mls[0][tid];
@@ -622,7 +642,7 @@ __global__ void __launch_bounds__(kAttnThreads)
   }
   __threadfence();
   __syncthreads();
-  if (tid == 0) last = atomicAdd(&counters[pair], 1u) == static_cast<unsigned>(nsplit - 1);
+  if (tid == 0) last = atomicAdd(&counters[pair], 1u) == static_cast<unsigned>(nse - 1);
   __syncthreads();
   if (!last) return;
   __threadfence();
@@ -632,10 +652,10 @@ __global__ void __launch_bounds__(kAttnThreads)
   // Split weights e^(m_s − M) into Ps (nsplit ≤ pstride), the merged sums into mls.
   for (int g = warp; g < G; g += kAttnWarps) {
     float mx = -INFINITY;
-    for (int sp = lane; sp < nsplit; sp += 32) mx = fmaxf(mx, __ldcg(pml + (sp * G + g) * 2));
+    for (int sp = lane; sp < nse; sp += 32) mx = fmaxf(mx, __ldcg(pml + (sp * G + g) * 2));
     mx = warp_max(mx);
     float l = 0.f;
-    for (int sp = lane; sp < nsplit; sp += 32) {
+    for (int sp = lane; sp < nse; sp += 32) {
       const float ls = __ldcg(pml + (sp * G + g) * 2 + 1);
       const float e = ls > 0.f ? expf(__ldcg(pml + (sp * G + g) * 2) - mx) : 0.f;
       Ps[g * pstride + sp] = e;
@@ -645,13 +665,36 @@ __global__ void __launch_bounds__(kAttnThreads)
     if (lane == 0) mls[1][g] = l;
   }
   __syncthreads();
-  for (int i = tid; i < G * D; i += kAttnThreads) {
-    const int g = i / D;
-    float a = 0.f;
-#pragma unroll 4
-    for (int sp = 0; sp < nsplit; ++sp)
-      a = fmaf(__ldcg(pacc + static_cast<int64_t>(sp) * G * D + i), Ps[g * pstride + sp], a);
-    orow[i] = a / mls[1][g];
+  // Each thread's outputs (i = tid + 256·o, up to 8 of them) over 4 splits at a time: their loads in
+  // flight together; each output's sum in split order.
+  constexpr int kOut = kAttnMaxG * 256 / kAttnThreads;
+  float a[kOut];
+#pragma unroll
+  for (int o = 0; o < kOut; ++o) a[o] = 0.f;
+  for (int sp0 = 0; sp0 < nse; sp0 += 4) {
+    float x[4][kOut];
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+#pragma unroll
+      for (int o = 0; o < kOut; ++o) {
+        const int i = tid + o * kAttnThreads;
+        x[u][o] = sp0 + u < nse && i < G * D ? __ldcg(pacc + static_cast<int64_t>(sp0 + u) * G * D + i) : 0.f;
+      }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      if (sp0 + u < nse) {
+#pragma unroll
+        for (int o = 0; o < kOut; ++o) {
+          const int i = tid + o * kAttnThreads;
+          if (i < G * D) a[o] = fmaf(x[u][o], Ps[(i / D) * pstride + sp0 + u], a[o]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int o = 0; o < kOut; ++o) {
+    const int i = tid + o * kAttnThreads;
+    if (i < G * D) orow[i] = a[o] / mls[1][i / D];
   }
 }
 
