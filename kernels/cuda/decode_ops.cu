@@ -498,7 +498,7 @@ __global__ void __launch_bounds__(kAttnThreads)
                        const int32_t* __restrict__ row_pos, const int32_t* __restrict__ tables, int64_t ldt,
                        int bs, const CT* __restrict__ kc, const CT* __restrict__ vc, int64_t ldc, int64_t n,
                        int heads, int kv_heads, int D, float scale, int chunk, int pstride,
-                       float* __restrict__ out, int64_t ldo, float* ws, unsigned* counters) {
+                       float* __restrict__ out, int64_t ldo, float* ws, unsigned* counters, bool lean) {
   pdl_wait();
   pdl_trigger();
   extern __shared__ float sm[];
@@ -518,8 +518,8 @@ __global__ void __launch_bounds__(kAttnThreads)
   const int nk = max(min(L, k0 + chunk) - k0, 0);
   // The splits holding keys (the table's width may reach past the row's length): the others leave at
   // once and take no part in the merge.
-  const int nse = min(nsplit, (L + chunk - 1) / chunk);
-  if (nk == 0) return;
+  const int nse = lean ? min(nsplit, (L + chunk - 1) / chunk) : nsplit;
+  if (lean && nk == 0) return;
   const float* qr = q + r * ldq + static_cast<int64_t>(kvh) * G * D;
   for (int i = tid; i < G * D; i += kAttnThreads) Qs[i] = qr[i];
   for (int j = tid; j < nk; j += kAttnThreads) {
@@ -542,7 +542,7 @@ __global__ void __launch_bounds__(kAttnThreads)
   for (int u = 0; u < kAttnKeysPerWarp; ++u) {
     const int j = warp * kAttnKeysPerWarp + u;
     vpre[u][0] = vpre[u][1] = vpre[u][2] = vpre[u][3] = 0.f;
-    if (dl && j < nk) load4(vc + slots[j] * ldc + hoff, vpre[u]);
+    if (lean && dl && j < nk) load4(vc + slots[j] * ldc + hoff, vpre[u]);
   }
   for (int j0 = warp * kAttnKeysPerWarp; j0 < nk; j0 += kAttnRound) {
     float kf[kAttnKeysPerWarp][4];
@@ -589,7 +589,7 @@ __global__ void __launch_bounds__(kAttnThreads)
   for (int g = 0; g < kAttnMaxG; ++g) acc[g][0] = acc[g][1] = acc[g][2] = acc[g][3] = 0.f;
   for (int j0 = warp * kAttnKeysPerWarp; j0 < nk; j0 += kAttnRound) {
     float vf[kAttnKeysPerWarp][4];
-    if (j0 == warp * kAttnKeysPerWarp) {
+    if (lean && j0 == warp * kAttnKeysPerWarp) {
 #pragma unroll
       for (int u = 0; u < kAttnKeysPerWarp; ++u)
 #pragma unroll
@@ -667,6 +667,17 @@ __global__ void __launch_bounds__(kAttnThreads)
   __syncthreads();
   // Each thread's outputs (i = tid + 256·o, up to 8 of them) over 4 splits at a time: their loads in
   // flight together; each output's sum in split order.
+  if (!lean) {  // VV_CUDA_ATTN_LEAN=0: one output at a time, 4 splits' loads in flight
+    for (int i = tid; i < G * D; i += kAttnThreads) {
+      const int g = i / D;
+      float a = 0.f;
+#pragma unroll 4
+      for (int sp = 0; sp < nse; ++sp)
+        a = fmaf(__ldcg(pacc + static_cast<int64_t>(sp) * G * D + i), Ps[g * pstride + sp], a);
+      orow[i] = a / mls[1][g];
+    }
+    return;
+  }
   constexpr int kOut = kAttnMaxG * 256 / kAttnThreads;
   float a[kOut];
 #pragma unroll
@@ -1672,6 +1683,10 @@ void decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer&
   if (n == 0) return;
   const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(shape.kv_heads),
                   static_cast<unsigned>(n));
+  // VV_CUDA_ATTN_LEAN=0 (A/B): empty splits run and merge, V loads after the softmax, the merge one
+  // output at a time (the same bits). Read once.
+  static const bool lean =
+      !(std::getenv("VV_CUDA_ATTN_LEAN") && std::string(std::getenv("VV_CUDA_ATTN_LEAN")) == "0");
   auto go = [&](auto* kc, auto* vc) {
     using CT = std::remove_const_t<std::remove_pointer_t<decltype(kc)>>;
     static bool raised = false;  // per cache type: allow more than 48 KB of shared memory
@@ -1683,7 +1698,7 @@ void decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer&
                rows.row_seq.ptr<const int32_t>(), rows.row_pos.ptr<const int32_t>(),
                rows.block_tables.ptr<const int32_t>(), rows.block_tables.row_stride(), rows.block_size, kc,
                vc, cache.k.row_stride(), n, shape.heads, shape.kv_heads, static_cast<int>(shape.head_dim),
-               shape.scale, p.chunk, p.pstride, out.ptr<float>(), out.row_stride(), ws, counters);
+               shape.scale, p.chunk, p.pstride, out.ptr<float>(), out.row_stride(), ws, counters, lean);
   };
   switch (cache.k.dtype) {
     case DType::kBF16:
