@@ -1338,7 +1338,7 @@ class CudaBackend final : public Backend {
     if (pm.use) {
       cuda::mma_decode_attention(q, rows, cache, shape, out, pm, partials, counters, stream_);
     } else {
-      cuda::decode_attention(q, rows, cache, shape, out, p, partials, counters, stream_);
+      cuda::decode_attention(q, rows, cache, shape, out, p, partials, counters, attn_lean_, stream_);
     }
     launched("paged_attention");
     return true;
@@ -1822,14 +1822,13 @@ class CudaBackend final : public Backend {
   size_t attn_ws_bytes_ = 0;
   int sms_ = 132;
   size_t l2_bytes_ = 0;
-  // VV_CUDA_GEMV_BULK (sm_90): one-row GEMVs stream their weights by cp.async.bulk where
-  // cuda::DecodeGemv::bulk takes them. 3 (the default): all but the gate_up launch with the SwiGLU
-  // epilogue; 1: every one; 2: the lone ones only (batch-1's o and down), not the flush's fused
-  // launches; 0: none. (Session 16, H100, same call: batch-1 decode 159.9 tok/s with 3, 154.1 with 1,
-  // 156.2 with 2, 153.4 with none.)
+  // VV_CUDA_GEMV_BULK (opt-in; sm_90): one-row GEMVs stream their weights by cp.async.bulk where
+  // cuda::DecodeGemv::bulk takes them. 1: every one; 3: every one, but gate_up is not paired with its
+  // SwiGLU epilogue (silu_mul stays an op); 2: the lone ones only (batch-1's o and down), not the
+  // flush's fused launches (so an unfused step's q/k/v differ from a fused one's); 0 (default): none.
   int gemv_bulk_ = [] {
     const char* v = std::getenv("VV_CUDA_GEMV_BULK");
-    const std::string s = v ? v : "3";
+    const std::string s = v ? v : "";
     return s == "1" ? 1 : s == "2" ? 2 : s == "3" ? 3 : 0;
   }();
   // VV_CUDA_CONV_GEMM (default on; =0 off): bf16 mode, GEMMs of f32 rows (the encoders' strided
@@ -1888,10 +1887,12 @@ class CudaBackend final : public Backend {
   // The encoders' 128- and 256-channel FFNs (stages 2 and 3) on wgmma (cuda::conv_ffn_wg; sm_90 only)
   // instead of the mma.sync kernel and cuBLASLt; VV_CUDA_FFN_WG=0 turns it off (A/B).
   bool ffn_wg_ = !(std::getenv("VV_CUDA_FFN_WG") && std::string(std::getenv("VV_CUDA_FFN_WG")) == "0");
-  // VV_CUDA_FFN_WG_PIPE=0: the wgmma FFN without its first GEMM a chunk ahead (cuda::conv_ffn_wg's
-  // `pipe`; the same bits either way).
+  // VV_CUDA_FFN_WG_PIPE=1 (opt-in until run on a GPU): the wgmma FFN with its first GEMM a chunk ahead
+  // (cuda::conv_ffn_wg's `pipe`; the same bits either way).
   bool ffn_wg_pipe_ =
-      !(std::getenv("VV_CUDA_FFN_WG_PIPE") && std::string(std::getenv("VV_CUDA_FFN_WG_PIPE")) == "0");
+      std::getenv("VV_CUDA_FFN_WG_PIPE") && std::string(std::getenv("VV_CUDA_FFN_WG_PIPE")) == "1";
+  // VV_CUDA_ATTN_LEAN=1 (opt-in until run on a GPU): cuda::decode_attention's `lean`.
+  bool attn_lean_ = std::getenv("VV_CUDA_ATTN_LEAN") && std::string(std::getenv("VV_CUDA_ATTN_LEAN")) == "1";
   // The encoders' stage-0 and stage-1 blocks (and stage 2's with the wgmma FFN) as one kernel each
   // (conv_block); VV_CUDA_ENC_BLOCK=0 turns it off (A/B).
   bool enc_block_ =

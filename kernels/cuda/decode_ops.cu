@@ -667,7 +667,7 @@ __global__ void __launch_bounds__(kAttnThreads)
   __syncthreads();
   // Each thread's outputs (i = tid + 256·o, up to 8 of them) over 4 splits at a time: their loads in
   // flight together; each output's sum in split order.
-  if (!lean) {  // VV_CUDA_ATTN_LEAN=0: one output at a time, 4 splits' loads in flight
+  if (!lean) {  // one output at a time, 4 splits' loads in flight
     for (int i = tid; i < G * D; i += kAttnThreads) {
       const int g = i / D;
       float a = 0.f;
@@ -1678,15 +1678,12 @@ DecodeAttentionPlan plan_decode_attention(int64_t n, const AttentionRows& rows, 
 
 void decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
                       const AttentionShape& shape, Tensor& out, const DecodeAttentionPlan& p, float* ws,
-                      unsigned* counters, cudaStream_t s) {
+                      unsigned* counters, bool lean, cudaStream_t s) {
   const int64_t n = q.rows();
   if (n == 0) return;
   const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(shape.kv_heads),
                   static_cast<unsigned>(n));
-  // VV_CUDA_ATTN_LEAN=0 (A/B): empty splits run and merge, V loads after the softmax, the merge one
-  // output at a time (the same bits). Read once.
-  static const bool lean =
-      !(std::getenv("VV_CUDA_ATTN_LEAN") && std::string(std::getenv("VV_CUDA_ATTN_LEAN")) == "0");
+
   auto go = [&](auto* kc, auto* vc) {
     using CT = std::remove_const_t<std::remove_pointer_t<decltype(kc)>>;
     static bool raised = false;  // per cache type: allow more than 48 KB of shared memory

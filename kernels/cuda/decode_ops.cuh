@@ -88,6 +88,9 @@ void decode_argmax(const Tensor& logits, Tensor& out, void* ws, cudaStream_t s);
 // splits of the keys per (row, kv head), merged by the last block of each pair. Used for up to
 // kDecodeAttentionMaxRows rows, GQA groups up to 8 and head_dim up to 128 (a multiple of 4); `use`
 // is false otherwise. ws: ws_floats floats; counters: `counters` zeroed unsigned ints (left zeroed).
+// `lean`: splits past a row's length leave at once and stay out of its merge, a warp's first-round V
+// rows are loaded with its K rows, and the merge issues 4 splits' loads for all of a thread's outputs
+// at once; each output's sum keeps the split order, so the bits are those without it.
 constexpr int64_t kDecodeAttentionMaxRows = 256;
 struct DecodeAttentionPlan {
   bool use = false;
@@ -98,7 +101,7 @@ DecodeAttentionPlan plan_decode_attention(int64_t n, const AttentionRows& rows, 
                                           int sms);
 void decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
                       const AttentionShape& shape, Tensor& out, const DecodeAttentionPlan& p, float* ws,
-                      unsigned* counters, cudaStream_t s);
+                      unsigned* counters, bool lean, cudaStream_t s);
 
 // Decode attention on the tensor cores (bf16 mode; decode_attention.h says which shapes): one warp
 // per unit of kMmaDecodeChunk keys of one (row, kv head), the GQA group as the M side of m16n8k16

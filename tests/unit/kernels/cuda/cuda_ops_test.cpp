@@ -343,8 +343,9 @@ TEST(CudaOps, RopeAtLargePositions) {
 // then one decode row each; both write their k/v first, as the model does.
 // decode_only: the cache holds random k/v for the earlier positions (no prefill; the scalar
 // reference of a 4k-row prefill would take minutes).
-void check_attention(Backend& gpu, int heads, int kv_heads, int D, DType kv_dtype, std::vector<int> lens, int bs,
-                     bool decode_only = false) {
+// Returns the last phase's output.
+std::vector<float> check_attention(Backend& gpu, int heads, int kv_heads, int D, DType kv_dtype,
+                                   std::vector<int> lens, int bs, bool decode_only = false) {
   const int S = static_cast<int>(lens.size());
   int max_blocks = 0, total_blocks = 0;
   for (int L : lens) {
@@ -363,6 +364,7 @@ void check_attention(Backend& gpu, int heads, int kv_heads, int D, DType kv_dtyp
   HostMatrix kc = random_matrix(slots, width, kv_dtype, 51), vc = random_matrix(slots, width, kv_dtype, 52);
   DeviceMatrix dkc = to_device(gpu, kc), dvc = to_device(gpu, vc);
   DeviceMatrix dtab = to_device_i32(gpu, tables);
+  std::vector<float> last;
   for (int phase = decode_only ? 1 : 0; phase < 2; ++phase) {  // 0: prefill every prompt, 1: one decode row each
     std::vector<int32_t> row_seq, row_pos;
     for (int s = 0; s < S; ++s) {
@@ -412,8 +414,10 @@ void check_attention(Backend& gpu, int heads, int kv_heads, int D, DType kv_dtyp
     EXPECT_EQ(std::memcmp(got_v.data(), vc.bytes.data(), static_cast<size_t>(slots * width) * dtype_size(kv_dtype)), 0)
         << what << ": V cache";
     // Outputs are convex combinations of V rows (|v| ≤ 1): rounding is judged against that scale.
-    expect_close(download_f32(gpu, dout.t), host_rows(want_t), 2e-6, what, 1.0);
+    last = download_f32(gpu, dout.t);
+    expect_close(last, host_rows(want_t), 2e-6, what, 1.0);
   }
+  return last;
 }
 
 TEST(CudaOps, PagedAttentionVarlenPrefillAndDecode) {
@@ -428,6 +432,31 @@ TEST(CudaOps, PagedAttentionLongContextDecode) {
   VV_CUDA_BACKEND_OR_SKIP(gpu, false);
   check_attention(*gpu, 28, 4, 128, DType::kF32, {4099, 1, 16384}, 32, true);
   check_attention(*gpu, 28, 4, 128, DType::kBF16, {8191}, 16, true);
+}
+
+// VV_CUDA_ATTN_LEAN=1: the SIMT decode attention with empty splits leaving early, V loaded with K and
+// the merge's loads issued together gives the default's bits (f32 mode: the SIMT kernel for every row
+// count; bf16 mode: for one-row steps), and the reference's values: rows of length 1 and 4,099 beside
+// 16,384 in one table (most of their splits empty), a one-row step, and short rows.
+TEST(CudaOps, LeanDecodeAttentionGivesTheSameBits) {
+  VV_CUDA_BACKEND_OR_SKIP(plain, false);
+  auto lean = cuda_backend_with({{"VV_CUDA_ATTN_LEAN", "1"}}, false);
+  ASSERT_TRUE(lean.is_ok()) << lean.status().to_string();
+  const auto same = [](const std::vector<float>& a, const std::vector<float>& b, const char* what) {
+    ASSERT_EQ(a.size(), b.size()) << what;
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << what << ": lean differs";
+  };
+  same(check_attention(**lean, 28, 4, 128, DType::kF32, {4099, 1, 16384}, 32, true),
+       check_attention(*plain, 28, 4, 128, DType::kF32, {4099, 1, 16384}, 32, true), "f32, wide table");
+  same(check_attention(**lean, 14, 2, 16, DType::kF32, {1, 5, 83}, 16),
+       check_attention(*plain, 14, 2, 16, DType::kF32, {1, 5, 83}, 16), "f32, short rows");
+  auto plain16 = cuda_backend_with({}, true);
+  auto lean16 = cuda_backend_with({{"VV_CUDA_ATTN_LEAN", "1"}}, true);
+  ASSERT_TRUE(plain16.is_ok() && lean16.is_ok());
+  same(check_attention(**lean16, 28, 4, 128, DType::kBF16, {8191}, 16, true),
+       check_attention(**plain16, 28, 4, 128, DType::kBF16, {8191}, 16, true), "bf16, one row");
+  same(check_attention(**lean16, 28, 4, 128, DType::kBF16, {1031}, 16, true),
+       check_attention(**plain16, 28, 4, 128, DType::kBF16, {1031}, 16, true), "bf16, one row of 1,031");
 }
 
 TEST(CudaOps, ArgmaxTiesGoToTheLowestIdAndNanWins) {

@@ -183,13 +183,13 @@ Result<std::unique_ptr<Backend>> backend_with(const char* var, const char* value
   return cuda_backend_with({{var, value}}, false);
 }
 
-// switch: a VV_CUDA_* switch set to 1 for all three backends (nullptr: none).
-void check_layer_fusion(const char* sw) {
+// switch: a VV_CUDA_* switch set to `value` for all three backends (nullptr: none).
+void check_layer_fusion(const char* sw, const char* value = "1") {
   { VV_CUDA_BACKEND_OR_SKIP(probe, false); }
-  auto make = [&](const char* var, const char* value) {
+  auto make = [&](const char* var, const char* v) {
     std::vector<std::pair<const char*, const char*>> env;
-    if (sw) env.emplace_back(sw, "1");
-    if (var) env.emplace_back(var, value);
+    if (sw) env.emplace_back(sw, value);
+    if (var) env.emplace_back(var, v);
     return cuda_backend_with(env, false);
   };
   auto fused_be = make(nullptr, nullptr);
@@ -223,15 +223,15 @@ void check_layer_fusion(const char* sw) {
     EXPECT_NE(table.find("decode_gemv.fused"), std::string::npos) << what << ": not fused\n" << table;
     EXPECT_NE(table.find("rope_kv_write"), std::string::npos) << what << ": rope/kv_write not fused\n"
                                                               << table;
-    // The default (VV_CUDA_GEMV_BULK=3) streams 16-bit weights on sm_90 by the bulk kernel and keeps
-    // silu_mul an op of its own there; with the switch at 1 the bulk kernel pairs gate/up rows too.
-    const bool takes = sm90 && c.wt != DType::kF32 && (bulk || sw == nullptr);
-    const bool silu_alone = takes && sw == nullptr;
+    // VV_CUDA_GEMV_BULK streams 16-bit weights on sm_90 by the bulk kernel; at 3 silu_mul stays an op
+    // of its own there, at 1 the bulk kernel pairs gate/up rows with the SwiGLU epilogue.
+    const bool takes = sm90 && c.wt != DType::kF32 && bulk;
+    const bool silu_alone = takes && std::string(value) == "3";
     EXPECT_EQ(table.find("silu_mul") != std::string::npos, silu_alone)
         << what << (silu_alone ? ": silu_mul fused with bulk gate_up" : ": silu_mul not fused") << "\n"
         << table;
     EXPECT_EQ(table.find("rms_norm"), std::string::npos) << what << ": rms_norm not fused\n" << table;
-    if (bulk || sw == nullptr) {  // 16-bit weights, K a multiple of 8 up to 8,192 (all of them here): sm_90
+    if (bulk) {  // 16-bit weights, K a multiple of 8 up to 8,192 (all of them here): on sm_90 only
       EXPECT_EQ(table.find("decode_gemv.fused_bulk") != std::string::npos, takes) << what << "\n" << table;
       EXPECT_EQ(table.find("decode_gemv.bulk") != std::string::npos, takes) << what << " (down)\n" << table;
     }
@@ -279,6 +279,12 @@ TEST(CudaDecodeFusion, LayerOpSequenceFusedEqualsUnfusedBitwiseAndTheReference) 
 // bulk kernel) still agree bitwise, as a row's sum depends on K only, and both the reference.
 TEST(CudaDecodeFusion, LayerOpSequenceWithBulkGemvsFusedEqualsUnfusedBitwise) {
   check_layer_fusion("VV_CUDA_GEMV_BULK");
+}
+
+// VV_CUDA_GEMV_BULK=3: the same, but gate_up streams without the SwiGLU pairing (silu_mul stays an op),
+// so that its rows are those of the lone bulk GEMV an unfused step runs.
+TEST(CudaDecodeFusion, LayerOpSequenceWithUnpairedBulkGemvsFusedEqualsUnfusedBitwise) {
+  check_layer_fusion("VV_CUDA_GEMV_BULK", "3");
 }
 
 // VV_CUDA_GEMV_BALANCE=1: the lone one-row GEMVs (the layer's down projection with its residual;
