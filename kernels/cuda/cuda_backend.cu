@@ -722,6 +722,7 @@ class CudaBackend final : public Backend {
   size_t fuse_gemv_at(const std::vector<OpRec>& recs, size_t i, std::vector<std::function<void()>>& out) {
     if (deterministic_) return 0;  // one-row GEMMs stay on the M-independent path
     if (!decode_gemv_) return fuse_skinny_at(recs, i, out);
+    if (recs[i].kind == OpRec::kSiluMul) return fuse_swiglu_gemv_at(recs, i, out);
     size_t p = i;
     const OpRec* norm = nullptr;
     if (recs[p].kind == OpRec::kRmsNorm) {
@@ -802,6 +803,48 @@ class CudaBackend final : public Backend {
       launched("decode_gemv");
     });
     return q - i;
+  }
+
+  // VV_CUDA_GEMV_BULK=3: silu_mul of one row (gate_up's output, unpaired there) then a one-row GEMM
+  // reading its output (down, with its residual): the bulk GEMV with the SwiGLU prologue, which
+  // computes silu_mul's values as it loads its activation and still writes the op's output (the same
+  // bits as the two ops, the GEMM alone on the bulk kernel).
+  size_t fuse_swiglu_gemv_at(const std::vector<OpRec>& recs, size_t i,
+                             std::vector<std::function<void()>>& out) {
+    if (gemv_bulk_ != 3 || i + 1 >= recs.size() || recs[i + 1].kind != OpRec::kGemm) return 0;
+    const OpRec& m = recs[i];
+    const OpRec& g = recs[i + 1];
+    const int64_t I = m.out.cols();
+    if (!row_vector(m.a) || !row_vector(m.out) || m.a.cols() != 2 * I ||
+        overlap(m.out.data, I, m.a.data, 2 * I))
+      return 0;
+    if (g.a.data != m.out.data || g.a.cols() != I || g.a.rows() != 1 || g.out.rows() != 1 ||
+        g.ep == Epilogue::kGelu || !cuda::decode_gemv_fits(g.a, g.w))
+      return 0;
+    const int64_t N = g.out.cols();
+    if (overlap(g.out.data, N, m.a.data, 2 * I) || overlap(g.out.data, N, m.out.data, I)) return 0;
+    cuda::DecodeGemv d;
+    d.x = m.out.ptr<const float>();
+    d.K = I;
+    d.wt = g.w.dtype;
+    d.sms = sms_;
+    d.bulk = true;
+    d.swiglu_in = m.a.ptr<const float>();
+    d.swiglu_act = m.out.ptr<float>();
+    d.count = 1;
+    d.j[0].w = g.w.data;
+    d.j[0].ldw = g.w.row_stride();
+    d.j[0].N = N;
+    d.j[0].bias = g.hb ? g.b.ptr<const float>() : nullptr;
+    d.j[0].out = g.out.ptr<float>();
+    d.j[0].ep = static_cast<int>(g.ep);
+    if (!cuda::decode_gemv_bulk_takes(d)) return 0;  // the prologue exists on the bulk kernel only
+    out.push_back([=, this] {
+      OpTimer timer(this, "decode_gemv.silu_bulk");
+      cuda::decode_gemv(d, stream_);
+      launched("decode_gemv");
+    });
+    return 2;
   }
 
   // Unless VV_CUDA_MLP_FUSE=0: bf16 mode, M ≥ mlp_fuse_rows_ (2 unless

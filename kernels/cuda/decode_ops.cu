@@ -1312,6 +1312,10 @@ bool bulk_takes(const DecodeGemv& g, int* xc) {
   const bool fused = g.norm_w != nullptr || g.silu_out != nullptr;
   if (g.K > int64_t{kBulkThreads} * 8 * (fused ? kBulkFusedMaxXc : kBulkMaxXc)) return false;
   if (reinterpret_cast<uintptr_t>(g.x) % 16 != 0) return false;
+  if (g.swiglu_in &&
+      (fused || g.swiglu_act == nullptr || reinterpret_cast<uintptr_t>(g.swiglu_in) % 16 != 0 ||
+       reinterpret_cast<uintptr_t>(g.swiglu_act) % 16 != 0))
+    return false;
   if (g.silu_out && (g.count != 1 || g.j[0].N % 2 != 0)) return false;
   for (int i = 0; i < g.count; ++i)
     if (g.j[i].ldw != g.K || g.j[i].N < 1 || reinterpret_cast<uintptr_t>(g.j[i].w) % 16 != 0) return false;
@@ -1319,7 +1323,7 @@ bool bulk_takes(const DecodeGemv& g, int* xc) {
   return true;
 }
 
-template <typename WT, int XC, bool kNorm, bool kPair>
+template <typename WT, int XC, bool kNorm, bool kPair, bool kSilu>
 __global__ void __launch_bounds__(kBulkThreads, 1)
     decode_gemv_bulk_kernel(const DecodeGemv g, int stages, uint32_t stride, int64_t tiles) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -1379,10 +1383,26 @@ __global__ void __launch_bounds__(kBulkThreads, 1)
   for (int i = 0; i < XC; ++i) {
     const int64_t c = tid + static_cast<int64_t>(i) * kBulkThreads;
     if (c < nchunk) {
-      const float4* xp = reinterpret_cast<const float4*>(g.x + c * 8);
-      const float4 a = xp[0], b = xp[1];
-      xr[i][0] = a.x, xr[i][1] = a.y, xr[i][2] = a.z, xr[i][3] = a.w;
-      xr[i][4] = b.x, xr[i][5] = b.y, xr[i][6] = b.z, xr[i][7] = b.w;
+      if constexpr (kSilu) {  // silu_mul's arithmetic on the gate and up halves; the blocks write the op's
+        // output between them (chunk c by block c mod grid)
+        const float4* gp = reinterpret_cast<const float4*>(g.swiglu_in + c * 8);
+        const float4* up = reinterpret_cast<const float4*>(g.swiglu_in + K + c * 8);
+        const float4 g0 = gp[0], g1 = gp[1], u0 = up[0], u1 = up[1];
+        const float gv[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+        const float uv[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
+#pragma unroll
+        for (int e = 0; e < 8; ++e) xr[i][e] = silu(gv[e]) * uv[e];
+        if (c % static_cast<int64_t>(gridDim.x) == static_cast<int64_t>(blockIdx.x)) {
+          float4* ap = reinterpret_cast<float4*>(g.swiglu_act + c * 8);
+          ap[0] = make_float4(xr[i][0], xr[i][1], xr[i][2], xr[i][3]);
+          ap[1] = make_float4(xr[i][4], xr[i][5], xr[i][6], xr[i][7]);
+        }
+      } else {
+        const float4* xp = reinterpret_cast<const float4*>(g.x + c * 8);
+        const float4 a = xp[0], b = xp[1];
+        xr[i][0] = a.x, xr[i][1] = a.y, xr[i][2] = a.z, xr[i][3] = a.w;
+        xr[i][4] = b.x, xr[i][5] = b.y, xr[i][6] = b.z, xr[i][7] = b.w;
+      }
       if constexpr (kNorm) {
         const float4* gp = reinterpret_cast<const float4*>(g.norm_w + c * 8);
         const float4 g0 = gp[0], g1 = gp[1];
@@ -1464,10 +1484,10 @@ __global__ void __launch_bounds__(kBulkThreads, 1)
 #endif
 }
 
-template <typename WT, int XC, bool kNorm, bool kPair>
+template <typename WT, int XC, bool kNorm, bool kPair, bool kSilu = false>
 void launch_bulk(DecodeGemv g, cudaStream_t s) {
   constexpr int TR = bulk_tile_rows(XC, kPair), SR = kPair ? 2 * TR : TR;
-  auto* kern = decode_gemv_bulk_kernel<WT, XC, kNorm, kPair>;
+  auto* kern = decode_gemv_bulk_kernel<WT, XC, kNorm, kPair, kSilu>;
   int64_t tiles = 0;
   for (int i = 0; i < g.count; ++i) {
     g.j[i].task_begin = tiles;
@@ -1507,6 +1527,20 @@ void dispatch_bulk_xc(const DecodeGemv& g, int xc, cudaStream_t s) {
 
 template <typename WT>
 void dispatch_bulk(const DecodeGemv& g, int xc, cudaStream_t s) {
+  if (g.swiglu_in) {  // the SwiGLU prologue (neither norm nor pairing)
+    switch (xc) {
+      case 1:
+        return launch_bulk<WT, 1, false, false, true>(g, s);
+      case 2:
+        return launch_bulk<WT, 2, false, false, true>(g, s);
+      case 4:
+        return launch_bulk<WT, 4, false, false, true>(g, s);
+      case 8:
+        return launch_bulk<WT, 8, false, false, true>(g, s);
+      default:
+        return launch_bulk<WT, 12, false, false, true>(g, s);
+    }
+  }
   const bool norm = g.norm_w != nullptr, pair = g.silu_out != nullptr;
   if (norm && pair) return dispatch_bulk_xc<WT, true, true>(g, xc, s);
   if (norm) return dispatch_bulk_xc<WT, true, false>(g, xc, s);

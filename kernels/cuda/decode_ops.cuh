@@ -44,6 +44,12 @@ struct DecodeGemv {
   // SwiGLU epilogue (silu_out set; one job of N = 2I rows, no residual): the warp that computes row
   // n < I also computes row I + n, stores both, and writes silu(out[n]) · out[I + n] to silu_out[n].
   float* silu_out = nullptr;
+  // SwiGLU prologue (swiglu_in set; the bulk kernel only, no norm prologue or SwiGLU epilogue): the
+  // activation is silu(swiglu_in[c]) · swiglu_in[K + c] (silu_mul's arithmetic) instead of x, and the
+  // blocks also write it to swiglu_act between them (the op's output, which x may name: x is not read). The
+  // caller sets it only where decode_gemv_bulk_takes (no other kernel has the prologue).
+  const float* swiglu_in = nullptr;  // F32 [2K]
+  float* swiglu_act = nullptr;
   DecodeGemvJob j[kMaxDecodeJobs];
   int count = 0;
   int sms = 132;
