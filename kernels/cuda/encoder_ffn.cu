@@ -1035,6 +1035,17 @@ __global__ void __launch_bounds__(256, 1)
     fence_proxy_async_shared();  // U's stores, for wgmma
     __syncthreads();
     const uint32_t ua = u_addr + wg * KA * kWgAtom;
+    // acc += h·W2ᵀ of a chunk: h as the A registers, W2's columns from the stage at sa; waited.
+    const auto gemm2 = [&](const uint32_t(&a)[kHid / 16][4], uint32_t sa) {
+      wgmma_fence_operands<C / 2>(&acc[0][0]);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kHid / 16; ++kk)
+        wgmma_bf16_rs<C>(&acc[0][0], a[kk], sw128_desc(sa + K::kW1 + 32 * kk));
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_fence_operands<C / 2>(&acc[0][0]);
+    };
     if constexpr (kPipe) {
       // GEMM 1 one chunk ahead: chunk j + 1's h = U·W1ᵀ runs on the tensor cores while this warpgroup
       // takes chunk j's GELUs. A stage's W1 half is free once its GEMM 1 is done, its W2 half once its
@@ -1092,15 +1103,7 @@ __global__ void __launch_bounds__(256, 1)
           }
           mma::pack_a_from_c(gv[0], gv[1], a[kk]);
         }
-        wgmma_fence_operands<C / 2>(&acc[0][0]);
-        wgmma_fence();
-        const uint32_t sa = w_addr + slot * K::kStage;
-#pragma unroll
-        for (int kk = 0; kk < kHid / 16; ++kk)
-          wgmma_bf16_rs<C>(&acc[0][0], a[kk], sw128_desc(sa + K::kW1 + 32 * kk));
-        wgmma_commit();
-        wgmma_wait<0>();
-        wgmma_fence_operands<C / 2>(&acc[0][0]);
+        gemm2(a, w_addr + slot * K::kStage);  // waits for GEMM 1 (j + 1) too
         wgmma_fence_operands<kHid / 2>(&hn[0][0]);
         __syncthreads();  // every warpgroup is done with this stage's W2
         if (more) ffn_wg_issue_w2<C>(w2, c2, Wb + slot * K::kStage);
@@ -1158,14 +1161,7 @@ __global__ void __launch_bounds__(256, 1)
       }
 #pragma unroll
       for (int kk = 0; kk < kHid / 16; ++kk) mma::pack_a_from_c(h[2 * kk], h[2 * kk + 1], a[kk]);
-      wgmma_fence_operands<C / 2>(&acc[0][0]);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kHid / 16; ++kk)
-        wgmma_bf16_rs<C>(&acc[0][0], a[kk], sw128_desc(sa + K::kW1 + 32 * kk));
-      wgmma_commit();
-      wgmma_wait<0>();
-      wgmma_fence_operands<C / 2>(&acc[0][0]);
+      gemm2(a, sa);
       __syncthreads();  // every warpgroup is done with this stage
       stage ^= 1;
     }
