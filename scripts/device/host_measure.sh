@@ -16,11 +16,9 @@
 #                the prefills at $FLASH_ROWS rows (1024 4096) with each of $FLASH_FORMS (narrow wg wgp wgf wgfl),
 #                Nsight sections of one 4K-chunk launch of each of $FLASH_NCU (wg wgp wgf wgfl; "none": none)
 #   prefillchunk the 4,096-row prefill in chunks of 1,024, 2,048, 4,096 rows (cuda_decode_bench --chunk)
-#   b1opt        ($B1_CFGS, $B1_REPS; B1_TABLES=0 skips its tests and tables) VV_CUDA_L2_PREFETCH=1/2 (the o projection's weights into L2 before the decode attention),
-#                VV_CUDA_GEMV_BALANCE=1 (o and down rows spread evenly over the SMs) and VV_CUDA_GEMV_BULK=1
-#                (lone one-row GEMVs streamed by cp.async.bulk): their gpu tests, the one-row GEMM table with
-#                and without the bulk GEMV, then batch-1 decode (1,024-row prompt) with none, each, and
-#                two pairs, twice, interleaved
+#   b1opt        batch-1 decode opt-ins ($B1_CFGS: by default none, VV_CUDA_GEMV_BULK=1, =3, VV_CUDA_ATTN_LEAN=1,
+#                =3 with the lean attention; $B1_REPS rounds, interleaved; 1,024-row prompt), after their gpu tests
+#                and the one-row GEMM table with and without the bulk GEMV (B1_TABLES=0 skips those two)
 #   ncugemv      Nsight Compute of the one-row GEMM table's GEMV launches (every shape: duration, DRAM
 #                bytes and throughput, grid, achieved occupancy), with the default GEMV and with VV_CUDA_GEMV_BULK=1
 #   curvepf      the curve's 64/128 points without and with VV_CUDA_L2_PREFETCH=1 (batched steps' o GEMM from L2),
@@ -174,14 +172,15 @@ for step in "$@"; do
     b1opt)  # batch-1 decode opt-ins: their gpu tests, then decode with neither, each, both (twice, interleaved)
       # B1_TABLES=0: neither the tests nor the one-row tables (a call that ran testsgolden already)
       if [ "${B1_TABLES:-1}" != 0 ]; then
-        run b1opt_tests env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda --gtest_filter='CudaDecodeFusion*:CudaOps.Bulk*'
+        run b1opt_tests env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda \
+          --gtest_filter='CudaDecodeFusion*:CudaOps.Bulk*:CudaOps.LeanDecodeAttention*:CudaOps.PagedAttention*'
         run table_m1 env VV_CUDA_GEMV_BULK=0 $B/cuda_decode_bench --preset 7b --bf16 --table-only --gemv-m 1
         run table_m1_bulk env VV_CUDA_GEMV_BULK=1 $B/cuda_decode_bench --preset 7b --bf16 --table-only --gemv-m 1
         run table_m1_bulk200 env VV_CUDA_GEMV_BULK=1 VV_CUDA_GEMV_BULK_KB=200 $B/cuda_decode_bench --preset 7b \
           --bf16 --table-only --gemv-m 1
       fi
-      # B1_CFGS: ';'-separated configurations (default: the eight below); B1_REPS rounds (2)
-      IFS=';' read -ra b1cfgs <<<"${B1_CFGS:-plain;VV_CUDA_L2_PREFETCH=1;VV_CUDA_L2_PREFETCH=2;VV_CUDA_GEMV_BALANCE=1;VV_CUDA_GEMV_BULK=1;VV_CUDA_GEMV_BULK=1 VV_CUDA_GEMV_BULK_KB=200;VV_CUDA_GEMV_BALANCE=1 VV_CUDA_L2_PREFETCH=1;VV_CUDA_GEMV_BULK=1 VV_CUDA_L2_PREFETCH=1}"
+      # B1_CFGS: ';'-separated configurations (default: the five below, session 16's opt-ins); B1_REPS rounds (2)
+      IFS=';' read -ra b1cfgs <<<"${B1_CFGS:-plain;VV_CUDA_GEMV_BULK=1;VV_CUDA_GEMV_BULK=3;VV_CUDA_ATTN_LEAN=1;VV_CUDA_GEMV_BULK=3 VV_CUDA_ATTN_LEAN=1}"
       for i in $(seq "${B1_REPS:-2}"); do
         for cfg in "${b1cfgs[@]}"; do
           read -ra kv <<<"${cfg/plain/VV_CUDA_NONE=1}"
