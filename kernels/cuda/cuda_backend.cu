@@ -719,6 +719,17 @@ class CudaBackend final : public Backend {
     return j - i + 1;
   }
 
+  // A recorded one-row GEMM as a decode_gemv job.
+  static cuda::DecodeGemvJob decode_job(const OpRec& g) {
+    cuda::DecodeGemvJob J;
+    J.w = g.w.data;
+    J.ldw = g.w.row_stride();
+    J.N = g.out.cols();
+    J.bias = g.hb ? g.b.ptr<const float>() : nullptr;
+    J.out = g.out.ptr<float>();
+    J.ep = static_cast<int>(g.ep);
+    return J;
+  }
   size_t fuse_gemv_at(const std::vector<OpRec>& recs, size_t i, std::vector<std::function<void()>>& out) {
     if (deterministic_) return 0;  // one-row GEMMs stay on the M-independent path
     if (!decode_gemv_) return fuse_skinny_at(recs, i, out);
@@ -763,17 +774,8 @@ class CudaBackend final : public Backend {
       d.eps = norm->f;
       d.norm_out = norm->out.ptr<float>();
     }
-    while (d.count < cuda::kMaxDecodeJobs && (q == p || gemm_ok(q, &g0))) {
-      const OpRec& g = recs[q];
-      cuda::DecodeGemvJob& J = d.j[d.count++];
-      J.w = g.w.data;
-      J.ldw = g.w.row_stride();
-      J.N = g.out.cols();
-      J.bias = g.hb ? g.b.ptr<const float>() : nullptr;
-      J.out = g.out.ptr<float>();
-      J.ep = static_cast<int>(g.ep);
-      ++q;
-    }
+    while (d.count < cuda::kMaxDecodeJobs && (q == p || gemm_ok(q, &g0)))
+      d.j[d.count++] = decode_job(recs[q++]);
     // gate_up then silu_mul over its output: the SwiGLU epilogue. Not with VV_CUDA_GEMV_BULK=3 where
     // the bulk kernel takes the launch: gate_up streams alone (its rows' bits those of the lone bulk
     // GEMV, as in an unfused step) and silu_mul stays an op of its own.
@@ -832,12 +834,7 @@ class CudaBackend final : public Backend {
     d.swiglu_in = m.a.ptr<const float>();
     d.swiglu_act = m.out.ptr<float>();
     d.count = 1;
-    d.j[0].w = g.w.data;
-    d.j[0].ldw = g.w.row_stride();
-    d.j[0].N = N;
-    d.j[0].bias = g.hb ? g.b.ptr<const float>() : nullptr;
-    d.j[0].out = g.out.ptr<float>();
-    d.j[0].ep = static_cast<int>(g.ep);
+    d.j[0] = decode_job(g);
     if (!cuda::decode_gemv_bulk_takes(d)) return 0;  // the prologue exists on the bulk kernel only
     out.push_back([=, this] {
       OpTimer timer(this, "decode_gemv.silu_bulk");

@@ -665,8 +665,6 @@ __global__ void __launch_bounds__(kAttnThreads)
     if (lane == 0) mls[1][g] = l;
   }
   __syncthreads();
-  // Each thread's outputs (i = tid + 256·o, up to 8 of them) over 4 splits at a time: their loads in
-  // flight together; each output's sum in split order.
   if (!lean) {  // one output at a time, 4 splits' loads in flight
     for (int i = tid; i < G * D; i += kAttnThreads) {
       const int g = i / D;
@@ -678,6 +676,8 @@ __global__ void __launch_bounds__(kAttnThreads)
     }
     return;
   }
+  // Lean: each thread's outputs (i = tid + 256·o, up to 8 of them) over 4 splits at a time, their loads
+  // in flight together; each output's sum in split order.
   constexpr int kOut = kAttnMaxG * 256 / kAttnThreads;
   float a[kOut];
 #pragma unroll
@@ -1717,7 +1717,6 @@ void decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer&
   if (n == 0) return;
   const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(shape.kv_heads),
                   static_cast<unsigned>(n));
-
   auto go = [&](auto* kc, auto* vc) {
     using CT = std::remove_const_t<std::remove_pointer_t<decltype(kc)>>;
     static bool raised = false;  // per cache type: allow more than 48 KB of shared memory
