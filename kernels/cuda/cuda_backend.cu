@@ -149,6 +149,7 @@ class CudaBackend final : public Backend {
     if (attn_ws_) cudaFree(attn_ws_);
     if (argmax_ws_) cudaFree(argmax_ws_);
     if (dec_attn_ws_) cudaFree(dec_attn_ws_);
+    if (chain_bar_) cudaFree(chain_bar_);
     for (auto& [key, p] : inv_freq_) cudaFree(p);
     if (copy_stream_) cudaStreamSynchronize(copy_stream_);
     for (cudaEvent_t e : copy_done_)
@@ -191,6 +192,13 @@ class CudaBackend final : public Backend {
     b->l2_bytes_ = static_cast<size_t>(std::max(prop.l2CacheSize, 0));
     if (prop.major < 9) b->l2_prefetch_ = 0;  // cp.async.bulk.prefetch is sm_90+
     if (prop.major < 9) b->gemv_bulk_ = 0;    // so is cp.async.bulk
+    if (prop.major < 9) b->chain_ = false;    // the chain is the bulk GEMV's
+    if (b->chain_) {
+      b->gemv_bulk_ = 3;  // what the chain's phases compute, so that a step it does not fuse agrees
+      if (cudaMalloc(&b->chain_bar_, 2 * sizeof(unsigned)) != cudaSuccess ||
+          cudaMemset(b->chain_bar_, 0, 2 * sizeof(unsigned)) != cudaSuccess)
+        return internal_error("CUDA backend: cannot allocate the decode chain's barrier");
+    }
     if (!(prop.major == 9 && prop.minor == 0)) b->ffn_wg_ = false;  // wgmma: sm_90a
     if (cudaStreamCreateWithFlags(&b->stream_, cudaStreamNonBlocking) != cudaSuccess) {
       return internal_error("CUDA backend: cannot create a stream on device " + std::to_string(o.device));
@@ -657,7 +665,8 @@ class CudaBackend final : public Backend {
     std::vector<std::function<void()>> out;
     out.reserve(ops.size());
     for (size_t i = 0; i < ops.size();) {
-      size_t used = fuse_gemv_at(recs, i, out);
+      size_t used = fuse_chain_at(recs, i, out);
+      if (!used) used = fuse_gemv_at(recs, i, out);
       if (!used) used = fuse_rope_flash_at(recs, i, out);
       if (!used) used = fuse_rope_kv_at(recs, i, out);
       if (!used && lt_fuse_ && mlp_fuse_) used = fuse_mlp_at(recs, i, out);
@@ -671,6 +680,57 @@ class CudaBackend final : public Backend {
       ++i;
     }
     ops.swap(out);
+  }
+
+  // VV_CUDA_DECODE_CHAIN=1: from recs[i], the longest run of one-row GEMV launches the bulk kernel takes
+  // (parse_gemv_at without the SwiGLU epilogue, parse_swiglu_gemv_at), of one weight dtype, up to
+  // kMaxChainPhases phases, then rope(q), rope(k), kv_write if they follow (and the flash kernel
+  // does not take them): one cuda::decode_chain launch where that covers at least two launches. Each
+  // phase reads what the ones before wrote only after the grid barrier between them, so the fusion
+  // checks within a phase are those of its lone launch.
+  size_t fuse_chain_at(const std::vector<OpRec>& recs, size_t i, std::vector<std::function<void()>>& out) {
+    if (!chain_ || deterministic_ || !decode_gemv_ || stream_rows_.first == 1 || !chain_bar_) return 0;
+    cuda::DecodeChain c;
+    c.sms = sms_;
+    c.barrier = chain_bar_;
+    size_t j = i;
+    while (c.phases < cuda::kMaxChainPhases && j < recs.size()) {
+      cuda::DecodeGemv d;
+      const size_t used =
+          recs[j].kind == OpRec::kSiluMul ? parse_swiglu_gemv_at(recs, j, d) : parse_gemv_at(recs, j, d);
+      if (!used) break;
+      d.bulk = true;
+      d.sms = sms_;
+      if (!cuda::decode_gemv_bulk_takes(d) || (c.phases > 0 && d.wt != c.ph[0].wt)) break;
+      c.ph[c.phases++] = d;
+      j += used;
+    }
+    if (c.phases == 0) return 0;
+    OpRec rq;
+    if (rope_kv_fusable(recs, j)) {
+      const bool flash = rope_flash_ && j + 3 < recs.size() && recs[j + 3].kind == OpRec::kAttention &&
+                         flash_prefill_takes(recs[j + 3].a, recs[j + 3].cache, recs[j + 3].shape);
+      if (!flash) {
+        rq = recs[j];
+        Tensor qq = recs[j].out, kk = recs[j + 1].out;
+        KvLayer kv = recs[j + 2].cache;
+        c.r = cuda::rope_kv_args(qq, kk, recs[j + 2].w, rq.a, rq.heads, nullptr, recs[j + 2].rows, kv,
+                                 recs[j + 2].shape);
+        c.rope = true;
+      }
+    }
+    if (!cuda::decode_chain_takes(c)) return 0;
+    const size_t used = j - i + (c.rope ? 3 : 0);
+    const float theta = rq.f;
+    const int D = rq.head_dim;
+    out.push_back([=, this] {
+      cuda::DecodeChain cc = c;
+      if (cc.rope) cc.r.inv_freq = inv_freq(theta, D);
+      OpTimer timer(this, "decode_chain");
+      cuda::decode_chain(cc, stream_);
+      launched("decode_chain");
+    });
+    return used;
   }
 
   static bool row_vector(const Tensor& t) {
@@ -730,10 +790,11 @@ class CudaBackend final : public Backend {
     J.ep = static_cast<int>(g.ep);
     return J;
   }
-  size_t fuse_gemv_at(const std::vector<OpRec>& recs, size_t i, std::vector<std::function<void()>>& out) {
-    if (deterministic_) return 0;  // one-row GEMMs stay on the M-independent path
-    if (!decode_gemv_) return fuse_skinny_at(recs, i, out);
-    if (recs[i].kind == OpRec::kSiluMul) return fuse_swiglu_gemv_at(recs, i, out);
+  // The one-row GEMV launch that starts at recs[i]: an rms_norm of one row followed by GEMMs reading its
+  // output (the norm prologue), or one-row GEMMs sharing their input row, up to kMaxDecodeJobs of them
+  // (a lone GEMM too). Its operands in d (the SwiGLU epilogue not taken); the records it covers (0:
+  // none).
+  size_t parse_gemv_at(const std::vector<OpRec>& recs, size_t i, cuda::DecodeGemv& d) const {
     size_t p = i;
     const OpRec* norm = nullptr;
     if (recs[p].kind == OpRec::kRmsNorm) {
@@ -763,7 +824,7 @@ class CudaBackend final : public Backend {
     };
     if (!gemm_ok(p, nullptr)) return 0;
     const OpRec& g0 = recs[p];
-    cuda::DecodeGemv d;
+    d = cuda::DecodeGemv{};
     d.x = norm ? norm->a.ptr<const float>() : g0.a.ptr<const float>();
     d.K = g0.a.cols();
     d.wt = g0.w.dtype;
@@ -776,6 +837,18 @@ class CudaBackend final : public Backend {
     }
     while (d.count < cuda::kMaxDecodeJobs && (q == p || gemm_ok(q, &g0)))
       d.j[d.count++] = decode_job(recs[q++]);
+    return q - i;
+  }
+  size_t fuse_gemv_at(const std::vector<OpRec>& recs, size_t i, std::vector<std::function<void()>>& out) {
+    if (deterministic_) return 0;  // one-row GEMMs stay on the M-independent path
+    if (!decode_gemv_) return fuse_skinny_at(recs, i, out);
+    if (recs[i].kind == OpRec::kSiluMul) return fuse_swiglu_gemv_at(recs, i, out);
+    cuda::DecodeGemv d;
+    size_t q = i + parse_gemv_at(recs, i, d);
+    if (q == i) return 0;
+    const bool norm = d.norm_w != nullptr;
+    const OpRec& g0 = recs[norm ? i + 1 : i];
+    const void* x = d.x;
     // gate_up then silu_mul over its output: the SwiGLU epilogue. Not with VV_CUDA_GEMV_BULK=3 where
     // the bulk kernel takes the launch: gate_up streams alone (its rows' bits those of the lone bulk
     // GEMV, as in an unfused step) and silu_mul stays an op of its own.
@@ -791,7 +864,7 @@ class CudaBackend final : public Backend {
       if (m.a.data == g0.out.data && m.a.rows() == 1 && m.a.cols() == g0.out.cols() && m.out.rows() == 1 &&
           2 * I == m.a.cols() && g0.ep == Epilogue::kNone && m.out.dtype == DType::kF32 &&
           !overlap(m.out.data, I, m.a.data, 2 * I) && !overlap(m.out.data, I, g0.a.data, K) &&
-          !(norm && (overlap(m.out.data, I, x, K) || overlap(m.out.data, I, norm->out.data, K)))) {
+          !(norm && (overlap(m.out.data, I, x, K) || overlap(m.out.data, I, d.norm_out, K)))) {
         d.silu_out = m.out.ptr<float>();
         ++q;
       }
@@ -813,7 +886,19 @@ class CudaBackend final : public Backend {
   // bits as the two ops, the GEMM alone on the bulk kernel).
   size_t fuse_swiglu_gemv_at(const std::vector<OpRec>& recs, size_t i,
                              std::vector<std::function<void()>>& out) {
-    if (gemv_bulk_ != 3 || i + 1 >= recs.size() || recs[i + 1].kind != OpRec::kGemm) return 0;
+    cuda::DecodeGemv d;
+    if (gemv_bulk_ != 3 || !parse_swiglu_gemv_at(recs, i, d)) return 0;
+    out.push_back([=, this] {
+      OpTimer timer(this, "decode_gemv.silu_bulk");
+      cuda::decode_gemv(d, stream_);
+      launched("decode_gemv");
+    });
+    return 2;
+  }
+  // silu_mul of one row then a one-row GEMM reading its output, as the bulk GEMV with the SwiGLU prologue
+  // (d; the caller checks that the bulk kernel takes it): 2 records, or 0.
+  size_t parse_swiglu_gemv_at(const std::vector<OpRec>& recs, size_t i, cuda::DecodeGemv& d) const {
+    if (recs[i].kind != OpRec::kSiluMul || i + 1 >= recs.size() || recs[i + 1].kind != OpRec::kGemm) return 0;
     const OpRec& m = recs[i];
     const OpRec& g = recs[i + 1];
     const int64_t I = m.out.cols();
@@ -825,7 +910,7 @@ class CudaBackend final : public Backend {
       return 0;
     const int64_t N = g.out.cols();
     if (overlap(g.out.data, N, m.a.data, 2 * I) || overlap(g.out.data, N, m.out.data, I)) return 0;
-    cuda::DecodeGemv d;
+    d = cuda::DecodeGemv{};
     d.x = m.out.ptr<const float>();
     d.K = I;
     d.wt = g.w.dtype;
@@ -835,13 +920,7 @@ class CudaBackend final : public Backend {
     d.swiglu_act = m.out.ptr<float>();
     d.count = 1;
     d.j[0] = decode_job(g);
-    if (!cuda::decode_gemv_bulk_takes(d)) return 0;  // the prologue exists on the bulk kernel only
-    out.push_back([=, this] {
-      OpTimer timer(this, "decode_gemv.silu_bulk");
-      cuda::decode_gemv(d, stream_);
-      launched("decode_gemv");
-    });
-    return 2;
+    return cuda::decode_gemv_bulk_takes(d) ? 2 : 0;  // the prologue exists on the bulk kernel only
   }
 
   // Unless VV_CUDA_MLP_FUSE=0: bf16 mode, M ≥ mlp_fuse_rows_ (2 unless
@@ -1871,6 +1950,13 @@ class CudaBackend final : public Backend {
     const std::string s = v ? v : "";
     return s == "1" ? 1 : s == "2" ? 2 : s == "3" ? 3 : 0;
   }();
+  // VV_CUDA_DECODE_CHAIN=1 (opt-in; sm_90; sets VV_CUDA_GEMV_BULK=3): a run of one-row GEMV launches
+  // each reading what the one before wrote (a layer from its o projection to the next layer's q|k|v),
+  // with rope_kv_write after them, runs as one persistent kernel with one weight stream
+  // (cuda::decode_chain; fuse_chain_at). The same bits as the launches one by one.
+  bool chain_ =
+      std::getenv("VV_CUDA_DECODE_CHAIN") && std::string(std::getenv("VV_CUDA_DECODE_CHAIN")) == "1";
+  unsigned* chain_bar_ = nullptr;  // the chain's grid barrier (2 counters)
   // VV_CUDA_CONV_GEMM (default on; =0 off): bf16 mode, GEMMs of f32 rows (the encoders' strided
   // convs: overlapping rows) by bf16 weights with N ∈ {32, 64, 128} and at least kConvGemmMinRows rows
   // run on cuda::conv_gemm, which rounds a's values to bf16 as it loads them instead of packing them

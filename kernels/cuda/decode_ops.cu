@@ -18,6 +18,7 @@
 
 #include "kernels/cuda/convert.cuh"
 #include "kernels/cuda/decode_attention.h"
+#include "kernels/cuda/decode_bulk.cuh"
 #include "kernels/cuda/decode_ops.cuh"
 #include "kernels/cuda/mbarrier.cuh"
 #include "kernels/cuda/mma_util.cuh"
@@ -36,65 +37,10 @@ __device__ __forceinline__ uint4 ld_stream(const void* p) {
   return r;
 }
 
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-__device__ __forceinline__ float silu(float x) {
-  return x / (1.0f + expf(-x));
-}
-
-// Eight weights of a chunk as f32 (V = 1 uint4 for 16-bit types, 2 for f32).
-__device__ __forceinline__ void unpack8(const uint4* u, __nv_bfloat16*, float* f) {
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(u);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 t = __bfloat1622float2(h[i]);
-    f[2 * i] = t.x;
-    f[2 * i + 1] = t.y;
-  }
-}
-__device__ __forceinline__ void unpack8(const uint4* u, __half*, float* f) {
-  const __half2* h = reinterpret_cast<const __half2*>(u);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 t = __half22float2(h[i]);
-    f[2 * i] = t.x;
-    f[2 * i + 1] = t.y;
-  }
-}
-__device__ __forceinline__ void unpack8(const uint4* u, float*, float* f) {
-  f[0] = __uint_as_float(u[0].x), f[1] = __uint_as_float(u[0].y), f[2] = __uint_as_float(u[0].z);
-  f[3] = __uint_as_float(u[0].w), f[4] = __uint_as_float(u[1].x), f[5] = __uint_as_float(u[1].y);
-  f[6] = __uint_as_float(u[1].z), f[7] = __uint_as_float(u[1].w);
-}
-
-// 1/sqrt(mean(x²) + eps) with the sums of cuda::rms_norm: its one-warp kernel (C ≤ 1024: lanes over
-// c ≡ lane mod 32) or its 512-thread kernel (thread t over c ≡ t mod 512, warp sums, then the 16
-// warp sums in a second warp tree). 256 threads play the 512: thread t also takes t + 256.
-__device__ float rms_inv(const float* __restrict__ x, int64_t C, float eps, float* red) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  float ss = 0.f;
-  if (C <= 1024) {
-    for (int64_t c = lane; c < C; c += 32) ss = fmaf(x[c], x[c], ss);
-    ss = warp_sum(ss);
-  } else {
-    float s0 = 0.f, s1 = 0.f;
-    for (int64_t c = threadIdx.x; c < C; c += 512) s0 = fmaf(x[c], x[c], s0);
-    for (int64_t c = threadIdx.x + 256; c < C; c += 512) s1 = fmaf(x[c], x[c], s1);
-    s0 = warp_sum(s0);
-    s1 = warp_sum(s1);
-    if (lane == 0) {
-      red[warp] = s0;
-      red[warp + 8] = s1;
-    }
-    __syncthreads();
-    ss = warp_sum(lane < 16 ? red[lane] : 0.f);
-  }
-  return 1.0f / sqrtf(ss / static_cast<float>(C) + eps);
-}
+using dec::rms_inv;
+using dec::silu;
+using dec::unpack8;
+using dec::warp_sum;
 
 constexpr int kGemvThreads = 256;
 constexpr bool kGemvRollDefault = true;
@@ -339,47 +285,14 @@ void dispatch_gemv(const DecodeGemv& g, int64_t tasks, cudaStream_t s) {
   }
 }
 
-// One thread per (row, head, frequency) over the q heads then the k heads; a k thread also writes
-// its two rotated k values and the two v values at the same columns into the paged cache.
+// One thread per rope_kv_write item (dec::rope_kv_item).
 template <typename CT>
-__global__ void rope_kv_kernel(float* q, int64_t ldq, float* k, int64_t ldk, const float* __restrict__ v,
-                               int64_t ldv, const int32_t* __restrict__ pos,
-                               const float* __restrict__ inv_freq, int64_t R, int qh, int kh, int D,
-                               const int32_t* __restrict__ row_seq, const int32_t* __restrict__ tables,
-                               int64_t ldt, int bs, CT* kc, CT* vc, int64_t ldc) {
+__global__ void rope_kv_kernel(const RopeKvArgs a) {
   pdl_wait();
   pdl_trigger();
-  const int half = D / 2;
-  const int64_t per_row = static_cast<int64_t>(qh + kh) * half;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= R * per_row) return;
-  const int64_t r = i / per_row;
-  const int rem = static_cast<int>(i - r * per_row);
-  const int h = rem / half, f = rem % half;
-  const float phi = static_cast<float>(pos[r]) * inv_freq[f];
-  const float c = cosf(phi), s = sinf(phi);
-  if (h < qh) {
-    float* x = q + r * ldq + static_cast<int64_t>(h) * D;
-    float y1, y2;
-    rope_rotate(x[f], x[f + half], c, s, y1, y2);
-    x[f] = y1;
-    x[f + half] = y2;
-    return;
-  }
-  const int hk = h - qh;
-  float* x = k + r * ldk + static_cast<int64_t>(hk) * D;
-  float y1, y2;
-  rope_rotate(x[f], x[f + half], c, s, y1, y2);
-  x[f] = y1;
-  x[f + half] = y2;
-  const int32_t p = pos[r];
-  const int64_t slot = static_cast<int64_t>(tables[row_seq[r] * ldt + p / bs]) * bs + p % bs;
-  const int64_t col = static_cast<int64_t>(hk) * D + f;
-  kc[slot * ldc + col] = from_f32<CT>(y1);
-  kc[slot * ldc + col + half] = from_f32<CT>(y2);
-  const float* vr = v + r * ldv + col;
-  vc[slot * ldc + col] = from_f32<CT>(vr[0]);
-  vc[slot * ldc + col + half] = from_f32<CT>(vr[half]);
+  if (i >= a.R * (a.qh + a.kh) * (a.D / 2)) return;
+  dec::rope_kv_item<CT, false>(a, i);
 }
 
 // Ties to the lowest index; a NaN beats every number and the first NaN wins (as the reference).
@@ -1276,11 +1189,13 @@ __global__ void __launch_bounds__(128, 3)
 // a fused launch, or paired. After the barrier that ends a tile's reads, thread 0 refills its stage
 // with the tile `stages` further on, and threads 0..rows-1 finish the tile's rows (bias, residual,
 // SwiGLU as decode_gemv_kernel does).
-constexpr int kBulkThreads = 256;
-constexpr int kBulkMaxRows = 8;     // weight rows a stage
-constexpr int kBulkMaxXc = 12;      // activation chunks a thread: K <= 256 * 8 * 12 = 24,576
-constexpr int kBulkFusedMaxXc = 4;  // with the norm prologue or the SwiGLU pairing: K <= 8,192
-constexpr int kBulkMaxStages = 16;
+using dec::bulk_tile_rows;
+using dec::bulk_xc;
+using dec::kBulkFusedMaxXc;
+using dec::kBulkMaxRows;
+using dec::kBulkMaxStages;
+using dec::kBulkMaxXc;
+using dec::kBulkThreads;
 constexpr size_t kBulkStageBudget = 104 * 1024;  // two blocks an SM (228 KB of shared memory)
 
 // The stages' bytes: kBulkStageBudget, or VV_CUDA_GEMV_BULK_KB (32 to 220) KB (more in flight, but the
@@ -1291,17 +1206,6 @@ size_t bulk_budget() {
     return e ? static_cast<size_t>(std::clamp(std::atoi(e), 32, 220)) * 1024 : kBulkStageBudget;
   }();
   return b;
-}
-
-// Job rows (row pairs with kPair) a tile for XC chunks a thread: a stage holds about 16,384 weights.
-__host__ __device__ constexpr int bulk_tile_rows(int xc, bool pair) {
-  return xc >= kBulkMaxRows ? 1
-         : pair             ? (kBulkMaxRows / xc > 1 ? kBulkMaxRows / xc / 2 : 1)
-                            : kBulkMaxRows / xc;
-}
-int bulk_xc(int64_t K) {
-  const int64_t xc = (K / 8 + kBulkThreads - 1) / kBulkThreads;
-  return xc <= 1 ? 1 : xc <= 2 ? 2 : xc <= 4 ? 4 : xc <= 8 ? 8 : 12;
 }
 
 // Whether g runs on the bulk kernel (its XC in *xc): DecodeGemv::bulk, 16-bit weights with contiguous
@@ -1337,7 +1241,7 @@ __global__ void __launch_bounds__(kBulkThreads, 1)
       reinterpret_cast<float*>(bulk_smem + static_cast<size_t>(stages) * stride + 8 * kBulkMaxStages);
   float* nred = red + 2 * 8 * kBulkMaxRows;  // rms_inv's 16 floats
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int64_t K = g.K, nchunk = K >> 3;
+  const int64_t K = g.K;
   const int64_t t0 = tiles * blockIdx.x / gridDim.x, t1 = tiles * (blockIdx.x + 1) / gridDim.x;
   const size_t row_bytes = static_cast<size_t>(K) * sizeof(WT);
   // Tile t: its job, its first job row (pair) and its rows.
@@ -1379,42 +1283,7 @@ __global__ void __launch_bounds__(kBulkThreads, 1)
     }
   }
   float xr[XC][8];
-#pragma unroll
-  for (int i = 0; i < XC; ++i) {
-    const int64_t c = tid + static_cast<int64_t>(i) * kBulkThreads;
-    if (c < nchunk) {
-      if constexpr (kSilu) {  // silu_mul's arithmetic on the gate and up halves; the blocks write the op's
-        // output between them (chunk c by block c mod grid)
-        const float4* gp = reinterpret_cast<const float4*>(g.swiglu_in + c * 8);
-        const float4* up = reinterpret_cast<const float4*>(g.swiglu_in + K + c * 8);
-        const float4 g0 = gp[0], g1 = gp[1], u0 = up[0], u1 = up[1];
-        const float gv[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
-        const float uv[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
-#pragma unroll
-        for (int e = 0; e < 8; ++e) xr[i][e] = silu(gv[e]) * uv[e];
-        if (c % static_cast<int64_t>(gridDim.x) == static_cast<int64_t>(blockIdx.x)) {
-          float4* ap = reinterpret_cast<float4*>(g.swiglu_act + c * 8);
-          ap[0] = make_float4(xr[i][0], xr[i][1], xr[i][2], xr[i][3]);
-          ap[1] = make_float4(xr[i][4], xr[i][5], xr[i][6], xr[i][7]);
-        }
-      } else {
-        const float4* xp = reinterpret_cast<const float4*>(g.x + c * 8);
-        const float4 a = xp[0], b = xp[1];
-        xr[i][0] = a.x, xr[i][1] = a.y, xr[i][2] = a.z, xr[i][3] = a.w;
-        xr[i][4] = b.x, xr[i][5] = b.y, xr[i][6] = b.z, xr[i][7] = b.w;
-      }
-      if constexpr (kNorm) {
-        const float4* gp = reinterpret_cast<const float4*>(g.norm_w + c * 8);
-        const float4 g0 = gp[0], g1 = gp[1];
-        const float gw[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
-#pragma unroll
-        for (int e = 0; e < 8; ++e) xr[i][e] = __fmul_rn(__fmul_rn(xr[i][e], inv), gw[e]);
-      }
-    } else {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) xr[i][e] = 0.f;
-    }
-  }
+  dec::bulk_load_act<XC, kNorm, kSilu, false>(g, inv, xr);
   pdl_trigger();
   for (int64_t t = t0; t < t1; ++t) {
     const int i = static_cast<int>(t - t0), st = i % stages;
@@ -1426,29 +1295,7 @@ __global__ void __launch_bounds__(kBulkThreads, 1)
     const WT* sw = reinterpret_cast<const WT*>(bulk_smem + static_cast<size_t>(st) * stride);
     float* rb = red + (i & 1) * 8 * kBulkMaxRows;
     float acc[SR];
-#pragma unroll
-    for (int r = 0; r < SR; ++r) acc[r] = 0.f;
-#pragma unroll
-    for (int c8 = 0; c8 < XC; ++c8) {
-      const int64_t c = tid + static_cast<int64_t>(c8) * kBulkThreads;
-      if (c < nchunk) {
-        float wf[SR][8];
-#pragma unroll
-        for (int r = 0; r < SR; ++r) {  // a short last tile reads its last row again (discarded)
-          const int rr = r % TR < rows ? r : r - r % TR + rows - 1;
-          const uint4 u = *reinterpret_cast<const uint4*>(sw + rr * K + c * 8);
-          unpack8(&u, static_cast<WT*>(nullptr), wf[r]);
-        }
-#pragma unroll
-        for (int e = 0; e < 8; ++e)
-#pragma unroll
-          for (int r = 0; r < SR; ++r) acc[r] = fmaf(xr[c8][e], wf[r][e], acc[r]);
-      }
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)  // warp_sum's tree, the rows interleaved
-#pragma unroll
-      for (int r = 0; r < SR; ++r) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+    dec::bulk_tile_sums<WT, XC, SR, TR>(sw, K, rows, xr, acc);
     if (lane == 0) {
 #pragma unroll
       for (int r = 0; r < SR; ++r) rb[warp * kBulkMaxRows + r] = acc[r];
@@ -1458,13 +1305,9 @@ __global__ void __launch_bounds__(kBulkThreads, 1)
     if (tid < rows) {
       const DecodeGemvJob& J = g.j[jx];
       const int64_t n = n0 + tid;
-      float v = 0.f;
-#pragma unroll
-      for (int q = 0; q < 8; ++q) v += rb[q * kBulkMaxRows + tid];
+      float v = dec::bulk_row_total(rb, tid);
       if constexpr (kPair) {
-        float u = 0.f;
-#pragma unroll
-        for (int q = 0; q < 8; ++q) u += rb[q * kBulkMaxRows + TR + tid];
+        const float u = dec::bulk_row_total(rb, TR + tid);
         const int64_t I = J.N / 2;
         const float gv = v + (J.bias ? J.bias[n] : 0.f);
         const float uv = u + (J.bias ? J.bias[n + I] : 0.f);
@@ -1627,31 +1470,49 @@ void decode_gemv(DecodeGemv g, cudaStream_t s) {
   }
 }
 
+RopeKvArgs rope_kv_args(Tensor& q, Tensor& k, const Tensor& v, const Tensor& pos, int q_heads,
+                        const float* inv_freq, const AttentionRows& rows, KvLayer& cache,
+                        const AttentionShape& shape) {
+  RopeKvArgs a;
+  a.q = q.ptr<float>();
+  a.ldq = q.row_stride();
+  a.k = k.ptr<float>();
+  a.ldk = k.row_stride();
+  a.v = v.ptr<const float>();
+  a.ldv = v.row_stride();
+  a.pos = pos.ptr<const int32_t>();
+  a.inv_freq = inv_freq;
+  a.R = q.rows();
+  a.qh = q_heads;
+  a.kh = shape.kv_heads;
+  a.D = shape.head_dim;
+  a.row_seq = rows.row_seq.ptr<const int32_t>();
+  a.tables = rows.block_tables.ptr<const int32_t>();
+  a.ldt = rows.block_tables.row_stride();
+  a.bs = rows.block_size;
+  a.kc = cache.k.data;
+  a.vc = cache.v.data;
+  a.ldc = cache.k.row_stride();
+  a.ct = cache.k.dtype;
+  return a;
+}
+
 void rope_kv_write(Tensor& q, Tensor& k, const Tensor& v, const Tensor& pos, int q_heads,
                    const float* inv_freq, const AttentionRows& rows, KvLayer& cache,
                    const AttentionShape& shape, cudaStream_t s) {
-  const int64_t R = q.rows();
-  const int D = shape.head_dim;
-  const int64_t n = R * (q_heads + shape.kv_heads) * (D / 2);
+  const RopeKvArgs a = rope_kv_args(q, k, v, pos, q_heads, inv_freq, rows, cache, shape);
+  const int64_t n = a.R * (a.qh + a.kh) * (a.D / 2);
   if (n == 0) return;
   const unsigned grid = static_cast<unsigned>((n + 255) / 256);
-  auto go = [&](auto* kc, auto* vc) {
-    using CT = std::remove_pointer_t<decltype(kc)>;
-    launch_pdl(rope_kv_kernel<CT>, grid, 256, s, q.ptr<float>(), q.row_stride(), k.ptr<float>(),
-               k.row_stride(), v.ptr<const float>(), v.row_stride(), pos.ptr<const int32_t>(), inv_freq, R,
-               q_heads, shape.kv_heads, D, rows.row_seq.ptr<const int32_t>(),
-               rows.block_tables.ptr<const int32_t>(), rows.block_tables.row_stride(), rows.block_size, kc,
-               vc, cache.k.row_stride());
-  };
-  switch (cache.k.dtype) {
+  switch (a.ct) {
     case DType::kBF16:
-      go(static_cast<__nv_bfloat16*>(cache.k.data), static_cast<__nv_bfloat16*>(cache.v.data));
+      launch_pdl(rope_kv_kernel<__nv_bfloat16>, grid, 256, s, a);
       break;
     case DType::kF16:
-      go(static_cast<__half*>(cache.k.data), static_cast<__half*>(cache.v.data));
+      launch_pdl(rope_kv_kernel<__half>, grid, 256, s, a);
       break;
     default:
-      go(static_cast<float*>(cache.k.data), static_cast<float*>(cache.v.data));
+      launch_pdl(rope_kv_kernel<float>, grid, 256, s, a);
       break;
   }
 }

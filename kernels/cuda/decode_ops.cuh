@@ -77,6 +77,60 @@ void rope_kv_write(Tensor& q, Tensor& k, const Tensor& v, const Tensor& pos, int
                    const float* inv_freq, const AttentionRows& rows, KvLayer& cache,
                    const AttentionShape& shape, cudaStream_t s);
 
+// rope_kv_write's operands (one thread per (row, head, frequency) over the q heads then the k heads).
+struct RopeKvArgs {
+  float* q = nullptr;
+  int64_t ldq = 0;
+  float* k = nullptr;
+  int64_t ldk = 0;
+  const float* v = nullptr;
+  int64_t ldv = 0;
+  const int32_t* pos = nullptr;
+  const float* inv_freq = nullptr;
+  int64_t R = 0;
+  int qh = 0, kh = 0, D = 0;
+  const int32_t* row_seq = nullptr;
+  const int32_t* tables = nullptr;
+  int64_t ldt = 0;
+  int bs = 0;
+  void* kc = nullptr;  // the cache's K and V ([slots, kh · D], row stride ldc) of dtype ct
+  void* vc = nullptr;
+  int64_t ldc = 0;
+  DType ct = DType::kBF16;
+};
+RopeKvArgs rope_kv_args(Tensor& q, Tensor& k, const Tensor& v, const Tensor& pos, int q_heads,
+                        const float* inv_freq, const AttentionRows& rows, KvLayer& cache,
+                        const AttentionShape& shape);
+
+// The decode chain (VV_CUDA_DECODE_CHAIN=1; sm_90; decode_chain.cu): a run of one-row GEMV launches
+// that each read what the one before wrote (a decoder layer from its o projection to the next
+// layer's q/k/v: o + residual → norm + gate_up → SwiGLU + down + residual → norm + q|k|v), optionally
+// followed by rope_kv_write, as one persistent kernel: one block per SM, its weight tiles streamed by
+// cp.async.bulk through one ring of shared-memory stages that runs across the phases (the next
+// phase's first tiles are in flight while this one finishes and while the grid waits at the barrier
+// between phases), a grid-wide barrier between phases. Each phase is the bulk GEMV's arithmetic
+// (decode_bulk.cuh), so every output has the bits of the phases launched one by one on the bulk
+// kernel. All blocks must be resident at once (one per SM: grid = sms); a barrier that waits longer
+// than 10 s traps (the launch then fails) rather than hang.
+constexpr int kMaxChainPhases = 6;
+struct DecodeChain {
+  DecodeGemv ph[kMaxChainPhases];  // each one decode_gemv_bulk_takes (bulk set), no SwiGLU pairing
+  int phases = 0;
+  bool rope = false;  // rope_kv_write after the last phase
+  RopeKvArgs r;
+  unsigned* barrier = nullptr;  // 2 unsigned ints of device memory, zeroed before the first launch
+  int sms = 132;
+  // Filled by decode_chain: each phase's tiles, rows a tile and form.
+  int64_t tiles[kMaxChainPhases] = {};
+  int tr[kMaxChainPhases] = {};
+  int form[kMaxChainPhases] = {};
+};
+// Whether decode_chain takes c (its phases bulk GEMVs of one weight dtype, none paired).
+bool decode_chain_takes(const DecodeChain& c);
+void decode_chain(DecodeChain c, cudaStream_t s);
+// The shared-memory bytes of the chain's ring (VV_CUDA_CHAIN_KB, 64 to 220; 190 by default).
+size_t decode_chain_budget();
+
 // Bulk prefetch of [p, p + bytes) into L2 (sm_90: cp.async.bulk.prefetch.L2; p and bytes multiples of
 // 16) by a small PDL-chained kernel, so that HBM streams the next GEMV's weights while a latency-bound
 // kernel runs. after_wait: the prefetches are issued once the previous kernel has finished (during the

@@ -59,10 +59,13 @@
 #   ncuprefill   Nsight Compute: each kernel's time in the 1,024-row table and the prefills
 #   ncuattn      Nsight Compute sections (stalls, memory, source counters) of batch-1 decode attention launches
 #                after a 1,024-row prompt
+#   chain        VV_CUDA_DECODE_CHAIN=1: its gpu tests, the 7B golden with it (after testsgolden/golden in the
+#                same call), batch-1 decode with each of $CHAIN_CFGS ($B1_REPS rounds, interleaved)
 #   ncudecodebulk  ncudecode with VV_CUDA_GEMV_BULK=1
 #   ncuencsrc    Nsight Compute: instruction mix, stall reasons and hot SASS of the encoders' block kernels
 #   ncudecode    Nsight Compute: every kernel's duration, in order, of a short prefill and 12 batch-1 decode
-#                tokens (the last ~175 rows are one token's kernels, each alone: the step's sum without gaps)
+#                tokens (the last ~175 rows are one token's kernels, each alone: the step's sum without gaps);
+#                $NCU_ENV: the environment it runs with (e.g. VV_CUDA_DECODE_CHAIN=1)
 #   table1k      the GEMM table at 1,024 rows (the prefill's shapes, cuBLASLt, f32 output)
 #   roofline     decode_roofline.py 1 8 64 128 (plain cuBLAS, weights only, graph-replayed)
 #   reference    the PyTorch reference's batched decode (bench_reference.py's method) at $REF_BATCHES
@@ -186,6 +189,24 @@ for step in "$@"; do
           read -ra kv <<<"${cfg/plain/VV_CUDA_NONE=1}"
           run "decode_${cfg//[^A-Za-z0-9]/_}_r$i" env "${kv[@]}" $B/cuda_decode_bench --preset 7b --bf16 --no-gemv \
             --tokens 256 --enc-audio 1 --job-audio 1 --job-tokens 1
+        done
+      done ;;
+    chain)  # VV_CUDA_DECODE_CHAIN=1 (one persistent kernel a layer from o to the next rope): its gpu tests (a
+      # barrier that never opens traps after 10 s; timeout 300 bounds the rest), the 7B golden with it when
+      # /tmp/goldfull exists (testsgolden or golden earlier in the call), then batch-1 decode with each of
+      # $CHAIN_CFGS, $B1_REPS rounds, interleaved
+      run chain_tests timeout 300 env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda \
+        --gtest_filter='CudaDecodeFusion.Chained*:CudaDecodeFusion.LayerOpSequenceWithUnpaired*:CudaRunnerGolden.Chained*:CudaRunnerGolden.GraphReplayed*'
+      if [ -d /tmp/goldfull ]; then
+        run chain_golden env -u GTEST_FILTER VV_CUDA_DECODE_CHAIN=1 VV_GOLDEN_DIR=/tmp/goldfull VV_REQUIRE_GPU=1 \
+          $B/gpu_full_golden
+      fi
+      IFS=';' read -ra chcfgs <<<"${CHAIN_CFGS:-plain;VV_CUDA_GEMV_BULK=3;VV_CUDA_DECODE_CHAIN=1;VV_CUDA_DECODE_CHAIN=1 VV_CUDA_CHAIN_KB=150;VV_CUDA_DECODE_CHAIN=1 VV_CUDA_ATTN_LEAN=1}"
+      for i in $(seq "${B1_REPS:-2}"); do
+        for cfg in "${chcfgs[@]}"; do
+          read -ra kv <<<"${cfg/plain/VV_CUDA_NONE=1}"
+          run "decode_${cfg//[^A-Za-z0-9]/_}_r$i" timeout 120 env "${kv[@]}" $B/cuda_decode_bench --preset 7b --bf16 \
+            --no-gemv --tokens 256 --enc-audio 1 --job-audio 1 --job-tokens 1
         done
       done ;;
     ncugemv)  # why o/down/q stream slower than gate_up: per-launch DRAM figures of each one-row GEMV shape
@@ -346,7 +367,7 @@ for step in "$@"; do
         --job-tokens 1 ;;
     ncudecode)
       NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-      run ncudecode timeout 240 $NCU --clock-control none --cache-control none --metrics gpu__time_duration.sum \
+      run ncudecode timeout 240 env ${NCU_ENV:-VV_CUDA_NONE=1} $NCU --clock-control none --cache-control none --metrics gpu__time_duration.sum \
         --csv --launch-count 4000 $B/cuda_decode_bench --preset 7b --bf16 --no-gemv --prompt 64 --tokens 4 \
         --enc-audio 1 --job-audio 1 --job-tokens 1 ;;
     ncudecodebulk)  # ncudecode's per-kernel durations with VV_CUDA_GEMV_BULK=1 (which fused form loses)

@@ -31,6 +31,7 @@ struct LayerCase {
 
 struct LayerData {
   HostMatrix x, g1, g2, wq, bq, wk, bk, wv, bv, wgu, wo, resid, kc, vc;
+  HostMatrix att, wproj;  // the chain's sequence: an attention output [1, heads · D], o [H, heads · D]
   std::vector<int32_t> table;
   int64_t slots = 0;
 };
@@ -64,6 +65,8 @@ LayerData make_data(const LayerCase& c, uint32_t seed) {
   d.slots = int64_t{nblocks + 2} * bs;
   d.kc = random_matrix(d.slots, kvd, c.cache_t, seed + 12);
   d.vc = random_matrix(d.slots, kvd, c.cache_t, seed + 13);
+  d.att = random_matrix(1, qd, DType::kF32, seed + 14);
+  d.wproj = random_matrix(c.H, qd, c.wt, seed + 15, 1.0f / std::sqrt(static_cast<float>(qd)));
   return d;
 }
 
@@ -334,6 +337,184 @@ TEST(CudaDecodeFusion, BalancedGemvRowsChangeNoBit) {
     expect_close(want.resid, ref.resid,
                  2e-5 * std::sqrt(static_cast<double>(c.I)) + 4e-5 * std::sqrt(static_cast<double>(c.H)),
                  what + " residual");
+  }
+}
+
+// A decode step from one layer's o projection to the next layer's kv_write, as Qwen2Decoder::run_layer
+// issues it: o (+ residual), norm, gate_up, silu_mul, down (+ residual), norm, q/k/v, rope, kv_write.
+// VV_CUDA_DECODE_CHAIN=1 runs it as one decode_chain launch on sm_90 (16-bit weights).
+LayerOut run_chain_ops(Backend& be, const LayerCase& c, LayerData& d) {
+  const int64_t qd = int64_t{c.heads} * c.D, kvd = int64_t{c.kv_heads} * c.D;
+  DeviceMatrix g1 = to_device(be, d.g1), g2 = to_device(be, d.g2);
+  DeviceMatrix wq = to_device(be, d.wq), bq = to_device(be, d.bq), wk = to_device(be, d.wk),
+               bk = to_device(be, d.bk);
+  DeviceMatrix wv = to_device(be, d.wv), bv = to_device(be, d.bv), wgu = to_device(be, d.wgu),
+               wo = to_device(be, d.wo), att = to_device(be, d.att), wproj = to_device(be, d.wproj);
+  DeviceMatrix resid = to_device(be, d.resid), kc = to_device(be, d.kc), vc = to_device(be, d.vc);
+  DeviceMatrix pos = to_device_i32(be, {c.pos}), seq = to_device_i32(be, {0}),
+               tab = to_device_i32(be, d.table);
+  DeviceMatrix a = poisoned(be, 1, c.H), q = poisoned(be, 1, qd), k = poisoned(be, 1, kvd),
+               v = poisoned(be, 1, kvd);
+  DeviceMatrix a2 = poisoned(be, 1, c.H), gu = poisoned(be, 1, 2 * c.I), m = poisoned(be, 1, c.I);
+  Tensor g1v = Tensor::vector(g1.buf.data(), DType::kF32, c.H),
+         g2v = Tensor::vector(g2.buf.data(), DType::kF32, c.H);
+  Tensor bqv = Tensor::vector(bq.buf.data(), DType::kF32, qd),
+         bkv = Tensor::vector(bk.buf.data(), DType::kF32, kvd);
+  Tensor bvv = Tensor::vector(bv.buf.data(), DType::kF32, kvd);
+  AttentionRows rows;
+  rows.row_seq = seq.t;
+  rows.row_pos = pos.t;
+  rows.block_tables = Tensor::matrix(tab.buf.data(), DType::kI32, 1, static_cast<int64_t>(d.table.size()));
+  rows.block_size = 16;
+  KvLayer cache{Tensor::matrix(kc.buf.data(), c.cache_t, d.slots, kvd),
+                Tensor::matrix(vc.buf.data(), c.cache_t, d.slots, kvd)};
+  const AttentionShape shape{c.heads, c.kv_heads, c.D, 1.0f / std::sqrt(static_cast<float>(c.D))};
+  be.synchronize();
+  be.gemm(att.t, wproj.t, nullptr, resid.t, Epilogue::kAddResidual);
+  be.rms_norm(resid.t, g2v, 1e-6f, a2.t);
+  be.gemm(a2.t, wgu.t, nullptr, gu.t, Epilogue::kNone);
+  be.silu_mul(gu.t, m.t);
+  be.gemm(m.t, wo.t, nullptr, resid.t, Epilogue::kAddResidual);
+  be.rms_norm(resid.t, g1v, 1e-6f, a.t);
+  be.gemm(a.t, wq.t, &bqv, q.t, Epilogue::kNone);
+  be.gemm(a.t, wk.t, &bkv, k.t, Epilogue::kNone);
+  be.gemm(a.t, wv.t, &bvv, v.t, Epilogue::kNone);
+  be.rope(q.t, pos.t, c.heads, c.D, 1e6f);
+  be.rope(k.t, pos.t, c.kv_heads, c.D, 1e6f);
+  be.kv_write(k.t, v.t, rows, cache, shape);
+  LayerOut o;
+  o.a = download_f32(be, a.t);
+  o.q = download_f32(be, q.t);
+  o.k = download_f32(be, k.t);
+  o.v = download_f32(be, v.t);
+  o.a2 = download_f32(be, a2.t);
+  o.gu = download_f32(be, gu.t);
+  o.m = download_f32(be, m.t);
+  o.resid = download_f32(be, resid.t);
+  o.kc.resize(d.kc.bytes.size());
+  o.vc.resize(d.vc.bytes.size());
+  be.download(o.kc.data(), kc.buf.data(), o.kc.size());
+  be.download(o.vc.data(), vc.buf.data(), o.vc.size());
+  return o;
+}
+
+// The CPU's scalar reference of run_chain_ops.
+LayerOut chain_reference(const LayerCase& c, LayerData d) {
+  const int64_t qd = int64_t{c.heads} * c.D, kvd = int64_t{c.kv_heads} * c.D;
+  auto mat = [](int64_t r, int64_t cols) { return random_matrix(r, cols, DType::kF32, 1); };
+  HostMatrix a = mat(1, c.H), q = mat(1, qd), k = mat(1, kvd), v = mat(1, kvd), a2 = mat(1, c.H);
+  HostMatrix gu = mat(1, 2 * c.I), m = mat(1, c.I);
+  Tensor av = a.view(), qv = q.view(), kv = k.view(), vv = v.view(), a2v = a2.view(), guv = gu.view(),
+         mv = m.view();
+  Tensor rv = d.resid.view();
+  Tensor bq = Tensor::vector(d.bq.bytes.data(), DType::kF32, qd),
+         bk = Tensor::vector(d.bk.bytes.data(), DType::kF32, kvd);
+  Tensor bv = Tensor::vector(d.bv.bytes.data(), DType::kF32, kvd);
+  std::vector<int32_t> pos = {c.pos}, seq = {0};
+  Tensor posv = Tensor::vector(pos.data(), DType::kI32, 1);
+  AttentionRows rows;
+  rows.row_seq = Tensor::vector(seq.data(), DType::kI32, 1);
+  rows.row_pos = posv;
+  rows.block_tables = Tensor::matrix(d.table.data(), DType::kI32, 1, static_cast<int64_t>(d.table.size()));
+  rows.block_size = 16;
+  KvLayer cache{Tensor::matrix(d.kc.bytes.data(), c.cache_t, d.slots, kvd),
+                Tensor::matrix(d.vc.bytes.data(), c.cache_t, d.slots, kvd)};
+  const AttentionShape shape{c.heads, c.kv_heads, c.D, 1.0f / std::sqrt(static_cast<float>(c.D))};
+  ref::gemm(d.att.view(), d.wproj.view(), nullptr, rv, Epilogue::kAddResidual);
+  ref::rms_norm(rv, Tensor::vector(d.g2.bytes.data(), DType::kF32, c.H), 1e-6f, a2v);
+  ref::gemm(a2v, d.wgu.view(), nullptr, guv, Epilogue::kNone);
+  ref::silu_mul(guv, mv);
+  ref::gemm(mv, d.wo.view(), nullptr, rv, Epilogue::kAddResidual);
+  ref::rms_norm(rv, Tensor::vector(d.g1.bytes.data(), DType::kF32, c.H), 1e-6f, av);
+  ref::gemm(av, d.wq.view(), &bq, qv, Epilogue::kNone);
+  ref::gemm(av, d.wk.view(), &bk, kv, Epilogue::kNone);
+  ref::gemm(av, d.wv.view(), &bv, vv, Epilogue::kNone);
+  ref::rope(qv, posv, c.heads, c.D, 1e6f);
+  ref::rope(kv, posv, c.kv_heads, c.D, 1e6f);
+  ref::kv_write(kv, vv, rows, cache, shape);
+  LayerOut o;
+  o.a = host_rows(av), o.q = host_rows(qv), o.k = host_rows(kv), o.v = host_rows(vv), o.a2 = host_rows(a2v);
+  o.gu = host_rows(guv), o.m = host_rows(mv), o.resid = host_rows(rv);
+  o.kc = d.kc.bytes;
+  o.vc = d.vc.bytes;
+  return o;
+}
+
+// VV_CUDA_DECODE_CHAIN=1 (sm_90, 16-bit weights): the sequence from one layer's o projection to the
+// next layer's kv_write runs as one persistent kernel (four GEMV phases and rope_kv_write, grid
+// barriers between them, one weight ring across them). Every output must be the bits of the same ops
+// launched one by one (VV_CUDA_GRAPHS=0, each GEMM alone on the bulk kernel) and of the fused step
+// without the chain (VV_CUDA_GEMV_BULK=3), run after run (the barrier's counters persist between
+// launches), and near the CPU reference. Shapes: fewer tiles than blocks, the block norm order
+// (K > 1024), 8 chunks a thread (K = 12,000), f16, and the 7B's.
+TEST(CudaDecodeFusion, ChainedLayerGivesTheBitsOfItsLaunchesOneByOne) {
+  { VV_CUDA_BACKEND_OR_SKIP(probe, false); }
+  cudaDeviceProp prop{};
+  const bool sm90 = cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major >= 9;
+  auto chain = cuda_backend_with({{"VV_CUDA_DECODE_CHAIN", "1"}}, false);
+  auto eager = cuda_backend_with({{"VV_CUDA_DECODE_CHAIN", "1"}, {"VV_CUDA_GRAPHS", "0"}}, false);
+  auto bulk3 = cuda_backend_with({{"VV_CUDA_GEMV_BULK", "3"}}, false);
+  auto prof = cuda_backend_with({{"VV_CUDA_DECODE_CHAIN", "1"}, {"VV_CUDA_PROFILE", "1"}}, false);
+  ASSERT_TRUE(chain.is_ok() && eager.is_ok() && bulk3.is_ok() && prof.is_ok());
+  const std::vector<LayerCase> cases = {
+      {136, 40, 3, 1, 8, DType::kBF16, DType::kBF16, 37},            // fewer tiles than blocks
+      {1032, 264, 7, 7, 24, DType::kBF16, DType::kF32, 1000},        // > 1024: the block norm order
+      {520, 12000, 5, 1, 104, DType::kBF16, DType::kBF16, 9},        // down: 8 chunks a thread
+      {1024, 8, 2, 1, 6, DType::kF16, DType::kF16, 0},               // f16
+      {48, 128, 14, 2, 16, DType::kF32, DType::kF32, 5},             // f32 weights: no chain
+      {3584, 18944, 28, 4, 128, DType::kBF16, DType::kBF16, 4099}};  // Qwen2.5-7B
+  uint32_t seed = 1300;
+  for (const LayerCase& c : cases) {
+    const std::string what = "H=" + std::to_string(c.H) + " I=" + std::to_string(c.I) + " " +
+                             std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) + "x" +
+                             std::to_string(c.D) + " " + dtype_name(c.wt) + " cache " + dtype_name(c.cache_t);
+    LayerData d = make_data(c, seed);
+    seed += 20;
+    const LayerOut unf = run_chain_ops(**eager, c, d);
+    const LayerOut b3 = run_chain_ops(**bulk3, c, d);
+    (void)backend_profile_report(**prof);
+    const LayerOut pr = run_chain_ops(**prof, c, d);
+    const std::string table = backend_profile_report(**prof);
+    const bool takes = sm90 && c.wt != DType::kF32;
+    EXPECT_EQ(table.find("decode_chain") != std::string::npos, takes) << what << "\n" << table;
+    if (takes) {
+      EXPECT_EQ(table.find("decode_gemv"), std::string::npos) << what << ": a GEMV outside the chain\n"
+                                                              << table;
+      EXPECT_EQ(table.find("rope_kv_write"), std::string::npos) << what << ": rope outside the chain\n"
+                                                                << table;
+    }
+    auto same = [&](const LayerOut& o, const LayerOut& want, const std::string& how) {
+      auto eq = [&](const auto& x, const auto& y, const char* name) {
+        ASSERT_EQ(x.size(), y.size()) << what << " " << name;
+        EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size() * sizeof(x[0])), 0)
+            << what << ": " << name << " differs (" << how << ")";
+      };
+      eq(o.a, want.a, "norm output");
+      eq(o.q, want.q, "q");
+      eq(o.k, want.k, "k");
+      eq(o.v, want.v, "v");
+      eq(o.a2, want.a2, "second norm output");
+      eq(o.gu, want.gu, "gate_up");
+      eq(o.m, want.m, "silu_mul");
+      eq(o.resid, want.resid, "residual");
+      eq(o.kc, want.kc, "K cache");
+      eq(o.vc, want.vc, "V cache");
+    };
+    same(b3, unf, "the fused step without the chain against the ops one by one");
+    same(pr, unf, "chained, profiled");
+    for (int rep = 0; rep < 3; ++rep)
+      same(run_chain_ops(**chain, c, d), unf, "chained, run " + std::to_string(rep));
+    const LayerOut want = chain_reference(c, d);
+    const double gk = 2e-5 * std::sqrt(static_cast<double>(c.H));
+    const double rk = 2e-5 * std::sqrt(static_cast<double>(c.I)) + 4 * gk;
+    expect_close(unf.a2, want.a2, 4e-6, what + " second norm");
+    expect_close(unf.gu, want.gu, 2 * gk, what + " gate_up");
+    expect_close(unf.m, want.m, 4 * gk, what + " silu_mul");
+    expect_close(unf.resid, want.resid, rk, what + " residual");
+    expect_close(unf.a, want.a, 4e-6 + 2 * rk, what + " norm");
+    expect_close(unf.q, want.q, 4 * rk, what + " q");
+    expect_close(unf.k, want.k, 4 * rk, what + " k");
+    expect_close(unf.v, want.v, 4 * rk, what + " v");
   }
 }
 

@@ -2,12 +2,16 @@
 // f32 compute: every stage within the CPU's end-to-end tolerances and identical greedy ids.
 // bf16 compute (large GEMMs on bf16 tensor cores): stages within what bf16 operands explain and
 // teacher-forced greedy agreement ≥ 95 %. Labelled gpu: skipped with the reason without a GPU.
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "engine/runner/device_runner.h"
 #include "tests/unit/engine/model/golden_fixture.h"
@@ -219,67 +223,103 @@ TEST(CudaRunnerGolden, BatchOfFourMatchesTheCpuRunner) {
   for (size_t i = 0; i < cases.size(); ++i) EXPECT_EQ((*batch)[i], cases[i].generated_ids()) << cases[i].name();
 }
 
+// The logits of 40 greedy decode steps after the first golden case's prompt, on a runner made with
+// `env` set (and unset after) and backend options bo; `profile`: the backend's profile table after.
+std::vector<std::vector<float>> decode_logits(const std::vector<std::pair<const char*, const char*>>& env,
+                                              const BackendOptions& bo, std::string* profile = nullptr) {
+  std::vector<std::vector<float>> logits;
+  auto ckpt = Checkpoint::open(hf_model_dir());
+  EXPECT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
+  if (!ckpt.is_ok()) return logits;
+  GoldenCase gc(golden_cases().front());
+  EXPECT_TRUE(gc.ok()) << gc.error();
+  EXPECT_TRUE(gc.has("input_values"));
+  if (!gc.ok() || !gc.has("input_values")) return logits;
+  for (const auto& [var, value] : env) ::setenv(var, value, 1);
+  auto runner = make_runner(**ckpt, options(), "cuda:0", bo);
+  for (const auto& [var, value] : env) ::unsetenv(var);
+  EXPECT_TRUE(runner.is_ok()) << runner.status().to_string();
+  if (!runner.is_ok()) return logits;
+  Runner& r = **runner;
+  const std::vector<float>& x = gc.tensor("input_values").data;
+  auto speech = r.encode(x.data(), static_cast<int64_t>(x.size()));
+  EXPECT_TRUE(speech.is_ok()) << speech.status().to_string();
+  if (!speech.is_ok()) return logits;
+  std::vector<BlockId> blocks;
+  const int64_t plen = static_cast<int64_t>(gc.prompt_ids().size());
+  const int steps = 40;  // crosses block boundaries: the table (and the signature) grows
+  StepPlan plan;
+  SequenceRows rows;
+  rows.ids = gc.prompt_ids();
+  EXPECT_TRUE(r.kv().reserve(blocks, plen).is_ok());
+  rows.blocks = blocks;
+  rows.speech = &speech->rows.t;
+  plan.seqs.push_back(rows);
+  plan.return_logits = true;
+  auto out = r.execute(plan);
+  EXPECT_TRUE(out.is_ok()) << out.status().to_string();
+  if (!out.is_ok()) return logits;
+  int32_t next = out->next[0];
+  for (int i = 0; i < steps; ++i) {
+    EXPECT_TRUE(r.kv().reserve(blocks, plen + i + 1).is_ok());
+    StepPlan step;
+    SequenceRows d;
+    d.ids = {next};
+    d.start_pos = plen + i;
+    d.blocks = blocks;
+    step.seqs.push_back(d);
+    step.return_logits = true;
+    auto o = r.execute(step);
+    EXPECT_TRUE(o.is_ok()) << o.status().to_string();
+    if (!o.is_ok()) break;
+    logits.push_back(o->logits[0]);
+    next = o->next[0];
+  }
+  r.kv().release(blocks);
+  if (profile) *profile = backend_profile_report(r.backend());
+  return logits;
+}
+
+void expect_same_logits(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b,
+                        const char* what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  ASSERT_FALSE(a.empty()) << what;
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i].size(), b[i].size()) << what;
+    EXPECT_EQ(std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float)), 0)
+        << "step " << i << ": " << what;
+  }
+}
 
 // Decode steps with identical signatures are captured once into a CUDA graph and replayed
 // (VV_CUDA_GRAPHS, on by default): the replay must be exactly the work eager launches do — same
 // ids and bitwise the same logits at every teacher-forced step, across block-table growth.
 TEST(CudaRunnerGolden, GraphReplayedDecodeEqualsEagerLaunchesBitwise) {
   VV_GPU_OR_SKIP();
-  auto ckpt = Checkpoint::open(hf_model_dir());
-  ASSERT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
-  GoldenCase gc(golden_cases().front());
-  ASSERT_TRUE(gc.ok()) << gc.error();
-  ASSERT_TRUE(gc.has("input_values"));
-  std::vector<std::vector<std::vector<float>>> logits(2);
-  for (int graphs = 0; graphs < 2; ++graphs) {
-    if (graphs == 0) {
-      ::setenv("VV_CUDA_GRAPHS", "0", 1);
-    } else {
-      ::unsetenv("VV_CUDA_GRAPHS");
-    }
-    auto runner = make_runner(**ckpt, options(), "cuda:0");
-    ::unsetenv("VV_CUDA_GRAPHS");
-    ASSERT_TRUE(runner.is_ok()) << runner.status().to_string();
-    Runner& r = **runner;
-    const std::vector<float>& x = gc.tensor("input_values").data;
-    auto speech = r.encode(x.data(), static_cast<int64_t>(x.size()));
-    ASSERT_TRUE(speech.is_ok()) << speech.status().to_string();
-    std::vector<BlockId> blocks;
-    const int64_t plen = static_cast<int64_t>(gc.prompt_ids().size());
-    const int steps = 40;  // crosses block boundaries: the table (and the signature) grows
-    StepPlan plan;
-    SequenceRows rows;
-    rows.ids = gc.prompt_ids();
-    ASSERT_TRUE(r.kv().reserve(blocks, plen).is_ok());
-    rows.blocks = blocks;
-    rows.speech = &speech->rows.t;
-    plan.seqs.push_back(rows);
-    plan.return_logits = true;
-    auto out = r.execute(plan);
-    ASSERT_TRUE(out.is_ok()) << out.status().to_string();
-    int32_t next = out->next[0];
-    for (int i = 0; i < steps; ++i) {
-      ASSERT_TRUE(r.kv().reserve(blocks, plen + i + 1).is_ok());
-      StepPlan step;
-      SequenceRows d;
-      d.ids = {next};
-      d.start_pos = plen + i;
-      d.blocks = blocks;
-      step.seqs.push_back(d);
-      step.return_logits = true;
-      auto o = r.execute(step);
-      ASSERT_TRUE(o.is_ok()) << o.status().to_string();
-      logits[graphs].push_back(o->logits[0]);
-      next = o->next[0];
-    }
-    r.kv().release(blocks);
-  }
-  ASSERT_EQ(logits[0].size(), logits[1].size());
-  for (size_t i = 0; i < logits[0].size(); ++i) {
-    ASSERT_EQ(logits[0][i].size(), logits[1][i].size());
-    EXPECT_EQ(std::memcmp(logits[0][i].data(), logits[1][i].data(), logits[0][i].size() * sizeof(float)), 0)
-        << "step " << i << ": graph replay differs from eager launches";
-  }
+  const auto eager = decode_logits({{"VV_CUDA_GRAPHS", "0"}}, BackendOptions{});
+  const auto replayed = decode_logits({}, BackendOptions{});
+  expect_same_logits(eager, replayed, "graph replay differs from eager launches");
+}
+
+// VV_CUDA_DECODE_CHAIN=1 with bf16 weights (sm_90; elsewhere the switch does nothing): each layer's
+// GEMVs from its o projection to the next layer's rope run as one persistent kernel, captured and
+// replayed with the step. The logits must be the bits of the same steps launched op by op (each GEMV
+// on the bulk kernel) and of the fused steps without the chain (VV_CUDA_GEMV_BULK=3).
+TEST(CudaRunnerGolden, ChainedBf16DecodeEqualsItsLaunchesOneByOneBitwise) {
+  VV_GPU_OR_SKIP();
+  BackendOptions bo;
+  bo.gpu_bf16_gemm = true;
+  const auto eager = decode_logits({{"VV_CUDA_DECODE_CHAIN", "1"}, {"VV_CUDA_GRAPHS", "0"}}, bo);
+  const auto chained = decode_logits({{"VV_CUDA_DECODE_CHAIN", "1"}}, bo);
+  const auto bulk3 = decode_logits({{"VV_CUDA_GEMV_BULK", "3"}}, bo);
+  std::string table;
+  const auto profiled = decode_logits({{"VV_CUDA_DECODE_CHAIN", "1"}, {"VV_CUDA_PROFILE", "1"}}, bo, &table);
+  expect_same_logits(eager, chained, "the chained step differs from its ops launched one by one");
+  expect_same_logits(bulk3, chained, "the chained step differs from the fused step without the chain");
+  expect_same_logits(profiled, chained, "the chained step differs when profiled");
+  cudaDeviceProp prop{};
+  const bool sm90 = cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major >= 9;
+  EXPECT_EQ(table.find("decode_chain") != std::string::npos, sm90) << table;
 }
 }  // namespace
 }  // namespace vv::test

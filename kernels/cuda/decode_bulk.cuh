@@ -1,0 +1,249 @@
+// Device pieces shared by the decode kernels of decode_ops.cu and the decode chain (decode_chain.cu):
+// the warp sum, SiLU, weight unpacking, the RMSNorm's inverse, and the arithmetic of the bulk one-row
+// GEMV (its activation load with the norm or SwiGLU prologue, and one tile's row sums). A row's sum is
+// a function of K alone, so every kernel that takes these gets the bits of the others.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/convert.cuh"
+#include "kernels/cuda/decode_ops.cuh"
+
+namespace vv::cuda::dec {
+
+// An activation load: `kCg` goes to L2 (ld.global.cg), so that a kernel reading values that other
+// blocks of the same grid wrote (the chain, after its grid barrier) never sees a stale L1 line.
+template <bool kCg>
+__device__ __forceinline__ float ld_act(const float* p) {
+  if constexpr (kCg) {
+    return __ldcg(p);
+  } else {
+    return *p;
+  }
+}
+template <bool kCg>
+__device__ __forceinline__ float4 ld_act4(const float* p) {
+  if constexpr (kCg) {
+    return __ldcg(reinterpret_cast<const float4*>(p));
+  } else {
+    return *reinterpret_cast<const float4*>(p);
+  }
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float silu(float x) {
+  return x / (1.0f + expf(-x));
+}
+
+// Eight weights of a chunk as f32 (V = 1 uint4 for 16-bit types, 2 for f32).
+__device__ __forceinline__ void unpack8(const uint4* u, __nv_bfloat16*, float* f) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(u);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 t = __bfloat1622float2(h[i]);
+    f[2 * i] = t.x;
+    f[2 * i + 1] = t.y;
+  }
+}
+__device__ __forceinline__ void unpack8(const uint4* u, __half*, float* f) {
+  const __half2* h = reinterpret_cast<const __half2*>(u);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 t = __half22float2(h[i]);
+    f[2 * i] = t.x;
+    f[2 * i + 1] = t.y;
+  }
+}
+__device__ __forceinline__ void unpack8(const uint4* u, float*, float* f) {
+  f[0] = __uint_as_float(u[0].x), f[1] = __uint_as_float(u[0].y), f[2] = __uint_as_float(u[0].z);
+  f[3] = __uint_as_float(u[0].w), f[4] = __uint_as_float(u[1].x), f[5] = __uint_as_float(u[1].y);
+  f[6] = __uint_as_float(u[1].z), f[7] = __uint_as_float(u[1].w);
+}
+
+// 1/sqrt(mean(x²) + eps) with the sums of cuda::rms_norm: its one-warp kernel (C ≤ 1024: lanes over
+// c ≡ lane mod 32) or its 512-thread kernel (thread t over c ≡ t mod 512, warp sums, then the 16
+// warp sums in a second warp tree). 256 threads play the 512: thread t also takes t + 256.
+template <bool kCg = false>
+__device__ float rms_inv(const float* __restrict__ x, int64_t C, float eps, float* red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  float ss = 0.f;
+  if (C <= 1024) {
+    for (int64_t c = lane; c < C; c += 32) {
+      const float v = ld_act<kCg>(x + c);
+      ss = fmaf(v, v, ss);
+    }
+    ss = warp_sum(ss);
+  } else {
+    float s0 = 0.f, s1 = 0.f;
+    for (int64_t c = threadIdx.x; c < C; c += 512) {
+      const float v = ld_act<kCg>(x + c);
+      s0 = fmaf(v, v, s0);
+    }
+    for (int64_t c = threadIdx.x + 256; c < C; c += 512) {
+      const float v = ld_act<kCg>(x + c);
+      s1 = fmaf(v, v, s1);
+    }
+    s0 = warp_sum(s0);
+    s1 = warp_sum(s1);
+    if (lane == 0) {
+      red[warp] = s0;
+      red[warp + 8] = s1;
+    }
+    __syncthreads();
+    ss = warp_sum(lane < 16 ? red[lane] : 0.f);
+  }
+  return 1.0f / sqrtf(ss / static_cast<float>(C) + eps);
+}
+
+// ---- The bulk one-row GEMV's arithmetic (VV_CUDA_GEMV_BULK; the chain) -----------------------------
+inline constexpr int kBulkThreads = 256;
+inline constexpr int kBulkMaxRows = 8;     // weight rows a stage
+inline constexpr int kBulkMaxXc = 12;      // activation chunks a thread: K <= 256 * 8 * 12 = 24,576
+inline constexpr int kBulkFusedMaxXc = 4;  // with the norm prologue or the SwiGLU pairing: K <= 8,192
+inline constexpr int kBulkMaxStages = 16;
+
+// Job rows (row pairs with kPair) a tile for XC chunks a thread: a stage holds about 16,384 weights.
+__host__ __device__ constexpr int bulk_tile_rows(int xc, bool pair) {
+  return xc >= kBulkMaxRows ? 1
+         : pair             ? (kBulkMaxRows / xc > 1 ? kBulkMaxRows / xc / 2 : 1)
+                            : kBulkMaxRows / xc;
+}
+
+// Activation chunks a thread for K: 1, 2, 4, 8 or 12 (the bulk kernels' instantiations).
+__host__ __device__ constexpr int bulk_xc(int64_t K) {
+  const int64_t xc = (K / 8 + kBulkThreads - 1) / kBulkThreads;
+  return xc <= 1 ? 1 : xc <= 2 ? 2 : xc <= 4 ? 4 : xc <= 8 ? 8 : 12;
+}
+
+// Thread t's activation chunks t, t + 256, ... (8 floats each; zero past K): x, or with kNorm
+// (x · inv) · norm_w rounded as the other GEMV rounds it, or with kSilu silu_mul's arithmetic on the
+// gate and up halves of swiglu_in, whose result the blocks also write to swiglu_act between them
+// (chunk c by block c mod grid).
+template <int XC, bool kNorm, bool kSilu, bool kCg>
+__device__ __forceinline__ void bulk_load_act(const DecodeGemv& g, float inv, float (&xr)[XC][8]) {
+  const int tid = threadIdx.x;
+  const int64_t K = g.K, nchunk = K >> 3;
+#pragma unroll
+  for (int i = 0; i < XC; ++i) {
+    const int64_t c = tid + static_cast<int64_t>(i) * kBulkThreads;
+    if (c < nchunk) {
+      if constexpr (kSilu) {
+        const float4 g0 = ld_act4<kCg>(g.swiglu_in + c * 8), g1 = ld_act4<kCg>(g.swiglu_in + c * 8 + 4);
+        const float4 u0 = ld_act4<kCg>(g.swiglu_in + K + c * 8),
+                     u1 = ld_act4<kCg>(g.swiglu_in + K + c * 8 + 4);
+        const float gv[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+        const float uv[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
+#pragma unroll
+        for (int e = 0; e < 8; ++e) xr[i][e] = silu(gv[e]) * uv[e];
+        if (c % static_cast<int64_t>(gridDim.x) == static_cast<int64_t>(blockIdx.x)) {
+          float4* ap = reinterpret_cast<float4*>(g.swiglu_act + c * 8);
+          ap[0] = make_float4(xr[i][0], xr[i][1], xr[i][2], xr[i][3]);
+          ap[1] = make_float4(xr[i][4], xr[i][5], xr[i][6], xr[i][7]);
+        }
+      } else {
+        const float4 a = ld_act4<kCg>(g.x + c * 8), b = ld_act4<kCg>(g.x + c * 8 + 4);
+        xr[i][0] = a.x, xr[i][1] = a.y, xr[i][2] = a.z, xr[i][3] = a.w;
+        xr[i][4] = b.x, xr[i][5] = b.y, xr[i][6] = b.z, xr[i][7] = b.w;
+      }
+      if constexpr (kNorm) {
+        const float4* gp = reinterpret_cast<const float4*>(g.norm_w + c * 8);
+        const float4 g0 = gp[0], g1 = gp[1];
+        const float gw[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+#pragma unroll
+        for (int e = 0; e < 8; ++e) xr[i][e] = __fmul_rn(__fmul_rn(xr[i][e], inv), gw[e]);
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) xr[i][e] = 0.f;
+    }
+  }
+}
+
+// One tile's partial sums: acc[r] = Σ over thread t's chunks (in chunk order) of w·act for stage row r
+// (SR rows of K weights at sw; rows past `rows` of each TR-row half read its last row again and are
+// discarded), then each warp's xor tree, the rows interleaved so that their chains overlap.
+template <typename WT, int XC, int SR, int TR>
+__device__ __forceinline__ void bulk_tile_sums(const WT* sw, int64_t K, int rows, const float (&xr)[XC][8],
+                                               float (&acc)[SR]) {
+  const int tid = threadIdx.x;
+  const int64_t nchunk = K >> 3;
+#pragma unroll
+  for (int r = 0; r < SR; ++r) acc[r] = 0.f;
+#pragma unroll
+  for (int c8 = 0; c8 < XC; ++c8) {
+    const int64_t c = tid + static_cast<int64_t>(c8) * kBulkThreads;
+    if (c < nchunk) {
+      float wf[SR][8];
+#pragma unroll
+      for (int r = 0; r < SR; ++r) {
+        const int rr = r % TR < rows ? r : r - r % TR + rows - 1;
+        const uint4 u = *reinterpret_cast<const uint4*>(sw + rr * K + c * 8);
+        unpack8(&u, static_cast<WT*>(nullptr), wf[r]);
+      }
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+#pragma unroll
+        for (int r = 0; r < SR; ++r) acc[r] = fmaf(xr[c8][e], wf[r][e], acc[r]);
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)  // warp_sum's tree, the rows interleaved
+#pragma unroll
+    for (int r = 0; r < SR; ++r) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+}
+
+// Row r's total from the 8 warps' sums in rb ([warp][kBulkMaxRows]), in warp order.
+__device__ __forceinline__ float bulk_row_total(const float* rb, int r) {
+  float v = 0.f;
+#pragma unroll
+  for (int q = 0; q < 8; ++q) v += rb[q * kBulkMaxRows + r];
+  return v;
+}
+
+// rope_kv_write's item i (< R · (qh + kh) · D/2): (row, head, frequency) over the q heads then the k
+// heads; a k item also writes its two rotated k values and the two v values at the same columns into
+// the paged cache.
+template <typename CT, bool kCg>
+__device__ __forceinline__ void rope_kv_item(const RopeKvArgs& a, int64_t i) {
+  const int half = a.D / 2;
+  const int64_t per_row = static_cast<int64_t>(a.qh + a.kh) * half;
+  const int64_t r = i / per_row;
+  const int rem = static_cast<int>(i - r * per_row);
+  const int h = rem / half, f = rem % half;
+  const float phi = static_cast<float>(a.pos[r]) * a.inv_freq[f];
+  const float c = cosf(phi), s = sinf(phi);
+  if (h < a.qh) {
+    float* x = a.q + r * a.ldq + static_cast<int64_t>(h) * a.D;
+    float y1, y2;
+    rope_rotate(ld_act<kCg>(x + f), ld_act<kCg>(x + f + half), c, s, y1, y2);
+    x[f] = y1;
+    x[f + half] = y2;
+    return;
+  }
+  const int hk = h - a.qh;
+  float* x = a.k + r * a.ldk + static_cast<int64_t>(hk) * a.D;
+  float y1, y2;
+  rope_rotate(ld_act<kCg>(x + f), ld_act<kCg>(x + f + half), c, s, y1, y2);
+  x[f] = y1;
+  x[f + half] = y2;
+  const int32_t p = a.pos[r];
+  const int64_t slot = static_cast<int64_t>(a.tables[a.row_seq[r] * a.ldt + p / a.bs]) * a.bs + p % a.bs;
+  const int64_t col = static_cast<int64_t>(hk) * a.D + f;
+  CT* kc = static_cast<CT*>(a.kc);
+  CT* vc = static_cast<CT*>(a.vc);
+  kc[slot * a.ldc + col] = from_f32<CT>(y1);
+  kc[slot * a.ldc + col + half] = from_f32<CT>(y2);
+  const float* vr = a.v + r * a.ldv + col;
+  vc[slot * a.ldc + col] = from_f32<CT>(ld_act<kCg>(vr));
+  vc[slot * a.ldc + col + half] = from_f32<CT>(ld_act<kCg>(vr + half));
+}
+
+}  // namespace vv::cuda::dec

@@ -1,0 +1,359 @@
+// The decode chain (decode_ops.cuh, VV_CUDA_DECODE_CHAIN=1): a run of one-row bulk GEMVs, and
+// optionally rope_kv_write, as one persistent kernel with one weight stream.
+//
+// Why: at batch 1 every weight byte of a token is read once, and the step is as fast as the weights
+// stream. Launched one by one, each GEMV ramps its stream up and down at its kernel boundary and the
+// small ops between them leave HBM idle; the bulk GEMV alone streams at 4.1-4.3 TB/s on the H200,
+// the whole step only at ≈ 3.5 (kernels/cuda/NOTES.md). Here one block per SM streams the tiles of
+// every phase through one ring of shared-memory stages: the weights do not depend on the activations,
+// so thread 0 refills a stage with the next tile of this block, in whatever phase it lies, as soon as
+// the stage is read, and the copies keep landing while the grid waits at the barrier between two
+// phases (whose outputs the next phase reads) and, through programmatic dependent launch, while the
+// kernel before this one (the attention) still runs.
+//
+// Each phase computes exactly what the bulk GEMV kernel computes (decode_bulk.cuh: the same
+// activation chunks a thread, the same per-row chains, the same warp and block order): a row's sum
+// depends on K alone, so every output has the bits of the phases launched one by one.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+
+#include "kernels/cuda/decode_bulk.cuh"
+#include "kernels/cuda/decode_ops.cuh"
+#include "kernels/cuda/mbarrier.cuh"
+#include "kernels/cuda/mma_util.cuh"
+#include "kernels/cuda/pdl.cuh"
+
+namespace vv::cuda {
+namespace {
+
+using dec::bulk_tile_rows;
+using dec::bulk_xc;
+using dec::kBulkMaxRows;
+using dec::kBulkMaxStages;
+using dec::kBulkThreads;
+
+constexpr size_t kChainBudget = 190 * 1024;  // five 37.9 KB stages at the 7B's down projection
+
+// A phase's form: its activation chunks a thread (XC) and prologue.
+enum ChainForm : int {
+  kPlain1,
+  kPlain2,
+  kPlain4,
+  kPlain8,
+  kPlain12,
+  kNorm1,
+  kNorm2,
+  kNorm4,
+  kSilu1,
+  kSilu2,
+  kSilu4,
+  kSilu8,
+  kSilu12,
+};
+int chain_form(int xc, bool norm, bool silu) {
+  const int k = xc == 1 ? 0 : xc == 2 ? 1 : xc == 4 ? 2 : xc == 8 ? 3 : 4;
+  return norm ? kNorm1 + k : silu ? kSilu1 + k : kPlain1 + k;
+}
+
+__device__ __forceinline__ uint64_t global_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// Every block of the grid arrives before any leaves; what a block wrote before it is visible to all
+// after it. bar[0] counts the arrivals (the last one resets it), bar[1] is the generation the last one
+// advances; both persist across launches, so a graph replays the kernel as it is.
+__device__ __forceinline__ void grid_barrier(unsigned* bar) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const unsigned gen = ld_acquire(bar + 1);
+    __threadfence();
+    if (atomicAdd(bar, 1u) == gridDim.x - 1) {
+      atomicExch(bar, 0u);
+      __threadfence();
+      atomicAdd(bar + 1, 1u);
+    } else {
+      const uint64_t t0 = global_ns();
+      while (ld_acquire(bar + 1) == gen) {
+        if (global_ns() - t0 > 10000000000ull) {
+          printf("vibevoice decode chain: grid barrier timed out (blocks not resident together?)\n");
+          __trap();
+        }
+      }
+    }
+    __threadfence();
+  }
+  __syncthreads();
+}
+
+// The ring: `stages` stages of `stride` bytes at base, their mbarriers at bars. Thread 0 issues this
+// block's tiles in order (phase by phase, each phase's run [t0, t1) of its tiles); tile number i of the
+// block goes to stage i mod stages and completes that stage's barrier phase (i / stages) mod 2.
+struct Ring {
+  const unsigned char* mem;  // the stages (generic address)
+  uint32_t base, bars, stride;
+  int stages;
+  // thread 0's cursor: the next tile to issue (phase p, tile t, the phase's end t1)
+  int p;
+  int64_t t, t1;
+  uint32_t issued;
+};
+
+__device__ __forceinline__ void phase_range(const DecodeChain& c, int p, int64_t& t0, int64_t& t1) {
+  const int64_t n = c.tiles[p], g = gridDim.x, b = blockIdx.x;
+  t0 = n * b / g;
+  t1 = n * (b + 1) / g;
+}
+
+// The job, first row and rows of tile t of phase p.
+__device__ __forceinline__ void locate(const DecodeChain& c, int p, int64_t t, int& jx, int64_t& n0,
+                                       int& rows) {
+  const DecodeGemv& g = c.ph[p];
+  jx = 0;
+#pragma unroll
+  for (int q = 1; q < kMaxDecodeJobs; ++q)
+    if (q < g.count && t >= g.j[q].task_begin) jx = q;
+  const int tr = c.tr[p];
+  n0 = (t - g.j[jx].task_begin) * tr;
+  const int64_t nr = g.j[jx].N;
+  rows = static_cast<int>(nr - n0 < tr ? nr - n0 : tr);
+}
+
+// Thread 0: moves the cursor past exhausted phases; false when no tile is left.
+__device__ __forceinline__ bool cursor_valid(const DecodeChain& c, Ring& r) {
+  while (r.t >= r.t1) {
+    if (++r.p >= c.phases) return false;
+    phase_range(c, r.p, r.t, r.t1);
+  }
+  return true;
+}
+
+// Thread 0: issues the cursor's tile into the next stage (if a tile is left) and advances.
+template <typename WT>
+__device__ __forceinline__ void issue_next(const DecodeChain& c, Ring& r) {
+  if (!cursor_valid(c, r)) return;
+  int jx, rows;
+  int64_t n0;
+  locate(c, r.p, r.t, jx, n0, rows);
+  const DecodeGemv& g = c.ph[r.p];
+  const uint32_t bytes =
+      static_cast<uint32_t>(static_cast<size_t>(g.K) * sizeof(WT) * static_cast<size_t>(rows));
+  const int st = static_cast<int>(r.issued % static_cast<uint32_t>(r.stages));
+  const uint32_t bar = r.bars + 8 * st, dst = r.base + static_cast<uint32_t>(st) * r.stride;
+  mbar::expect_tx(bar, bytes);
+  mbar::bulk_copy(dst, static_cast<const WT*>(g.j[jx].w) + n0 * g.K, bytes, bar);
+  ++r.t;
+  ++r.issued;
+}
+
+// One phase: the activation (with its prologue), then this block's tiles of the phase as the bulk GEMV
+// computes them. i: the block's tile count so far (its ring position).
+template <typename WT, int XC, bool kNorm, bool kSilu>
+__device__ __forceinline__ void run_phase(const DecodeChain& c, int p, Ring& ring, uint32_t& i, float* red,
+                                          float* nred) {
+  constexpr int TR = bulk_tile_rows(XC, false);
+  const DecodeGemv& g = c.ph[p];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t K = g.K;
+  float inv = 0.f;
+  if constexpr (kNorm) {
+    inv = dec::rms_inv<true>(g.x, K, g.eps, nred);
+    if (blockIdx.x == 0) {
+      for (int64_t c8 = tid; c8 < K; c8 += kBulkThreads)
+        g.norm_out[c8] = (__ldcg(g.x + c8) * inv) * g.norm_w[c8];
+    }
+  }
+  float xr[XC][8];
+  dec::bulk_load_act<XC, kNorm, kSilu, true>(g, inv, xr);
+  int64_t t0, t1;
+  phase_range(c, p, t0, t1);
+  for (int64_t t = t0; t < t1; ++t, ++i) {
+    const int st = static_cast<int>(i % static_cast<uint32_t>(ring.stages));
+    mbar::wait(ring.bars + 8 * st, (i / static_cast<uint32_t>(ring.stages)) & 1u);
+    int jx, rows;
+    int64_t n0;
+    locate(c, p, t, jx, n0, rows);
+    const WT* sw = reinterpret_cast<const WT*>(ring.mem + static_cast<size_t>(st) * ring.stride);
+    float* rb = red + (i & 1u) * 8 * kBulkMaxRows;
+    float acc[TR];
+    dec::bulk_tile_sums<WT, XC, TR, TR>(sw, K, rows, xr, acc);
+    if (lane == 0) {
+#pragma unroll
+      for (int r = 0; r < TR; ++r) rb[warp * kBulkMaxRows + r] = acc[r];
+    }
+    __syncthreads();  // the stage is read and the warps' sums are in rb
+    if (tid == 0) issue_next<WT>(c, ring);
+    if (tid < rows) {
+      const DecodeGemvJob& J = g.j[jx];
+      const int64_t n = n0 + tid;
+      float v = dec::bulk_row_total(rb, tid);
+      v += J.bias ? J.bias[n] : 0.f;
+      if (J.ep == static_cast<int>(Epilogue::kAddResidual)) {
+        J.out[n] = __ldcg(J.out + n) + v;
+      } else {
+        J.out[n] = v;
+      }
+    }
+  }
+}
+
+template <typename WT>
+__device__ __forceinline__ void dispatch_phase(const DecodeChain& c, int p, Ring& ring, uint32_t& i,
+                                               float* red, float* nred) {
+  switch (c.form[p]) {
+    case kPlain1:
+      return run_phase<WT, 1, false, false>(c, p, ring, i, red, nred);
+    case kPlain2:
+      return run_phase<WT, 2, false, false>(c, p, ring, i, red, nred);
+    case kPlain4:
+      return run_phase<WT, 4, false, false>(c, p, ring, i, red, nred);
+    case kPlain8:
+      return run_phase<WT, 8, false, false>(c, p, ring, i, red, nred);
+    case kPlain12:
+      return run_phase<WT, 12, false, false>(c, p, ring, i, red, nred);
+    case kNorm1:
+      return run_phase<WT, 1, true, false>(c, p, ring, i, red, nred);
+    case kNorm2:
+      return run_phase<WT, 2, true, false>(c, p, ring, i, red, nred);
+    case kNorm4:
+      return run_phase<WT, 4, true, false>(c, p, ring, i, red, nred);
+    case kSilu1:
+      return run_phase<WT, 1, false, true>(c, p, ring, i, red, nred);
+    case kSilu2:
+      return run_phase<WT, 2, false, true>(c, p, ring, i, red, nred);
+    case kSilu4:
+      return run_phase<WT, 4, false, true>(c, p, ring, i, red, nred);
+    case kSilu8:
+      return run_phase<WT, 8, false, true>(c, p, ring, i, red, nred);
+    default:
+      return run_phase<WT, 12, false, true>(c, p, ring, i, red, nred);
+  }
+}
+
+template <typename WT>
+__global__ void __launch_bounds__(kBulkThreads, 1)
+    decode_chain_kernel(const __grid_constant__ DecodeChain c, int stages, uint32_t stride) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(128) unsigned char chain_smem[];
+  Ring ring;
+  ring.mem = chain_smem;
+  ring.base = mma::smem_addr(chain_smem);
+  ring.stages = stages;
+  ring.stride = stride;
+  ring.bars = ring.base + static_cast<uint32_t>(stages) * stride;
+  float* red =
+      reinterpret_cast<float*>(chain_smem + static_cast<size_t>(stages) * stride + 8 * kBulkMaxStages);
+  float* nred = red + 2 * 8 * kBulkMaxRows;  // rms_inv's 16 floats
+  ring.p = 0;
+  phase_range(c, 0, ring.t, ring.t1);
+  ring.issued = 0;
+  if (threadIdx.x == 0) {
+    for (int st = 0; st < stages; ++st) mbar::init1(ring.bars + 8 * st);
+    mbar::fence_init();
+    // The weights do not depend on the kernels before: in flight before the wait.
+    for (int st = 0; st < stages; ++st) issue_next<WT>(c, ring);
+  }
+  __syncthreads();
+  pdl_wait();
+  uint32_t i = 0;
+  for (int p = 0; p < c.phases; ++p) {
+    if (p > 0) grid_barrier(c.barrier);
+    if (p == c.phases - 1 && !c.rope) pdl_trigger();
+    dispatch_phase<WT>(c, p, ring, i, red, nred);
+  }
+  if (c.rope) {
+    grid_barrier(c.barrier);
+    pdl_trigger();
+    const RopeKvArgs& a = c.r;
+    const int64_t n = a.R * (a.qh + a.kh) * (a.D / 2);
+    for (int64_t it = static_cast<int64_t>(blockIdx.x) * kBulkThreads + threadIdx.x; it < n;
+         it += static_cast<int64_t>(gridDim.x) * kBulkThreads) {
+      if (a.ct == DType::kBF16) {
+        dec::rope_kv_item<__nv_bfloat16, true>(a, it);
+      } else if (a.ct == DType::kF16) {
+        dec::rope_kv_item<__half, true>(a, it);
+      } else {
+        dec::rope_kv_item<float, true>(a, it);
+      }
+    }
+  }
+#endif
+}
+
+}  // namespace
+
+size_t decode_chain_budget() {
+  static const size_t b = [] {
+    const char* e = std::getenv("VV_CUDA_CHAIN_KB");
+    return e ? static_cast<size_t>(std::clamp(std::atoi(e), 64, 220)) * 1024 : kChainBudget;
+  }();
+  return b;
+}
+
+// The stage bytes a phase needs: TR rows of K 16-bit weights, in 128-byte units.
+static size_t chain_stage_bytes(const DecodeGemv& g) {
+  const int tr = bulk_tile_rows(bulk_xc(g.K), false);
+  return (static_cast<size_t>(g.K) * 2 * static_cast<size_t>(tr) + 127) / 128 * 128;
+}
+
+bool decode_chain_takes(const DecodeChain& c) {
+  if (c.phases < 1 || c.phases > kMaxChainPhases || c.barrier == nullptr || c.sms < 1) return false;
+  if (c.phases + (c.rope ? 1 : 0) < 2) return false;
+  size_t stride = 0;
+  for (int p = 0; p < c.phases; ++p) {
+    const DecodeGemv& g = c.ph[p];
+    if (!g.bulk || g.silu_out || g.wt != c.ph[0].wt || !decode_gemv_bulk_takes(g)) return false;
+    stride = std::max(stride, chain_stage_bytes(g));
+  }
+  if (c.rope && (c.r.D % 2 != 0 || c.r.R < 1)) return false;
+  return 2 * stride <= decode_chain_budget();
+}
+
+void decode_chain(DecodeChain c, cudaStream_t s) {
+  size_t stride = 0;
+  for (int p = 0; p < c.phases; ++p) {
+    DecodeGemv& g = c.ph[p];
+    const int xc = bulk_xc(g.K);
+    const int tr = bulk_tile_rows(xc, false);
+    int64_t tiles = 0;
+    for (int q = 0; q < g.count; ++q) {
+      g.j[q].task_begin = tiles;
+      tiles += (g.j[q].N + tr - 1) / tr;
+    }
+    c.tiles[p] = tiles;
+    c.tr[p] = tr;
+    c.form[p] = chain_form(xc, g.norm_w != nullptr, g.swiglu_in != nullptr);
+    stride = std::max(stride, chain_stage_bytes(g));
+  }
+  const int stages = static_cast<int>(std::clamp<size_t>(decode_chain_budget() / stride, 2, kBulkMaxStages));
+  // stages, kBulkMaxStages mbarriers, the warps' row sums [2][8][kBulkMaxRows], rms_inv's 16 floats
+  const size_t smem =
+      static_cast<size_t>(stages) * stride + 8 * kBulkMaxStages + (2 * 8 * kBulkMaxRows + 16) * sizeof(float);
+  auto go = [&](auto* kern) {
+    static size_t raised = 0;  // per instantiation: the dynamic shared memory allowed so far
+    if (smem > raised) {
+      cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+      raised = smem;
+    }
+    launch_pdl(kern, dim3(static_cast<unsigned>(c.sms)), kBulkThreads, smem, s, c, stages,
+               static_cast<uint32_t>(stride));
+  };
+  if (c.ph[0].wt == DType::kF16) {
+    go(decode_chain_kernel<__half>);
+  } else {
+    go(decode_chain_kernel<__nv_bfloat16>);
+  }
+}
+
+}  // namespace vv::cuda
