@@ -263,6 +263,19 @@ __global__ void __launch_bounds__(kBulkThreads, 1)
     mbar::fence_init();
     // The weights do not depend on the kernels before: in flight before the wait.
     for (int st = 0; st < stages; ++st) issue_next<WT>(c, ring);
+    // And up to l2_ahead bytes of the tiles after those into L2, while the kernel before still runs.
+    Ring look = ring;
+    for (int64_t left = c.l2_ahead; left > 0 && cursor_valid(c, look); ++look.t) {
+      int jx, rows;
+      int64_t n0;
+      locate(c, look.p, look.t, jx, n0, rows);
+      const DecodeGemv& g = c.ph[look.p];
+      const uint32_t bytes =
+          static_cast<uint32_t>(static_cast<size_t>(g.K) * sizeof(WT) * static_cast<size_t>(rows));
+      const WT* src = static_cast<const WT*>(g.j[jx].w) + n0 * g.K;
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
+      left -= bytes;
+    }
   }
   __syncthreads();
   pdl_wait();
@@ -296,7 +309,15 @@ __global__ void __launch_bounds__(kBulkThreads, 1)
 size_t decode_chain_budget() {
   static const size_t b = [] {
     const char* e = std::getenv("VV_CUDA_CHAIN_KB");
-    return e ? static_cast<size_t>(std::clamp(std::atoi(e), 64, 220)) * 1024 : kChainBudget;
+    return e ? static_cast<size_t>(std::clamp(std::atoi(e), 64, 226)) * 1024 : kChainBudget;
+  }();
+  return b;
+}
+
+int64_t decode_chain_l2_ahead() {
+  static const int64_t b = [] {
+    const char* e = std::getenv("VV_CUDA_CHAIN_L2_KB");
+    return e ? static_cast<int64_t>(std::clamp(std::atoi(e), 0, 4096)) * 1024 : int64_t{0};
   }();
   return b;
 }
@@ -334,6 +355,7 @@ void decode_chain(DecodeChain c, cudaStream_t s) {
     c.tiles[p] = tiles;
     c.tr[p] = tr;
     c.form[p] = chain_form(xc, g.norm_w != nullptr, g.swiglu_in != nullptr);
+    c.l2_ahead = decode_chain_l2_ahead();
     stride = std::max(stride, chain_stage_bytes(g));
   }
   const int stages = static_cast<int>(std::clamp<size_t>(decode_chain_budget() / stride, 2, kBulkMaxStages));

@@ -124,11 +124,14 @@ struct DecodeChain {
   int64_t tiles[kMaxChainPhases] = {};
   int tr[kMaxChainPhases] = {};
   int form[kMaxChainPhases] = {};
+  // VV_CUDA_CHAIN_L2_KB: bytes of each block's tiles after its ring's first fill prefetched into L2
+  // before the kernel waits for the one before it (0: none; filled by decode_chain).
+  int64_t l2_ahead = 0;
 };
 // Whether decode_chain takes c (its phases bulk GEMVs of one weight dtype, none paired).
 bool decode_chain_takes(const DecodeChain& c);
 void decode_chain(DecodeChain c, cudaStream_t s);
-// The shared-memory bytes of the chain's ring (VV_CUDA_CHAIN_KB, 64 to 220; 190 by default).
+// The shared-memory bytes of the chain's ring (VV_CUDA_CHAIN_KB, 64 to 226; 190 by default).
 size_t decode_chain_budget();
 
 // Bulk prefetch of [p, p + bytes) into L2 (sm_90: cp.async.bulk.prefetch.L2; p and bytes multiples of

@@ -201,7 +201,7 @@ for step in "$@"; do
         run chain_golden env -u GTEST_FILTER VV_CUDA_DECODE_CHAIN=1 VV_GOLDEN_DIR=/tmp/goldfull VV_REQUIRE_GPU=1 \
           $B/gpu_full_golden
       fi
-      IFS=';' read -ra chcfgs <<<"${CHAIN_CFGS:-plain;VV_CUDA_GEMV_BULK=3;VV_CUDA_DECODE_CHAIN=1;VV_CUDA_DECODE_CHAIN=1 VV_CUDA_CHAIN_KB=150;VV_CUDA_DECODE_CHAIN=1 VV_CUDA_ATTN_LEAN=1}"
+      IFS=';' read -ra chcfgs <<<"${CHAIN_CFGS:-plain;VV_CUDA_GEMV_BULK=3;VV_CUDA_DECODE_CHAIN=1;VV_CUDA_DECODE_CHAIN=1 VV_CUDA_CHAIN_KB=150;VV_CUDA_DECODE_CHAIN=1 VV_CUDA_CHAIN_L2_KB=160;VV_CUDA_DECODE_CHAIN=1 VV_CUDA_ATTN_LEAN=1}"
       for i in $(seq "${B1_REPS:-2}"); do
         for cfg in "${chcfgs[@]}"; do
           read -ra kv <<<"${cfg/plain/VV_CUDA_NONE=1}"
