@@ -694,6 +694,14 @@ class CudaBackend final : public Backend {
     c.sms = sms_;
     c.barrier = chain_bar_;
     size_t j = i;
+    cuda::DecodeAttentionPlan ap;
+    if (chain_attn_ && recs[i].kind == OpRec::kAttention && chain_attention_ok(recs[i], &ap)) {
+      const OpRec& at = recs[i];
+      Tensor o = at.out;
+      c.at = cuda::decode_attn_args(at.a, at.rows, at.cache, at.shape, o, ap, nullptr, nullptr, attn_lean_);
+      c.attn = true;
+      ++j;
+    }
     while (c.phases < cuda::kMaxChainPhases && j < recs.size()) {
       cuda::DecodeGemv d;
       const size_t used =
@@ -723,14 +731,29 @@ class CudaBackend final : public Backend {
     const size_t used = j - i + (c.rope ? 3 : 0);
     const float theta = rq.f;
     const int D = rq.head_dim;
+    const size_t ws_floats = ap.ws_floats;
     out.push_back([=, this] {
       cuda::DecodeChain cc = c;
       if (cc.rope) cc.r.inv_freq = inv_freq(theta, D);
-      OpTimer timer(this, "decode_chain");
+      if (cc.attn && !decode_attention_ws(ws_floats, &cc.at.counters, &cc.at.ws)) return;
+      OpTimer timer(this, cc.attn ? "decode_chain.attn" : "decode_chain");
       cuda::decode_chain(cc, stream_);
       launched("decode_chain");
     });
     return used;
+  }
+
+  // VV_CUDA_CHAIN_ATTN=1: whether the chain can start with this attention record: one row on the SIMT
+  // decode kernel (not the flash or mma kernels) over a 16-bit cache; its plan in *p.
+  bool chain_attention_ok(const OpRec& at, cuda::DecodeAttentionPlan* p) const {
+    const Tensor& q = at.a;
+    if (q.rows() != 1 || at.out.rows() != 1 || q.rows() > at.rows.block_tables.rows() ||
+        at.cache.k.row_stride() % 4 != 0 || at.cache.v.row_stride() != at.cache.k.row_stride() ||
+        (at.cache.k.dtype != DType::kBF16 && at.cache.k.dtype != DType::kF16))
+      return false;
+    if (flash_prefill_takes(q, at.cache, at.shape) || decode_mma_takes(q, at.cache, at.shape)) return false;
+    *p = cuda::plan_decode_attention(1, at.rows, at.shape, sms_);
+    return p->use && p->counters <= kDecAttnCounterSlots;
   }
 
   static bool row_vector(const Tensor& t) {
@@ -1420,6 +1443,30 @@ class CudaBackend final : public Backend {
            cache.k.row_stride() % 8 == 0 && cache.v.row_stride() == cache.k.row_stride() &&
            aligned(cache.k.data) && aligned(cache.v.data);
   }
+  // The decode attention's workspace: [counters: kDecAttnCounterSlots, zeroed at allocation, left zeroed
+  // by every launch][partials: ws_floats], grown when it must (then never again); false when it cannot
+  // be now (inside a capture, which is then broken) or the allocation failed.
+  static constexpr size_t kDecAttnCounterSlots = 16384;
+  bool decode_attention_ws(size_t ws_floats, unsigned** counters, float** partials) {
+    const size_t need = kDecAttnCounterSlots * sizeof(unsigned) + ws_floats * sizeof(float);
+    if (need > dec_attn_ws_bytes_) {
+      if (capturing_) {
+        capture_broken_ = true;
+        return false;
+      }
+      workspace_moved();
+      if (dec_attn_ws_) cudaFree(dec_attn_ws_);
+      dec_attn_ws_ = nullptr;
+      dec_attn_ws_bytes_ = 0;
+      const size_t bytes = need * 2;
+      if (!check(cudaMalloc(&dec_attn_ws_, bytes), "cudaMalloc decode attention workspace")) return false;
+      check(cudaMemsetAsync(dec_attn_ws_, 0, bytes, stream_), "cudaMemsetAsync decode attention workspace");
+      dec_attn_ws_bytes_ = bytes;
+    }
+    *counters = static_cast<unsigned*>(dec_attn_ws_);
+    *partials = reinterpret_cast<float*>(*counters + kDecAttnCounterSlots);
+    return true;
+  }
   // Decode steps (one row per sequence, decode_ops.cuh): key splits merged in the same launch.
   bool run_decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
                             const AttentionShape& shape, Tensor& out) {
@@ -1432,28 +1479,11 @@ class CudaBackend final : public Backend {
     const cuda::DecodeAttentionPlan p =
         mma ? cuda::DecodeAttentionPlan{} : cuda::plan_decode_attention(q.rows(), rows, shape, sms_);
     if (!pm.use && !p.use) return false;
+    if ((pm.use ? pm.counters : p.counters) > kDecAttnCounterSlots) return false;
     OpTimer timer(this, pm.use ? "paged_attention.decode_mma" : "paged_attention.decode");
-    // [counters: kCounterSlots, zeroed at allocation, left zeroed by every launch][partials]
-    constexpr size_t kCounterSlots = 16384;
-    if ((pm.use ? pm.counters : p.counters) > kCounterSlots) return false;
-    const size_t need =
-        kCounterSlots * sizeof(unsigned) + (pm.use ? pm.ws_floats : p.ws_floats) * sizeof(float);
-    if (need > dec_attn_ws_bytes_) {  // grows with the context and the rows; then never again
-      if (capturing_) {
-        capture_broken_ = true;
-        return true;
-      }
-      workspace_moved();
-      if (dec_attn_ws_) cudaFree(dec_attn_ws_);
-      dec_attn_ws_ = nullptr;
-      dec_attn_ws_bytes_ = 0;
-      const size_t bytes = need * 2;
-      if (!check(cudaMalloc(&dec_attn_ws_, bytes), "cudaMalloc decode attention workspace")) return true;
-      check(cudaMemsetAsync(dec_attn_ws_, 0, bytes, stream_), "cudaMemsetAsync decode attention workspace");
-      dec_attn_ws_bytes_ = bytes;
-    }
-    auto* counters = static_cast<unsigned*>(dec_attn_ws_);
-    auto* partials = reinterpret_cast<float*>(counters + kCounterSlots);
+    unsigned* counters = nullptr;
+    float* partials = nullptr;
+    if (!decode_attention_ws(pm.use ? pm.ws_floats : p.ws_floats, &counters, &partials)) return true;
     if (pm.use) {
       cuda::mma_decode_attention(q, rows, cache, shape, out, pm, partials, counters, stream_);
     } else {
@@ -1957,6 +1987,10 @@ class CudaBackend final : public Backend {
   bool chain_ =
       std::getenv("VV_CUDA_DECODE_CHAIN") && std::string(std::getenv("VV_CUDA_DECODE_CHAIN")) == "1";
   unsigned* chain_bar_ = nullptr;  // the chain's grid barrier (2 counters)
+  // VV_CUDA_CHAIN_ATTN=1 (with the chain): a one-row step's SIMT decode attention becomes the chain's
+  // first phase, so a layer (attention to the next layer's rope) is one launch.
+  bool chain_attn_ =
+      std::getenv("VV_CUDA_CHAIN_ATTN") && std::string(std::getenv("VV_CUDA_CHAIN_ATTN")) == "1";
   // VV_CUDA_CONV_GEMM (default on; =0 off): bf16 mode, GEMMs of f32 rows (the encoders' strided
   // convs: overlapping rows) by bf16 weights with N ∈ {32, 64, 128} and at least kConvGemmMinRows rows
   // run on cuda::conv_gemm, which rounds a's values to bf16 as it loads them instead of packing them

@@ -1,7 +1,8 @@
 // Device pieces shared by the decode kernels of decode_ops.cu and the decode chain (decode_chain.cu):
-// the warp sum, SiLU, weight unpacking, the RMSNorm's inverse, and the arithmetic of the bulk one-row
-// GEMV (its activation load with the norm or SwiGLU prologue, and one tile's row sums). A row's sum is
-// a function of K alone, so every kernel that takes these gets the bits of the others.
+// the warp sums, SiLU, weight unpacking, the RMSNorm's inverse, the arithmetic of the bulk one-row GEMV
+// (its activation load with the norm or SwiGLU prologue, and one tile's row sums), rope_kv_write's item
+// and the SIMT decode attention's block. Each kernel that takes them computes the same values in the
+// same order, so their outputs agree bitwise.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -244,6 +245,283 @@ __device__ __forceinline__ void rope_kv_item(const RopeKvArgs& a, int64_t i) {
   const float* vr = a.v + r * a.ldv + col;
   vc[slot * a.ldc + col] = from_f32<CT>(ld_act<kCg>(vr));
   vc[slot * a.ldc + col + half] = from_f32<CT>(ld_act<kCg>(vr + half));
+}
+
+// ---- The SIMT decode attention's block (decode_attn_kernel; the chain's attention phase) ----------
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Four consecutive cache values as f32 (d0 + 4 <= D, D % 4 == 0: one 8- or 16-byte load).
+__device__ __forceinline__ void load4(const __nv_bfloat16* p, float* f) {
+  const uint2 u = *reinterpret_cast<const uint2*>(p);
+  const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x));
+  const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
+  f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y;
+}
+__device__ __forceinline__ void load4(const __half* p, float* f) {
+  const uint2 u = *reinterpret_cast<const uint2*>(p);
+  const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&u.x));
+  const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
+  f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y;
+}
+__device__ __forceinline__ void load4(const float* p, float* f) {
+  const float4 a = *reinterpret_cast<const float4*>(p);
+  f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w;
+}
+
+// load4 through L2 only (kCg) or as it is.
+template <bool kCg, typename CT>
+__device__ __forceinline__ void load4c(const CT* p, float* f) {
+  if constexpr (!kCg) {
+    load4(p, f);
+  } else if constexpr (sizeof(CT) == 4) {
+    const float4 v = __ldcg(reinterpret_cast<const float4*>(p));
+    f[0] = v.x, f[1] = v.y, f[2] = v.z, f[3] = v.w;
+  } else {
+    const uint2 u = __ldcg(reinterpret_cast<const uint2*>(p));
+    load4(reinterpret_cast<const CT*>(&u), f);
+  }
+}
+
+constexpr int kAttnThreads = 256;
+constexpr int kAttnWarps = kAttnThreads / 32;
+constexpr int kAttnMaxG = 8;
+constexpr int kAttnKeysPerWarp = 8;  // a warp's keys per round: their loads are in flight together
+constexpr int kAttnRound = kAttnWarps * kAttnKeysPerWarp;
+
+// Decode attention: block (key split s, kv head, row r) takes the split's keys in rounds of 64: warp w
+// loads the K slices of its 8 keys (lanes over 4-dim slices) and scores them for the G query heads
+// of the kv head (warp sums); after the split's softmax, the same warp accumulates p·V of its keys
+// and the warps' sums are added in warp order. With one split it writes the output; otherwise it
+// leaves (acc, max, sum) in ws and the last block of (r, kv head) to finish (a counter per pair,
+// reset by that block) merges the splits in split order, so the result does not depend on which
+// block finishes last.
+// Block (key split `split`, kv head kvh, row r) of the decode attention (decode_attn_kernel's body; the
+// chain's attention phase runs it too). sm: a.smem bytes of shared memory; mls and last: the block's
+// shared scalars. kCg: q and the cache are read through L2 only (they may have been written by other
+// blocks of the same grid).
+template <typename CT, bool kCg>
+__device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int split, int kvh, int64_t r,
+                                                  float* sm, float (&mls)[2][kAttnMaxG], int& last) {
+  const float* __restrict__ q = A.q;
+  const int64_t ldq = A.ldq;
+  const int32_t* __restrict__ row_seq = A.row_seq;
+  const int32_t* __restrict__ row_pos = A.row_pos;
+  const int32_t* __restrict__ tables = A.tables;
+  const int64_t ldt = A.ldt, ldc = A.ldc, n = A.n, ldo = A.ldo;
+  const int bs = A.bs, heads = A.heads, kv_heads = A.kv_heads, D = A.D, chunk = A.chunk, pstride = A.pstride;
+  const CT* __restrict__ kc = static_cast<const CT*>(A.kc);
+  const CT* __restrict__ vc = static_cast<const CT*>(A.vc);
+  const float scale = A.scale;
+  float* __restrict__ out = A.out;
+  float* ws = A.ws;
+  unsigned* counters = A.counters;
+  const bool lean = A.lean;
+  const int nsplit = A.splits;
+  const int G = heads / kv_heads;
+  float* Qs = sm;                                                 // [G][D]
+  float* red = Qs + G * D;                                        // [warps][G][D]
+  float* Ps = red + kAttnWarps * G * D;                           // [G][pstride]
+  int64_t* slots = reinterpret_cast<int64_t*>(Ps + G * pstride);  // [chunk]; the offset is even
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int32_t seq = row_seq[r];
+  const int L = row_pos[r] + 1;
+  const int k0 = split * chunk;
+  const int nk = max(min(L, k0 + chunk) - k0, 0);
+  // The splits holding keys (the table's width may reach past the row's length): the others leave at
+  // once and take no part in the merge.
+  const int nse = lean ? min(nsplit, (L + chunk - 1) / chunk) : nsplit;
+  if (lean && nk == 0) return;
+  const float* qr = q + r * ldq + static_cast<int64_t>(kvh) * G * D;
+  for (int i = tid; i < G * D; i += kAttnThreads) Qs[i] = ld_act<kCg>(qr + i);
+  for (int j = tid; j < nk; j += kAttnThreads) {
+    const int p = k0 + j;
+    slots[j] = static_cast<int64_t>(tables[seq * ldt + p / bs]) * bs + p % bs;
+  }
+  __syncthreads();
+  const int d0 = lane * 4;
+  const bool dl = d0 < D;
+  const int64_t hoff = static_cast<int64_t>(kvh) * D + d0;
+  float qv[kAttnMaxG][4];
+#pragma unroll
+  for (int g = 0; g < kAttnMaxG; ++g)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) qv[g][e] = g < G && dl ? Qs[g * D + d0 + e] : 0.f;
+  // The V rows of the warp's first round are loaded with its K rows (one trip to memory fewer when a
+  // split is one round, as up to 16,384 keys of table width).
+  float vpre[kAttnKeysPerWarp][4];
+#pragma unroll
+  for (int u = 0; u < kAttnKeysPerWarp; ++u) {
+    const int j = warp * kAttnKeysPerWarp + u;
+    vpre[u][0] = vpre[u][1] = vpre[u][2] = vpre[u][3] = 0.f;
+    if (lean && dl && j < nk) load4c<kCg>(vc + slots[j] * ldc + hoff, vpre[u]);
+  }
+  for (int j0 = warp * kAttnKeysPerWarp; j0 < nk; j0 += kAttnRound) {
+    float kf[kAttnKeysPerWarp][4];
+#pragma unroll
+    for (int u = 0; u < kAttnKeysPerWarp; ++u) {
+      kf[u][0] = kf[u][1] = kf[u][2] = kf[u][3] = 0.f;
+      if (dl && j0 + u < nk) load4c<kCg>(kc + slots[j0 + u] * ldc + hoff, kf[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kAttnKeysPerWarp; ++u) {
+#pragma unroll
+      for (int g = 0; g < kAttnMaxG; ++g) {
+        if (g < G) {
+          float sc = qv[g][0] * kf[u][0];
+          sc = fmaf(qv[g][1], kf[u][1], sc);
+          sc = fmaf(qv[g][2], kf[u][2], sc);
+          sc = fmaf(qv[g][3], kf[u][3], sc);
+          sc = warp_sum(sc);
+          if (lane == 0 && j0 + u < nk) Ps[g * pstride + j0 + u] = sc * scale;
+        }
+      }
+    }
+  }
+  __syncthreads();
+  for (int g = warp; g < G; g += kAttnWarps) {
+    float mx = -INFINITY;
+    for (int j = lane; j < nk; j += 32) mx = fmaxf(mx, Ps[g * pstride + j]);
+    mx = warp_max(mx);
+    float l = 0.f;
+    for (int j = lane; j < nk; j += 32) {
+      const float e = expf(Ps[g * pstride + j] - mx);
+      Ps[g * pstride + j] = e;
+      l += e;
+    }
+    l = warp_sum(l);
+    if (lane == 0) {
+      mls[0][g] = mx;
+      mls[1][g] = l;
+    }
+  }
+  __syncthreads();
+  float acc[kAttnMaxG][4];
+#pragma unroll
+  for (int g = 0; g < kAttnMaxG; ++g) acc[g][0] = acc[g][1] = acc[g][2] = acc[g][3] = 0.f;
+  for (int j0 = warp * kAttnKeysPerWarp; j0 < nk; j0 += kAttnRound) {
+    float vf[kAttnKeysPerWarp][4];
+    if (lean && j0 == warp * kAttnKeysPerWarp) {
+#pragma unroll
+      for (int u = 0; u < kAttnKeysPerWarp; ++u)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) vf[u][e] = vpre[u][e];
+    } else {
+#pragma unroll
+      for (int u = 0; u < kAttnKeysPerWarp; ++u) {
+        vf[u][0] = vf[u][1] = vf[u][2] = vf[u][3] = 0.f;
+        if (dl && j0 + u < nk) load4c<kCg>(vc + slots[j0 + u] * ldc + hoff, vf[u]);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kAttnKeysPerWarp; ++u) {
+      if (j0 + u >= nk) break;
+#pragma unroll
+      for (int g = 0; g < kAttnMaxG; ++g) {
+        if (g < G) {
+          const float p = Ps[g * pstride + j0 + u];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[g][e] = fmaf(p, vf[u][e], acc[g][e]);
+        }
+      }
+    }
+  }
+  if (dl) {
+#pragma unroll
+    for (int g = 0; g < kAttnMaxG; ++g)
+      if (g < G)
+        *reinterpret_cast<float4*>(red + (warp * G + g) * D + d0) =
+            make_float4(acc[g][0], acc[g][1], acc[g][2], acc[g][3]);
+  }
+  __syncthreads();
+  float* orow = out + r * ldo + static_cast<int64_t>(kvh) * G * D;
+  const int64_t pair = r * kv_heads + kvh;
+  float* wacc = ws + (pair * nsplit + split) * G * D;
+  for (int i = tid; i < G * D; i += kAttnThreads) {
+    float a = 0.f;
+    for (int w = 0; w < kAttnWarps; ++w) a += red[w * G * D + i];
+    if (nse == 1) {
+      orow[i] = a / mls[1][i / D];
+    } else {
+      wacc[i] = a;
+    }
+  }
+  if (nse == 1) return;
+  float* wml = ws + n * kv_heads * nsplit * G * D + (pair * nsplit + split) * G * 2;
+  if (tid < G) {
+    wml[tid * 2] = mls[0][tid];
+    wml[tid * 2 + 1] = mls[1][tid];
+  }
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) last = atomicAdd(&counters[pair], 1u) == static_cast<unsigned>(nse - 1);
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  if (tid == 0) counters[pair] = 0;  // ready for the next launch
+  const float* pacc = ws + pair * nsplit * G * D;
+  const float* pml = ws + n * kv_heads * nsplit * G * D + pair * nsplit * G * 2;
+  // Split weights e^(m_s − M) into Ps (nsplit ≤ pstride), the merged sums into mls.
+  for (int g = warp; g < G; g += kAttnWarps) {
+    float mx = -INFINITY;
+    for (int sp = lane; sp < nse; sp += 32) mx = fmaxf(mx, __ldcg(pml + (sp * G + g) * 2));
+    mx = warp_max(mx);
+    float l = 0.f;
+    for (int sp = lane; sp < nse; sp += 32) {
+      const float ls = __ldcg(pml + (sp * G + g) * 2 + 1);
+      const float e = ls > 0.f ? expf(__ldcg(pml + (sp * G + g) * 2) - mx) : 0.f;
+      Ps[g * pstride + sp] = e;
+      l += ls * e;
+    }
+    l = warp_sum(l);
+    if (lane == 0) mls[1][g] = l;
+  }
+  __syncthreads();
+  if (!lean) {  // one output at a time, 4 splits' loads in flight
+    for (int i = tid; i < G * D; i += kAttnThreads) {
+      const int g = i / D;
+      float a = 0.f;
+#pragma unroll 4
+      for (int sp = 0; sp < nse; ++sp)
+        a = fmaf(__ldcg(pacc + static_cast<int64_t>(sp) * G * D + i), Ps[g * pstride + sp], a);
+      orow[i] = a / mls[1][g];
+    }
+    return;
+  }
+  // Lean: each thread's outputs (i = tid + 256·o, up to 8 of them) over 4 splits at a time, their loads
+  // in flight together; each output's sum in split order.
+  constexpr int kOut = kAttnMaxG * 256 / kAttnThreads;
+  float a[kOut];
+#pragma unroll
+  for (int o = 0; o < kOut; ++o) a[o] = 0.f;
+  for (int sp0 = 0; sp0 < nse; sp0 += 4) {
+    float x[4][kOut];
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+#pragma unroll
+      for (int o = 0; o < kOut; ++o) {
+        const int i = tid + o * kAttnThreads;
+        x[u][o] = sp0 + u < nse && i < G * D ? __ldcg(pacc + static_cast<int64_t>(sp0 + u) * G * D + i) : 0.f;
+      }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      if (sp0 + u < nse) {
+#pragma unroll
+        for (int o = 0; o < kOut; ++o) {
+          const int i = tid + o * kAttnThreads;
+          if (i < G * D) a[o] = fmaf(x[u][o], Ps[(i / D) * pstride + sp0 + u], a[o]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int o = 0; o < kOut; ++o) {
+    const int i = tid + o * kAttnThreads;
+    if (i < G * D) orow[i] = a[o] / mls[1][i / D];
+  }
 }
 
 }  // namespace vv::cuda::dec

@@ -37,6 +37,7 @@ using dec::kBulkMaxRows;
 using dec::kBulkMaxStages;
 using dec::kBulkThreads;
 
+static_assert(sizeof(DecodeChain) + 16 <= 4096, "the chain's descriptor is a kernel parameter (4 KB)");
 constexpr size_t kChainBudget = 190 * 1024;  // five 37.9 KB stages at the 7B's down projection
 
 // A phase's form: its activation chunks a thread (XC) and prologue.
@@ -243,7 +244,8 @@ __device__ __forceinline__ void dispatch_phase(const DecodeChain& c, int p, Ring
 
 template <typename WT>
 __global__ void __launch_bounds__(kBulkThreads, 1)
-    decode_chain_kernel(const __grid_constant__ DecodeChain c, int stages, uint32_t stride) {
+    decode_chain_kernel(const __grid_constant__ DecodeChain c, int stages, uint32_t stride,
+                        uint32_t attn_offset) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(128) unsigned char chain_smem[];
   Ring ring;
@@ -279,9 +281,27 @@ __global__ void __launch_bounds__(kBulkThreads, 1)
   }
   __syncthreads();
   pdl_wait();
+  if (c.attn) {  // the attention's blocks (split, kv head, row), spread over the grid
+    __shared__ float mls[2][dec::kAttnMaxG];
+    __shared__ int last;
+    const DecodeAttnArgs& a = c.at;
+    float* asm_ = reinterpret_cast<float*>(chain_smem + attn_offset);
+    const int64_t units = static_cast<int64_t>(a.splits) * a.kv_heads * a.n;
+    for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
+      const int split = static_cast<int>(u % a.splits);
+      const int kvh = static_cast<int>(u / a.splits % a.kv_heads);
+      const int64_t r = u / (static_cast<int64_t>(a.splits) * a.kv_heads);
+      if (a.ct == DType::kF16) {
+        dec::decode_attn_block<__half, true>(a, split, kvh, r, asm_, mls, last);
+      } else {
+        dec::decode_attn_block<__nv_bfloat16, true>(a, split, kvh, r, asm_, mls, last);
+      }
+      __syncthreads();  // the block's shared state is free for its next unit
+    }
+  }
   uint32_t i = 0;
   for (int p = 0; p < c.phases; ++p) {
-    if (p > 0) grid_barrier(c.barrier);
+    if (p > 0 || c.attn) grid_barrier(c.barrier);
     if (p == c.phases - 1 && !c.rope) pdl_trigger();
     dispatch_phase<WT>(c, p, ring, i, red, nred);
   }
@@ -322,6 +342,13 @@ int64_t decode_chain_l2_ahead() {
   return b;
 }
 
+// The ring's bytes beside `attn` bytes of the attention's shared memory: the budget, or what the SM's
+// 227 KB leave (less the barriers, the row sums and the static shared memory's slack).
+static size_t chain_ring_bytes(size_t attn) {
+  constexpr size_t kSmemMax = 227 * 1024 - 2048;
+  return std::min(decode_chain_budget(), attn < kSmemMax ? kSmemMax - attn : 0);
+}
+
 // The stage bytes a phase needs: TR rows of K 16-bit weights, in 128-byte units.
 static size_t chain_stage_bytes(const DecodeGemv& g) {
   const int tr = bulk_tile_rows(bulk_xc(g.K), false);
@@ -338,7 +365,10 @@ bool decode_chain_takes(const DecodeChain& c) {
     stride = std::max(stride, chain_stage_bytes(g));
   }
   if (c.rope && (c.r.D % 2 != 0 || c.r.R < 1)) return false;
-  return 2 * stride <= decode_chain_budget();
+  if (c.attn && (c.at.n < 1 || c.at.splits < 1 || c.at.kv_heads < 1 ||
+                 (c.at.ct != DType::kBF16 && c.at.ct != DType::kF16)))
+    return false;
+  return 2 * stride <= chain_ring_bytes(c.attn ? (c.at.smem + 15) / 16 * 16 : 0);
 }
 
 void decode_chain(DecodeChain c, cudaStream_t s) {
@@ -358,10 +388,13 @@ void decode_chain(DecodeChain c, cudaStream_t s) {
     c.l2_ahead = decode_chain_l2_ahead();
     stride = std::max(stride, chain_stage_bytes(g));
   }
-  const int stages = static_cast<int>(std::clamp<size_t>(decode_chain_budget() / stride, 2, kBulkMaxStages));
-  // stages, kBulkMaxStages mbarriers, the warps' row sums [2][8][kBulkMaxRows], rms_inv's 16 floats
-  const size_t smem =
+  const size_t attn = c.attn ? (c.at.smem + 15) / 16 * 16 : 0;
+  const int stages = static_cast<int>(std::clamp<size_t>(chain_ring_bytes(attn) / stride, 2, kBulkMaxStages));
+  // stages, kBulkMaxStages mbarriers, the warps' row sums [2][8][kBulkMaxRows], rms_inv's 16 floats, then
+  // the attention's shared memory
+  const size_t attn_offset =
       static_cast<size_t>(stages) * stride + 8 * kBulkMaxStages + (2 * 8 * kBulkMaxRows + 16) * sizeof(float);
+  const size_t smem = attn_offset + attn;
   auto go = [&](auto* kern) {
     static size_t raised = 0;  // per instantiation: the dynamic shared memory allowed so far
     if (smem > raised) {
@@ -369,7 +402,7 @@ void decode_chain(DecodeChain c, cudaStream_t s) {
       raised = smem;
     }
     launch_pdl(kern, dim3(static_cast<unsigned>(c.sms)), kBulkThreads, smem, s, c, stages,
-               static_cast<uint32_t>(stride));
+               static_cast<uint32_t>(stride), static_cast<uint32_t>(attn_offset));
   };
   if (c.ph[0].wt == DType::kF16) {
     go(decode_chain_kernel<__half>);

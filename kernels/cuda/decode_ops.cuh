@@ -77,6 +77,31 @@ void rope_kv_write(Tensor& q, Tensor& k, const Tensor& v, const Tensor& pos, int
                    const float* inv_freq, const AttentionRows& rows, KvLayer& cache,
                    const AttentionShape& shape, cudaStream_t s);
 
+// decode_attention's operands (its kernel's and the chain's attention phase's).
+struct DecodeAttnArgs {
+  const float* q = nullptr;
+  int64_t ldq = 0;
+  const int32_t* row_seq = nullptr;
+  const int32_t* row_pos = nullptr;
+  const int32_t* tables = nullptr;
+  int64_t ldt = 0;
+  int bs = 0;
+  const void* kc = nullptr;
+  const void* vc = nullptr;
+  int64_t ldc = 0;
+  DType ct = DType::kBF16;
+  int64_t n = 0;
+  int heads = 0, kv_heads = 0, D = 0;
+  float scale = 0;
+  int chunk = 64, pstride = 64, splits = 1;
+  float* out = nullptr;
+  int64_t ldo = 0;
+  float* ws = nullptr;
+  unsigned* counters = nullptr;
+  bool lean = false;
+  size_t smem = 0;  // the block's dynamic shared memory (DecodeAttentionPlan::smem)
+};
+
 // rope_kv_write's operands (one thread per (row, head, frequency) over the q heads then the k heads).
 struct RopeKvArgs {
   float* q = nullptr;
@@ -118,6 +143,10 @@ struct DecodeChain {
   int phases = 0;
   bool rope = false;  // rope_kv_write after the last phase
   RopeKvArgs r;
+  // The SIMT decode attention before the first phase (its blocks' work spread over the grid; then a
+  // barrier): a whole layer in one launch.
+  bool attn = false;
+  DecodeAttnArgs at;
   unsigned* barrier = nullptr;  // 2 unsigned ints of device memory, zeroed before the first launch
   int sms = 132;
   // Filled by decode_chain: each phase's tiles, rows a tile and form.
@@ -165,6 +194,10 @@ DecodeAttentionPlan plan_decode_attention(int64_t n, const AttentionRows& rows, 
 void decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
                       const AttentionShape& shape, Tensor& out, const DecodeAttentionPlan& p, float* ws,
                       unsigned* counters, bool lean, cudaStream_t s);
+// decode_attention's operands as its kernel takes them.
+DecodeAttnArgs decode_attn_args(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
+                                const AttentionShape& shape, Tensor& out, const DecodeAttentionPlan& p,
+                                float* ws, unsigned* counters, bool lean);
 
 // Decode attention on the tensor cores (bf16 mode; decode_attention.h says which shapes): one warp
 // per unit of kMmaDecodeChunk keys of one (row, kv head), the GQA group as the M side of m16n8k16

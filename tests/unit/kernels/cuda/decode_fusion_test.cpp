@@ -32,12 +32,13 @@ struct LayerCase {
 struct LayerData {
   HostMatrix x, g1, g2, wq, bq, wk, bk, wv, bv, wgu, wo, resid, kc, vc;
   HostMatrix att, wproj;  // the chain's sequence: an attention output [1, heads · D], o [H, heads · D]
+  HostMatrix q0;          // and the query of its attention, where the sequence starts there
   std::vector<int32_t> table;
   int64_t slots = 0;
 };
 
 struct LayerOut {
-  std::vector<float> a, q, k, v, a2, gu, m, resid;
+  std::vector<float> a, q, k, v, a2, gu, m, resid, att;
   std::vector<uint8_t> kc, vc;
 };
 
@@ -67,6 +68,7 @@ LayerData make_data(const LayerCase& c, uint32_t seed) {
   d.vc = random_matrix(d.slots, kvd, c.cache_t, seed + 13);
   d.att = random_matrix(1, qd, DType::kF32, seed + 14);
   d.wproj = random_matrix(c.H, qd, c.wt, seed + 15, 1.0f / std::sqrt(static_cast<float>(qd)));
+  d.q0 = random_matrix(1, qd, DType::kF32, seed + 16, 2.0f);
   return d;
 }
 
@@ -340,16 +342,18 @@ TEST(CudaDecodeFusion, BalancedGemvRowsChangeNoBit) {
   }
 }
 
-// A decode step from one layer's o projection to the next layer's kv_write, as Qwen2Decoder::run_layer
-// issues it: o (+ residual), norm, gate_up, silu_mul, down (+ residual), norm, q/k/v, rope, kv_write.
-// VV_CUDA_DECODE_CHAIN=1 runs it as one decode_chain launch on sm_90 (16-bit weights).
-LayerOut run_chain_ops(Backend& be, const LayerCase& c, LayerData& d) {
+// A decode step from one layer's o projection (or, with `attention`, its attention) to the next layer's
+// kv_write, as Qwen2Decoder::run_layer issues it: [attention,] o (+ residual), norm, gate_up, silu_mul,
+// down (+ residual), norm, q/k/v, rope, kv_write. VV_CUDA_DECODE_CHAIN=1 runs it as one decode_chain
+// launch on sm_90 (16-bit weights; the attention too with VV_CUDA_CHAIN_ATTN=1 and a 16-bit cache).
+LayerOut run_chain_ops(Backend& be, const LayerCase& c, LayerData& d, bool attention) {
   const int64_t qd = int64_t{c.heads} * c.D, kvd = int64_t{c.kv_heads} * c.D;
   DeviceMatrix g1 = to_device(be, d.g1), g2 = to_device(be, d.g2);
   DeviceMatrix wq = to_device(be, d.wq), bq = to_device(be, d.bq), wk = to_device(be, d.wk),
                bk = to_device(be, d.bk);
   DeviceMatrix wv = to_device(be, d.wv), bv = to_device(be, d.bv), wgu = to_device(be, d.wgu),
-               wo = to_device(be, d.wo), att = to_device(be, d.att), wproj = to_device(be, d.wproj);
+               wo = to_device(be, d.wo), wproj = to_device(be, d.wproj), q0 = to_device(be, d.q0);
+  DeviceMatrix att = attention ? poisoned(be, 1, qd) : to_device(be, d.att);
   DeviceMatrix resid = to_device(be, d.resid), kc = to_device(be, d.kc), vc = to_device(be, d.vc);
   DeviceMatrix pos = to_device_i32(be, {c.pos}), seq = to_device_i32(be, {0}),
                tab = to_device_i32(be, d.table);
@@ -370,6 +374,7 @@ LayerOut run_chain_ops(Backend& be, const LayerCase& c, LayerData& d) {
                 Tensor::matrix(vc.buf.data(), c.cache_t, d.slots, kvd)};
   const AttentionShape shape{c.heads, c.kv_heads, c.D, 1.0f / std::sqrt(static_cast<float>(c.D))};
   be.synchronize();
+  if (attention) be.paged_attention(q0.t, rows, cache, shape, att.t);
   be.gemm(att.t, wproj.t, nullptr, resid.t, Epilogue::kAddResidual);
   be.rms_norm(resid.t, g2v, 1e-6f, a2.t);
   be.gemm(a2.t, wgu.t, nullptr, gu.t, Epilogue::kNone);
@@ -391,6 +396,7 @@ LayerOut run_chain_ops(Backend& be, const LayerCase& c, LayerData& d) {
   o.gu = download_f32(be, gu.t);
   o.m = download_f32(be, m.t);
   o.resid = download_f32(be, resid.t);
+  o.att = download_f32(be, att.t);
   o.kc.resize(d.kc.bytes.size());
   o.vc.resize(d.vc.bytes.size());
   be.download(o.kc.data(), kc.buf.data(), o.kc.size());
@@ -399,7 +405,7 @@ LayerOut run_chain_ops(Backend& be, const LayerCase& c, LayerData& d) {
 }
 
 // The CPU's scalar reference of run_chain_ops.
-LayerOut chain_reference(const LayerCase& c, LayerData d) {
+LayerOut chain_reference(const LayerCase& c, LayerData d, bool attention) {
   const int64_t qd = int64_t{c.heads} * c.D, kvd = int64_t{c.kv_heads} * c.D;
   auto mat = [](int64_t r, int64_t cols) { return random_matrix(r, cols, DType::kF32, 1); };
   HostMatrix a = mat(1, c.H), q = mat(1, qd), k = mat(1, kvd), v = mat(1, kvd), a2 = mat(1, c.H);
@@ -420,6 +426,10 @@ LayerOut chain_reference(const LayerCase& c, LayerData d) {
   KvLayer cache{Tensor::matrix(d.kc.bytes.data(), c.cache_t, d.slots, kvd),
                 Tensor::matrix(d.vc.bytes.data(), c.cache_t, d.slots, kvd)};
   const AttentionShape shape{c.heads, c.kv_heads, c.D, 1.0f / std::sqrt(static_cast<float>(c.D))};
+  if (attention) {
+    Tensor att = d.att.view();
+    ref::paged_attention(d.q0.view(), rows, cache, shape, att);
+  }
   ref::gemm(d.att.view(), d.wproj.view(), nullptr, rv, Epilogue::kAddResidual);
   ref::rms_norm(rv, Tensor::vector(d.g2.bytes.data(), DType::kF32, c.H), 1e-6f, a2v);
   ref::gemm(a2v, d.wgu.view(), nullptr, guv, Epilogue::kNone);
@@ -435,6 +445,7 @@ LayerOut chain_reference(const LayerCase& c, LayerData d) {
   LayerOut o;
   o.a = host_rows(av), o.q = host_rows(qv), o.k = host_rows(kv), o.v = host_rows(vv), o.a2 = host_rows(a2v);
   o.gu = host_rows(guv), o.m = host_rows(mv), o.resid = host_rows(rv);
+  o.att = host_rows(d.att.view());
   o.kc = d.kc.bytes;
   o.vc = d.vc.bytes;
   return o;
@@ -447,14 +458,22 @@ LayerOut chain_reference(const LayerCase& c, LayerData d) {
 // without the chain (VV_CUDA_GEMV_BULK=3), run after run (the barrier's counters persist between
 // launches), and near the CPU reference. Shapes: fewer tiles than blocks, the block norm order
 // (K > 1024), 8 chunks a thread (K = 12,000), f16, and the 7B's.
-TEST(CudaDecodeFusion, ChainedLayerGivesTheBitsOfItsLaunchesOneByOne) {
+// `attention`: the sequence starts at the attention and VV_CUDA_CHAIN_ATTN=1 chains it too; `extra`: a
+// switch set for every backend (VV_CUDA_ATTN_LEAN).
+void check_chain(bool attention, const char* extra = nullptr) {
   { VV_CUDA_BACKEND_OR_SKIP(probe, false); }
   cudaDeviceProp prop{};
   const bool sm90 = cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major >= 9;
-  auto chain = cuda_backend_with({{"VV_CUDA_DECODE_CHAIN", "1"}}, false);
-  auto eager = cuda_backend_with({{"VV_CUDA_DECODE_CHAIN", "1"}, {"VV_CUDA_GRAPHS", "0"}}, false);
-  auto bulk3 = cuda_backend_with({{"VV_CUDA_GEMV_BULK", "3"}}, false);
-  auto prof = cuda_backend_with({{"VV_CUDA_DECODE_CHAIN", "1"}, {"VV_CUDA_PROFILE", "1"}}, false);
+  auto make = [&](std::vector<std::pair<const char*, const char*>> env, bool chained) {
+    if (chained) env.emplace_back("VV_CUDA_DECODE_CHAIN", "1");
+    if (chained && attention) env.emplace_back("VV_CUDA_CHAIN_ATTN", "1");
+    if (extra) env.emplace_back(extra, "1");
+    return cuda_backend_with(env, false);
+  };
+  auto chain = make({}, true);
+  auto eager = make({{"VV_CUDA_GRAPHS", "0"}}, true);
+  auto bulk3 = make({{"VV_CUDA_GEMV_BULK", "3"}}, false);
+  auto prof = make({{"VV_CUDA_PROFILE", "1"}}, true);
   ASSERT_TRUE(chain.is_ok() && eager.is_ok() && bulk3.is_ok() && prof.is_ok());
   const std::vector<LayerCase> cases = {
       {136, 40, 3, 1, 8, DType::kBF16, DType::kBF16, 37},            // fewer tiles than blocks
@@ -470,13 +489,19 @@ TEST(CudaDecodeFusion, ChainedLayerGivesTheBitsOfItsLaunchesOneByOne) {
                              std::to_string(c.D) + " " + dtype_name(c.wt) + " cache " + dtype_name(c.cache_t);
     LayerData d = make_data(c, seed);
     seed += 20;
-    const LayerOut unf = run_chain_ops(**eager, c, d);
-    const LayerOut b3 = run_chain_ops(**bulk3, c, d);
+    const LayerOut unf = run_chain_ops(**eager, c, d, attention);
+    const LayerOut b3 = run_chain_ops(**bulk3, c, d, attention);
     (void)backend_profile_report(**prof);
-    const LayerOut pr = run_chain_ops(**prof, c, d);
+    const LayerOut pr = run_chain_ops(**prof, c, d, attention);
     const std::string table = backend_profile_report(**prof);
     const bool takes = sm90 && c.wt != DType::kF32;
+    const bool takes_attn = takes && attention && c.cache_t != DType::kF32;
     EXPECT_EQ(table.find("decode_chain") != std::string::npos, takes) << what << "\n" << table;
+    EXPECT_EQ(table.find("decode_chain.attn") != std::string::npos, takes_attn) << what << "\n" << table;
+    if (takes_attn) {
+      EXPECT_EQ(table.find("paged_attention"), std::string::npos) << what << ": attention outside the chain\n"
+                                                                  << table;
+    }
     if (takes) {
       EXPECT_EQ(table.find("decode_gemv"), std::string::npos) << what << ": a GEMV outside the chain\n"
                                                               << table;
@@ -489,6 +514,7 @@ TEST(CudaDecodeFusion, ChainedLayerGivesTheBitsOfItsLaunchesOneByOne) {
         EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size() * sizeof(x[0])), 0)
             << what << ": " << name << " differs (" << how << ")";
       };
+      eq(o.att, want.att, "attention output");
       eq(o.a, want.a, "norm output");
       eq(o.q, want.q, "q");
       eq(o.k, want.k, "k");
@@ -503,10 +529,11 @@ TEST(CudaDecodeFusion, ChainedLayerGivesTheBitsOfItsLaunchesOneByOne) {
     same(b3, unf, "the fused step without the chain against the ops one by one");
     same(pr, unf, "chained, profiled");
     for (int rep = 0; rep < 3; ++rep)
-      same(run_chain_ops(**chain, c, d), unf, "chained, run " + std::to_string(rep));
-    const LayerOut want = chain_reference(c, d);
+      same(run_chain_ops(**chain, c, d, attention), unf, "chained, run " + std::to_string(rep));
+    const LayerOut want = chain_reference(c, d, attention);
     const double gk = 2e-5 * std::sqrt(static_cast<double>(c.H));
     const double rk = 2e-5 * std::sqrt(static_cast<double>(c.I)) + 4 * gk;
+    if (attention) expect_close(unf.att, want.att, 1e-4, what + " attention");
     expect_close(unf.a2, want.a2, 4e-6, what + " second norm");
     expect_close(unf.gu, want.gu, 2 * gk, what + " gate_up");
     expect_close(unf.m, want.m, 4 * gk, what + " silu_mul");
@@ -516,6 +543,19 @@ TEST(CudaDecodeFusion, ChainedLayerGivesTheBitsOfItsLaunchesOneByOne) {
     expect_close(unf.k, want.k, 4 * rk, what + " k");
     expect_close(unf.v, want.v, 4 * rk, what + " v");
   }
+}
+
+TEST(CudaDecodeFusion, ChainedLayerGivesTheBitsOfItsLaunchesOneByOne) {
+  check_chain(false);
+}
+
+// VV_CUDA_CHAIN_ATTN=1: the chain starts at the one-row SIMT decode attention (its blocks spread over the
+// chain's grid, the last block of each kv head merging the splits as the kernel's does), so the whole
+// layer is one launch. Every output, the attention's included, keeps the bits of the ops one by one
+// (16-bit caches; the f32 cache's attention stays a kernel of its own), with and without the lean form.
+TEST(CudaDecodeFusion, ChainedLayerWithItsAttentionGivesTheBitsOfItsLaunchesOneByOne) {
+  check_chain(true);
+  check_chain(true, "VV_CUDA_ATTN_LEAN");
 }
 
 // One decode row's attention, discard(q), then the o projection with the residual, as

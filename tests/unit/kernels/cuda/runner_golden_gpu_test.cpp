@@ -303,8 +303,9 @@ TEST(CudaRunnerGolden, GraphReplayedDecodeEqualsEagerLaunchesBitwise) {
 
 // VV_CUDA_DECODE_CHAIN=1 with bf16 weights (sm_90; elsewhere the switch does nothing): each layer's
 // GEMVs from its o projection to the next layer's rope run as one persistent kernel, captured and
-// replayed with the step. The logits must be the bits of the same steps launched op by op (each GEMV
-// on the bulk kernel) and of the fused steps without the chain (VV_CUDA_GEMV_BULK=3).
+// replayed with the step (with VV_CUDA_CHAIN_ATTN=1 the attention too). The logits must be the bits of
+// the same steps launched op by op (each GEMV on the bulk kernel) and of the fused steps without the
+// chain (VV_CUDA_GEMV_BULK=3).
 TEST(CudaRunnerGolden, ChainedBf16DecodeEqualsItsLaunchesOneByOneBitwise) {
   VV_GPU_OR_SKIP();
   BackendOptions bo;
@@ -320,6 +321,13 @@ TEST(CudaRunnerGolden, ChainedBf16DecodeEqualsItsLaunchesOneByOneBitwise) {
   cudaDeviceProp prop{};
   const bool sm90 = cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major >= 9;
   EXPECT_EQ(table.find("decode_chain") != std::string::npos, sm90) << table;
+  // VV_CUDA_CHAIN_ATTN=1: the attention in the chain too (one launch a layer).
+  std::string table_attn;
+  const auto with_attn =
+      decode_logits({{"VV_CUDA_DECODE_CHAIN", "1"}, {"VV_CUDA_CHAIN_ATTN", "1"}, {"VV_CUDA_PROFILE", "1"}},
+                    bo, &table_attn);
+  expect_same_logits(eager, with_attn, "the chain with its attention differs from the ops one by one");
+  EXPECT_EQ(table_attn.find("decode_chain.attn") != std::string::npos, sm90) << table_attn;
 }
 }  // namespace
 }  // namespace vv::test
