@@ -61,6 +61,9 @@
 #                after a 1,024-row prompt
 #   chain        VV_CUDA_DECODE_CHAIN=1: its gpu tests, the 7B golden with it (after testsgolden/golden in the
 #                same call), batch-1 decode with each of $CHAIN_CFGS ($B1_REPS rounds, interleaved)
+#   batch        batched decode steps alone (cuda_decode_bench --batch-bench): $BATCH_ROWS (1,64,128) rows at
+#                $BATCH_CTX (400) positions with each of $BATCH_CFGS, against the weights + K/V bound
+#   ncubatch     Nsight Compute: every kernel of 64-row decode steps ($NCU_ENV as ncudecode's)
 #   ncudecodebulk  ncudecode with VV_CUDA_GEMV_BULK=1
 #   ncuencsrc    Nsight Compute: instruction mix, stall reasons and hot SASS of the encoders' block kernels
 #   ncudecode    Nsight Compute: every kernel's duration, in order, of a short prefill and 12 batch-1 decode
@@ -209,6 +212,24 @@ for step in "$@"; do
             --no-gemv --tokens 256 --enc-audio 1 --job-audio 1 --job-tokens 1
         done
       done ;;
+    batch)  # batched decode steps alone (issue 13's 64/128 points without the scheduler): $BATCH_ROWS rows at
+      # $BATCH_CTX positions, 64 steps, with each of $BATCH_CFGS (';'-separated; default: none, the mma
+      # decode attention with 128- and 256-key units), $B1_REPS rounds, interleaved
+      IFS=';' read -ra bcfgs <<<"${BATCH_CFGS:-plain;VV_CUDA_MMA_DECODE_CHUNK=128;VV_CUDA_MMA_DECODE_CHUNK=256}"
+      for i in $(seq "${B1_REPS:-2}"); do
+        for cfg in "${bcfgs[@]}"; do
+          read -ra kv <<<"${cfg/plain/VV_CUDA_NONE=1}"
+          run "batch_${cfg//[^A-Za-z0-9]/_}_r$i" timeout 200 env "${kv[@]}" $B/cuda_decode_bench --preset 7b --bf16 \
+            --no-gemv --batch-bench --batch-rows "${BATCH_ROWS:-1,64,128}" --batch-ctx "${BATCH_CTX:-400}"
+        done
+      done ;;
+    ncubatch)  # Nsight Compute: every kernel's duration of 64-row decode steps (no prefill: the context's bytes
+      # as allocated); the last ≈ 180 rows are one step's kernels, each alone
+      NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+      run ncubatch timeout 300 env ${NCU_ENV:-VV_CUDA_NONE=1} $NCU --clock-control none --cache-control none \
+        --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv --launch-count 4000 $B/cuda_decode_bench \
+        --preset 7b --bf16 --no-gemv --batch-bench --batch-rows "${BATCH_ROWS:-64}" --batch-ctx "${BATCH_CTX:-400}" \
+        --batch-steps 2 --batch-no-prefill ;;
     ncugemv)  # why o/down/q stream slower than gate_up: per-launch DRAM figures of each one-row GEMV shape
       NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
       M="gpu__time_duration.sum,dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed"

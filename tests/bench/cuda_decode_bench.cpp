@@ -2,13 +2,19 @@
 // bandwidth per weight shape against the device's copy bandwidth, prefill tok/s, batch-1 decode
 // tok/s, the two encoders over N seconds of audio, and the standard job (120 s of audio, 1000
 // tokens generated). Prints a table and, last, one JSON line.
-//   cuda_decode_bench [--preset 7b|tiny] [--prompt 1024] [--chunk 1024] [--tokens 256] [--bf16]
+//   cuda_decode_bench [--preset 7b|tiny] [--device cuda:0|cpu] [--prompt 1024] [--chunk 1024] [--tokens 256]
+//   [--bf16]
 //   [--job-tokens 1000] [--no-gemv] [--table-only]
 //                     [--gemv-m 1,2,4,16,64] [--enc-audio 60] [--enc-reps 1] [--job-audio 120]
 //   cuda_decode_bench --attn-bench [--preset 7b] [--attn-rows 1,8,64,128] [--attn-ctx 300,600,1031]
 //                     [--attn-layers 4]
+//   cuda_decode_bench --batch-bench [--batch-rows 64,128] [--batch-ctx 400] [--batch-steps 64] [--bf16]
+//                     [--no-gemv] [--batch-no-prefill]
 // --table-only stops after the GEMM table. --attn-bench times the decode attention alone (see attn_bench) and
-// nothing else.
+// nothing else. --batch-bench times batched decode steps alone (after the copy and the GEMM table): N
+// sequences of --batch-ctx positions each, then --batch-steps steps of one row per sequence (the
+// scheduler's full decode steps without it: issue 13's curve points), against the bound of reading the
+// weights and every row's K/V once at the measured copy bandwidth.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -33,6 +39,7 @@ double seconds_since(Clock::time_point t) {
 
 struct Args {
   std::string preset = "7b";
+  std::string device = "cuda:0";  // --device (cpu: the tiny preset's logic on a machine without a GPU)
   int64_t prompt = 1024;
   int64_t chunk = 1024;  // --chunk: prompt rows per prefill step (the runner's prefill_chunk and max_rows)
   int tokens = 256;
@@ -48,6 +55,12 @@ struct Args {
   std::vector<int64_t> attn_rows{1, 8, 64, 128};
   std::vector<int64_t> attn_ctx{300, 600, 1031};
   int attn_layers = 4;
+  bool batch_bench = false;
+  std::vector<int64_t> batch_rows{64, 128};
+  int64_t batch_ctx = 400;
+  int batch_steps = 64;
+  bool batch_prefill = true;  // --batch-no-prefill: the cache's context left as allocated (for Nsight runs:
+                              // a decode step reads the same bytes whatever they hold)
 };
 
 std::vector<int64_t> parse_list(const std::string& v) {  // "1,2,4"
@@ -202,6 +215,97 @@ int attn_bench(const Args& a, const vv::ModelSpec& spec) {
   return 0;
 }
 
+// --batch-bench: for each N, N sequences of ctx random-token positions (prefilled one sequence a step),
+// 8 warm-up steps (the step's graph captured), then `steps` timed steps of one row per sequence.
+int batch_bench(const Args& a, vv::Runner& r, const vv::Checkpoint& ckpt, double hbm) {
+  const vv::ModelSpec& spec = ckpt.spec();
+  const vv::DecoderSpec& d = spec.decoder;
+  double weight_bytes = 0;
+  for (const vv::HostTensor* t : ckpt.bound_tensors()) {
+    if (t->name.find("tokenizer") != std::string::npos || t->name.find("connector") != std::string::npos ||
+        t->name.find("multi_modal") != std::string::npos || t->name.find("embed_tokens") != std::string::npos)
+      continue;
+    weight_bytes += static_cast<double>(t->bytes());
+  }
+  // K and V of one position over all layers, at the cache's dtype (bf16 with --bf16, else f32).
+  const double kv_pos_bytes = 2.0 * d.num_layers * d.num_kv_heads * d.head_dim * (a.bf16 ? 2.0 : 4.0);
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int32_t> tok(0, 150000);
+  std::string json;
+  for (const int64_t n : a.batch_rows) {
+    std::vector<std::vector<vv::BlockId>> blocks(static_cast<size_t>(n));
+    std::vector<int32_t> next(static_cast<size_t>(n), 0);
+    const int64_t ctx = a.batch_ctx;
+    bool ok = true;
+    for (int64_t s = 0; s < n && ok; ++s) {
+      ok = r.kv().reserve(blocks[s], ctx + a.batch_steps + 16).is_ok();
+      for (int64_t p = 0; p < ctx && ok && a.batch_prefill; p += 1024) {
+        vv::StepPlan plan;
+        vv::SequenceRows rows;
+        const int64_t c = std::min<int64_t>(1024, ctx - p);
+        for (int64_t i = 0; i < c; ++i) rows.ids.push_back(tok(rng));
+        rows.start_pos = p;
+        rows.blocks = blocks[s];
+        rows.want_output = p + c == ctx;
+        plan.seqs.push_back(rows);
+        auto out = r.execute(plan);
+        ok = out.is_ok();
+        if (ok && rows.want_output) next[s] = out->next[0];
+        if (!ok) std::fprintf(stderr, "prefill: %s\n", out.status().to_string().c_str());
+      }
+    }
+    if (!ok) {
+      std::fprintf(stderr, "batch %lld: KV pool or prefill failed\n", static_cast<long long>(n));
+      return 1;
+    }
+    auto step = [&](int64_t pos) {
+      vv::StepPlan plan;
+      for (int64_t s = 0; s < n; ++s) {
+        vv::SequenceRows rows;
+        rows.ids = {next[s]};
+        rows.start_pos = pos;
+        rows.blocks = blocks[s];
+        plan.seqs.push_back(rows);
+      }
+      auto out = r.execute(plan);
+      if (!out.is_ok()) {
+        std::fprintf(stderr, "decode step: %s\n", out.status().to_string().c_str());
+        return false;
+      }
+      for (int64_t s = 0; s < n; ++s) next[s] = out->next[s];
+      return true;
+    };
+    int64_t pos = ctx;
+    for (int i = 0; i < 8 && ok; ++i) ok = step(pos++);
+    const std::string warm = vv::backend_profile_report(r.backend());  // resets the per-op profile
+    (void)warm;
+    const auto t = Clock::now();
+    for (int i = 0; i < a.batch_steps && ok; ++i) ok = step(pos++);
+    const double sec = seconds_since(t);
+    if (!ok) return 1;
+    const std::string rep = vv::backend_profile_report(r.backend());
+    if (!rep.empty()) std::printf("per-op time, %lld rows:\n%s", static_cast<long long>(n), rep.c_str());
+    const double ms = sec / a.batch_steps * 1e3, tps = n * a.batch_steps / sec;
+    // Mean context over the timed steps: ctx + 8 warm-up + half the steps (+ the step's own row).
+    const double mean_ctx = ctx + 8 + a.batch_steps / 2.0 + 1;
+    const double bound_ms = (weight_bytes + n * mean_ctx * kv_pos_bytes) / (hbm * 1e9) * 1e3;
+    std::printf(
+        "batched decode %lld rows, context %lld: %.3f ms a step, %.0f tok/s; weights %.2f GB + K/V %.2f GB a "
+        "step "
+        "-> bound %.3f ms (%.0f tok/s) at the measured copy bandwidth (%.0f%%)\n",
+        static_cast<long long>(n), static_cast<long long>(ctx), ms, tps, weight_bytes / 1e9,
+        n * mean_ctx * kv_pos_bytes / 1e9, bound_ms, n / bound_ms * 1e3, 100 * bound_ms / ms);
+    json += std::string(json.empty() ? "" : ",") + "{\"rows\":" + std::to_string(n) +
+            ",\"ms_step\":" + std::to_string(ms) + ",\"tok_s\":" + std::to_string(tps) +
+            ",\"bound_tok_s\":" + std::to_string(n / bound_ms * 1e3) + "}";
+    for (auto& b : blocks) r.kv().release(b);
+  }
+  std::printf(
+      "{\"device\":\"%s\",\"bench\":\"batched_decode\",\"ctx\":%lld,\"copy_gbps\":%.1f,\"points\":[%s]}\n",
+      r.backend().name().c_str(), static_cast<long long>(a.batch_ctx), hbm, json.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -211,6 +315,8 @@ int main(int argc, char** argv) {
     auto next = [&]() { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
     if (k == "--preset")
       a.preset = next();
+    else if (k == "--device")
+      a.device = next();
     else if (k == "--prompt")
       a.prompt = std::stoll(next());
     else if (k == "--chunk")
@@ -241,6 +347,16 @@ int main(int argc, char** argv) {
       a.attn_ctx = parse_list(next());
     else if (k == "--attn-layers")
       a.attn_layers = std::max(1, std::stoi(next()));
+    else if (k == "--batch-bench")
+      a.batch_bench = true;
+    else if (k == "--batch-rows")
+      a.batch_rows = parse_list(next());
+    else if (k == "--batch-ctx")
+      a.batch_ctx = std::max<int64_t>(1, std::stoll(next()));
+    else if (k == "--batch-steps")
+      a.batch_steps = std::max(1, std::stoi(next()));
+    else if (k == "--batch-no-prefill")
+      a.batch_prefill = false;
   }
   const vv::ModelSpec spec = a.preset == "tiny" ? vv::tiny_spec() : vv::qwen7b_asr_spec();
   if (a.attn_bench) return attn_bench(a, spec);
@@ -258,10 +374,16 @@ int main(int argc, char** argv) {
   ro.prefill_chunk = static_cast<int>(a.chunk);
   ro.max_seqs = 4;
   ro.kv_dtype_follows_compute = true;  // as the service: bf16 k/v with --bf16
+  if (a.batch_bench) {
+    const int64_t most = std::max<int64_t>(1, *std::max_element(a.batch_rows.begin(), a.batch_rows.end()));
+    ro.max_seqs = static_cast<int>(most);
+    ro.max_rows = static_cast<int>(std::max<int64_t>(1024, most));
+    ro.kv_positions = most * (a.batch_ctx + a.batch_steps + 32) + 64;
+  }
   vv::BackendOptions bo;
   bo.gpu_bf16_gemm = a.bf16;
   t0 = Clock::now();
-  auto runner = vv::make_runner(**ckpt, ro, "cuda:0", bo);
+  auto runner = vv::make_runner(**ckpt, ro, a.device, bo);
   if (!runner.is_ok()) {
     std::fprintf(stderr, "runner: %s\n", runner.status().to_string().c_str());
     return 1;
@@ -335,6 +457,7 @@ int main(int argc, char** argv) {
   c0.reset();
   c1.reset();
   if (a.table_only) return 0;
+  if (a.batch_bench) return batch_bench(a, r, **ckpt, hbm);
 
   // --- prefill and batch-1 decode on text rows -----------------------------------------------
   std::mt19937 rng(7);
