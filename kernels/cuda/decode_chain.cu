@@ -61,6 +61,8 @@ int chain_form(int xc, bool norm, bool silu) {
   return norm ? kNorm1 + k : silu ? kSilu1 + k : kPlain1 + k;
 }
 
+// The device side exists for sm_90 only (the kernel is empty elsewhere).
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 __device__ __forceinline__ uint64_t global_ns() {
   uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -241,6 +243,8 @@ __device__ __forceinline__ void dispatch_phase(const DecodeChain& c, int p, Ring
       return run_phase<WT, 12, false, true>(c, p, ring, i, red, nred);
   }
 }
+
+#endif  // sm_90
 
 template <typename WT>
 __global__ void __launch_bounds__(kBulkThreads, 1)
