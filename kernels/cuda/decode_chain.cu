@@ -31,7 +31,6 @@
 namespace vv::cuda {
 namespace {
 
-using dec::bulk_tile_rows;
 using dec::bulk_xc;
 using dec::kBulkMaxRows;
 using dec::kBulkMaxStages;
@@ -39,6 +38,14 @@ using dec::kBulkThreads;
 
 static_assert(sizeof(DecodeChain) + 16 <= 4096, "the chain's descriptor is a kernel parameter (4 KB)");
 constexpr size_t kChainBudget = 190 * 1024;  // five 37.9 KB stages at the 7B's down projection
+
+// Weight rows a tile for XC activation chunks a thread: the bulk GEMV's, but 5 at XC = 2 (K 2,049 to
+// 4,096), so that the 7B's K = 3,584 tiles (35.8 KB) nearly fill the stages its down projection's
+// 18,944-weight rows size (37.9 KB): more bytes in flight through the barriers and the attention. A
+// row's sum does not depend on the rows beside it in a tile.
+__host__ __device__ constexpr int chain_tile_rows(int xc) {
+  return xc == 2 ? 5 : dec::bulk_tile_rows(xc, false);
+}
 
 // A phase's form: its activation chunks a thread (XC) and prologue.
 enum ChainForm : int {
@@ -165,7 +172,7 @@ __device__ __forceinline__ void issue_next(const DecodeChain& c, Ring& r) {
 template <typename WT, int XC, bool kNorm, bool kSilu>
 __device__ __forceinline__ void run_phase(const DecodeChain& c, int p, Ring& ring, uint32_t& i, float* red,
                                           float* nred) {
-  constexpr int TR = bulk_tile_rows(XC, false);
+  constexpr int TR = chain_tile_rows(XC);
   const DecodeGemv& g = c.ph[p];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t K = g.K;
@@ -355,7 +362,7 @@ static size_t chain_ring_bytes(size_t attn) {
 
 // The stage bytes a phase needs: TR rows of K 16-bit weights, in 128-byte units.
 static size_t chain_stage_bytes(const DecodeGemv& g) {
-  const int tr = bulk_tile_rows(bulk_xc(g.K), false);
+  const int tr = chain_tile_rows(bulk_xc(g.K));
   return (static_cast<size_t>(g.K) * 2 * static_cast<size_t>(tr) + 127) / 128 * 128;
 }
 
@@ -380,7 +387,7 @@ void decode_chain(DecodeChain c, cudaStream_t s) {
   for (int p = 0; p < c.phases; ++p) {
     DecodeGemv& g = c.ph[p];
     const int xc = bulk_xc(g.K);
-    const int tr = bulk_tile_rows(xc, false);
+    const int tr = chain_tile_rows(xc);
     int64_t tiles = 0;
     for (int q = 0; q < g.count; ++q) {
       g.j[q].task_begin = tiles;
