@@ -236,15 +236,17 @@ __device__ __forceinline__ void rope_kv_item(const RopeKvArgs& a, int64_t i) {
   x[f] = y1;
   x[f + half] = y2;
   const int32_t p = a.pos[r];
-  const int64_t slot = static_cast<int64_t>(a.tables[a.row_seq[r] * a.ldt + p / a.bs]) * a.bs + p % a.bs;
+  const PagedKv& kv = a.kv;
+  const int64_t slot =
+      static_cast<int64_t>(kv.tables[kv.row_seq[r] * kv.ldt + p / kv.bs]) * kv.bs + p % kv.bs;
   const int64_t col = static_cast<int64_t>(hk) * a.D + f;
-  CT* kc = static_cast<CT*>(a.kc);
-  CT* vc = static_cast<CT*>(a.vc);
-  kc[slot * a.ldc + col] = from_f32<CT>(y1);
-  kc[slot * a.ldc + col + half] = from_f32<CT>(y2);
+  CT* kc = static_cast<CT*>(kv.kc);
+  CT* vc = static_cast<CT*>(kv.vc);
+  kc[slot * kv.ldc + col] = from_f32<CT>(y1);
+  kc[slot * kv.ldc + col + half] = from_f32<CT>(y2);
   const float* vr = a.v + r * a.ldv + col;
-  vc[slot * a.ldc + col] = from_f32<CT>(ld_act<kCg>(vr));
-  vc[slot * a.ldc + col + half] = from_f32<CT>(ld_act<kCg>(vr + half));
+  vc[slot * kv.ldc + col] = from_f32<CT>(ld_act<kCg>(vr));
+  vc[slot * kv.ldc + col + half] = from_f32<CT>(ld_act<kCg>(vr + half));
 }
 
 // ---- The SIMT decode attention's block (decode_attn_kernel; the chain's attention phase) ----------
@@ -308,13 +310,14 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
                                                   float* sm, float (&mls)[2][kAttnMaxG], int& last) {
   const float* __restrict__ q = A.q;
   const int64_t ldq = A.ldq;
-  const int32_t* __restrict__ row_seq = A.row_seq;
+  const int32_t* __restrict__ row_seq = A.kv.row_seq;
   const int32_t* __restrict__ row_pos = A.row_pos;
-  const int32_t* __restrict__ tables = A.tables;
-  const int64_t ldt = A.ldt, ldc = A.ldc, n = A.n, ldo = A.ldo;
-  const int bs = A.bs, heads = A.heads, kv_heads = A.kv_heads, D = A.D, chunk = A.chunk, pstride = A.pstride;
-  const CT* __restrict__ kc = static_cast<const CT*>(A.kc);
-  const CT* __restrict__ vc = static_cast<const CT*>(A.vc);
+  const int32_t* __restrict__ tables = A.kv.tables;
+  const int64_t ldt = A.kv.ldt, ldc = A.kv.ldc, n = A.n, ldo = A.ldo;
+  const int bs = A.kv.bs, heads = A.heads, kv_heads = A.kv_heads, D = A.D, chunk = A.chunk,
+            pstride = A.pstride;
+  const CT* __restrict__ kc = static_cast<const CT*>(A.kv.kc);
+  const CT* __restrict__ vc = static_cast<const CT*>(A.kv.vc);
   const float scale = A.scale;
   float* __restrict__ out = A.out;
   float* ws = A.ws;

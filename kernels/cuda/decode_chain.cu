@@ -149,20 +149,27 @@ __device__ __forceinline__ bool cursor_valid(const DecodeChain& c, Ring& r) {
   return true;
 }
 
+// Tile t of phase p's weights: their first byte, and their bytes in *bytes (its rows are contiguous).
+template <typename WT>
+__device__ __forceinline__ const WT* tile_src(const DecodeChain& c, int p, int64_t t, uint32_t* bytes) {
+  int jx, rows;
+  int64_t n0;
+  locate(c, p, t, jx, n0, rows);
+  const DecodeGemv& g = c.ph[p];
+  *bytes = static_cast<uint32_t>(static_cast<size_t>(g.K) * sizeof(WT) * static_cast<size_t>(rows));
+  return static_cast<const WT*>(g.j[jx].w) + n0 * g.K;
+}
+
 // Thread 0: issues the cursor's tile into the next stage (if a tile is left) and advances.
 template <typename WT>
 __device__ __forceinline__ void issue_next(const DecodeChain& c, Ring& r) {
   if (!cursor_valid(c, r)) return;
-  int jx, rows;
-  int64_t n0;
-  locate(c, r.p, r.t, jx, n0, rows);
-  const DecodeGemv& g = c.ph[r.p];
-  const uint32_t bytes =
-      static_cast<uint32_t>(static_cast<size_t>(g.K) * sizeof(WT) * static_cast<size_t>(rows));
+  uint32_t bytes;
+  const WT* src = tile_src<WT>(c, r.p, r.t, &bytes);
   const int st = static_cast<int>(r.issued % static_cast<uint32_t>(r.stages));
   const uint32_t bar = r.bars + 8 * st, dst = r.base + static_cast<uint32_t>(st) * r.stride;
   mbar::expect_tx(bar, bytes);
-  mbar::bulk_copy(dst, static_cast<const WT*>(g.j[jx].w) + n0 * g.K, bytes, bar);
+  mbar::bulk_copy(dst, src, bytes, bar);
   ++r.t;
   ++r.issued;
 }
@@ -279,13 +286,8 @@ __global__ void __launch_bounds__(kBulkThreads, 1)
     // And up to l2_ahead bytes of the tiles after those into L2, while the kernel before still runs.
     Ring look = ring;
     for (int64_t left = c.l2_ahead; left > 0 && cursor_valid(c, look); ++look.t) {
-      int jx, rows;
-      int64_t n0;
-      locate(c, look.p, look.t, jx, n0, rows);
-      const DecodeGemv& g = c.ph[look.p];
-      const uint32_t bytes =
-          static_cast<uint32_t>(static_cast<size_t>(g.K) * sizeof(WT) * static_cast<size_t>(rows));
-      const WT* src = static_cast<const WT*>(g.j[jx].w) + n0 * g.K;
+      uint32_t bytes;
+      const WT* src = tile_src<WT>(c, look.p, look.t, &bytes);
       asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
       left -= bytes;
     }
@@ -302,7 +304,7 @@ __global__ void __launch_bounds__(kBulkThreads, 1)
       const int split = static_cast<int>(u % a.splits);
       const int kvh = static_cast<int>(u / a.splits % a.kv_heads);
       const int64_t r = u / (static_cast<int64_t>(a.splits) * a.kv_heads);
-      if (a.ct == DType::kF16) {
+      if (a.kv.ct == DType::kF16) {
         dec::decode_attn_block<__half, true>(a, split, kvh, r, asm_, mls, last);
       } else {
         dec::decode_attn_block<__nv_bfloat16, true>(a, split, kvh, r, asm_, mls, last);
@@ -323,9 +325,9 @@ __global__ void __launch_bounds__(kBulkThreads, 1)
     const int64_t n = a.R * (a.qh + a.kh) * (a.D / 2);
     for (int64_t it = static_cast<int64_t>(blockIdx.x) * kBulkThreads + threadIdx.x; it < n;
          it += static_cast<int64_t>(gridDim.x) * kBulkThreads) {
-      if (a.ct == DType::kBF16) {
+      if (a.kv.ct == DType::kBF16) {
         dec::rope_kv_item<__nv_bfloat16, true>(a, it);
-      } else if (a.ct == DType::kF16) {
+      } else if (a.kv.ct == DType::kF16) {
         dec::rope_kv_item<__half, true>(a, it);
       } else {
         dec::rope_kv_item<float, true>(a, it);
@@ -377,7 +379,7 @@ bool decode_chain_takes(const DecodeChain& c) {
   }
   if (c.rope && (c.r.D % 2 != 0 || c.r.R < 1)) return false;
   if (c.attn && (c.at.n < 1 || c.at.splits < 1 || c.at.kv_heads < 1 ||
-                 (c.at.ct != DType::kBF16 && c.at.ct != DType::kF16)))
+                 (c.at.kv.ct != DType::kBF16 && c.at.kv.ct != DType::kF16)))
     return false;
   return 2 * stride <= chain_ring_bytes(c.attn ? (c.at.smem + 15) / 16 * 16 : 0);
 }

@@ -1235,6 +1235,19 @@ void decode_gemv(DecodeGemv g, cudaStream_t s) {
   }
 }
 
+PagedKv paged_kv(const AttentionRows& rows, const KvLayer& cache) {
+  PagedKv kv;
+  kv.row_seq = rows.row_seq.ptr<const int32_t>();
+  kv.tables = rows.block_tables.ptr<const int32_t>();
+  kv.ldt = rows.block_tables.row_stride();
+  kv.bs = rows.block_size;
+  kv.kc = cache.k.data;
+  kv.vc = cache.v.data;
+  kv.ldc = cache.k.row_stride();
+  kv.ct = cache.k.dtype;
+  return kv;
+}
+
 RopeKvArgs rope_kv_args(Tensor& q, Tensor& k, const Tensor& v, const Tensor& pos, int q_heads,
                         const float* inv_freq, const AttentionRows& rows, KvLayer& cache,
                         const AttentionShape& shape) {
@@ -1251,14 +1264,7 @@ RopeKvArgs rope_kv_args(Tensor& q, Tensor& k, const Tensor& v, const Tensor& pos
   a.qh = q_heads;
   a.kh = shape.kv_heads;
   a.D = shape.head_dim;
-  a.row_seq = rows.row_seq.ptr<const int32_t>();
-  a.tables = rows.block_tables.ptr<const int32_t>();
-  a.ldt = rows.block_tables.row_stride();
-  a.bs = rows.block_size;
-  a.kc = cache.k.data;
-  a.vc = cache.v.data;
-  a.ldc = cache.k.row_stride();
-  a.ct = cache.k.dtype;
+  a.kv = paged_kv(rows, cache);
   return a;
 }
 
@@ -1269,7 +1275,7 @@ void rope_kv_write(Tensor& q, Tensor& k, const Tensor& v, const Tensor& pos, int
   const int64_t n = a.R * (a.qh + a.kh) * (a.D / 2);
   if (n == 0) return;
   const unsigned grid = static_cast<unsigned>((n + 255) / 256);
-  switch (a.ct) {
+  switch (a.kv.ct) {
     case DType::kBF16:
       launch_pdl(rope_kv_kernel<__nv_bfloat16>, grid, 256, s, a);
       break;
@@ -1342,15 +1348,8 @@ DecodeAttnArgs decode_attn_args(const Tensor& q, const AttentionRows& rows, cons
   DecodeAttnArgs a;
   a.q = q.ptr<const float>();
   a.ldq = q.row_stride();
-  a.row_seq = rows.row_seq.ptr<const int32_t>();
   a.row_pos = rows.row_pos.ptr<const int32_t>();
-  a.tables = rows.block_tables.ptr<const int32_t>();
-  a.ldt = rows.block_tables.row_stride();
-  a.bs = rows.block_size;
-  a.kc = cache.k.data;
-  a.vc = cache.v.data;
-  a.ldc = cache.k.row_stride();
-  a.ct = cache.k.dtype;
+  a.kv = paged_kv(rows, cache);
   a.n = q.rows();
   a.heads = shape.heads;
   a.kv_heads = shape.kv_heads;
@@ -1384,7 +1383,7 @@ void decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer&
     }
     launch_pdl(kern, grid, kAttnThreads, p.smem, s, a);
   };
-  switch (a.ct) {
+  switch (a.kv.ct) {
     case DType::kBF16:
       go(decode_attn_kernel<__nv_bfloat16>);
       break;

@@ -77,19 +77,27 @@ void rope_kv_write(Tensor& q, Tensor& k, const Tensor& v, const Tensor& pos, int
                    const float* inv_freq, const AttentionRows& rows, KvLayer& cache,
                    const AttentionShape& shape, cudaStream_t s);
 
+// A paged KV layer as the decode kernels address it: row r's sequence row_seq[r], whose block table is
+// row row_seq[r] of tables (row stride ldt, bs positions a block); K and V [slots, kv_heads · D] of dtype
+// ct, row stride ldc.
+struct PagedKv {
+  const int32_t* row_seq = nullptr;
+  const int32_t* tables = nullptr;
+  int64_t ldt = 0;
+  int bs = 0;
+  void* kc = nullptr;
+  void* vc = nullptr;
+  int64_t ldc = 0;
+  DType ct = DType::kBF16;
+};
+PagedKv paged_kv(const AttentionRows& rows, const KvLayer& cache);
+
 // decode_attention's operands (its kernel's and the chain's attention phase's).
 struct DecodeAttnArgs {
   const float* q = nullptr;
   int64_t ldq = 0;
-  const int32_t* row_seq = nullptr;
   const int32_t* row_pos = nullptr;
-  const int32_t* tables = nullptr;
-  int64_t ldt = 0;
-  int bs = 0;
-  const void* kc = nullptr;
-  const void* vc = nullptr;
-  int64_t ldc = 0;
-  DType ct = DType::kBF16;
+  PagedKv kv;
   int64_t n = 0;
   int heads = 0, kv_heads = 0, D = 0;
   float scale = 0;
@@ -114,14 +122,7 @@ struct RopeKvArgs {
   const float* inv_freq = nullptr;
   int64_t R = 0;
   int qh = 0, kh = 0, D = 0;
-  const int32_t* row_seq = nullptr;
-  const int32_t* tables = nullptr;
-  int64_t ldt = 0;
-  int bs = 0;
-  void* kc = nullptr;  // the cache's K and V ([slots, kh · D], row stride ldc) of dtype ct
-  void* vc = nullptr;
-  int64_t ldc = 0;
-  DType ct = DType::kBF16;
+  PagedKv kv;
 };
 RopeKvArgs rope_kv_args(Tensor& q, Tensor& k, const Tensor& v, const Tensor& pos, int q_heads,
                         const float* inv_freq, const AttentionRows& rows, KvLayer& cache,

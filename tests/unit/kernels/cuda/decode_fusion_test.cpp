@@ -72,102 +72,166 @@ LayerData make_data(const LayerCase& c, uint32_t seed) {
   return d;
 }
 
+// A layer's operands uploaded to `be` (the outputs poisoned), and its outputs read back.
+struct LayerOnDevice {
+  int64_t qd, kvd;
+  DeviceMatrix x, g1, g2, wq, bq, wk, bk, wv, bv, wgu, wo, resid, kc, vc, att, wproj, q0, pos, seq, tab;
+  DeviceMatrix a, q, k, v, a2, gu, m;
+  Tensor g1v, g2v, bqv, bkv, bvv;
+  AttentionRows rows;
+  KvLayer cache;
+  AttentionShape shape;
+  // attention: att is the attention's output (poisoned), else the uploaded input d.att.
+  LayerOnDevice(Backend& be, const LayerCase& c, LayerData& d, bool attention = false)
+      : qd(int64_t{c.heads} * c.D),
+        kvd(int64_t{c.kv_heads} * c.D),
+        x(to_device(be, d.x)),
+        g1(to_device(be, d.g1)),
+        g2(to_device(be, d.g2)),
+        wq(to_device(be, d.wq)),
+        bq(to_device(be, d.bq)),
+        wk(to_device(be, d.wk)),
+        bk(to_device(be, d.bk)),
+        wv(to_device(be, d.wv)),
+        bv(to_device(be, d.bv)),
+        wgu(to_device(be, d.wgu)),
+        wo(to_device(be, d.wo)),
+        resid(to_device(be, d.resid)),
+        kc(to_device(be, d.kc)),
+        vc(to_device(be, d.vc)),
+        att(attention ? poisoned(be, 1, qd) : to_device(be, d.att)),
+        wproj(to_device(be, d.wproj)),
+        q0(to_device(be, d.q0)),
+        pos(to_device_i32(be, {c.pos})),
+        seq(to_device_i32(be, {0})),
+        tab(to_device_i32(be, d.table)),
+        a(poisoned(be, 1, c.H)),
+        q(poisoned(be, 1, qd)),
+        k(poisoned(be, 1, kvd)),
+        v(poisoned(be, 1, kvd)),
+        a2(poisoned(be, 1, c.H)),
+        gu(poisoned(be, 1, 2 * c.I)),
+        m(poisoned(be, 1, c.I)),
+        g1v(Tensor::vector(g1.buf.data(), DType::kF32, c.H)),
+        g2v(Tensor::vector(g2.buf.data(), DType::kF32, c.H)),
+        bqv(Tensor::vector(bq.buf.data(), DType::kF32, qd)),
+        bkv(Tensor::vector(bk.buf.data(), DType::kF32, kvd)),
+        bvv(Tensor::vector(bv.buf.data(), DType::kF32, kvd)),
+        cache{Tensor::matrix(kc.buf.data(), c.cache_t, d.slots, kvd),
+              Tensor::matrix(vc.buf.data(), c.cache_t, d.slots, kvd)},
+        shape{c.heads, c.kv_heads, c.D, 1.0f / std::sqrt(static_cast<float>(c.D))} {
+    rows.row_seq = seq.t;
+    rows.row_pos = pos.t;
+    rows.block_tables = Tensor::matrix(tab.buf.data(), DType::kI32, 1, static_cast<int64_t>(d.table.size()));
+    rows.block_size = 16;
+    be.synchronize();
+  }
+  LayerOut read(Backend& be, LayerData& d) {
+    LayerOut o;
+    o.a = download_f32(be, a.t);
+    o.q = download_f32(be, q.t);
+    o.k = download_f32(be, k.t);
+    o.v = download_f32(be, v.t);
+    o.a2 = download_f32(be, a2.t);
+    o.gu = download_f32(be, gu.t);
+    o.m = download_f32(be, m.t);
+    o.resid = download_f32(be, resid.t);
+    o.att = download_f32(be, att.t);
+    o.kc.resize(d.kc.bytes.size());
+    o.vc.resize(d.vc.bytes.size());
+    be.download(o.kc.data(), kc.buf.data(), o.kc.size());
+    be.download(o.vc.data(), vc.buf.data(), o.vc.size());
+    return o;
+  }
+};
+
+// The same operands on the host for the CPU's scalar reference (the cache and the residual in d).
+struct LayerOnHost {
+  int64_t qd, kvd;
+  HostMatrix a, q, k, v, a2, gu, m;
+  Tensor av, qv, kv, vv, a2v, guv, mv, rv, bq, bk, bv, posv;
+  std::vector<int32_t> pos, seq;
+  AttentionRows rows;
+  KvLayer cache;
+  AttentionShape shape;
+  LayerOnHost(const LayerCase& c, LayerData& d)
+      : qd(int64_t{c.heads} * c.D),
+        kvd(int64_t{c.kv_heads} * c.D),
+        a(scratch(1, c.H)),
+        q(scratch(1, qd)),
+        k(scratch(1, kvd)),
+        v(scratch(1, kvd)),
+        a2(scratch(1, c.H)),
+        gu(scratch(1, 2 * c.I)),
+        m(scratch(1, c.I)),
+        av(a.view()),
+        qv(q.view()),
+        kv(k.view()),
+        vv(v.view()),
+        a2v(a2.view()),
+        guv(gu.view()),
+        mv(m.view()),
+        rv(d.resid.view()),
+        bq(Tensor::vector(d.bq.bytes.data(), DType::kF32, qd)),
+        bk(Tensor::vector(d.bk.bytes.data(), DType::kF32, kvd)),
+        bv(Tensor::vector(d.bv.bytes.data(), DType::kF32, kvd)),
+        pos{c.pos},
+        seq{0},
+        cache{Tensor::matrix(d.kc.bytes.data(), c.cache_t, d.slots, kvd),
+              Tensor::matrix(d.vc.bytes.data(), c.cache_t, d.slots, kvd)},
+        shape{c.heads, c.kv_heads, c.D, 1.0f / std::sqrt(static_cast<float>(c.D))} {
+    posv = Tensor::vector(pos.data(), DType::kI32, 1);
+    rows.row_seq = Tensor::vector(seq.data(), DType::kI32, 1);
+    rows.row_pos = posv;
+    rows.block_tables = Tensor::matrix(d.table.data(), DType::kI32, 1, static_cast<int64_t>(d.table.size()));
+    rows.block_size = 16;
+  }
+  static HostMatrix scratch(int64_t r, int64_t cols) { return random_matrix(r, cols, DType::kF32, 1); }
+  LayerOut read(LayerData& d) const {
+    LayerOut o;
+    o.a = host_rows(av), o.q = host_rows(qv), o.k = host_rows(kv), o.v = host_rows(vv), o.a2 = host_rows(a2v);
+    o.gu = host_rows(guv), o.m = host_rows(mv), o.resid = host_rows(rv);
+    o.att = host_rows(d.att.view());
+    o.kc = d.kc.bytes;
+    o.vc = d.vc.bytes;
+    return o;
+  }
+};
+
 // The layer's ops on `be`, issued back to back (one flush at the first download).
 LayerOut run_ops(Backend& be, const LayerCase& c, LayerData& d) {
-  const int64_t qd = int64_t{c.heads} * c.D, kvd = int64_t{c.kv_heads} * c.D;
-  DeviceMatrix x = to_device(be, d.x), g1 = to_device(be, d.g1), g2 = to_device(be, d.g2);
-  DeviceMatrix wq = to_device(be, d.wq), bq = to_device(be, d.bq), wk = to_device(be, d.wk),
-               bk = to_device(be, d.bk);
-  DeviceMatrix wv = to_device(be, d.wv), bv = to_device(be, d.bv), wgu = to_device(be, d.wgu),
-               wo = to_device(be, d.wo);
-  DeviceMatrix resid = to_device(be, d.resid), kc = to_device(be, d.kc), vc = to_device(be, d.vc);
-  DeviceMatrix pos = to_device_i32(be, {c.pos}), seq = to_device_i32(be, {0}),
-               tab = to_device_i32(be, d.table);
-  DeviceMatrix a = poisoned(be, 1, c.H), q = poisoned(be, 1, qd), k = poisoned(be, 1, kvd),
-               v = poisoned(be, 1, kvd);
-  DeviceMatrix a2 = poisoned(be, 1, c.H), gu = poisoned(be, 1, 2 * c.I), m = poisoned(be, 1, c.I);
-  Tensor g1v = Tensor::vector(g1.buf.data(), DType::kF32, c.H),
-         g2v = Tensor::vector(g2.buf.data(), DType::kF32, c.H);
-  Tensor bqv = Tensor::vector(bq.buf.data(), DType::kF32, qd),
-         bkv = Tensor::vector(bk.buf.data(), DType::kF32, kvd);
-  Tensor bvv = Tensor::vector(bv.buf.data(), DType::kF32, kvd);
-  AttentionRows rows;
-  rows.row_seq = seq.t;
-  rows.row_pos = pos.t;
-  rows.block_tables = Tensor::matrix(tab.buf.data(), DType::kI32, 1, static_cast<int64_t>(d.table.size()));
-  rows.block_size = 16;
-  KvLayer cache{Tensor::matrix(kc.buf.data(), c.cache_t, d.slots, kvd),
-                Tensor::matrix(vc.buf.data(), c.cache_t, d.slots, kvd)};
-  const AttentionShape shape{c.heads, c.kv_heads, c.D, 1.0f / std::sqrt(static_cast<float>(c.D))};
-  be.synchronize();
+  LayerOnDevice L(be, c, d);
   // Attention block, as Qwen2Decoder::run_layer issues it.
-  be.rms_norm(x.t, g1v, 1e-6f, a.t);
-  be.gemm(a.t, wq.t, &bqv, q.t, Epilogue::kNone);
-  be.gemm(a.t, wk.t, &bkv, k.t, Epilogue::kNone);
-  be.gemm(a.t, wv.t, &bvv, v.t, Epilogue::kNone);
-  be.rope(q.t, pos.t, c.heads, c.D, 1e6f);
-  be.rope(k.t, pos.t, c.kv_heads, c.D, 1e6f);
-  be.kv_write(k.t, v.t, rows, cache, shape);
+  be.rms_norm(L.x.t, L.g1v, 1e-6f, L.a.t);
+  be.gemm(L.a.t, L.wq.t, &L.bqv, L.q.t, Epilogue::kNone);
+  be.gemm(L.a.t, L.wk.t, &L.bkv, L.k.t, Epilogue::kNone);
+  be.gemm(L.a.t, L.wv.t, &L.bvv, L.v.t, Epilogue::kNone);
+  be.rope(L.q.t, L.pos.t, c.heads, c.D, 1e6f);
+  be.rope(L.k.t, L.pos.t, c.kv_heads, c.D, 1e6f);
+  be.kv_write(L.k.t, L.v.t, L.rows, L.cache, L.shape);
   // MLP block.
-  be.rms_norm(x.t, g2v, 1e-6f, a2.t);
-  be.gemm(a2.t, wgu.t, nullptr, gu.t, Epilogue::kNone);
-  be.silu_mul(gu.t, m.t);
-  be.gemm(m.t, wo.t, nullptr, resid.t, Epilogue::kAddResidual);
-  LayerOut o;
-  o.a = download_f32(be, a.t);
-  o.q = download_f32(be, q.t);
-  o.k = download_f32(be, k.t);
-  o.v = download_f32(be, v.t);
-  o.a2 = download_f32(be, a2.t);
-  o.gu = download_f32(be, gu.t);
-  o.m = download_f32(be, m.t);
-  o.resid = download_f32(be, resid.t);
-  o.kc.resize(d.kc.bytes.size());
-  o.vc.resize(d.vc.bytes.size());
-  be.download(o.kc.data(), kc.buf.data(), o.kc.size());
-  be.download(o.vc.data(), vc.buf.data(), o.vc.size());
-  return o;
+  be.rms_norm(L.x.t, L.g2v, 1e-6f, L.a2.t);
+  be.gemm(L.a2.t, L.wgu.t, nullptr, L.gu.t, Epilogue::kNone);
+  be.silu_mul(L.gu.t, L.m.t);
+  be.gemm(L.m.t, L.wo.t, nullptr, L.resid.t, Epilogue::kAddResidual);
+  return L.read(be, d);
 }
 
 // The CPU's scalar reference of the same sequence.
 LayerOut reference(const LayerCase& c, LayerData d) {
-  const int64_t qd = int64_t{c.heads} * c.D, kvd = int64_t{c.kv_heads} * c.D;
-  auto mat = [](int64_t r, int64_t cols) { return random_matrix(r, cols, DType::kF32, 1); };
-  HostMatrix a = mat(1, c.H), q = mat(1, qd), k = mat(1, kvd), v = mat(1, kvd), a2 = mat(1, c.H);
-  HostMatrix gu = mat(1, 2 * c.I), m = mat(1, c.I);
-  Tensor av = a.view(), qv = q.view(), kv = k.view(), vv = v.view(), a2v = a2.view(), guv = gu.view(),
-         mv = m.view();
-  Tensor rv = d.resid.view();
-  Tensor bq = Tensor::vector(d.bq.bytes.data(), DType::kF32, qd),
-         bk = Tensor::vector(d.bk.bytes.data(), DType::kF32, kvd);
-  Tensor bv = Tensor::vector(d.bv.bytes.data(), DType::kF32, kvd);
-  std::vector<int32_t> pos = {c.pos}, seq = {0};
-  Tensor posv = Tensor::vector(pos.data(), DType::kI32, 1);
-  AttentionRows rows;
-  rows.row_seq = Tensor::vector(seq.data(), DType::kI32, 1);
-  rows.row_pos = posv;
-  rows.block_tables = Tensor::matrix(d.table.data(), DType::kI32, 1, static_cast<int64_t>(d.table.size()));
-  rows.block_size = 16;
-  KvLayer cache{Tensor::matrix(d.kc.bytes.data(), c.cache_t, d.slots, kvd),
-                Tensor::matrix(d.vc.bytes.data(), c.cache_t, d.slots, kvd)};
-  const AttentionShape shape{c.heads, c.kv_heads, c.D, 1.0f / std::sqrt(static_cast<float>(c.D))};
-  ref::rms_norm(d.x.view(), Tensor::vector(d.g1.bytes.data(), DType::kF32, c.H), 1e-6f, av);
-  ref::gemm(av, d.wq.view(), &bq, qv, Epilogue::kNone);
-  ref::gemm(av, d.wk.view(), &bk, kv, Epilogue::kNone);
-  ref::gemm(av, d.wv.view(), &bv, vv, Epilogue::kNone);
-  ref::rope(qv, posv, c.heads, c.D, 1e6f);
-  ref::rope(kv, posv, c.kv_heads, c.D, 1e6f);
-  ref::kv_write(kv, vv, rows, cache, shape);
-  ref::rms_norm(d.x.view(), Tensor::vector(d.g2.bytes.data(), DType::kF32, c.H), 1e-6f, a2v);
-  ref::gemm(a2v, d.wgu.view(), nullptr, guv, Epilogue::kNone);
-  ref::silu_mul(guv, mv);
-  ref::gemm(mv, d.wo.view(), nullptr, rv, Epilogue::kAddResidual);
-  LayerOut o;
-  o.a = host_rows(av), o.q = host_rows(qv), o.k = host_rows(kv), o.v = host_rows(vv), o.a2 = host_rows(a2v);
-  o.gu = host_rows(guv), o.m = host_rows(mv), o.resid = host_rows(rv);
-  o.kc = d.kc.bytes;
-  o.vc = d.vc.bytes;
-  return o;
+  LayerOnHost L(c, d);
+  ref::rms_norm(d.x.view(), Tensor::vector(d.g1.bytes.data(), DType::kF32, c.H), 1e-6f, L.av);
+  ref::gemm(L.av, d.wq.view(), &L.bq, L.qv, Epilogue::kNone);
+  ref::gemm(L.av, d.wk.view(), &L.bk, L.kv, Epilogue::kNone);
+  ref::gemm(L.av, d.wv.view(), &L.bv, L.vv, Epilogue::kNone);
+  ref::rope(L.qv, L.posv, c.heads, c.D, 1e6f);
+  ref::rope(L.kv, L.posv, c.kv_heads, c.D, 1e6f);
+  ref::kv_write(L.kv, L.vv, L.rows, L.cache, L.shape);
+  ref::rms_norm(d.x.view(), Tensor::vector(d.g2.bytes.data(), DType::kF32, c.H), 1e-6f, L.a2v);
+  ref::gemm(L.a2v, d.wgu.view(), nullptr, L.guv, Epilogue::kNone);
+  ref::silu_mul(L.guv, L.mv);
+  ref::gemm(L.mv, d.wo.view(), nullptr, L.rv, Epilogue::kAddResidual);
+  return L.read(d);
 }
 
 std::vector<float> cache_f32(const std::vector<uint8_t>& b, DType t, int64_t n) {
@@ -347,108 +411,43 @@ TEST(CudaDecodeFusion, BalancedGemvRowsChangeNoBit) {
 // down (+ residual), norm, q/k/v, rope, kv_write. VV_CUDA_DECODE_CHAIN=1 runs it as one decode_chain
 // launch on sm_90 (16-bit weights; the attention too with VV_CUDA_CHAIN_ATTN=1 and a 16-bit cache).
 LayerOut run_chain_ops(Backend& be, const LayerCase& c, LayerData& d, bool attention) {
-  const int64_t qd = int64_t{c.heads} * c.D, kvd = int64_t{c.kv_heads} * c.D;
-  DeviceMatrix g1 = to_device(be, d.g1), g2 = to_device(be, d.g2);
-  DeviceMatrix wq = to_device(be, d.wq), bq = to_device(be, d.bq), wk = to_device(be, d.wk),
-               bk = to_device(be, d.bk);
-  DeviceMatrix wv = to_device(be, d.wv), bv = to_device(be, d.bv), wgu = to_device(be, d.wgu),
-               wo = to_device(be, d.wo), wproj = to_device(be, d.wproj), q0 = to_device(be, d.q0);
-  DeviceMatrix att = attention ? poisoned(be, 1, qd) : to_device(be, d.att);
-  DeviceMatrix resid = to_device(be, d.resid), kc = to_device(be, d.kc), vc = to_device(be, d.vc);
-  DeviceMatrix pos = to_device_i32(be, {c.pos}), seq = to_device_i32(be, {0}),
-               tab = to_device_i32(be, d.table);
-  DeviceMatrix a = poisoned(be, 1, c.H), q = poisoned(be, 1, qd), k = poisoned(be, 1, kvd),
-               v = poisoned(be, 1, kvd);
-  DeviceMatrix a2 = poisoned(be, 1, c.H), gu = poisoned(be, 1, 2 * c.I), m = poisoned(be, 1, c.I);
-  Tensor g1v = Tensor::vector(g1.buf.data(), DType::kF32, c.H),
-         g2v = Tensor::vector(g2.buf.data(), DType::kF32, c.H);
-  Tensor bqv = Tensor::vector(bq.buf.data(), DType::kF32, qd),
-         bkv = Tensor::vector(bk.buf.data(), DType::kF32, kvd);
-  Tensor bvv = Tensor::vector(bv.buf.data(), DType::kF32, kvd);
-  AttentionRows rows;
-  rows.row_seq = seq.t;
-  rows.row_pos = pos.t;
-  rows.block_tables = Tensor::matrix(tab.buf.data(), DType::kI32, 1, static_cast<int64_t>(d.table.size()));
-  rows.block_size = 16;
-  KvLayer cache{Tensor::matrix(kc.buf.data(), c.cache_t, d.slots, kvd),
-                Tensor::matrix(vc.buf.data(), c.cache_t, d.slots, kvd)};
-  const AttentionShape shape{c.heads, c.kv_heads, c.D, 1.0f / std::sqrt(static_cast<float>(c.D))};
-  be.synchronize();
-  if (attention) be.paged_attention(q0.t, rows, cache, shape, att.t);
-  be.gemm(att.t, wproj.t, nullptr, resid.t, Epilogue::kAddResidual);
-  be.rms_norm(resid.t, g2v, 1e-6f, a2.t);
-  be.gemm(a2.t, wgu.t, nullptr, gu.t, Epilogue::kNone);
-  be.silu_mul(gu.t, m.t);
-  be.gemm(m.t, wo.t, nullptr, resid.t, Epilogue::kAddResidual);
-  be.rms_norm(resid.t, g1v, 1e-6f, a.t);
-  be.gemm(a.t, wq.t, &bqv, q.t, Epilogue::kNone);
-  be.gemm(a.t, wk.t, &bkv, k.t, Epilogue::kNone);
-  be.gemm(a.t, wv.t, &bvv, v.t, Epilogue::kNone);
-  be.rope(q.t, pos.t, c.heads, c.D, 1e6f);
-  be.rope(k.t, pos.t, c.kv_heads, c.D, 1e6f);
-  be.kv_write(k.t, v.t, rows, cache, shape);
-  LayerOut o;
-  o.a = download_f32(be, a.t);
-  o.q = download_f32(be, q.t);
-  o.k = download_f32(be, k.t);
-  o.v = download_f32(be, v.t);
-  o.a2 = download_f32(be, a2.t);
-  o.gu = download_f32(be, gu.t);
-  o.m = download_f32(be, m.t);
-  o.resid = download_f32(be, resid.t);
-  o.att = download_f32(be, att.t);
-  o.kc.resize(d.kc.bytes.size());
-  o.vc.resize(d.vc.bytes.size());
-  be.download(o.kc.data(), kc.buf.data(), o.kc.size());
-  be.download(o.vc.data(), vc.buf.data(), o.vc.size());
-  return o;
+  LayerOnDevice L(be, c, d, attention);
+  if (attention) be.paged_attention(L.q0.t, L.rows, L.cache, L.shape, L.att.t);
+  be.gemm(L.att.t, L.wproj.t, nullptr, L.resid.t, Epilogue::kAddResidual);
+  be.rms_norm(L.resid.t, L.g2v, 1e-6f, L.a2.t);
+  be.gemm(L.a2.t, L.wgu.t, nullptr, L.gu.t, Epilogue::kNone);
+  be.silu_mul(L.gu.t, L.m.t);
+  be.gemm(L.m.t, L.wo.t, nullptr, L.resid.t, Epilogue::kAddResidual);
+  be.rms_norm(L.resid.t, L.g1v, 1e-6f, L.a.t);
+  be.gemm(L.a.t, L.wq.t, &L.bqv, L.q.t, Epilogue::kNone);
+  be.gemm(L.a.t, L.wk.t, &L.bkv, L.k.t, Epilogue::kNone);
+  be.gemm(L.a.t, L.wv.t, &L.bvv, L.v.t, Epilogue::kNone);
+  be.rope(L.q.t, L.pos.t, c.heads, c.D, 1e6f);
+  be.rope(L.k.t, L.pos.t, c.kv_heads, c.D, 1e6f);
+  be.kv_write(L.k.t, L.v.t, L.rows, L.cache, L.shape);
+  return L.read(be, d);
 }
 
 // The CPU's scalar reference of run_chain_ops.
 LayerOut chain_reference(const LayerCase& c, LayerData d, bool attention) {
-  const int64_t qd = int64_t{c.heads} * c.D, kvd = int64_t{c.kv_heads} * c.D;
-  auto mat = [](int64_t r, int64_t cols) { return random_matrix(r, cols, DType::kF32, 1); };
-  HostMatrix a = mat(1, c.H), q = mat(1, qd), k = mat(1, kvd), v = mat(1, kvd), a2 = mat(1, c.H);
-  HostMatrix gu = mat(1, 2 * c.I), m = mat(1, c.I);
-  Tensor av = a.view(), qv = q.view(), kv = k.view(), vv = v.view(), a2v = a2.view(), guv = gu.view(),
-         mv = m.view();
-  Tensor rv = d.resid.view();
-  Tensor bq = Tensor::vector(d.bq.bytes.data(), DType::kF32, qd),
-         bk = Tensor::vector(d.bk.bytes.data(), DType::kF32, kvd);
-  Tensor bv = Tensor::vector(d.bv.bytes.data(), DType::kF32, kvd);
-  std::vector<int32_t> pos = {c.pos}, seq = {0};
-  Tensor posv = Tensor::vector(pos.data(), DType::kI32, 1);
-  AttentionRows rows;
-  rows.row_seq = Tensor::vector(seq.data(), DType::kI32, 1);
-  rows.row_pos = posv;
-  rows.block_tables = Tensor::matrix(d.table.data(), DType::kI32, 1, static_cast<int64_t>(d.table.size()));
-  rows.block_size = 16;
-  KvLayer cache{Tensor::matrix(d.kc.bytes.data(), c.cache_t, d.slots, kvd),
-                Tensor::matrix(d.vc.bytes.data(), c.cache_t, d.slots, kvd)};
-  const AttentionShape shape{c.heads, c.kv_heads, c.D, 1.0f / std::sqrt(static_cast<float>(c.D))};
+  LayerOnHost L(c, d);
   if (attention) {
     Tensor att = d.att.view();
-    ref::paged_attention(d.q0.view(), rows, cache, shape, att);
+    ref::paged_attention(d.q0.view(), L.rows, L.cache, L.shape, att);
   }
-  ref::gemm(d.att.view(), d.wproj.view(), nullptr, rv, Epilogue::kAddResidual);
-  ref::rms_norm(rv, Tensor::vector(d.g2.bytes.data(), DType::kF32, c.H), 1e-6f, a2v);
-  ref::gemm(a2v, d.wgu.view(), nullptr, guv, Epilogue::kNone);
-  ref::silu_mul(guv, mv);
-  ref::gemm(mv, d.wo.view(), nullptr, rv, Epilogue::kAddResidual);
-  ref::rms_norm(rv, Tensor::vector(d.g1.bytes.data(), DType::kF32, c.H), 1e-6f, av);
-  ref::gemm(av, d.wq.view(), &bq, qv, Epilogue::kNone);
-  ref::gemm(av, d.wk.view(), &bk, kv, Epilogue::kNone);
-  ref::gemm(av, d.wv.view(), &bv, vv, Epilogue::kNone);
-  ref::rope(qv, posv, c.heads, c.D, 1e6f);
-  ref::rope(kv, posv, c.kv_heads, c.D, 1e6f);
-  ref::kv_write(kv, vv, rows, cache, shape);
-  LayerOut o;
-  o.a = host_rows(av), o.q = host_rows(qv), o.k = host_rows(kv), o.v = host_rows(vv), o.a2 = host_rows(a2v);
-  o.gu = host_rows(guv), o.m = host_rows(mv), o.resid = host_rows(rv);
-  o.att = host_rows(d.att.view());
-  o.kc = d.kc.bytes;
-  o.vc = d.vc.bytes;
-  return o;
+  ref::gemm(d.att.view(), d.wproj.view(), nullptr, L.rv, Epilogue::kAddResidual);
+  ref::rms_norm(L.rv, Tensor::vector(d.g2.bytes.data(), DType::kF32, c.H), 1e-6f, L.a2v);
+  ref::gemm(L.a2v, d.wgu.view(), nullptr, L.guv, Epilogue::kNone);
+  ref::silu_mul(L.guv, L.mv);
+  ref::gemm(L.mv, d.wo.view(), nullptr, L.rv, Epilogue::kAddResidual);
+  ref::rms_norm(L.rv, Tensor::vector(d.g1.bytes.data(), DType::kF32, c.H), 1e-6f, L.av);
+  ref::gemm(L.av, d.wq.view(), &L.bq, L.qv, Epilogue::kNone);
+  ref::gemm(L.av, d.wk.view(), &L.bk, L.kv, Epilogue::kNone);
+  ref::gemm(L.av, d.wv.view(), &L.bv, L.vv, Epilogue::kNone);
+  ref::rope(L.qv, L.posv, c.heads, c.D, 1e6f);
+  ref::rope(L.kv, L.posv, c.kv_heads, c.D, 1e6f);
+  ref::kv_write(L.kv, L.vv, L.rows, L.cache, L.shape);
+  return L.read(d);
 }
 
 // VV_CUDA_DECODE_CHAIN=1 (sm_90, 16-bit weights): the sequence from one layer's o projection to the
