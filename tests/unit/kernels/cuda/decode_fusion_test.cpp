@@ -248,6 +248,33 @@ std::vector<float> cache_f32(const std::vector<uint8_t>& b, DType t, int64_t n) 
   return f;
 }
 
+std::string case_name(const LayerCase& c) {
+  return "H=" + std::to_string(c.H) + " I=" + std::to_string(c.I) + " " + std::to_string(c.heads) + "/" +
+         std::to_string(c.kv_heads) + "x" + std::to_string(c.D) + " " + dtype_name(c.wt) + " cache " +
+         dtype_name(c.cache_t);
+}
+
+// Every output of o bitwise equal to want's (how: what the two runs are, for the message).
+void expect_same_layer(const LayerOut& o, const LayerOut& want, const std::string& what,
+                       const std::string& how) {
+  auto eq = [&](const auto& x, const auto& y, const char* name) {
+    ASSERT_EQ(x.size(), y.size()) << what << " " << name;
+    EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size() * sizeof(x[0])), 0)
+        << what << ": " << name << " differs (" << how << ")";
+  };
+  eq(o.att, want.att, "attention output");
+  eq(o.a, want.a, "norm output");
+  eq(o.q, want.q, "q");
+  eq(o.k, want.k, "k");
+  eq(o.v, want.v, "v");
+  eq(o.a2, want.a2, "second norm output");
+  eq(o.gu, want.gu, "gate_up");
+  eq(o.m, want.m, "silu_mul");
+  eq(o.resid, want.resid, "residual");
+  eq(o.kc, want.kc, "K cache");
+  eq(o.vc, want.vc, "V cache");
+}
+
 Result<std::unique_ptr<Backend>> backend_with(const char* var, const char* value) {
   return cuda_backend_with({{var, value}}, false);
 }
@@ -279,9 +306,7 @@ void check_layer_fusion(const char* sw, const char* value = "1") {
       {3584, 18944, 28, 4, 128, DType::kBF16, DType::kBF16, 4099}};  // Qwen2.5-7B
   uint32_t seed = 300;
   for (const LayerCase& c : cases) {
-    const std::string what = "H=" + std::to_string(c.H) + " I=" + std::to_string(c.I) + " " +
-                             std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) + "x" +
-                             std::to_string(c.D) + " " + dtype_name(c.wt) + " cache " + dtype_name(c.cache_t);
+    const std::string what = case_name(c);
     LayerData d = make_data(c, seed);
     seed += 20;
     const LayerOut got = run_ops(*fused, c, d);
@@ -308,23 +333,8 @@ void check_layer_fusion(const char* sw, const char* value = "1") {
           << what << " (silu_mul + down)\n"
           << table;
     }
-    auto same = [&](const auto& x, const auto& y, const char* name) {
-      ASSERT_EQ(x.size(), y.size()) << what << " " << name;
-      EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size() * sizeof(x[0])), 0)
-          << what << ": fused " << name << " differs from the unfused ops";
-    };
-    for (const LayerOut* o : {&got, &pr}) {
-      same(o->a, unf.a, "norm output");
-      same(o->q, unf.q, "q");
-      same(o->k, unf.k, "k");
-      same(o->v, unf.v, "v");
-      same(o->a2, unf.a2, "second norm output");
-      same(o->gu, unf.gu, "gate_up");
-      same(o->m, unf.m, "silu_mul");
-      same(o->resid, unf.resid, "residual");
-      same(o->kc, unf.kc, "K cache");
-      same(o->vc, unf.vc, "V cache");
-    }
+    expect_same_layer(got, unf, what, "fused against the ops one by one");
+    expect_same_layer(pr, unf, what, "fused and profiled against the ops one by one");
     const LayerOut want = reference(c, d);
     const double gk = 2e-5 * std::sqrt(static_cast<double>(c.H));
     expect_close(got.a, want.a, 2e-6, what + " norm");
@@ -483,9 +493,7 @@ void check_chain(bool attention, const char* extra = nullptr) {
       {3584, 18944, 28, 4, 128, DType::kBF16, DType::kBF16, 4099}};  // Qwen2.5-7B
   uint32_t seed = 1300;
   for (const LayerCase& c : cases) {
-    const std::string what = "H=" + std::to_string(c.H) + " I=" + std::to_string(c.I) + " " +
-                             std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) + "x" +
-                             std::to_string(c.D) + " " + dtype_name(c.wt) + " cache " + dtype_name(c.cache_t);
+    const std::string what = case_name(c);
     LayerData d = make_data(c, seed);
     seed += 20;
     const LayerOut unf = run_chain_ops(**eager, c, d, attention);
@@ -507,28 +515,11 @@ void check_chain(bool attention, const char* extra = nullptr) {
       EXPECT_EQ(table.find("rope_kv_write"), std::string::npos) << what << ": rope outside the chain\n"
                                                                 << table;
     }
-    auto same = [&](const LayerOut& o, const LayerOut& want, const std::string& how) {
-      auto eq = [&](const auto& x, const auto& y, const char* name) {
-        ASSERT_EQ(x.size(), y.size()) << what << " " << name;
-        EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size() * sizeof(x[0])), 0)
-            << what << ": " << name << " differs (" << how << ")";
-      };
-      eq(o.att, want.att, "attention output");
-      eq(o.a, want.a, "norm output");
-      eq(o.q, want.q, "q");
-      eq(o.k, want.k, "k");
-      eq(o.v, want.v, "v");
-      eq(o.a2, want.a2, "second norm output");
-      eq(o.gu, want.gu, "gate_up");
-      eq(o.m, want.m, "silu_mul");
-      eq(o.resid, want.resid, "residual");
-      eq(o.kc, want.kc, "K cache");
-      eq(o.vc, want.vc, "V cache");
-    };
-    same(b3, unf, "the fused step without the chain against the ops one by one");
-    same(pr, unf, "chained, profiled");
+    expect_same_layer(b3, unf, what, "the fused step without the chain against the ops one by one");
+    expect_same_layer(pr, unf, what, "chained, profiled");
     for (int rep = 0; rep < 3; ++rep)
-      same(run_chain_ops(**chain, c, d, attention), unf, "chained, run " + std::to_string(rep));
+      expect_same_layer(run_chain_ops(**chain, c, d, attention), unf, what,
+                        "chained, run " + std::to_string(rep));
     const LayerOut want = chain_reference(c, d, attention);
     const double gk = 2e-5 * std::sqrt(static_cast<double>(c.H));
     const double rk = 2e-5 * std::sqrt(static_cast<double>(c.I)) + 4 * gk;
