@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "kernels/cuda/decode_bulk.cuh"
 #include "kernels/cuda/decode_ops.cuh"
@@ -347,7 +348,13 @@ size_t decode_chain_budget() {
   return b;
 }
 
-int64_t decode_chain_l2_ahead() {
+static bool chain_coop() {
+  static const bool b =
+      std::getenv("VV_CUDA_CHAIN_COOP") && std::string(std::getenv("VV_CUDA_CHAIN_COOP")) == "1";
+  return b;
+}
+
+static int64_t decode_chain_l2_ahead() {
   static const int64_t b = [] {
     const char* e = std::getenv("VV_CUDA_CHAIN_L2_KB");
     return e ? static_cast<int64_t>(std::clamp(std::atoi(e), 0, 4096)) * 1024 : int64_t{0};
@@ -414,8 +421,25 @@ void decode_chain(DecodeChain c, cudaStream_t s) {
       cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
       raised = smem;
     }
-    launch_pdl(kern, dim3(static_cast<unsigned>(c.sms)), kBulkThreads, smem, s, c, stages,
-               static_cast<uint32_t>(stride), static_cast<uint32_t>(attn_offset));
+    if (!chain_coop()) {
+      launch_pdl(kern, dim3(static_cast<unsigned>(c.sms)), kBulkThreads, smem, s, c, stages,
+                 static_cast<uint32_t>(stride), static_cast<uint32_t>(attn_offset));
+      return;
+    }
+    // VV_CUDA_CHAIN_COOP=1: a cooperative launch, which the runtime refuses (an error, not a hang) where
+    // the grid cannot be resident at once (an MPS client held to part of the SMs); no PDL then.
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(static_cast<unsigned>(c.sms));
+    cfg.blockDim = dim3(kBulkThreads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeCooperative;
+    attr[0].val.cooperative = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    cudaLaunchKernelEx(&cfg, kern, c, stages, static_cast<uint32_t>(stride),
+                       static_cast<uint32_t>(attn_offset));
   };
   if (c.ph[0].wt == DType::kF16) {
     go(decode_chain_kernel<__half>);
