@@ -189,6 +189,7 @@ class CudaBackend final : public Backend {
       b->flash_form_ = flash_form_from_env(hopper);
     }
     b->sms_ = prop.multiProcessorCount;
+    b->smem_optin_ = prop.sharedMemPerBlockOptin;
     b->l2_bytes_ = static_cast<size_t>(std::max(prop.l2CacheSize, 0));
     if (prop.major < 9) b->l2_prefetch_ = 0;  // cp.async.bulk.prefetch is sm_90+
     if (prop.major < 9) b->gemv_bulk_ = 0;    // so is cp.async.bulk
@@ -692,6 +693,7 @@ class CudaBackend final : public Backend {
     if (!chain_ || deterministic_ || !decode_gemv_ || stream_rows_.first == 1 || !chain_bar_) return 0;
     cuda::DecodeChain c;
     c.sms = sms_;
+    c.smem_max = smem_optin_;
     c.barrier = chain_bar_;
     size_t j = i;
     cuda::DecodeAttentionPlan ap;
@@ -1970,6 +1972,7 @@ class CudaBackend final : public Backend {
   void* attn_ws_ = nullptr;
   size_t attn_ws_bytes_ = 0;
   int sms_ = 132;
+  size_t smem_optin_ = 227 * 1024;  // a block's shared memory (cudaDeviceProp::sharedMemPerBlockOptin)
   size_t l2_bytes_ = 0;
   // VV_CUDA_GEMV_BULK (opt-in; sm_90): one-row GEMVs stream their weights by cp.async.bulk where
   // cuda::DecodeGemv::bulk takes them. 1: every one; 3: every one, but gate_up is not paired with its

@@ -362,11 +362,11 @@ static int64_t decode_chain_l2_ahead() {
   return b;
 }
 
-// The ring's bytes beside `attn` bytes of the attention's shared memory: the budget, or what the SM's
-// 227 KB leave (less the barriers, the row sums and the static shared memory's slack).
-static size_t chain_ring_bytes(size_t attn) {
-  constexpr size_t kSmemMax = 227 * 1024 - 2048;
-  return std::min(decode_chain_budget(), attn < kSmemMax ? kSmemMax - attn : 0);
+// The ring's bytes beside `attn` bytes of the attention's shared memory: the budget, or what a block's
+// shared memory (smem_max) leaves, less the barriers, the row sums and the static shared memory.
+static size_t chain_ring_bytes(size_t attn, size_t smem_max) {
+  const size_t room = smem_max > 2048 ? smem_max - 2048 : 0;
+  return std::min(decode_chain_budget(), attn < room ? room - attn : 0);
 }
 
 // The stage bytes a phase needs: TR rows of K 16-bit weights, in 128-byte units.
@@ -388,7 +388,7 @@ bool decode_chain_takes(const DecodeChain& c) {
   if (c.attn && (c.at.n < 1 || c.at.splits < 1 || c.at.kv_heads < 1 ||
                  (c.at.kv.ct != DType::kBF16 && c.at.kv.ct != DType::kF16)))
     return false;
-  return 2 * stride <= chain_ring_bytes(c.attn ? (c.at.smem + 15) / 16 * 16 : 0);
+  return 2 * stride <= chain_ring_bytes(c.attn ? (c.at.smem + 15) / 16 * 16 : 0, c.smem_max);
 }
 
 void decode_chain(DecodeChain c, cudaStream_t s) {
@@ -409,7 +409,8 @@ void decode_chain(DecodeChain c, cudaStream_t s) {
     stride = std::max(stride, chain_stage_bytes(g));
   }
   const size_t attn = c.attn ? (c.at.smem + 15) / 16 * 16 : 0;
-  const int stages = static_cast<int>(std::clamp<size_t>(chain_ring_bytes(attn) / stride, 2, kBulkMaxStages));
+  const int stages =
+      static_cast<int>(std::clamp<size_t>(chain_ring_bytes(attn, c.smem_max) / stride, 2, kBulkMaxStages));
   // stages, kBulkMaxStages mbarriers, the warps' row sums [2][8][kBulkMaxRows], rms_inv's 16 floats, then
   // the attention's shared memory
   const size_t attn_offset =

@@ -150,6 +150,7 @@ struct DecodeChain {
   DecodeAttnArgs at;
   unsigned* barrier = nullptr;  // 2 unsigned ints of device memory, zeroed before the first launch
   int sms = 132;
+  size_t smem_max = 227 * 1024;  // a block's shared memory on the device (sharedMemPerBlockOptin)
   // Filled by decode_chain: each phase's tiles, rows a tile and form.
   int64_t tiles[kMaxChainPhases] = {};
   int tr[kMaxChainPhases] = {};
