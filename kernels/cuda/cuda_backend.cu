@@ -706,11 +706,21 @@ class CudaBackend final : public Backend {
     }
     while (c.phases < cuda::kMaxChainPhases && j < recs.size()) {
       cuda::DecodeGemv d;
-      const size_t used =
+      size_t used =
           recs[j].kind == OpRec::kSiluMul ? parse_swiglu_gemv_at(recs, j, d) : parse_gemv_at(recs, j, d);
       if (!used) break;
       d.bulk = true;
       d.sms = sms_;
+      // gate_up then silu_mul: the SwiGLU epilogue (gate and up rows paired in a tile; each row's sum is
+      // the lone bulk GEMV's), so that the down phase reads silu_mul's output, not both halves.
+      if (recs[j].kind != OpRec::kSiluMul) {
+        cuda::DecodeGemv paired = d;
+        if (take_swiglu_epilogue(recs, j + used, recs[d.norm_w ? j + 1 : j], paired) &&
+            cuda::decode_gemv_bulk_takes(paired)) {
+          d = paired;
+          ++used;
+        }
+      }
       if (!cuda::decode_gemv_bulk_takes(d) || (c.phases > 0 && d.wt != c.ph[0].wt)) break;
       c.ph[c.phases++] = d;
       j += used;
@@ -872,8 +882,6 @@ class CudaBackend final : public Backend {
     size_t q = i + parse_gemv_at(recs, i, d);
     if (q == i) return 0;
     const bool norm = d.norm_w != nullptr;
-    const OpRec& g0 = recs[norm ? i + 1 : i];
-    const void* x = d.x;
     // gate_up then silu_mul over its output: the SwiGLU epilogue. Not with VV_CUDA_GEMV_BULK=3 where
     // the bulk kernel takes the launch: gate_up streams alone (its rows' bits those of the lone bulk
     // GEMV, as in an unfused step) and silu_mul stays an op of its own.
@@ -883,17 +891,7 @@ class CudaBackend final : public Backend {
       lone.bulk = true;
       pair_ok = !cuda::decode_gemv_bulk_takes(lone);
     }
-    if (swiglu_epilogue_ && pair_ok && d.count == 1 && q < recs.size() && recs[q].kind == OpRec::kSiluMul) {
-      const OpRec& m = recs[q];
-      const int64_t I = m.out.cols(), K = g0.a.cols();
-      if (m.a.data == g0.out.data && m.a.rows() == 1 && m.a.cols() == g0.out.cols() && m.out.rows() == 1 &&
-          2 * I == m.a.cols() && g0.ep == Epilogue::kNone && m.out.dtype == DType::kF32 &&
-          !overlap(m.out.data, I, m.a.data, 2 * I) && !overlap(m.out.data, I, g0.a.data, K) &&
-          !(norm && (overlap(m.out.data, I, x, K) || overlap(m.out.data, I, d.norm_out, K)))) {
-        d.silu_out = m.out.ptr<float>();
-        ++q;
-      }
-    }
+    if (swiglu_epilogue_ && pair_ok && take_swiglu_epilogue(recs, q, recs[norm ? i + 1 : i], d)) ++q;
     if (!norm && d.count == 1 && !d.silu_out) return 0;  // a lone GEMM: run_gemm takes the same kernel
     d.bulk = gemv_bulk_ == 1 || (gemv_bulk_ == 3 && !d.silu_out);
     out.push_back([=, this] {
@@ -903,6 +901,24 @@ class CudaBackend final : public Backend {
       launched("decode_gemv");
     });
     return q - i;
+  }
+
+  // Whether recs[q] is a silu_mul over the output of d's one GEMM g0 (gate_up, no residual) that the GEMV's
+  // SwiGLU epilogue can write (d.silu_out set then).
+  bool take_swiglu_epilogue(const std::vector<OpRec>& recs, size_t q, const OpRec& g0,
+                            cuda::DecodeGemv& d) const {
+    if (d.count != 1 || q >= recs.size() || recs[q].kind != OpRec::kSiluMul) return false;
+    const OpRec& m = recs[q];
+    const int64_t I = m.out.cols(), K = g0.a.cols();
+    const bool norm = d.norm_w != nullptr;
+    if (m.a.data == g0.out.data && m.a.rows() == 1 && m.a.cols() == g0.out.cols() && m.out.rows() == 1 &&
+        2 * I == m.a.cols() && g0.ep == Epilogue::kNone && m.out.dtype == DType::kF32 &&
+        !overlap(m.out.data, I, m.a.data, 2 * I) && !overlap(m.out.data, I, g0.a.data, K) &&
+        !(norm && (overlap(m.out.data, I, d.x, K) || overlap(m.out.data, I, d.norm_out, K)))) {
+      d.silu_out = m.out.ptr<float>();
+      return true;
+    }
+    return false;
   }
 
   // VV_CUDA_GEMV_BULK=3: silu_mul of one row (gate_up's output, unpaired there) then a one-row GEMM

@@ -49,6 +49,7 @@ __host__ __device__ constexpr int chain_tile_rows(int xc) {
 }
 
 // A phase's form: its activation chunks a thread (XC) and prologue.
+// Pair: gate/up rows paired with the SwiGLU epilogue (the bulk GEMV's kPair), with or without the norm.
 enum ChainForm : int {
   kPlain1,
   kPlain2,
@@ -63,10 +64,21 @@ enum ChainForm : int {
   kSilu4,
   kSilu8,
   kSilu12,
+  kPair1,
+  kPair2,
+  kPair4,
+  kNormPair1,
+  kNormPair2,
+  kNormPair4,
 };
-int chain_form(int xc, bool norm, bool silu) {
+int chain_form(int xc, bool norm, bool silu, bool pair) {
   const int k = xc == 1 ? 0 : xc == 2 ? 1 : xc == 4 ? 2 : xc == 8 ? 3 : 4;
+  if (pair) return norm ? kNormPair1 + k : kPair1 + k;
   return norm ? kNorm1 + k : silu ? kSilu1 + k : kPlain1 + k;
+}
+// Weight rows (row pairs with the pairing) a tile: chain_tile_rows, or the bulk GEMV's pairs.
+__host__ __device__ constexpr int chain_tile_rows(int xc, bool pair) {
+  return pair ? dec::bulk_tile_rows(xc, true) : chain_tile_rows(xc);
 }
 
 // The device side exists for sm_90 only (the kernel is empty elsewhere).
@@ -137,7 +149,7 @@ __device__ __forceinline__ void locate(const DecodeChain& c, int p, int64_t t, i
     if (q < g.count && t >= g.j[q].task_begin) jx = q;
   const int tr = c.tr[p];
   n0 = (t - g.j[jx].task_begin) * tr;
-  const int64_t nr = g.j[jx].N;
+  const int64_t nr = c.pair[p] ? g.j[jx].N / 2 : g.j[jx].N;
   rows = static_cast<int>(nr - n0 < tr ? nr - n0 : tr);
 }
 
@@ -150,15 +162,19 @@ __device__ __forceinline__ bool cursor_valid(const DecodeChain& c, Ring& r) {
   return true;
 }
 
-// Tile t of phase p's weights: their first byte, and their bytes in *bytes (its rows are contiguous).
+// Tile t of phase p's weights: their first byte, and their bytes in *bytes (its rows are contiguous);
+// with the pairing, *up: the first byte of the up rows (as many bytes).
 template <typename WT>
-__device__ __forceinline__ const WT* tile_src(const DecodeChain& c, int p, int64_t t, uint32_t* bytes) {
+__device__ __forceinline__ const WT* tile_src(const DecodeChain& c, int p, int64_t t, uint32_t* bytes,
+                                              const WT** up) {
   int jx, rows;
   int64_t n0;
   locate(c, p, t, jx, n0, rows);
   const DecodeGemv& g = c.ph[p];
   *bytes = static_cast<uint32_t>(static_cast<size_t>(g.K) * sizeof(WT) * static_cast<size_t>(rows));
-  return static_cast<const WT*>(g.j[jx].w) + n0 * g.K;
+  const WT* w = static_cast<const WT*>(g.j[jx].w);
+  *up = c.pair[p] ? w + (g.j[jx].N / 2 + n0) * g.K : nullptr;
+  return w + n0 * g.K;
 }
 
 // Thread 0: issues the cursor's tile into the next stage (if a tile is left) and advances.
@@ -166,21 +182,29 @@ template <typename WT>
 __device__ __forceinline__ void issue_next(const DecodeChain& c, Ring& r) {
   if (!cursor_valid(c, r)) return;
   uint32_t bytes;
-  const WT* src = tile_src<WT>(c, r.p, r.t, &bytes);
+  const WT* up;
+  const WT* src = tile_src<WT>(c, r.p, r.t, &bytes, &up);
   const int st = static_cast<int>(r.issued % static_cast<uint32_t>(r.stages));
   const uint32_t bar = r.bars + 8 * st, dst = r.base + static_cast<uint32_t>(st) * r.stride;
-  mbar::expect_tx(bar, bytes);
+  mbar::expect_tx(bar, up ? 2 * bytes : bytes);
   mbar::bulk_copy(dst, src, bytes, bar);
+  if (up) {  // the up rows after the tile's TR gate rows, as the bulk GEMV's pairing lays them out
+    const uint32_t half =
+        static_cast<uint32_t>(static_cast<size_t>(c.ph[r.p].K) * sizeof(WT) * static_cast<size_t>(c.tr[r.p]));
+    mbar::bulk_copy(dst + half, up, bytes, bar);
+  }
   ++r.t;
   ++r.issued;
 }
 
 // One phase: the activation (with its prologue), then this block's tiles of the phase as the bulk GEMV
 // computes them. i: the block's tile count so far (its ring position).
-template <typename WT, int XC, bool kNorm, bool kSilu>
+template <typename WT, int XC, bool kNorm, bool kSilu, bool kPair = false>
 __device__ __forceinline__ void run_phase(const DecodeChain& c, int p, Ring& ring, uint32_t& i, float* red,
                                           float* nred) {
-  constexpr int TR = chain_tile_rows(XC);
+  constexpr int TR = chain_tile_rows(XC, kPair);
+  constexpr int SR = kPair ? 2 * TR : TR;  // weight rows a stage
+  static_assert(SR <= kBulkMaxRows, "a stage's rows");
   const DecodeGemv& g = c.ph[p];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t K = g.K;
@@ -204,11 +228,11 @@ __device__ __forceinline__ void run_phase(const DecodeChain& c, int p, Ring& rin
     locate(c, p, t, jx, n0, rows);
     const WT* sw = reinterpret_cast<const WT*>(ring.mem + static_cast<size_t>(st) * ring.stride);
     float* rb = red + (i & 1u) * 8 * kBulkMaxRows;
-    float acc[TR];
-    dec::bulk_tile_sums<WT, XC, TR, TR>(sw, K, rows, xr, acc);
+    float acc[SR];
+    dec::bulk_tile_sums<WT, XC, SR, TR>(sw, K, rows, xr, acc);
     if (lane == 0) {
 #pragma unroll
-      for (int r = 0; r < TR; ++r) rb[warp * kBulkMaxRows + r] = acc[r];
+      for (int r = 0; r < SR; ++r) rb[warp * kBulkMaxRows + r] = acc[r];
     }
     __syncthreads();  // the stage is read and the warps' sums are in rb
     if (tid == 0) issue_next<WT>(c, ring);
@@ -216,11 +240,21 @@ __device__ __forceinline__ void run_phase(const DecodeChain& c, int p, Ring& rin
       const DecodeGemvJob& J = g.j[jx];
       const int64_t n = n0 + tid;
       float v = dec::bulk_row_total(rb, tid);
-      v += J.bias ? J.bias[n] : 0.f;
-      if (J.ep == static_cast<int>(Epilogue::kAddResidual)) {
-        J.out[n] = __ldcg(J.out + n) + v;
+      if constexpr (kPair) {  // the bulk GEMV's SwiGLU epilogue
+        const float u = dec::bulk_row_total(rb, TR + tid);
+        const int64_t I = J.N / 2;
+        const float gv = v + (J.bias ? J.bias[n] : 0.f);
+        const float uv = u + (J.bias ? J.bias[n + I] : 0.f);
+        J.out[n] = gv;
+        J.out[n + I] = uv;
+        g.silu_out[n] = dec::silu(gv) * uv;
       } else {
-        J.out[n] = v;
+        v += J.bias ? J.bias[n] : 0.f;
+        if (J.ep == static_cast<int>(Epilogue::kAddResidual)) {
+          J.out[n] = __ldcg(J.out + n) + v;
+        } else {
+          J.out[n] = v;
+        }
       }
     }
   }
@@ -254,8 +288,20 @@ __device__ __forceinline__ void dispatch_phase(const DecodeChain& c, int p, Ring
       return run_phase<WT, 4, false, true>(c, p, ring, i, red, nred);
     case kSilu8:
       return run_phase<WT, 8, false, true>(c, p, ring, i, red, nred);
-    default:
+    case kSilu12:
       return run_phase<WT, 12, false, true>(c, p, ring, i, red, nred);
+    case kPair1:
+      return run_phase<WT, 1, false, false, true>(c, p, ring, i, red, nred);
+    case kPair2:
+      return run_phase<WT, 2, false, false, true>(c, p, ring, i, red, nred);
+    case kPair4:
+      return run_phase<WT, 4, false, false, true>(c, p, ring, i, red, nred);
+    case kNormPair1:
+      return run_phase<WT, 1, true, false, true>(c, p, ring, i, red, nred);
+    case kNormPair2:
+      return run_phase<WT, 2, true, false, true>(c, p, ring, i, red, nred);
+    default:
+      return run_phase<WT, 4, true, false, true>(c, p, ring, i, red, nred);
   }
 }
 
@@ -288,9 +334,11 @@ __global__ void __launch_bounds__(kBulkThreads, 1)
     Ring look = ring;
     for (int64_t left = c.l2_ahead; left > 0 && cursor_valid(c, look); ++look.t) {
       uint32_t bytes;
-      const WT* src = tile_src<WT>(c, look.p, look.t, &bytes);
+      const WT* up;
+      const WT* src = tile_src<WT>(c, look.p, look.t, &bytes, &up);
       asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
-      left -= bytes;
+      if (up) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(up), "r"(bytes) : "memory");
+      left -= up ? 2 * bytes : bytes;
     }
   }
   __syncthreads();
@@ -369,10 +417,11 @@ static size_t chain_ring_bytes(size_t attn, size_t smem_max) {
   return std::min(decode_chain_budget(), attn < room ? room - attn : 0);
 }
 
-// The stage bytes a phase needs: TR rows of K 16-bit weights, in 128-byte units.
+// The stage bytes a phase needs: TR rows (2·TR with the pairing) of K 16-bit weights, in 128-byte units.
 static size_t chain_stage_bytes(const DecodeGemv& g) {
-  const int tr = chain_tile_rows(bulk_xc(g.K));
-  return (static_cast<size_t>(g.K) * 2 * static_cast<size_t>(tr) + 127) / 128 * 128;
+  const bool pair = g.silu_out != nullptr;
+  const int rows = chain_tile_rows(bulk_xc(g.K), pair) * (pair ? 2 : 1);
+  return (static_cast<size_t>(g.K) * 2 * static_cast<size_t>(rows) + 127) / 128 * 128;
 }
 
 bool decode_chain_takes(const DecodeChain& c) {
@@ -381,7 +430,7 @@ bool decode_chain_takes(const DecodeChain& c) {
   size_t stride = 0;
   for (int p = 0; p < c.phases; ++p) {
     const DecodeGemv& g = c.ph[p];
-    if (!g.bulk || g.silu_out || g.wt != c.ph[0].wt || !decode_gemv_bulk_takes(g)) return false;
+    if (!g.bulk || g.wt != c.ph[0].wt || !decode_gemv_bulk_takes(g)) return false;
     stride = std::max(stride, chain_stage_bytes(g));
   }
   if (c.rope && (c.r.D % 2 != 0 || c.r.R < 1)) return false;
@@ -396,15 +445,17 @@ void decode_chain(DecodeChain c, cudaStream_t s) {
   for (int p = 0; p < c.phases; ++p) {
     DecodeGemv& g = c.ph[p];
     const int xc = bulk_xc(g.K);
-    const int tr = chain_tile_rows(xc);
+    const bool pair = g.silu_out != nullptr;
+    const int tr = chain_tile_rows(xc, pair);
     int64_t tiles = 0;
     for (int q = 0; q < g.count; ++q) {
       g.j[q].task_begin = tiles;
-      tiles += (g.j[q].N + tr - 1) / tr;
+      tiles += ((pair ? g.j[q].N / 2 : g.j[q].N) + tr - 1) / tr;
     }
     c.tiles[p] = tiles;
     c.tr[p] = tr;
-    c.form[p] = chain_form(xc, g.norm_w != nullptr, g.swiglu_in != nullptr);
+    c.pair[p] = pair;
+    c.form[p] = chain_form(xc, g.norm_w != nullptr, g.swiglu_in != nullptr, pair);
     c.l2_ahead = decode_chain_l2_ahead();
     stride = std::max(stride, chain_stage_bytes(g));
   }

@@ -140,7 +140,7 @@ RopeKvArgs rope_kv_args(Tensor& q, Tensor& k, const Tensor& v, const Tensor& pos
 // than 10 s traps (the launch then fails) rather than hang.
 constexpr int kMaxChainPhases = 6;
 struct DecodeChain {
-  DecodeGemv ph[kMaxChainPhases];  // each one decode_gemv_bulk_takes (bulk set), no SwiGLU pairing
+  DecodeGemv ph[kMaxChainPhases];  // each one decode_gemv_bulk_takes (bulk set)
   int phases = 0;
   bool rope = false;  // rope_kv_write after the last phase
   RopeKvArgs r;
@@ -155,11 +155,12 @@ struct DecodeChain {
   int64_t tiles[kMaxChainPhases] = {};
   int tr[kMaxChainPhases] = {};
   int form[kMaxChainPhases] = {};
+  bool pair[kMaxChainPhases] = {};  // gate/up rows paired with the SwiGLU epilogue (silu_out set)
   // VV_CUDA_CHAIN_L2_KB: bytes of each block's tiles after its ring's first fill prefetched into L2
   // before the kernel waits for the one before it (0: none; filled by decode_chain).
   int64_t l2_ahead = 0;
 };
-// Whether decode_chain takes c (its phases bulk GEMVs of one weight dtype, none paired).
+// Whether decode_chain takes c (its phases bulk GEMVs of one weight dtype).
 bool decode_chain_takes(const DecodeChain& c);
 void decode_chain(DecodeChain c, cudaStream_t s);
 // The shared-memory bytes of the chain's ring (VV_CUDA_CHAIN_KB, 64 to 226; 190 by default).
