@@ -30,9 +30,14 @@ struct MmaDecodeConfig {
   int stages = 2;               // 16-key stages in flight per warp: 2 or 4
   int warps = 2;                // warps (units) per block of the stream kernel: 1, 2 or 4
   int chunk = kMmaDecodeChunk;  // keys per unit: 64, 128 or 256
+  // heads (stream kernel, kv_heads ≤ 4): a block's warps take the kv heads of the same keys (4 warps:
+  // 4 / kv_heads units × every kv head of a row), so that the block reads whole cache rows (all heads of
+  // a slot, contiguous) together, instead of one head's 2·D bytes of each row. The same bits.
+  bool heads = false;
 };
 // Taken from the environment at the first use (benchmarks, A/B runs): VV_CUDA_MMA_DECODE=stream|regs,
-// VV_CUDA_MMA_DECODE_STAGES, VV_CUDA_MMA_DECODE_WARPS, VV_CUDA_MMA_DECODE_CHUNK; values outside the
+// VV_CUDA_MMA_DECODE_STAGES, VV_CUDA_MMA_DECODE_WARPS, VV_CUDA_MMA_DECODE_CHUNK,
+// VV_CUDA_MMA_DECODE_HEADS=1; values outside the
 // lists above are ignored. Every launch (and plan) uses the current setting; the setter (tests) is
 // not synchronised with launches on other threads.
 MmaDecodeConfig mma_decode_config();

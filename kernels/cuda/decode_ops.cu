@@ -657,7 +657,8 @@ __global__ void __launch_bounds__(128, 3)
                              const int32_t* __restrict__ row_pos, const int32_t* __restrict__ tables,
                              int64_t ldt, int bs, const CT* __restrict__ kc, const CT* __restrict__ vc,
                              int64_t ldc, int kv_heads, int G, float scale_log2, int chunk, int splits,
-                             float* __restrict__ out, int64_t ldo, float* ws, unsigned* counters) {
+                             float* __restrict__ out, int64_t ldo, float* ws, unsigned* counters,
+                             bool heads) {
   constexpr int KS = D / 16;     // k-steps of Q·Kᵀ
   constexpr int DT = D / 8;      // 8-dim output tiles of P·V
   constexpr int CPR = D / 8;     // 16-byte chunks per cached row (of one kv head)
@@ -670,8 +671,10 @@ __global__ void __launch_bounds__(128, 3)
   extern __shared__ uint4 mma_stream_smem[];
   const int warps = static_cast<int>(blockDim.x >> 5);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int unit = blockIdx.x * warps + warp;
-  const int kvh = blockIdx.y;
+  // heads: block (x, 0, row) of warps = units·kv_heads, warp w the kv head w mod kv_heads of unit
+  // x·units + w / kv_heads; otherwise block (x, kv head, row), warp w unit x·warps + w.
+  const int unit = heads ? blockIdx.x * (warps / kv_heads) + warp / kv_heads : blockIdx.x * warps + warp;
+  const int kvh = heads ? warp % kv_heads : static_cast<int>(blockIdx.y);
   const int64_t r = blockIdx.z;
   const int L = row_pos[r] + 1;
   const int ns = (L + chunk - 1) / chunk;  // this row's units
@@ -1415,6 +1418,7 @@ MmaDecodeConfig& mma_config_slot() {
     num("VV_CUDA_MMA_DECODE_STAGES", {2, 4}, d.stages);
     num("VV_CUDA_MMA_DECODE_WARPS", {1, 2, 4}, d.warps);
     num("VV_CUDA_MMA_DECODE_CHUNK", {64, 128, 256}, d.chunk);
+    if (const char* e = std::getenv("VV_CUDA_MMA_DECODE_HEADS")) d.heads = std::string(e) == "1";
     return d;
   }();
   return c;
@@ -1440,14 +1444,21 @@ void launch_mma_stream(cudaLaunchConfig_t cfg, int warps, const Tensor& q, const
                          cudaSharedmemCarveoutMaxShared);
     raised.fetch_or(bit, std::memory_order_relaxed);
   }
-  cfg.gridDim.x = static_cast<unsigned>((p.splits + warps - 1) / warps);
+  // heads: 4 warps a block, 4 / kv_heads units of every kv head (kv_heads ≤ 4 dividing 4).
+  const bool heads = mma_config_slot().heads && shape.kv_heads <= 4 && 4 % shape.kv_heads == 0;
+  const int upb = heads ? 4 / static_cast<int>(shape.kv_heads) : warps;  // units a block
+  if (heads) {
+    warps = 4;
+    cfg.gridDim.y = 1;
+  }
+  cfg.gridDim.x = static_cast<unsigned>((p.splits + upb - 1) / upb);
   cfg.blockDim = dim3(static_cast<unsigned>(warps * 32));
   cfg.dynamicSmemBytes = static_cast<size_t>(warps) * mma_stream_warp_bytes(D, S);
   cudaLaunchKernelEx(&cfg, kern, q.ptr<const float>(), q.row_stride(), rows.row_seq.ptr<const int32_t>(),
                      rows.row_pos.ptr<const int32_t>(), rows.block_tables.ptr<const int32_t>(),
                      rows.block_tables.row_stride(), rows.block_size, kc, vc, cache.k.row_stride(),
                      shape.kv_heads, shape.heads / shape.kv_heads, scale_log2, p.chunk, p.splits,
-                     out.ptr<float>(), out.row_stride(), ws, counters);
+                     out.ptr<float>(), out.row_stride(), ws, counters, heads);
 }
 
 }  // namespace
@@ -1462,6 +1473,7 @@ void set_mma_decode_config(const MmaDecodeConfig& c) {
   if (c.stages == 2 || c.stages == 4) v.stages = c.stages;
   if (c.warps == 1 || c.warps == 2 || c.warps == 4) v.warps = c.warps;
   if (c.chunk == 64 || c.chunk == 128 || c.chunk == 256) v.chunk = c.chunk;
+  v.heads = c.heads;
   mma_config_slot() = v;
 }
 

@@ -214,8 +214,8 @@ for step in "$@"; do
       done ;;
     batch)  # batched decode steps alone (issue 13's 64/128 points without the scheduler): $BATCH_ROWS rows at
       # $BATCH_CTX positions, 64 steps, with each of $BATCH_CFGS (';'-separated; default: none, the mma
-      # decode attention with 128- and 256-key units), $B1_REPS rounds, interleaved
-      IFS=';' read -ra bcfgs <<<"${BATCH_CFGS:-plain;VV_CUDA_MMA_DECODE_CHUNK=128;VV_CUDA_MMA_DECODE_CHUNK=256}"
+      # decode attention's kv heads in one block, its 128- and 256-key units), $B1_REPS rounds, interleaved
+      IFS=';' read -ra bcfgs <<<"${BATCH_CFGS:-plain;VV_CUDA_MMA_DECODE_HEADS=1;VV_CUDA_MMA_DECODE_CHUNK=128;VV_CUDA_MMA_DECODE_CHUNK=256}"
       for i in $(seq "${B1_REPS:-2}"); do
         for cfg in "${bcfgs[@]}"; do
           read -ra kv <<<"${cfg/plain/VV_CUDA_NONE=1}"

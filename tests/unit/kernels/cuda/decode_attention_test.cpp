@@ -107,7 +107,8 @@ cuda::MmaDecodeConfig register_kernel() {
 std::string describe(const cuda::MmaDecodeConfig& c) {
   std::ostringstream w;
   if (c.stream) {
-    w << "stream kernel, " << c.stages << " stages, " << c.warps << " warps, " << c.chunk << "-key units";
+    w << "stream kernel, " << c.stages << " stages, " << c.warps << " warps, " << c.chunk << "-key units"
+      << (c.heads ? ", the kv heads of a unit in one block" : "");
   } else {
     w << "register kernel, " << c.chunk << "-key units";
   }
@@ -217,6 +218,42 @@ TEST(CudaDecodeAttention, StreamKernelStagesWarpsUnitsAndBlockSizes) {
   check_step(*gpu, {28, 4, 128, DType::kBF16, 8, {1, 16, 17, 33, 600, 1031, 97}}, 44);
   check_step(*gpu, {28, 4, 128, DType::kF16, 24, {5, 23, 24, 25, 257, 1021}}, 45);
   check_step(*gpu, {28, 4, 128, DType::kBF16, 16, {509, 2, 1021, 3, 97}}, 46);
+}
+
+// VV_CUDA_MMA_DECODE_HEADS=1: the stream kernel's blocks take every kv head of the same keys (4 warps:
+// 4 / kv_heads units of each head), reading whole cache rows together. Which warp computes a (row, kv
+// head, unit) does not change its arithmetic: the outputs must be the bits of the default mapping, at
+// 4, 2 and 1 kv heads, and at 8 (more than a block's 4 warps: the default mapping then runs), with 2
+// and 4 stages, and near the reference.
+TEST(CudaDecodeAttention, KvHeadsOfTheSameKeysInOneBlockGiveTheSameBits) {
+  VV_CUDA_BACKEND_OR_SKIP(probe, true);
+  const std::unique_ptr<Backend> gpu = mma_backend();
+  ASSERT_NE(gpu, nullptr);
+  const std::vector<Step> steps = {
+      {28, 4, 128, DType::kBF16, 16, {1, 17, 63, 64, 65, 600, 1031, 599, 601, 640, 128, 129, 300}},
+      {14, 2, 64, DType::kF16, 24, {5, 23, 24, 25, 257, 1021}},
+      {8, 1, 128, DType::kBF16, 8, {1, 16, 33, 600, 97}},
+      {32, 8, 128, DType::kBF16, 16, {97, 600, 2}}};
+  uint32_t seed = 61;
+  for (const Step& st : steps) {
+    StepData d = make_step(st, seed);
+    std::vector<int> all(st.lens.size());
+    std::iota(all.begin(), all.end(), 0);
+    std::vector<float> base;
+    {
+      MmaVariant v(stream_kernel(2, 2));
+      base = run_gpu(*gpu, st, d, all);
+    }
+    for (int stages : {2, 4}) {
+      cuda::MmaDecodeConfig c = stream_kernel(stages, 2);
+      c.heads = true;
+      MmaVariant v(c);
+      EXPECT_EQ(run_gpu(*gpu, st, d, all), base)
+          << describe(st) << ", " << stages << " stages: the kv heads in one block changed a bit";
+      check_step(*gpu, st, seed);
+    }
+    ++seed;
+  }
 }
 
 // Long rows: more than 32 units to merge (the merge's lanes take several units each), and a table
