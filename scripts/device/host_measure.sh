@@ -241,7 +241,8 @@ for step in "$@"; do
       done ;;
     curvepf)  # batched decode steps: the o projection's weights prefetched into L2 during the attention, and
       # the tensor-core decode attention's keys per unit (64, the default; 128; 256)
-      for cfg in VV_CUDA_L2_PREFETCH=0 VV_CUDA_L2_PREFETCH=1 VV_CUDA_MMA_DECODE_CHUNK=128 VV_CUDA_MMA_DECODE_CHUNK=256 \
+      for cfg in VV_CUDA_L2_PREFETCH=0 VV_CUDA_L2_PREFETCH=1 VV_CUDA_MMA_DECODE_HEADS=1 VV_CUDA_MMA_DECODE_CHUNK=128 \
+        VV_CUDA_MMA_DECODE_CHUNK=256 \
         "VV_CUDA_MMA_DECODE_CHUNK=256 VV_CUDA_MMA_DECODE_STAGES=4" \
         "VV_CUDA_MMA_DECODE_CHUNK=256 VV_CUDA_MMA_DECODE_WARPS=4"; do
         read -ra kv <<<"$cfg"
