@@ -4,7 +4,8 @@
 Reads every <step>.json that host_measure.sh kept (the last JSON line a tool printed) under the
 folders given, groups the runs of one configuration (names that differ only in a trailing repeat
 index _r1, _r2, ...) and prints, per configuration and figure, the median and the runs: scalars only,
-plus the curve's points (full_tps and decode_tps per concurrency). Usage: summarize.py DIR [DIR ...]
+plus the curve's points (full_tps and decode_tps per concurrency) and the batched decode bench's
+(tok_s, ms_step and bound_tok_s per row count). Usage: summarize.py DIR [DIR ...]
 """
 import json
 import pathlib
@@ -25,6 +26,10 @@ def figures(doc):
             for k in ("full_tps", "decode_tps"):
                 if k in p:
                     out[f"{k}@{p['n']}"] = float(p[k])
+        if isinstance(p, dict) and "rows" in p:  # cuda_decode_bench --batch-bench
+            for k in ("tok_s", "ms_step", "bound_tok_s"):
+                if k in p:
+                    out[f"{k}@{p['rows']}"] = float(p[k])
     return out
 
 
