@@ -194,6 +194,8 @@ class CudaBackend final : public Backend {
     if (prop.major < 9) b->l2_prefetch_ = 0;  // cp.async.bulk.prefetch is sm_90+
     if (prop.major < 9) b->gemv_bulk_ = 0;    // so is cp.async.bulk
     if (prop.major < 9) b->chain_ = false;    // the chain is the bulk GEMV's
+    // An explicit VV_CUDA_GEMV_BULK other than 3 asks for other one-row GEMVs: no chain then.
+    if (const char* gb = std::getenv("VV_CUDA_GEMV_BULK"); gb && std::string(gb) != "3") b->chain_ = false;
     if (b->chain_) {
       b->gemv_bulk_ = 3;  // what the chain's phases compute, so that a step it does not fuse agrees
       if (cudaMalloc(&b->chain_bar_, 2 * sizeof(unsigned)) != cudaSuccess ||
@@ -1999,7 +2001,8 @@ class CudaBackend final : public Backend {
     const std::string s = v ? v : "";
     return s == "1" ? 1 : s == "2" ? 2 : s == "3" ? 3 : 0;
   }();
-  // VV_CUDA_DECODE_CHAIN=1 (opt-in; sm_90; sets VV_CUDA_GEMV_BULK=3): a run of one-row GEMV launches
+  // VV_CUDA_DECODE_CHAIN=1 (opt-in; sm_90; sets VV_CUDA_GEMV_BULK=3, and is off where that variable is
+  // set to anything else): a run of one-row GEMV launches
   // each reading what the one before wrote (a layer from its o projection to the next layer's q|k|v),
   // with rope_kv_write after them, runs as one persistent kernel with one weight stream
   // (cuda::decode_chain; fuse_chain_at). The same bits as the launches one by one.
