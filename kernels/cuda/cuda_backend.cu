@@ -150,6 +150,7 @@ class CudaBackend final : public Backend {
     if (argmax_ws_) cudaFree(argmax_ws_);
     if (dec_attn_ws_) cudaFree(dec_attn_ws_);
     if (chain_bar_) cudaFree(chain_bar_);
+    if (chain_trace_) cudaFree(chain_trace_);
     for (auto& [key, p] : inv_freq_) cudaFree(p);
     if (copy_stream_) cudaStreamSynchronize(copy_stream_);
     for (cudaEvent_t e : copy_done_)
@@ -201,6 +202,11 @@ class CudaBackend final : public Backend {
       if (cudaMalloc(&b->chain_bar_, 2 * sizeof(unsigned)) != cudaSuccess ||
           cudaMemset(b->chain_bar_, 0, 2 * sizeof(unsigned)) != cudaSuccess)
         return internal_error("CUDA backend: cannot allocate the decode chain's barrier");
+      const char* tr = std::getenv("VV_CUDA_CHAIN_TRACE");
+      if (tr && std::string(tr) == "1" &&
+          (cudaMalloc(&b->chain_trace_, cuda::kChainTraceWords * sizeof(uint64_t)) != cudaSuccess ||
+           cudaMemset(b->chain_trace_, 0, cuda::kChainTraceWords * sizeof(uint64_t)) != cudaSuccess))
+        return internal_error("CUDA backend: cannot allocate the decode chain's trace");
     }
     if (!(prop.major == 9 && prop.minor == 0)) b->ffn_wg_ = false;  // wgmma: sm_90a
     if (cudaStreamCreateWithFlags(&b->stream_, cudaStreamNonBlocking) != cudaSuccess) {
@@ -697,6 +703,7 @@ class CudaBackend final : public Backend {
     c.sms = sms_;
     c.smem_max = smem_optin_;
     c.barrier = chain_bar_;
+    c.trace = chain_trace_;
     size_t j = i;
     cuda::DecodeAttentionPlan ap;
     if (chain_attn_ && recs[i].kind == OpRec::kAttention && chain_attention_ok(recs[i], &ap)) {
@@ -1577,6 +1584,14 @@ class CudaBackend final : public Backend {
                     gstat_.captured_ms, gstat_.first_ms, gstat_.ungraphed_ms);
       out += line;
     }
+    if (chain_trace_) {  // the chain's trace since the last report
+      uint64_t words[cuda::kChainTraceWords] = {};
+      if (cudaStreamSynchronize(stream_) == cudaSuccess &&
+          cudaMemcpy(words, chain_trace_, sizeof words, cudaMemcpyDeviceToHost) == cudaSuccess) {
+        out += cuda::decode_chain_trace_report(words);
+        cudaMemset(chain_trace_, 0, sizeof words);
+      }
+    }
     if (gstat_.lt_plans > 0) {
       std::snprintf(line, sizeof line, "  cublaslt plans: %lld new, %.3f ms host\n",
                     static_cast<long long>(gstat_.lt_plans), gstat_.lt_plan_ms);
@@ -2009,6 +2024,7 @@ class CudaBackend final : public Backend {
   bool chain_ =
       std::getenv("VV_CUDA_DECODE_CHAIN") && std::string(std::getenv("VV_CUDA_DECODE_CHAIN")) == "1";
   unsigned* chain_bar_ = nullptr;  // the chain's grid barrier (2 counters)
+  uint64_t* chain_trace_ = nullptr;  // VV_CUDA_CHAIN_TRACE=1: cuda::DecodeChain::trace
   // VV_CUDA_CHAIN_ATTN=1 (with the chain): a one-row step's SIMT decode attention becomes the chain's
   // first phase, so a layer (attention to the next layer's rope) is one launch.
   bool chain_attn_ =

@@ -40,6 +40,22 @@ using dec::kBulkThreads;
 static_assert(sizeof(DecodeChain) + 16 <= 4096, "the chain's descriptor is a kernel parameter (4 KB)");
 constexpr size_t kChainBudget = 190 * 1024;  // five 37.9 KB stages at the 7B's down projection
 
+// The trace's words (DecodeChain::trace; kChainTraceWords of them): launches, clock64 cycles and
+// %globaltimer ns of thread 0 of block 0 over the whole kernel, and its cycles in each part: waiting
+// for the kernel before (PDL), the attention phase, then per GEMV phase p the barrier before it, the
+// phase itself and, inside it, the waits for tiles not yet landed; the rope phase's barrier and work.
+enum ChainTrace : int {
+  kTraceLaunches,
+  kTraceCycles,
+  kTraceNs,
+  kTraceWait,
+  kTraceAttn,
+  kTraceRopeBarrier,
+  kTraceRope,
+  kTracePhase,  // 3 words a phase: barrier, phase, stalls
+};
+static_assert(kTracePhase + 3 * kMaxChainPhases <= kChainTraceWords, "trace words");
+
 // Weight rows a tile for XC activation chunks a thread: the bulk GEMV's, but 5 at XC = 2 (K 2,049 to
 // 4,096), so that the 7B's K = 3,584 tiles (35.8 KB) nearly fill the stages its down projection's
 // 18,944-weight rows size (37.9 KB): more bytes in flight through the barriers and the attention. A
@@ -201,7 +217,7 @@ __device__ __forceinline__ void issue_next(const DecodeChain& c, Ring& r) {
 // computes them. i: the block's tile count so far (its ring position).
 template <typename WT, int XC, bool kNorm, bool kSilu, bool kPair = false>
 __device__ __forceinline__ void run_phase(const DecodeChain& c, int p, Ring& ring, uint32_t& i, float* red,
-                                          float* nred) {
+                                          float* nred, uint64_t& stall) {
   constexpr int TR = chain_tile_rows(XC, kPair);
   constexpr int SR = kPair ? 2 * TR : TR;  // weight rows a stage
   static_assert(SR <= kBulkMaxRows, "a stage's rows");
@@ -222,7 +238,9 @@ __device__ __forceinline__ void run_phase(const DecodeChain& c, int p, Ring& rin
   phase_range(c, p, t0, t1);
   for (int64_t t = t0; t < t1; ++t, ++i) {
     const int st = static_cast<int>(i % static_cast<uint32_t>(ring.stages));
+    const uint64_t w0 = c.trace ? clock64() : 0;
     mbar::wait(ring.bars + 8 * st, (i / static_cast<uint32_t>(ring.stages)) & 1u);
+    if (c.trace) stall += clock64() - w0;  // (thread 0 of block 0's is the one kept)
     int jx, rows;
     int64_t n0;
     locate(c, p, t, jx, n0, rows);
@@ -262,46 +280,46 @@ __device__ __forceinline__ void run_phase(const DecodeChain& c, int p, Ring& rin
 
 template <typename WT>
 __device__ __forceinline__ void dispatch_phase(const DecodeChain& c, int p, Ring& ring, uint32_t& i,
-                                               float* red, float* nred) {
+                                               float* red, float* nred, uint64_t& stall) {
   switch (c.form[p]) {
     case kPlain1:
-      return run_phase<WT, 1, false, false>(c, p, ring, i, red, nred);
+      return run_phase<WT, 1, false, false>(c, p, ring, i, red, nred, stall);
     case kPlain2:
-      return run_phase<WT, 2, false, false>(c, p, ring, i, red, nred);
+      return run_phase<WT, 2, false, false>(c, p, ring, i, red, nred, stall);
     case kPlain4:
-      return run_phase<WT, 4, false, false>(c, p, ring, i, red, nred);
+      return run_phase<WT, 4, false, false>(c, p, ring, i, red, nred, stall);
     case kPlain8:
-      return run_phase<WT, 8, false, false>(c, p, ring, i, red, nred);
+      return run_phase<WT, 8, false, false>(c, p, ring, i, red, nred, stall);
     case kPlain12:
-      return run_phase<WT, 12, false, false>(c, p, ring, i, red, nred);
+      return run_phase<WT, 12, false, false>(c, p, ring, i, red, nred, stall);
     case kNorm1:
-      return run_phase<WT, 1, true, false>(c, p, ring, i, red, nred);
+      return run_phase<WT, 1, true, false>(c, p, ring, i, red, nred, stall);
     case kNorm2:
-      return run_phase<WT, 2, true, false>(c, p, ring, i, red, nred);
+      return run_phase<WT, 2, true, false>(c, p, ring, i, red, nred, stall);
     case kNorm4:
-      return run_phase<WT, 4, true, false>(c, p, ring, i, red, nred);
+      return run_phase<WT, 4, true, false>(c, p, ring, i, red, nred, stall);
     case kSilu1:
-      return run_phase<WT, 1, false, true>(c, p, ring, i, red, nred);
+      return run_phase<WT, 1, false, true>(c, p, ring, i, red, nred, stall);
     case kSilu2:
-      return run_phase<WT, 2, false, true>(c, p, ring, i, red, nred);
+      return run_phase<WT, 2, false, true>(c, p, ring, i, red, nred, stall);
     case kSilu4:
-      return run_phase<WT, 4, false, true>(c, p, ring, i, red, nred);
+      return run_phase<WT, 4, false, true>(c, p, ring, i, red, nred, stall);
     case kSilu8:
-      return run_phase<WT, 8, false, true>(c, p, ring, i, red, nred);
+      return run_phase<WT, 8, false, true>(c, p, ring, i, red, nred, stall);
     case kSilu12:
-      return run_phase<WT, 12, false, true>(c, p, ring, i, red, nred);
+      return run_phase<WT, 12, false, true>(c, p, ring, i, red, nred, stall);
     case kPair1:
-      return run_phase<WT, 1, false, false, true>(c, p, ring, i, red, nred);
+      return run_phase<WT, 1, false, false, true>(c, p, ring, i, red, nred, stall);
     case kPair2:
-      return run_phase<WT, 2, false, false, true>(c, p, ring, i, red, nred);
+      return run_phase<WT, 2, false, false, true>(c, p, ring, i, red, nred, stall);
     case kPair4:
-      return run_phase<WT, 4, false, false, true>(c, p, ring, i, red, nred);
+      return run_phase<WT, 4, false, false, true>(c, p, ring, i, red, nred, stall);
     case kNormPair1:
-      return run_phase<WT, 1, true, false, true>(c, p, ring, i, red, nred);
+      return run_phase<WT, 1, true, false, true>(c, p, ring, i, red, nred, stall);
     case kNormPair2:
-      return run_phase<WT, 2, true, false, true>(c, p, ring, i, red, nred);
+      return run_phase<WT, 2, true, false, true>(c, p, ring, i, red, nred, stall);
     default:
-      return run_phase<WT, 4, true, false, true>(c, p, ring, i, red, nred);
+      return run_phase<WT, 4, true, false, true>(c, p, ring, i, red, nred, stall);
   }
 }
 
@@ -325,6 +343,19 @@ __global__ void __launch_bounds__(kBulkThreads, 1)
   ring.p = 0;
   phase_range(c, 0, ring.t, ring.t1);
   ring.issued = 0;
+  // VV_CUDA_CHAIN_TRACE: thread 0 of block 0 times the kernel's parts (clock64) into c.trace.
+  const bool tracer = c.trace && blockIdx.x == 0 && threadIdx.x == 0;
+  const uint64_t ns0 = tracer ? global_ns() : 0, k0 = tracer ? clock64() : 0;
+  uint64_t mark = k0;
+  auto add = [&](int word, uint64_t v) {
+    atomicAdd(reinterpret_cast<unsigned long long*>(c.trace + word), static_cast<unsigned long long>(v));
+  };
+  auto lap = [&](int word) {  // the tracer's cycles since the last mark into the trace's word
+    if (!tracer) return;
+    const uint64_t now = clock64();
+    add(word, now - mark);
+    mark = now;
+  };
   if (threadIdx.x == 0) {
     for (int st = 0; st < stages; ++st) mbar::init1(ring.bars + 8 * st);
     mbar::fence_init();
@@ -343,6 +374,7 @@ __global__ void __launch_bounds__(kBulkThreads, 1)
   }
   __syncthreads();
   pdl_wait();
+  lap(kTraceWait);
   if (c.attn) {  // the attention's blocks (split, kv head, row), spread over the grid
     __shared__ float mls[2][dec::kAttnMaxG];
     __shared__ int last;
@@ -360,15 +392,21 @@ __global__ void __launch_bounds__(kBulkThreads, 1)
       }
       __syncthreads();  // the block's shared state is free for its next unit
     }
+    lap(kTraceAttn);
   }
   uint32_t i = 0;
   for (int p = 0; p < c.phases; ++p) {
     if (p > 0 || c.attn) grid_barrier(c.barrier);
+    lap(kTracePhase + 3 * p);
     if (p == c.phases - 1 && !c.rope) pdl_trigger();
-    dispatch_phase<WT>(c, p, ring, i, red, nred);
+    uint64_t stall = 0;
+    dispatch_phase<WT>(c, p, ring, i, red, nred, stall);
+    lap(kTracePhase + 3 * p + 1);
+    if (tracer) add(kTracePhase + 3 * p + 2, stall);
   }
   if (c.rope) {
     grid_barrier(c.barrier);
+    lap(kTraceRopeBarrier);
     pdl_trigger();
     const RopeKvArgs& a = c.r;
     const int64_t n = a.R * (a.qh + a.kh) * (a.D / 2);
@@ -382,6 +420,12 @@ __global__ void __launch_bounds__(kBulkThreads, 1)
         dec::rope_kv_item<float, true>(a, it);
       }
     }
+    lap(kTraceRope);
+  }
+  if (tracer) {
+    add(kTraceLaunches, 1);
+    add(kTraceCycles, clock64() - k0);
+    add(kTraceNs, global_ns() - ns0);
   }
 #endif
 }
@@ -438,6 +482,33 @@ bool decode_chain_takes(const DecodeChain& c) {
                  (c.at.kv.ct != DType::kBF16 && c.at.kv.ct != DType::kF16)))
     return false;
   return 2 * stride <= chain_ring_bytes(c.attn ? (c.at.smem + 15) / 16 * 16 : 0, c.smem_max);
+}
+
+std::string decode_chain_trace_report(const uint64_t* w) {
+  const uint64_t launches = w[kTraceLaunches];
+  if (launches == 0 || w[kTraceCycles] == 0) return {};
+  // clock64 cycles to µs by the traced launches' own ratio of cycles to %globaltimer time
+  const double us_per_cycle = static_cast<double>(w[kTraceNs]) / static_cast<double>(w[kTraceCycles]) / 1e3;
+  auto us = [&](int word) {
+    return static_cast<double>(w[word]) * us_per_cycle / static_cast<double>(launches);
+  };
+  char line[256];
+  std::snprintf(
+      line, sizeof line,
+      "  decode chain trace (thread 0 of block 0, µs a launch over %llu launches, %.2f GHz): total %.2f, "
+      "PDL wait %.2f, attention %.2f, rope barrier %.2f, rope %.2f\n",
+      static_cast<unsigned long long>(launches), 1e-3 / us_per_cycle, us(kTraceCycles), us(kTraceWait),
+      us(kTraceAttn), us(kTraceRopeBarrier), us(kTraceRope));
+  std::string out = line;
+  for (int p = 0; p < kMaxChainPhases; ++p) {
+    const int b = kTracePhase + 3 * p;
+    if (w[b] == 0 && w[b + 1] == 0) continue;
+    std::snprintf(line, sizeof line,
+                  "    phase %d: barrier before %.2f, phase %.2f (of it waiting for tiles %.2f)\n", p, us(b),
+                  us(b + 1), us(b + 2));
+    out += line;
+  }
+  return out;
 }
 
 void decode_chain(DecodeChain c, cudaStream_t s) {

@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 
 #include "kernels/backend.h"
 
@@ -139,6 +140,7 @@ RopeKvArgs rope_kv_args(Tensor& q, Tensor& k, const Tensor& v, const Tensor& pos
 // kernel. All blocks must be resident at once (one per SM: grid = sms); a barrier that waits longer
 // than 10 s traps (the launch then fails) rather than hang.
 constexpr int kMaxChainPhases = 6;
+constexpr int kChainTraceWords = 32;
 struct DecodeChain {
   DecodeGemv ph[kMaxChainPhases];  // each one decode_gemv_bulk_takes (bulk set)
   int phases = 0;
@@ -159,7 +161,13 @@ struct DecodeChain {
   // VV_CUDA_CHAIN_L2_KB: bytes of each block's tiles after its ring's first fill prefetched into L2
   // before the kernel waits for the one before it (0: none; filled by decode_chain).
   int64_t l2_ahead = 0;
+  // VV_CUDA_CHAIN_TRACE=1: kChainTraceWords zeroed 64-bit words of device memory that thread 0 of block 0
+  // adds its timings to at the end of each launch (decode_chain_trace_report reads them); null: off.
+  uint64_t* trace = nullptr;
 };
+// The chain's trace words as text: per launch, the µs of each part as thread 0 of block 0 saw them;
+// empty when no launch was traced.
+std::string decode_chain_trace_report(const uint64_t* words);
 // Whether decode_chain takes c (its phases bulk GEMVs of one weight dtype).
 bool decode_chain_takes(const DecodeChain& c);
 void decode_chain(DecodeChain c, cudaStream_t s);
