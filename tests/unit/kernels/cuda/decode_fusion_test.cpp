@@ -479,7 +479,7 @@ void check_chain(bool attention, const char* extra = nullptr) {
     if (extra) env.emplace_back(extra, "1");
     return cuda_backend_with(env, false);
   };
-  auto chain = make({}, true);
+  auto chain = make({{"VV_CUDA_CHAIN_TRACE", "1"}}, true);  // traced: the report's last lines
   auto eager = make({{"VV_CUDA_GRAPHS", "0"}}, true);
   auto bulk3 = make({{"VV_CUDA_GEMV_BULK", "3"}}, false);
   auto prof = make({{"VV_CUDA_PROFILE", "1"}}, true);
@@ -517,9 +517,12 @@ void check_chain(bool attention, const char* extra = nullptr) {
     }
     expect_same_layer(b3, unf, what, "the fused step without the chain against the ops one by one");
     expect_same_layer(pr, unf, what, "chained, profiled");
+    (void)backend_profile_report(**chain);
     for (int rep = 0; rep < 3; ++rep)
       expect_same_layer(run_chain_ops(**chain, c, d, attention), unf, what,
-                        "chained, run " + std::to_string(rep));
+                        "chained and traced, run " + std::to_string(rep));
+    const std::string trace = backend_profile_report(**chain);
+    EXPECT_EQ(trace.find("decode chain trace") != std::string::npos, takes) << what << "\n" << trace;
     const LayerOut want = chain_reference(c, d, attention);
     const double gk = 2e-5 * std::sqrt(static_cast<double>(c.H));
     const double rk = 2e-5 * std::sqrt(static_cast<double>(c.I)) + 4 * gk;
