@@ -1586,11 +1586,11 @@ class CudaBackend final : public Backend {
     }
     if (chain_trace_) {  // the chain's trace since the last report
       uint64_t words[cuda::kChainTraceWords] = {};
-      if (cudaStreamSynchronize(stream_) == cudaSuccess &&
-          cudaMemcpy(words, chain_trace_, sizeof words, cudaMemcpyDeviceToHost) == cudaSuccess) {
+      if (cudaMemcpyAsync(words, chain_trace_, sizeof words, cudaMemcpyDeviceToHost, stream_) ==
+              cudaSuccess &&
+          cudaMemsetAsync(chain_trace_, 0, sizeof words, stream_) == cudaSuccess &&
+          cudaStreamSynchronize(stream_) == cudaSuccess)
         out += cuda::decode_chain_trace_report(words);
-        cudaMemset(chain_trace_, 0, sizeof words);
-      }
     }
     if (gstat_.lt_plans > 0) {
       std::snprintf(line, sizeof line, "  cublaslt plans: %lld new, %.3f ms host\n",
