@@ -197,20 +197,21 @@ class CudaBackend final : public Backend {
     if (prop.major < 9) b->chain_ = false;    // the chain is the bulk GEMV's
     // An explicit VV_CUDA_GEMV_BULK other than 3 asks for other one-row GEMVs: no chain then.
     if (const char* gb = std::getenv("VV_CUDA_GEMV_BULK"); gb && std::string(gb) != "3") b->chain_ = false;
-    if (b->chain_) {
-      b->gemv_bulk_ = 3;  // what the chain's phases compute, so that a step it does not fuse agrees
+    if (b->chain_) b->gemv_bulk_ = 3;  // what the chain's phases compute: a step it does not fuse agrees
+    if (!(prop.major == 9 && prop.minor == 0)) b->ffn_wg_ = false;  // wgmma: sm_90a
+    if (cudaStreamCreateWithFlags(&b->stream_, cudaStreamNonBlocking) != cudaSuccess) {
+      return internal_error("CUDA backend: cannot create a stream on device " + std::to_string(o.device));
+    }
+    if (b->chain_) {  // zeroed on the stream the chain runs on, so ordered before its first launch
       if (cudaMalloc(&b->chain_bar_, 2 * sizeof(unsigned)) != cudaSuccess ||
-          cudaMemset(b->chain_bar_, 0, 2 * sizeof(unsigned)) != cudaSuccess)
+          cudaMemsetAsync(b->chain_bar_, 0, 2 * sizeof(unsigned), b->stream_) != cudaSuccess)
         return internal_error("CUDA backend: cannot allocate the decode chain's barrier");
       const char* tr = std::getenv("VV_CUDA_CHAIN_TRACE");
       if (tr && std::string(tr) == "1" &&
           (cudaMalloc(&b->chain_trace_, cuda::kChainTraceWords * sizeof(uint64_t)) != cudaSuccess ||
-           cudaMemset(b->chain_trace_, 0, cuda::kChainTraceWords * sizeof(uint64_t)) != cudaSuccess))
+           cudaMemsetAsync(b->chain_trace_, 0, cuda::kChainTraceWords * sizeof(uint64_t), b->stream_) !=
+               cudaSuccess))
         return internal_error("CUDA backend: cannot allocate the decode chain's trace");
-    }
-    if (!(prop.major == 9 && prop.minor == 0)) b->ffn_wg_ = false;  // wgmma: sm_90a
-    if (cudaStreamCreateWithFlags(&b->stream_, cudaStreamNonBlocking) != cudaSuccess) {
-      return internal_error("CUDA backend: cannot create a stream on device " + std::to_string(o.device));
     }
     if (b->compute_ == CudaCompute::kBF16) {  // only bf16 GEMMs use cuBLASLt: load it then
       b->lt_api_ = cuda::cublaslt();
