@@ -511,8 +511,8 @@ std::string decode_chain_trace_report(const uint64_t* w) {
   return out;
 }
 
-void decode_chain(DecodeChain c, cudaStream_t s) {
-  size_t stride = 0;
+DecodeChainLaunch decode_chain_launch(DecodeChain& c) {
+  DecodeChainLaunch l;
   for (int p = 0; p < c.phases; ++p) {
     DecodeGemv& g = c.ph[p];
     const int xc = bulk_xc(g.K);
@@ -527,17 +527,25 @@ void decode_chain(DecodeChain c, cudaStream_t s) {
     c.tr[p] = tr;
     c.pair[p] = pair;
     c.form[p] = chain_form(xc, g.norm_w != nullptr, g.swiglu_in != nullptr, pair);
-    c.l2_ahead = decode_chain_l2_ahead();
-    stride = std::max(stride, chain_stage_bytes(g));
+    l.stride = std::max(l.stride, chain_stage_bytes(g));
   }
+  c.l2_ahead = decode_chain_l2_ahead();
   const size_t attn = c.attn ? (c.at.smem + 15) / 16 * 16 : 0;
-  const int stages =
-      static_cast<int>(std::clamp<size_t>(chain_ring_bytes(attn, c.smem_max) / stride, 2, kBulkMaxStages));
+  l.stages = l.stride ? static_cast<int>(std::clamp<size_t>(chain_ring_bytes(attn, c.smem_max) / l.stride, 2,
+                                                            kBulkMaxStages))
+                      : 0;
   // stages, kBulkMaxStages mbarriers, the warps' row sums [2][8][kBulkMaxRows], rms_inv's 16 floats, then
   // the attention's shared memory
-  const size_t attn_offset =
-      static_cast<size_t>(stages) * stride + 8 * kBulkMaxStages + (2 * 8 * kBulkMaxRows + 16) * sizeof(float);
-  const size_t smem = attn_offset + attn;
+  l.attn_offset = static_cast<size_t>(l.stages) * l.stride + 8 * kBulkMaxStages +
+                  (2 * 8 * kBulkMaxRows + 16) * sizeof(float);
+  l.smem = l.attn_offset + attn;
+  return l;
+}
+
+void decode_chain(DecodeChain c, cudaStream_t s) {
+  const DecodeChainLaunch l = decode_chain_launch(c);
+  const int stages = l.stages;
+  const size_t stride = l.stride, attn_offset = l.attn_offset, smem = l.smem;
   auto go = [&](auto* kern) {
     static size_t raised = 0;  // per instantiation: the dynamic shared memory allowed so far
     if (smem > raised) {

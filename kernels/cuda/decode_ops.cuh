@@ -171,6 +171,13 @@ std::string decode_chain_trace_report(const uint64_t* words);
 // Whether decode_chain takes c (its phases bulk GEMVs of one weight dtype).
 bool decode_chain_takes(const DecodeChain& c);
 void decode_chain(DecodeChain c, cudaStream_t s);
+// What decode_chain launches for c (host arithmetic only; c's per-phase fields are filled): the ring's
+// stages of `stride` bytes, the attention's shared memory at attn_offset, `smem` bytes in all a block.
+struct DecodeChainLaunch {
+  int stages = 0;
+  size_t stride = 0, attn_offset = 0, smem = 0;
+};
+DecodeChainLaunch decode_chain_launch(DecodeChain& c);
 // The shared-memory bytes of the chain's ring (VV_CUDA_CHAIN_KB, 64 to 226; 190 by default).
 size_t decode_chain_budget();
 

@@ -28,7 +28,7 @@
 #include "kernels/device/backend_factory.h"
 #include "tests/unit/kernels/cuda/cuda_test_util.h"
 
-namespace vv::test {
+namespace vv::test::encoderops {
 namespace {
 
 float round_bf16(float v) {
@@ -480,4 +480,4 @@ TEST(CudaEncoderOps, WholeBlockKernelDeclinesWhatItDoesNotTake) {
 }
 
 }  // namespace
-}  // namespace vv::test
+}  // namespace vv::test::encoderops

@@ -25,7 +25,7 @@
 #include "kernels/cpu/reference_ops.h"
 #include "tests/unit/kernels/cuda/cuda_test_util.h"
 
-namespace vv::test {
+namespace vv::test::flashprefill {
 namespace {
 
 struct Seq {
@@ -324,4 +324,4 @@ TEST(CudaFlashPrefill, BlockSizesThatDoNotDivideTheKeyTile) {
 }
 
 }  // namespace
-}  // namespace vv::test
+}  // namespace vv::test::flashprefill
