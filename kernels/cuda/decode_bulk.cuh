@@ -209,6 +209,41 @@ __device__ __forceinline__ float bulk_row_total(const float* rb, int r) {
   return v;
 }
 
+// Lane 0 of each warp leaves the warp's SR row sums in rb ([warp][kBulkMaxRows]).
+template <int SR>
+__device__ __forceinline__ void bulk_store_sums(float* rb, const float (&acc)[SR]) {
+  if ((threadIdx.x & 31) == 0) {
+#pragma unroll
+    for (int r = 0; r < SR; ++r) rb[(threadIdx.x >> 5) * kBulkMaxRows + r] = acc[r];
+  }
+}
+
+// Row n0 + r of job J, its total the r-th row of rb: bias, then the residual add or the store; with
+// kPair row r + TR of rb is up row n0 + r, and the SwiGLU epilogue writes silu(gate) · up to silu_out.
+// kCg: the residual is read through L2 (other blocks of the grid may have written its line).
+template <bool kPair, bool kCg>
+__device__ __forceinline__ void bulk_finish_row(const DecodeGemvJob& J, float* silu_out, int64_t n0,
+                                                const float* rb, int r, int TR) {
+  const int64_t n = n0 + r;
+  float v = bulk_row_total(rb, r);
+  if constexpr (kPair) {
+    const float u = bulk_row_total(rb, TR + r);
+    const int64_t I = J.N / 2;
+    const float gv = v + (J.bias ? J.bias[n] : 0.f);
+    const float uv = u + (J.bias ? J.bias[n + I] : 0.f);
+    J.out[n] = gv;
+    J.out[n + I] = uv;
+    silu_out[n] = silu(gv) * uv;
+  } else {
+    v += J.bias ? J.bias[n] : 0.f;
+    if (J.ep == static_cast<int>(Epilogue::kAddResidual)) {
+      J.out[n] = ld_act<kCg>(J.out + n) + v;
+    } else {
+      J.out[n] = v;
+    }
+  }
+}
+
 // rope_kv_write's item i (< R · (qh + kh) · D/2): (row, head, frequency) over the q heads then the k
 // heads; a k item also writes its two rotated k values and the two v values at the same columns into
 // the paged cache.

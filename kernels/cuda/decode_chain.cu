@@ -222,7 +222,7 @@ __device__ __forceinline__ void run_phase(const DecodeChain& c, int p, Ring& rin
   constexpr int SR = kPair ? 2 * TR : TR;  // weight rows a stage
   static_assert(SR <= kBulkMaxRows, "a stage's rows");
   const DecodeGemv& g = c.ph[p];
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int tid = threadIdx.x;
   const int64_t K = g.K;
   float inv = 0.f;
   if constexpr (kNorm) {
@@ -248,33 +248,10 @@ __device__ __forceinline__ void run_phase(const DecodeChain& c, int p, Ring& rin
     float* rb = red + (i & 1u) * 8 * kBulkMaxRows;
     float acc[SR];
     dec::bulk_tile_sums<WT, XC, SR, TR>(sw, K, rows, xr, acc);
-    if (lane == 0) {
-#pragma unroll
-      for (int r = 0; r < SR; ++r) rb[warp * kBulkMaxRows + r] = acc[r];
-    }
+    dec::bulk_store_sums<SR>(rb, acc);
     __syncthreads();  // the stage is read and the warps' sums are in rb
     if (tid == 0) issue_next<WT>(c, ring);
-    if (tid < rows) {
-      const DecodeGemvJob& J = g.j[jx];
-      const int64_t n = n0 + tid;
-      float v = dec::bulk_row_total(rb, tid);
-      if constexpr (kPair) {  // the bulk GEMV's SwiGLU epilogue
-        const float u = dec::bulk_row_total(rb, TR + tid);
-        const int64_t I = J.N / 2;
-        const float gv = v + (J.bias ? J.bias[n] : 0.f);
-        const float uv = u + (J.bias ? J.bias[n + I] : 0.f);
-        J.out[n] = gv;
-        J.out[n + I] = uv;
-        g.silu_out[n] = dec::silu(gv) * uv;
-      } else {
-        v += J.bias ? J.bias[n] : 0.f;
-        if (J.ep == static_cast<int>(Epilogue::kAddResidual)) {
-          J.out[n] = __ldcg(J.out + n) + v;
-        } else {
-          J.out[n] = v;
-        }
-      }
-    }
+    if (tid < rows) dec::bulk_finish_row<kPair, true>(g.j[jx], g.silu_out, n0, rb, tid, TR);
   }
 }
 
@@ -552,25 +529,19 @@ void decode_chain(DecodeChain c, cudaStream_t s) {
       cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
       raised = smem;
     }
-    if (!chain_coop()) {
-      launch_pdl(kern, dim3(static_cast<unsigned>(c.sms)), kBulkThreads, smem, s, c, stages,
-                 static_cast<uint32_t>(stride), static_cast<uint32_t>(attn_offset));
-      return;
-    }
     // VV_CUDA_CHAIN_COOP=1: a cooperative launch, which the runtime refuses (an error, not a hang) where
     // the grid cannot be resident at once (an MPS client held to part of the SMs); no PDL then.
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(static_cast<unsigned>(c.sms));
-    cfg.blockDim = dim3(kBulkThreads);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = s;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeCooperative;
-    attr[0].val.cooperative = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    cudaLaunchKernelEx(&cfg, kern, c, stages, static_cast<uint32_t>(stride),
-                       static_cast<uint32_t>(attn_offset));
+    const dim3 grid(static_cast<unsigned>(c.sms));
+    if (chain_coop()) {
+      cudaLaunchAttribute coop;
+      coop.id = cudaLaunchAttributeCooperative;
+      coop.val.cooperative = 1;
+      launch_with(&coop, kern, grid, kBulkThreads, smem, s, c, stages, static_cast<uint32_t>(stride),
+                  static_cast<uint32_t>(attn_offset));
+    } else {
+      launch_pdl(kern, grid, kBulkThreads, smem, s, c, stages, static_cast<uint32_t>(stride),
+                 static_cast<uint32_t>(attn_offset));
+    }
   };
   if (c.ph[0].wt == DType::kF16) {
     go(decode_chain_kernel<__half>);

@@ -1008,7 +1008,7 @@ __global__ void __launch_bounds__(kBulkThreads, 1)
   float* red =
       reinterpret_cast<float*>(bulk_smem + static_cast<size_t>(stages) * stride + 8 * kBulkMaxStages);
   float* nred = red + 2 * 8 * kBulkMaxRows;  // rms_inv's 16 floats
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int tid = threadIdx.x;
   const int64_t K = g.K;
   const int64_t t0 = tiles * blockIdx.x / gridDim.x, t1 = tiles * (blockIdx.x + 1) / gridDim.x;
   const size_t row_bytes = static_cast<size_t>(K) * sizeof(WT);
@@ -1064,33 +1064,10 @@ __global__ void __launch_bounds__(kBulkThreads, 1)
     float* rb = red + (i & 1) * 8 * kBulkMaxRows;
     float acc[SR];
     dec::bulk_tile_sums<WT, XC, SR, TR>(sw, K, rows, xr, acc);
-    if (lane == 0) {
-#pragma unroll
-      for (int r = 0; r < SR; ++r) rb[warp * kBulkMaxRows + r] = acc[r];
-    }
+    dec::bulk_store_sums<SR>(rb, acc);
     __syncthreads();  // the stage is read and the warps' sums are in rb
     if (tid == 0 && t + stages < t1) issue(st, t + stages);
-    if (tid < rows) {
-      const DecodeGemvJob& J = g.j[jx];
-      const int64_t n = n0 + tid;
-      float v = dec::bulk_row_total(rb, tid);
-      if constexpr (kPair) {
-        const float u = dec::bulk_row_total(rb, TR + tid);
-        const int64_t I = J.N / 2;
-        const float gv = v + (J.bias ? J.bias[n] : 0.f);
-        const float uv = u + (J.bias ? J.bias[n + I] : 0.f);
-        J.out[n] = gv;
-        J.out[n + I] = uv;
-        g.silu_out[n] = silu(gv) * uv;
-      } else {
-        v += J.bias ? J.bias[n] : 0.f;
-        if (J.ep == static_cast<int>(Epilogue::kAddResidual)) {
-          J.out[n] += v;
-        } else {
-          J.out[n] = v;
-        }
-      }
-    }
+    if (tid < rows) dec::bulk_finish_row<kPair, false>(g.j[jx], g.silu_out, n0, rb, tid, TR);
   }
 #endif
 }
