@@ -126,6 +126,23 @@ struct LayerOnDevice {
     rows.block_size = 16;
     be.synchronize();
   }
+  // norm(x) → q, k, v → rope q, rope k → kv_write, as Qwen2Decoder::run_layer issues them.
+  void attention_block(Backend& be, const LayerCase& c, const Tensor& xin) {
+    be.rms_norm(xin, g1v, 1e-6f, a.t);
+    be.gemm(a.t, wq.t, &bqv, q.t, Epilogue::kNone);
+    be.gemm(a.t, wk.t, &bkv, k.t, Epilogue::kNone);
+    be.gemm(a.t, wv.t, &bvv, v.t, Epilogue::kNone);
+    be.rope(q.t, pos.t, c.heads, c.D, 1e6f);
+    be.rope(k.t, pos.t, c.kv_heads, c.D, 1e6f);
+    be.kv_write(k.t, v.t, rows, cache, shape);
+  }
+  // norm(x) → gate_up → silu_mul → down, added into the residual rows.
+  void mlp_block(Backend& be, const Tensor& xin) {
+    be.rms_norm(xin, g2v, 1e-6f, a2.t);
+    be.gemm(a2.t, wgu.t, nullptr, gu.t, Epilogue::kNone);
+    be.silu_mul(gu.t, m.t);
+    be.gemm(m.t, wo.t, nullptr, resid.t, Epilogue::kAddResidual);
+  }
   LayerOut read(Backend& be, LayerData& d) {
     LayerOut o;
     o.a = download_f32(be, a.t);
@@ -187,6 +204,22 @@ struct LayerOnHost {
     rows.block_size = 16;
   }
   static HostMatrix scratch(int64_t r, int64_t cols) { return random_matrix(r, cols, DType::kF32, 1); }
+  // LayerOnDevice::attention_block and mlp_block on the CPU's scalar ops.
+  void attention_block(const LayerCase& c, LayerData& d, const Tensor& xin) {
+    ref::rms_norm(xin, Tensor::vector(d.g1.bytes.data(), DType::kF32, c.H), 1e-6f, av);
+    ref::gemm(av, d.wq.view(), &bq, qv, Epilogue::kNone);
+    ref::gemm(av, d.wk.view(), &bk, kv, Epilogue::kNone);
+    ref::gemm(av, d.wv.view(), &bv, vv, Epilogue::kNone);
+    ref::rope(qv, posv, c.heads, c.D, 1e6f);
+    ref::rope(kv, posv, c.kv_heads, c.D, 1e6f);
+    ref::kv_write(kv, vv, rows, cache, shape);
+  }
+  void mlp_block(const LayerCase& c, LayerData& d, const Tensor& xin) {
+    ref::rms_norm(xin, Tensor::vector(d.g2.bytes.data(), DType::kF32, c.H), 1e-6f, a2v);
+    ref::gemm(a2v, d.wgu.view(), nullptr, guv, Epilogue::kNone);
+    ref::silu_mul(guv, mv);
+    ref::gemm(mv, d.wo.view(), nullptr, rv, Epilogue::kAddResidual);
+  }
   LayerOut read(LayerData& d) const {
     LayerOut o;
     o.a = host_rows(av), o.q = host_rows(qv), o.k = host_rows(kv), o.v = host_rows(vv), o.a2 = host_rows(a2v);
@@ -201,36 +234,16 @@ struct LayerOnHost {
 // The layer's ops on `be`, issued back to back (one flush at the first download).
 LayerOut run_ops(Backend& be, const LayerCase& c, LayerData& d) {
   LayerOnDevice L(be, c, d);
-  // Attention block, as Qwen2Decoder::run_layer issues it.
-  be.rms_norm(L.x.t, L.g1v, 1e-6f, L.a.t);
-  be.gemm(L.a.t, L.wq.t, &L.bqv, L.q.t, Epilogue::kNone);
-  be.gemm(L.a.t, L.wk.t, &L.bkv, L.k.t, Epilogue::kNone);
-  be.gemm(L.a.t, L.wv.t, &L.bvv, L.v.t, Epilogue::kNone);
-  be.rope(L.q.t, L.pos.t, c.heads, c.D, 1e6f);
-  be.rope(L.k.t, L.pos.t, c.kv_heads, c.D, 1e6f);
-  be.kv_write(L.k.t, L.v.t, L.rows, L.cache, L.shape);
-  // MLP block.
-  be.rms_norm(L.x.t, L.g2v, 1e-6f, L.a2.t);
-  be.gemm(L.a2.t, L.wgu.t, nullptr, L.gu.t, Epilogue::kNone);
-  be.silu_mul(L.gu.t, L.m.t);
-  be.gemm(L.m.t, L.wo.t, nullptr, L.resid.t, Epilogue::kAddResidual);
+  L.attention_block(be, c, L.x.t);
+  L.mlp_block(be, L.x.t);  // (norm of x, added into the separate residual rows)
   return L.read(be, d);
 }
 
 // The CPU's scalar reference of the same sequence.
 LayerOut reference(const LayerCase& c, LayerData d) {
   LayerOnHost L(c, d);
-  ref::rms_norm(d.x.view(), Tensor::vector(d.g1.bytes.data(), DType::kF32, c.H), 1e-6f, L.av);
-  ref::gemm(L.av, d.wq.view(), &L.bq, L.qv, Epilogue::kNone);
-  ref::gemm(L.av, d.wk.view(), &L.bk, L.kv, Epilogue::kNone);
-  ref::gemm(L.av, d.wv.view(), &L.bv, L.vv, Epilogue::kNone);
-  ref::rope(L.qv, L.posv, c.heads, c.D, 1e6f);
-  ref::rope(L.kv, L.posv, c.kv_heads, c.D, 1e6f);
-  ref::kv_write(L.kv, L.vv, L.rows, L.cache, L.shape);
-  ref::rms_norm(d.x.view(), Tensor::vector(d.g2.bytes.data(), DType::kF32, c.H), 1e-6f, L.a2v);
-  ref::gemm(L.a2v, d.wgu.view(), nullptr, L.guv, Epilogue::kNone);
-  ref::silu_mul(L.guv, L.mv);
-  ref::gemm(L.mv, d.wo.view(), nullptr, L.rv, Epilogue::kAddResidual);
+  L.attention_block(c, d, d.x.view());
+  L.mlp_block(c, d, d.x.view());
   return L.read(d);
 }
 
@@ -424,17 +437,8 @@ LayerOut run_chain_ops(Backend& be, const LayerCase& c, LayerData& d, bool atten
   LayerOnDevice L(be, c, d, attention);
   if (attention) be.paged_attention(L.q0.t, L.rows, L.cache, L.shape, L.att.t);
   be.gemm(L.att.t, L.wproj.t, nullptr, L.resid.t, Epilogue::kAddResidual);
-  be.rms_norm(L.resid.t, L.g2v, 1e-6f, L.a2.t);
-  be.gemm(L.a2.t, L.wgu.t, nullptr, L.gu.t, Epilogue::kNone);
-  be.silu_mul(L.gu.t, L.m.t);
-  be.gemm(L.m.t, L.wo.t, nullptr, L.resid.t, Epilogue::kAddResidual);
-  be.rms_norm(L.resid.t, L.g1v, 1e-6f, L.a.t);
-  be.gemm(L.a.t, L.wq.t, &L.bqv, L.q.t, Epilogue::kNone);
-  be.gemm(L.a.t, L.wk.t, &L.bkv, L.k.t, Epilogue::kNone);
-  be.gemm(L.a.t, L.wv.t, &L.bvv, L.v.t, Epilogue::kNone);
-  be.rope(L.q.t, L.pos.t, c.heads, c.D, 1e6f);
-  be.rope(L.k.t, L.pos.t, c.kv_heads, c.D, 1e6f);
-  be.kv_write(L.k.t, L.v.t, L.rows, L.cache, L.shape);
+  L.mlp_block(be, L.resid.t);
+  L.attention_block(be, c, L.resid.t);
   return L.read(be, d);
 }
 
@@ -446,17 +450,8 @@ LayerOut chain_reference(const LayerCase& c, LayerData d, bool attention) {
     ref::paged_attention(d.q0.view(), L.rows, L.cache, L.shape, att);
   }
   ref::gemm(d.att.view(), d.wproj.view(), nullptr, L.rv, Epilogue::kAddResidual);
-  ref::rms_norm(L.rv, Tensor::vector(d.g2.bytes.data(), DType::kF32, c.H), 1e-6f, L.a2v);
-  ref::gemm(L.a2v, d.wgu.view(), nullptr, L.guv, Epilogue::kNone);
-  ref::silu_mul(L.guv, L.mv);
-  ref::gemm(L.mv, d.wo.view(), nullptr, L.rv, Epilogue::kAddResidual);
-  ref::rms_norm(L.rv, Tensor::vector(d.g1.bytes.data(), DType::kF32, c.H), 1e-6f, L.av);
-  ref::gemm(L.av, d.wq.view(), &L.bq, L.qv, Epilogue::kNone);
-  ref::gemm(L.av, d.wk.view(), &L.bk, L.kv, Epilogue::kNone);
-  ref::gemm(L.av, d.wv.view(), &L.bv, L.vv, Epilogue::kNone);
-  ref::rope(L.qv, L.posv, c.heads, c.D, 1e6f);
-  ref::rope(L.kv, L.posv, c.kv_heads, c.D, 1e6f);
-  ref::kv_write(L.kv, L.vv, L.rows, L.cache, L.shape);
+  L.mlp_block(c, d, L.rv);
+  L.attention_block(c, d, L.rv);
   return L.read(d);
 }
 
