@@ -699,7 +699,7 @@ class CudaBackend final : public Backend {
   // phase reads what the ones before wrote only after the grid barrier between them, so the fusion
   // checks within a phase are those of its lone launch.
   size_t fuse_chain_at(const std::vector<OpRec>& recs, size_t i, std::vector<std::function<void()>>& out) {
-    if (!chain_ || deterministic_ || !decode_gemv_ || stream_rows_.first == 1 || !chain_bar_) return 0;
+    if (!chain_ || deterministic_ || !decode_gemv_ || stream_one_row() || !chain_bar_) return 0;
     cuda::DecodeChain c;
     c.sms = sms_;
     c.smem_max = smem_optin_;
@@ -1330,8 +1330,8 @@ class CudaBackend final : public Backend {
     const float* bp = bias && bias->data ? bias->ptr<const float>() : nullptr;
     const bool half_w = w.dtype == DType::kBF16 || w.dtype == DType::kF16;
     // VV_CUDA_STREAM_GEMM=1-...: one-row GEMMs too (those the decode flush fuses keep decode_gemv).
-    const bool stream = compute_ == CudaCompute::kBF16 && half_w && stream_rows_.first == 1 && M == 1 &&
-                        stream_takes(a, w, out, ep);
+    const bool stream =
+        compute_ == CudaCompute::kBF16 && half_w && stream_one_row() && M == 1 && stream_takes(a, w, out, ep);
     if (!stream && decode_gemv_ && M == 1 && ep != Epilogue::kGelu && out.data != a.data &&
         cuda::decode_gemv_fits(a, w)) {
       cuda::DecodeGemv d;
@@ -1852,6 +1852,9 @@ class CudaBackend final : public Backend {
                                       cuda::plan_skinny_gemm(out.cols(), a.cols(), sms_, sk_per_sm_)) <=
                sk_ws_bytes_;
   }
+
+  // Whether VV_CUDA_STREAM_GEMM's range includes one-row GEMMs (its default, {1, 0}, is an empty range).
+  bool stream_one_row() const { return stream_rows_.first == 1 && stream_rows_.second >= 1; }
 
   // Whether gemm_lt_packed takes the weight-streaming kernel (stream_gemm.cuh): bf16 weights, no GELU
   // epilogue, not deterministic (tiles shared by blocks are summed with atomics), and a row count in
