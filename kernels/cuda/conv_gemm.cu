@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/conv_gemm.cuh"
 #include "kernels/cuda/mma_util.cuh"
+#include "kernels/cuda/smem_attr.h"
 
 namespace vv::cuda {
 namespace {
@@ -106,16 +107,8 @@ __global__ void __launch_bounds__(kThreads, 2)
 template <int N, bool kVec>
 void launch(const Tensor& a, const Tensor& w, const float* bias, Tensor& out, int K, int KP, int sms,
             cudaStream_t s) {
-  constexpr int kMaxDevices = 64;
-  static std::atomic<size_t> attr_bytes[kMaxDevices] = {};  // the shared memory allowed so far, per device
-  int dev = 0;
-  cudaGetDevice(&dev);
   const size_t smem = smem_bytes(N, KP);
-  if (dev >= 0 && dev < kMaxDevices && attr_bytes[dev].load() < smem) {
-    cudaFuncSetAttribute(conv_gemm_kernel<N, kVec>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         static_cast<int>(smem));
-    attr_bytes[dev].store(smem);
-  }
+  allow_dynamic_smem(conv_gemm_kernel<N, kVec>, smem);
   const int64_t M = out.rows();
   const int64_t tiles = (M + 15) / 16;
   const int64_t blocks =

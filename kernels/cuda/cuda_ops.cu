@@ -13,6 +13,7 @@
 #include "kernels/cuda/convert.cuh"
 #include "kernels/cuda/cuda_ops.cuh"
 #include "kernels/cuda/decode_ops.cuh"
+#include "kernels/cuda/smem_attr.h"
 
 namespace vv::cuda {
 namespace {
@@ -1199,11 +1200,7 @@ void launch_tiled(const Tensor& q, const AttentionRows& rows, const KvLayer& cac
                   Tensor& out, const AttentionPlan& p, float* ws, cudaStream_t s) {
   const int D = shape.head_dim;
   const size_t smem = (static_cast<size_t>(32) * D + kKeyTile * (D + 1) + kKeyTile * D) * sizeof(float);
-  static bool raised = false;  // per instantiation: allow > 48 KB of dynamic shared memory
-  if (!raised) {
-    cudaFuncSetAttribute(attn_tile_kernel<CT, DPL>, cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024);
-    raised = true;
-  }
+  allow_dynamic_smem(attn_tile_kernel<CT, DPL>, 160 * 1024);
   const int64_t n = q.rows();
   const dim3 grid(static_cast<unsigned>((n + p.rows_per_tile - 1) / p.rows_per_tile),
                   static_cast<unsigned>(shape.kv_heads), static_cast<unsigned>(p.splits));

@@ -28,6 +28,7 @@
 #include "kernels/cuda/mbarrier.cuh"
 #include "kernels/cuda/mma_util.cuh"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/smem_attr.h"
 
 namespace vv::cuda {
 namespace {
@@ -524,11 +525,7 @@ void decode_chain(DecodeChain c, cudaStream_t s) {
   const int stages = l.stages;
   const size_t stride = l.stride, attn_offset = l.attn_offset, smem = l.smem;
   auto go = [&](auto* kern) {
-    static size_t raised = 0;  // per instantiation: the dynamic shared memory allowed so far
-    if (smem > raised) {
-      cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-      raised = smem;
-    }
+    allow_dynamic_smem(kern, smem);
     // VV_CUDA_CHAIN_COOP=1: a cooperative launch, which the runtime refuses (an error, not a hang) where
     // the grid cannot be resident at once (an MPS client held to part of the SMs); no PDL then.
     const dim3 grid(static_cast<unsigned>(c.sms));

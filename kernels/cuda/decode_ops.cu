@@ -23,6 +23,7 @@
 #include "kernels/cuda/mbarrier.cuh"
 #include "kernels/cuda/mma_util.cuh"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/smem_attr.h"
 
 namespace vv::cuda {
 namespace {
@@ -1087,11 +1088,7 @@ void launch_bulk(DecodeGemv g, cudaStream_t s) {
   // stages, kBulkMaxStages mbarriers, the warps' row sums [2][8][kBulkMaxRows], rms_inv's 16 floats
   const size_t smem =
       static_cast<size_t>(stages) * stride + 8 * kBulkMaxStages + (2 * 8 * kBulkMaxRows + 16) * sizeof(float);
-  static size_t raised = 0;  // per instantiation: the dynamic shared memory allowed so far
-  if (smem > raised) {
-    cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    raised = smem;
-  }
+  allow_dynamic_smem(kern, smem);
   const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(tiles, g.sms));
   launch_pdl(kern, dim3(static_cast<unsigned>(grid)), kBulkThreads, smem, s, g, stages, stride, tiles);
 }
@@ -1356,11 +1353,7 @@ void decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer&
   const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(shape.kv_heads),
                   static_cast<unsigned>(n));
   auto go = [&](auto* kern) {
-    static bool raised = false;  // per cache type: allow more than 48 KB of shared memory
-    if (!raised) {
-      cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
-      raised = true;
-    }
+    allow_dynamic_smem(kern, 200 * 1024);
     launch_pdl(kern, grid, kAttnThreads, p.smem, s, a);
   };
   switch (a.kv.ct) {
@@ -1407,20 +1400,10 @@ void launch_mma_stream(cudaLaunchConfig_t cfg, int warps, const Tensor& q, const
                        const CT* kc, const CT* vc, const KvLayer& cache, const AttentionShape& shape,
                        Tensor& out, const MmaDecodePlan& p, float scale_log2, float* ws, unsigned* counters) {
   auto* kern = mma_decode_stream_kernel<CT, D, S>;
-  // Per instantiation and device (an attribute of the device's copy of the kernel): room for up to
-  // 4 warps' rings, 128 KB at D 128 and S 4.
-  static std::atomic<uint64_t> raised{0};
-  int dev = 0;
-  cudaGetDevice(&dev);
-  const uint64_t bit = uint64_t{1} << (dev & 63);
-  if (!(raised.load(std::memory_order_relaxed) & bit)) {
-    cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, 4 * mma_stream_warp_bytes(D, S));
-    // A hint: the largest shared-memory carveout, so that 3 blocks of 64 KB fit on an SM (the
-    // kernel reads K and V past L1; only q and the block table go through it).
-    cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
-                         cudaSharedmemCarveoutMaxShared);
-    raised.fetch_or(bit, std::memory_order_relaxed);
-  }
+  // Room for up to 4 warps' rings (128 KB at D 128 and S 4), and the largest shared-memory carveout
+  // (a hint: so that 3 blocks of 64 KB fit on an SM; the kernel reads K and V past L1, only q and the
+  // block table go through it).
+  allow_dynamic_smem(kern, 4 * mma_stream_warp_bytes(D, S), /*max_carveout=*/true);
   // heads: 4 warps a block, 4 / kv_heads units of every kv head (kv_heads ≤ 4 dividing 4).
   const bool heads = mma_config_slot().heads && shape.kv_heads <= 4 && 4 % shape.kv_heads == 0;
   const int upb = heads ? 4 / static_cast<int>(shape.kv_heads) : warps;  // units a block

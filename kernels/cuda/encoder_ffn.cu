@@ -24,6 +24,7 @@
 #include "kernels/cuda/convert.cuh"
 #include "kernels/cuda/encoder_ops.cuh"
 #include "kernels/cuda/mma_util.cuh"
+#include "kernels/cuda/smem_attr.h"
 #include "kernels/cuda/wgmma_util.cuh"
 
 namespace vv::cuda {
@@ -1212,10 +1213,9 @@ template <int C, bool F>
 void launch_resident(Tensor& x, const Tensor& norm_w, float eps, const Tensor& w1, const Tensor& b1,
                      const Tensor& w2, const Tensor& b2, const Tensor& gamma, cudaStream_t s) {
   constexpr size_t smem = resident_smem_bytes<C>();
+  allow_dynamic_smem(ffn_resident_kernel<C, F>, smem);
   static int grid_cap = 0;  // per instantiation: blocks resident at once on the whole device
   if (grid_cap == 0) {
-    cudaFuncSetAttribute(ffn_resident_kernel<C, F>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         static_cast<int>(smem));
     int per_sm = 0;
     cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ffn_resident_kernel<C, F>, kThreads, smem);
     grid_cap = (per_sm > 0 ? per_sm : 1) * sm_count();
@@ -1231,12 +1231,7 @@ template <int C, bool F>
 void launch_stream(Tensor& x, const Tensor& norm_w, float eps, const Tensor& w1, const Tensor& b1,
                    const Tensor& w2, const Tensor& b2, const Tensor& gamma, cudaStream_t s) {
   constexpr size_t smem = stream_smem_bytes<C>();
-  static bool raised = false;  // per instantiation: allow > 48 KB of dynamic shared memory
-  if (!raised) {
-    cudaFuncSetAttribute(ffn_stream_kernel<C, F>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         static_cast<int>(smem));
-    raised = true;
-  }
+  allow_dynamic_smem(ffn_stream_kernel<C, F>, smem);
   const int64_t T = x.rows();
   ffn_stream_kernel<C, F><<<static_cast<unsigned>((T + kTileRows - 1) / kTileRows), kThreads, smem, s>>>(
       x.ptr<float>(), x.row_stride(), T, norm_w.ptr<const float>(), eps, w1.ptr<const __nv_bfloat16>(),
@@ -1248,12 +1243,7 @@ template <int C, int RG, int HC, bool F>
 void launch_wide(Tensor& x, const Tensor& norm_w, float eps, const Tensor& w1, const Tensor& b1,
                  const Tensor& w2, const Tensor& b2, const Tensor& gamma, cudaStream_t s) {
   using P = Wide<C, RG, HC>;
-  static bool raised = false;
-  if (!raised) {
-    cudaFuncSetAttribute(ffn_wide_kernel<C, RG, HC, F>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         static_cast<int>(P::smem));
-    raised = true;
-  }
+  allow_dynamic_smem(ffn_wide_kernel<C, RG, HC, F>, P::smem);
   const int64_t T = x.rows();
   ffn_wide_kernel<C, RG, HC, F><<<static_cast<unsigned>((T + P::BR - 1) / P::BR), kThreads, P::smem, s>>>(
       x.ptr<float>(), x.row_stride(), T, norm_w.ptr<const float>(), eps, w1.ptr<const __nv_bfloat16>(),
@@ -1265,10 +1255,9 @@ template <int C, typename WT, bool F>
 void launch_block(Tensor& x, float eps, const float* hist, int64_t ldh, const float* side,
                   const Backend::ConvBlockWeights& wt, const WT* taps, Tensor& u, cudaStream_t s) {
   using K = BlockCfg<C>;
+  allow_dynamic_smem(conv_block_kernel<C, WT, F>, K::smem);
   static int grid_cap = 0;  // per instantiation: blocks resident at once on the whole device
   if (grid_cap == 0) {
-    cudaFuncSetAttribute(conv_block_kernel<C, WT, F>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         static_cast<int>(K::smem));
     int per_sm = 0;
     cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, conv_block_kernel<C, WT, F>, K::kWarps * 32,
                                                   K::smem);
@@ -1306,10 +1295,9 @@ template <int C, bool F, typename Mix, bool P>
 void launch_ffn_wg_as(Tensor& x, const Tensor& norm_w, float eps, const Tensor& w1, const Tensor& b1,
                       const Tensor& w2, const Tensor& b2, const Tensor& gamma, cudaStream_t s, Mix mix) {
   using K = FfnWgCfg<C>;
+  allow_dynamic_smem(ffn_wg_kernel<C, F, Mix, P>, K::smem);
   static int grid_cap = 0;  // per instantiation: blocks resident at once on the whole device
   if (grid_cap == 0) {
-    cudaFuncSetAttribute(ffn_wg_kernel<C, F, Mix, P>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         static_cast<int>(K::smem));
     int per_sm = 0;
     cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ffn_wg_kernel<C, F, Mix, P>, 256, K::smem);
     grid_cap = (per_sm > 0 ? per_sm : 1) * sm_count();

@@ -17,6 +17,7 @@
 
 #include "kernels/cuda/convert.cuh"
 #include "kernels/cuda/encoder_ops.cuh"
+#include "kernels/cuda/smem_attr.h"
 
 namespace vv::cuda {
 namespace {
@@ -315,8 +316,7 @@ void conv_mixer_fused(Tensor& x, const Tensor& norm_w, float eps, const Tensor& 
   const float* bp = bias.data ? bias.ptr<const float>() : nullptr;
   const auto go = [&](auto kernel, const auto* wp) {
     // Over 48 KB of dynamic shared memory needs the kernel's attribute.
-    if (smem > (48u << 10))
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    if (smem > (48u << 10)) allow_dynamic_smem(kernel, smem);
     kernel<<<static_cast<unsigned>(tiles), kMixThreads, smem, s>>>(
         x.ptr<float>(), x.row_stride(), side, hp, hp ? history.row_stride() : 0, wp, w.row_stride(), bp,
         gamma.ptr<const float>(), norm_w.ptr<const float>(), eps, u.ptr<float>(), u.row_stride(), T,

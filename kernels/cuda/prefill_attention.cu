@@ -20,6 +20,7 @@
 #include "kernels/cuda/fast_div.h"
 #include "kernels/cuda/mma_util.cuh"
 #include "kernels/cuda/prefill_attention.cuh"
+#include "kernels/cuda/smem_attr.h"
 #include "kernels/cuda/wgmma_util.cuh"
 
 namespace vv::cuda {
@@ -874,15 +875,12 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 }
 
 // Launches one form's kernel: QV query vectors per block of `threads`, `smem` bytes of dynamic shared
-// memory (the attribute raised on first use per instantiation).
+// memory (allowed on the current device on first use).
 template <typename CT, typename BS = int, typename Kernel>
-void launch_kernel(Kernel kernel, bool& raised, size_t smem, int threads, int QV, const Tensor& q,
+void launch_kernel(Kernel kernel, size_t smem, int threads, int QV, const Tensor& q,
                    const AttentionRows& rows, const KvLayer& cache, const AttentionShape& shape, Tensor& out,
                    int sms, cudaStream_t s, const float* rope_freq = nullptr) {
-  if (!raised) {
-    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    raised = true;
-  }
+  allow_dynamic_smem(kernel, smem);
   const int G = shape.heads / shape.kv_heads;
   const int64_t n = q.rows();
   // A decode-shaped call (at most one row per sequence: deterministic mode sends those here too)
@@ -905,9 +903,8 @@ void launch_kernel(Kernel kernel, bool& raised, size_t smem, int threads, int QV
 template <typename CT, int D, int QV, int MT>
 void launch(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, const AttentionShape& shape,
             Tensor& out, int sms, cudaStream_t s) {
-  static bool raised = false;
-  launch_kernel<CT>(flash_prefill_kernel<CT, D, QV, MT>, raised, flash_smem_bytes<D, QV, MT>(),
-                    kThreadsOf<QV, MT>, QV, q, rows, cache, shape, out, sms, s);
+  launch_kernel<CT>(flash_prefill_kernel<CT, D, QV, MT>, flash_smem_bytes<D, QV, MT>(), kThreadsOf<QV, MT>,
+                    QV, q, rows, cache, shape, out, sms, s);
 }
 
 // rope_freq: the kRope instantiation (bf16 caches only; flash_form_ropes), which applies rope to q.
@@ -916,15 +913,13 @@ void launch_wg(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
                Tensor& out, int sms, cudaStream_t s, const float* rope_freq) {
   if constexpr (std::is_same_v<CT, __nv_bfloat16>) {
     if (rope_freq != nullptr) {
-      static bool raised_rope = false;
-      launch_kernel<CT, WgBlockDiv<kMode>>(flash_wg_kernel<CT, D, kMode, true>, raised_rope,
+      launch_kernel<CT, WgBlockDiv<kMode>>(flash_wg_kernel<CT, D, kMode, true>,
                                            flash_wg_smem_bytes<D, kMode>(), kWgThreads, 64 * kWgGroups, q,
                                            rows, cache, shape, out, sms, s, rope_freq);
       return;
     }
   }
-  static bool raised = false;
-  launch_kernel<CT, WgBlockDiv<kMode>>(flash_wg_kernel<CT, D, kMode>, raised, flash_wg_smem_bytes<D, kMode>(),
+  launch_kernel<CT, WgBlockDiv<kMode>>(flash_wg_kernel<CT, D, kMode>, flash_wg_smem_bytes<D, kMode>(),
                                        kWgThreads, 64 * kWgGroups, q, rows, cache, shape, out, sms, s,
                                        nullptr);
 }

@@ -12,6 +12,7 @@
 
 #include "kernels/cuda/mma_util.cuh"
 #include "kernels/cuda/skinny_gemm.cuh"
+#include "kernels/cuda/smem_attr.h"
 
 namespace vv::cuda {
 namespace {
@@ -153,17 +154,7 @@ void launch(const __nv_bfloat16* a, int M, int K, const __nv_bfloat16* w, int64_
             const SkinnyGemmPlan& p, const float* bias, bool accumulate, float* out, int64_t ldo, float* ws,
             cudaStream_t s) {
   auto* kern = skinny_gemm_kernel<MT, S>;
-  static std::atomic<uint64_t> raised{0};  // per instantiation and device
-  int dev = 0;
-  cudaGetDevice(&dev);
-  const uint64_t bit = uint64_t{1} << (dev & 63);
-  if (!(raised.load(std::memory_order_relaxed) & bit)) {
-    cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         static_cast<int>(smem_bytes(MT, S)));
-    cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
-                         cudaSharedmemCarveoutMaxShared);
-    raised.fetch_or(bit, std::memory_order_relaxed);
-  }
+  allow_dynamic_smem(kern, smem_bytes(MT, S), /*max_carveout=*/true);
   const dim3 grid(static_cast<unsigned>((N + kBN - 1) / kBN), static_cast<unsigned>(p.splits));
   kern<<<grid, kThreads, smem_bytes(MT, S), s>>>(a, M, K, w, ldw, N, static_cast<int>(p.ks), bias,
                                                  accumulate ? 1 : 0, out, ldo, ws);

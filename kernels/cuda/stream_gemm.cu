@@ -17,6 +17,7 @@
 #include "kernels/cuda/mbarrier.cuh"
 #include "kernels/cuda/mma_util.cuh"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/smem_attr.h"
 #include "kernels/cuda/stream_gemm.cuh"
 #include "kernels/cuda/wgmma_util.cuh"
 
@@ -393,28 +394,12 @@ Geometry geometry(int64_t N, int64_t K, int sms, int bn, int per_sm) {
   return g;
 }
 
-// Raises a kernel's dynamic shared-memory limit once per device. A template on the kernel itself, so
-// that each instantiation has its own flag (instantiations share one function type).
-template <auto kern>
-void raise_smem(size_t bytes) {
-  static std::atomic<uint64_t> raised{0};  // per kernel and device
-  int dev = 0;
-  cudaGetDevice(&dev);
-  const uint64_t bit = uint64_t{1} << (dev & 63);
-  if (!(raised.load(std::memory_order_relaxed) & bit)) {
-    cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
-    cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
-                         cudaSharedmemCarveoutMaxShared);
-    raised.fetch_or(bit, std::memory_order_relaxed);
-  }
-}
-
 template <int NT>
 void launch(const __nv_bfloat16* a, int M, int K, const __nv_bfloat16* w, int64_t ldw, int N,
             const float* bias, bool accumulate, float* out, int64_t ldo, const Geometry& geo,
             cudaStream_t s) {
   auto* kern = stream_gemm_kernel<NT>;
-  raise_smem<stream_gemm_kernel<NT>>(smem_bytes(NT));
+  allow_dynamic_smem(stream_gemm_kernel<NT>, smem_bytes(NT), /*max_carveout=*/true);
   launch_pdl(kern, dim3(static_cast<unsigned>(geo.grid)), kThreads, smem_bytes(NT), s, a, M, K, w, ldw, N,
              geo.ksteps, geo.units, bias, accumulate ? 1 : 0, out, ldo);
 }
@@ -448,7 +433,7 @@ bool launch_wg(const void* a, int M, int K, const void* w, int64_t ldw, int N, c
     }
   }
   auto* kern = stream_gemm_wg_kernel<NT, WG>;
-  raise_smem<stream_gemm_wg_kernel<NT, WG>>(wg_smem_bytes<NT, WG>());
+  allow_dynamic_smem(stream_gemm_wg_kernel<NT, WG>, wg_smem_bytes<NT, WG>(), /*max_carveout=*/true);
   launch_pdl(kern, dim3(static_cast<unsigned>(geo.grid)), 128 * WG, wg_smem_bytes<NT, WG>(), s, wmap, xmap, M,
              N, geo.ksteps, geo.units, bias, (accumulate ? 1 : 0) | probe_bits(), out, ldo, f);
   return true;

@@ -64,6 +64,8 @@
 #   batch        batched decode steps alone (cuda_decode_bench --batch-bench): $BATCH_ROWS (1,64,128) rows at
 #                $BATCH_CTX (400) positions with each of $BATCH_CFGS, against the weights + K/V bound
 #   ncubatch     Nsight Compute: every kernel of 64-row decode steps ($NCU_ENV as ncudecode's)
+#   ncuattnb     Nsight Compute sections (stalls, memory, source counters) of the batched decode attention
+#                at $BATCH_ROWS (128) rows, context $BATCH_CTX (400)
 #   ncudecodebulk  ncudecode with VV_CUDA_GEMV_BULK=1
 #   ncuencsrc    Nsight Compute: instruction mix, stall reasons and hot SASS of the encoders' block kernels
 #   ncudecode    Nsight Compute: every kernel's duration, in order, of a short prefill and 12 batch-1 decode
@@ -387,6 +389,16 @@ for step in "$@"; do
         --section Occupancy --section MemoryWorkloadAnalysis --section LaunchStats --section SourceCounters \
         $B/cuda_decode_bench --preset 7b --bf16 --no-gemv --prompt 1024 --tokens 4 --enc-audio 1 --job-audio 1 \
         --job-tokens 1 ;;
+    ncuattnb)  # why the batched decode attention streams K/V at half the copy bandwidth (issue 13; H100,
+      # session 18: 996 µs of a 64-row step, 1.53 TB/s): Nsight sections of a few launches of the mma stream
+      # kernel in $BATCH_ROWS (128) -row steps at $BATCH_CTX (400) positions ($NCU_ENV as ncudecode's)
+      NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+      run ncuattnb timeout 300 env ${NCU_ENV:-VV_CUDA_NONE=1} $NCU --clock-control none \
+        --kernel-name regex:mma_decode --launch-skip 28 --launch-count 3 --section SpeedOfLight \
+        --section WarpStateStats --section SchedulerStats --section Occupancy --section MemoryWorkloadAnalysis \
+        --section MemoryWorkloadAnalysis_Tables --section LaunchStats --section SourceCounters \
+        $B/cuda_decode_bench --preset 7b --bf16 --no-gemv --batch-bench --batch-rows "${BATCH_ROWS:-128}" \
+        --batch-ctx "${BATCH_CTX:-400}" --batch-steps 2 ;;
     ncudecode)
       NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
       run ncudecode timeout 240 env ${NCU_ENV:-VV_CUDA_NONE=1} $NCU --clock-control none --cache-control none --metrics gpu__time_duration.sum \

@@ -226,7 +226,8 @@ TEST(CudaRunnerGolden, BatchOfFourMatchesTheCpuRunner) {
 // The logits of 40 greedy decode steps after the first golden case's prompt, on a runner made with
 // `env` set (and unset after) and backend options bo; `profile`: the backend's profile table after.
 std::vector<std::vector<float>> decode_logits(const std::vector<std::pair<const char*, const char*>>& env,
-                                              const BackendOptions& bo, std::string* profile = nullptr) {
+                                              const BackendOptions& bo, std::string* profile = nullptr,
+                                              const std::string& device = "cuda:0") {
   std::vector<std::vector<float>> logits;
   auto ckpt = Checkpoint::open(hf_model_dir());
   EXPECT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
@@ -236,7 +237,7 @@ std::vector<std::vector<float>> decode_logits(const std::vector<std::pair<const 
   EXPECT_TRUE(gc.has("input_values"));
   if (!gc.ok() || !gc.has("input_values")) return logits;
   for (const auto& [var, value] : env) ::setenv(var, value, 1);
-  auto runner = make_runner(**ckpt, options(), "cuda:0", bo);
+  auto runner = make_runner(**ckpt, options(), device, bo);
   for (const auto& [var, value] : env) ::unsetenv(var);
   EXPECT_TRUE(runner.is_ok()) << runner.status().to_string();
   if (!runner.is_ok()) return logits;
@@ -299,6 +300,31 @@ TEST(CudaRunnerGolden, GraphReplayedDecodeEqualsEagerLaunchesBitwise) {
   const auto eager = decode_logits({{"VV_CUDA_GRAPHS", "0"}}, BackendOptions{});
   const auto replayed = decode_logits({}, BackendOptions{});
   expect_same_logits(eager, replayed, "graph replay differs from eager launches");
+}
+
+// Every device of the host runs the whole bf16 step (encoders, flash prefill, decode GEMVs and
+// attention: the kernels with more than 48 KB of dynamic shared memory, whose limit is an attribute of
+// each device's copy of the kernel) after device 0 has, and devices of device 0's kind give its bits.
+// On a one-GPU host this is device 0 alone; replicas and layer shards need it on every device.
+TEST(CudaRunnerGolden, EveryDeviceRunsTheBf16StepsOfDeviceZero) {
+  VV_GPU_OR_SKIP();
+  BackendOptions bo;
+  bo.gpu_bf16_gemm = true;
+  const auto first = decode_logits({}, bo);
+  ASSERT_FALSE(first.empty());
+  for (const auto& step : first)
+    for (float v : step) ASSERT_TRUE(std::isfinite(v)) << "cuda:0 gave a non-finite logit";
+  cudaDeviceProp p0{};
+  ASSERT_EQ(cudaGetDeviceProperties(&p0, 0), cudaSuccess);
+  for (int d = 1; d < usable_gpu_count(); ++d) {
+    const std::string dev = "cuda:" + std::to_string(d);
+    const auto other = decode_logits({}, bo, nullptr, dev);
+    ASSERT_EQ(other.size(), first.size()) << dev;
+    cudaDeviceProp pd{};
+    ASSERT_EQ(cudaGetDeviceProperties(&pd, d), cudaSuccess);
+    if (std::string(pd.name) == p0.name)
+      expect_same_logits(first, other, "another device of the same kind differs");
+  }
 }
 
 // VV_CUDA_DECODE_CHAIN=1 with bf16 weights (sm_90; elsewhere the switch does nothing): each layer's
