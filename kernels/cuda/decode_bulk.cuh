@@ -325,6 +325,7 @@ __device__ __forceinline__ void load4c(const CT* p, float* f) {
 
 constexpr int kAttnThreads = 256;
 constexpr int kAttnWarps = kAttnThreads / 32;
+constexpr int kAttnMaxHeadDim = 4 * 32;  // decode_attn_block: four dims a lane of one warp
 constexpr int kAttnMaxG = 8;
 constexpr int kAttnKeysPerWarp = 8;  // a warp's keys per round: their loads are in flight together
 constexpr int kAttnRound = kAttnWarps * kAttnKeysPerWarp;

@@ -372,6 +372,7 @@ __global__ void argmax_final_kernel(const float* __restrict__ wsv, const int32_t
 using dec::decode_attn_block;
 using dec::kAttnKeysPerWarp;
 using dec::kAttnMaxG;
+using dec::kAttnMaxHeadDim;
 using dec::kAttnRound;
 using dec::kAttnThreads;
 using dec::kAttnWarps;
@@ -1298,7 +1299,7 @@ DecodeAttentionPlan plan_decode_attention(int64_t n, const AttentionRows& rows, 
                                           int sms) {
   DecodeAttentionPlan p;
   const int G = shape.kv_heads > 0 ? shape.heads / shape.kv_heads : 0;
-  if (n < 1 || n > kDecodeAttentionMaxRows || G < 1 || G > kAttnMaxG || shape.head_dim > kAttnThreads ||
+  if (n < 1 || n > kDecodeAttentionMaxRows || G < 1 || G > kAttnMaxG || shape.head_dim > kAttnMaxHeadDim ||
       shape.head_dim % 4 != 0 || shape.heads % shape.kv_heads != 0)
     return p;
   const int64_t max_keys = std::max<int64_t>(rows.block_tables.cols() * rows.block_size, 1);

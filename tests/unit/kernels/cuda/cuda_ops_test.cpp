@@ -426,6 +426,9 @@ TEST(CudaOps, PagedAttentionVarlenPrefillAndDecode) {
   check_attention(*gpu, 28, 4, 128, DType::kF32, {37, 300, 129}, 16);
   check_attention(*gpu, 28, 4, 128, DType::kBF16, {3, 257}, 16);
   check_attention(*gpu, 6, 3, 6, DType::kF16, {13, 1}, 4);
+  // Heads wider than the SIMT decode kernel's 128 dims (four a lane): the tiled kernel takes them.
+  check_attention(*gpu, 4, 2, 160, DType::kF32, {5, 70}, 16);
+  check_attention(*gpu, 2, 1, 256, DType::kBF16, {33, 2}, 16);
 }
 
 TEST(CudaOps, PagedAttentionLongContextDecode) {
