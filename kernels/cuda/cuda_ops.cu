@@ -980,12 +980,18 @@ void gemv_multi(const Tensor& a, DType wt, GemvJobs jobs, cudaStream_t s) {
 
 void gemm_f32(const Tensor& a, const Tensor& w, const float* bias, Tensor& out, Epilogue ep, cudaStream_t s) {
   const int64_t M = out.rows(), N = out.cols(), K = a.cols();
-  const dim3 grid(blocks_for(N, kBN), blocks_for(M, kBM));
-  VV_DISPATCH_FLOAT(w.dtype, WT,
-                    gemm_f32_kernel<WT><<<grid, 256, 0, s>>>(a.ptr<const float>(), a.row_stride(),
-                                                             static_cast<const WT*>(w.data), w.row_stride(), M, N, K,
-                                                             bias, out.ptr<float>(), out.row_stride(),
-                                                             static_cast<int>(ep)));
+  // Row tiles on gridDim.y (at most 65,535): more rows (the f32 encoders' stem over more than ≈ 175 s of
+  // audio in one launch) go in launches of that many tiles. A row's sums do not depend on the others.
+  constexpr int64_t kMaxRows = int64_t{65535} * kBM;
+  for (int64_t r0 = 0; r0 < M; r0 += kMaxRows) {
+    const int64_t m = std::min(M - r0, kMaxRows);
+    const dim3 grid(blocks_for(N, kBN), blocks_for(m, kBM));
+    VV_DISPATCH_FLOAT(w.dtype, WT,
+                      gemm_f32_kernel<WT><<<grid, 256, 0, s>>>(
+                          a.ptr<const float>() + r0 * a.row_stride(), a.row_stride(),
+                          static_cast<const WT*>(w.data), w.row_stride(), m, N, K, bias,
+                          out.ptr<float>() + r0 * out.row_stride(), out.row_stride(), static_cast<int>(ep)));
+  }
 }
 
 void pack_rows_half(const Tensor& a, void* dst, DType to, cudaStream_t s) {
@@ -1200,7 +1206,7 @@ void launch_tiled(const Tensor& q, const AttentionRows& rows, const KvLayer& cac
                   Tensor& out, const AttentionPlan& p, float* ws, cudaStream_t s) {
   const int D = shape.head_dim;
   const size_t smem = (static_cast<size_t>(32) * D + kKeyTile * (D + 1) + kKeyTile * D) * sizeof(float);
-  allow_dynamic_smem(attn_tile_kernel<CT, DPL>, 160 * 1024);
+  allow_dynamic_smem(attn_tile_kernel<CT, DPL>, smem);  // ≤ 98 KB (D 256)
   const int64_t n = q.rows();
   const dim3 grid(static_cast<unsigned>((n + p.rows_per_tile - 1) / p.rows_per_tile),
                   static_cast<unsigned>(shape.kv_heads), static_cast<unsigned>(p.splits));

@@ -1354,7 +1354,7 @@ void decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer&
   const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(shape.kv_heads),
                   static_cast<unsigned>(n));
   auto go = [&](auto* kern) {
-    allow_dynamic_smem(kern, 200 * 1024);
+    allow_dynamic_smem(kern, p.smem);  // what this launch needs (< 48 KB at 65,536 keys of the 7B)
     launch_pdl(kern, grid, kAttnThreads, p.smem, s, a);
   };
   switch (a.kv.ct) {
@@ -1401,10 +1401,6 @@ void launch_mma_stream(cudaLaunchConfig_t cfg, int warps, const Tensor& q, const
                        const CT* kc, const CT* vc, const KvLayer& cache, const AttentionShape& shape,
                        Tensor& out, const MmaDecodePlan& p, float scale_log2, float* ws, unsigned* counters) {
   auto* kern = mma_decode_stream_kernel<CT, D, S>;
-  // Room for up to 4 warps' rings (128 KB at D 128 and S 4), and the largest shared-memory carveout
-  // (a hint: so that 3 blocks of 64 KB fit on an SM; the kernel reads K and V past L1, only q and the
-  // block table go through it).
-  allow_dynamic_smem(kern, 4 * mma_stream_warp_bytes(D, S), /*max_carveout=*/true);
   // heads: 4 warps a block, 4 / kv_heads units of every kv head (kv_heads ≤ 4 dividing 4).
   const bool heads = mma_config_slot().heads && shape.kv_heads <= 4 && 4 % shape.kv_heads == 0;
   const int upb = heads ? 4 / static_cast<int>(shape.kv_heads) : warps;  // units a block
@@ -1415,6 +1411,10 @@ void launch_mma_stream(cudaLaunchConfig_t cfg, int warps, const Tensor& q, const
   cfg.gridDim.x = static_cast<unsigned>((p.splits + upb - 1) / upb);
   cfg.blockDim = dim3(static_cast<unsigned>(warps * 32));
   cfg.dynamicSmemBytes = static_cast<size_t>(warps) * mma_stream_warp_bytes(D, S);
+  // What this launch's warps need (64 KB at 4 warps, D 128, S 2), and the largest shared-memory
+  // carveout (a hint: so that 3 blocks of 64 KB fit on an SM; the kernel reads K and V past L1, only q
+  // and the block table go through it).
+  allow_dynamic_smem(kern, cfg.dynamicSmemBytes, /*max_carveout=*/true);
   cudaLaunchKernelEx(&cfg, kern, q.ptr<const float>(), q.row_stride(), rows.row_seq.ptr<const int32_t>(),
                      rows.row_pos.ptr<const int32_t>(), rows.block_tables.ptr<const int32_t>(),
                      rows.block_tables.row_stride(), rows.block_size, kc, vc, cache.k.row_stride(),

@@ -1422,6 +1422,15 @@ bool conv_ffn_fits(const Tensor& x, const Tensor& norm_w, const Tensor& w1, cons
   if (w1.dtype != DType::kBF16 || w2.dtype != DType::kBF16) return false;
   if (w1.cols() != C || w1.row_stride() != C || w2.rows() != C || w2.cols() != E || w2.row_stride() != E)
     return false;
+  // The shared memory of the form conv_ffn_fused_as takes (up to 215 KB at 512 channels; 104 KB at 128):
+  // a GPU that cannot give it (sm_86/89: 99 KB) runs the FFN's ops one by one instead.
+  const bool resident = E == 4 * C && resident_enabled();
+  const size_t need = C == 32    ? (resident ? resident_smem_bytes<32>() : stream_smem_bytes<32>())
+                      : C == 64  ? (resident ? resident_smem_bytes<64>() : stream_smem_bytes<64>())
+                      : C == 128 ? stream_smem_bytes<128>()
+                      : C == 512 ? Wide<512, 4, 32>::smem
+                                 : stream_smem_bytes<256>();
+  if (need > device_smem_optin()) return false;
   return aligned16(w1.data) && aligned16(w2.data);
 }
 
@@ -1431,10 +1440,7 @@ bool conv_ffn_wg_fits(const Tensor& x, const Tensor& norm_w, const Tensor& w1, c
   if ((C != 128 && C != 256) || w1.rows() != 4 * C || !conv_ffn_fits(x, norm_w, w1, b1, w2, b2, gamma))
     return false;
   if (x.row_stride() % 4 != 0 || !aligned16(x.data)) return false;  // 16-byte copies of x's rows
-  int dev = 0, optin = 0;
-  cudaGetDevice(&dev);
-  cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-  return static_cast<size_t>(optin) >= (C == 128 ? FfnWgCfg<128>::smem : FfnWgCfg<256>::smem);
+  return device_smem_optin() >= (C == 128 ? FfnWgCfg<128>::smem : FfnWgCfg<256>::smem);
 }
 
 void conv_ffn_wg(Tensor& x, const Tensor& norm_w, float eps, const Tensor& w1, const Tensor& b1,
@@ -1460,10 +1466,7 @@ bool conv_block_fits(const Tensor& x, const Tensor& history, const Backend::Conv
   } else {
     if (C != 32 && C != 64) return false;
     // 76 KB (C = 32) or 225 KB (C = 64) of shared memory a block: sm_90 has 227 KB, sm_80 163 KB.
-    int dev = 0, optin = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-    if (static_cast<size_t>(optin) < (C == 32 ? BlockCfg<32>::smem : BlockCfg<64>::smem)) return false;
+    if (device_smem_optin() < (C == 32 ? BlockCfg<32>::smem : BlockCfg<64>::smem)) return false;
     if (!conv_ffn_fits(x, wt.ffn_norm_w, wt.w1, wt.b1, wt.w2, wt.b2, wt.ffn_gamma)) return false;
   }
   if (!conv_mixer_fits(x, wt.norm_w, history, wt.mixer_w, wt.mixer_b, wt.gamma, u, v)) return false;

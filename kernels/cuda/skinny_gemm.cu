@@ -206,9 +206,19 @@ void skinny_gemm(const void* a, int64_t M, int64_t K, const void* w, int64_t ldw
   } else if (M <= 32) {
     launch<2, 4>(ab, m, k, wb, ldw, n, p, bias, accumulate, out, ldo, ws, s);
   } else if (M <= 64) {
-    launch<4, 4>(ab, m, k, wb, ldw, n, p, bias, accumulate, out, ldo, ws, s);
+    // 108 KB of stages; one stage fewer where a block cannot have that much (sm_86/89: 99 KB). The
+    // stage count is the copies' depth only: a row's sums are the same.
+    if (smem_bytes(4, 4) <= device_smem_optin()) {
+      launch<4, 4>(ab, m, k, wb, ldw, n, p, bias, accumulate, out, ldo, ws, s);
+    } else {
+      launch<4, 3>(ab, m, k, wb, ldw, n, p, bias, accumulate, out, ldo, ws, s);
+    }
   } else {
-    launch<8, 3>(ab, m, k, wb, ldw, n, p, bias, accumulate, out, ldo, ws, s);
+    if (smem_bytes(8, 3) <= device_smem_optin()) {
+      launch<8, 3>(ab, m, k, wb, ldw, n, p, bias, accumulate, out, ldo, ws, s);
+    } else {
+      launch<8, 2>(ab, m, k, wb, ldw, n, p, bias, accumulate, out, ldo, ws, s);
+    }
   }
 }
 

@@ -20,8 +20,27 @@ cudaError_t allow_dynamic_smem(const void* kern, size_t bytes, bool max_carveout
   if (e == cudaSuccess && max_carveout)
     e = cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
                              cudaSharedmemCarveoutMaxShared);
-  if (e == cudaSuccess) allowed[key] = bytes;
+  if (e == cudaSuccess) {
+    allowed[key] = bytes;
+  } else if (cudaPeekAtLastError() == e) {
+    cudaGetLastError();  // the refusal is returned here; it must not fail the next launch's check
+  }
   return e;
+}
+
+size_t device_smem_optin() {
+  static std::mutex mu;
+  static std::map<int, size_t> limit;  // device → bytes
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+  std::lock_guard<std::mutex> lock(mu);
+  if (const auto it = limit.find(dev); it != limit.end()) return it->second;
+  int v = 0;
+  if (cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+    cudaGetLastError();
+    v = 48 * 1024;  // every CUDA device allows this much without opting in
+  }
+  return limit[dev] = static_cast<size_t>(v);
 }
 
 }  // namespace vv::cuda

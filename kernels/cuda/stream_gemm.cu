@@ -461,8 +461,13 @@ bool launch_wg_any(const void* a, int M, int K, const void* w, int64_t ldw, int 
 
 bool stream_gemm_fits(int64_t M, int64_t K, const void* a, const void* w, int64_t ldw) {
   auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  return M >= 1 && M <= kStreamGemmMaxRows && K > 0 && K % 8 == 0 && ldw % 8 == 0 && ldw >= K && aligned(a) &&
-         aligned(w) && K <= (int64_t{1} << 30);
+  if (!(M >= 1 && M <= kStreamGemmMaxRows && K > 0 && K % 8 == 0 && ldw % 8 == 0 && ldw >= K && aligned(a) &&
+        aligned(w) && K <= (int64_t{1} << 30)))
+    return false;
+  // The mma form's stages (up to 108 KB; the Hopper form's ≈ 220 KB exist on sm_90 only): a GPU that
+  // cannot give them (sm_86/89: 99 KB) keeps cuBLASLt.
+  const int nt = M <= 16 ? 1 : M <= 32 ? 2 : M <= 64 ? 4 : 8;
+  return smem_bytes(nt) <= device_smem_optin();
 }
 
 StreamGemmKind stream_gemm(const void* a, int64_t M, int64_t K, const void* w, int64_t ldw, int64_t N,
