@@ -109,6 +109,9 @@ inline constexpr int kBulkThreads = 256;
 inline constexpr int kBulkMaxRows = 8;     // weight rows a stage
 inline constexpr int kBulkMaxXc = 12;      // activation chunks a thread: K <= 256 * 8 * 12 = 24,576
 inline constexpr int kBulkFusedMaxXc = 4;  // with the norm prologue or the SwiGLU pairing: K <= 8,192
+// dispatch_bulk_xc (decode_ops.cu) and chain_form (decode_chain.cu) instantiate the norm and pairing
+// forms for 1, 2 and 4 chunks a thread only: a larger bound would reach no kernel there.
+static_assert(kBulkFusedMaxXc <= 4, "the norm and pairing forms exist up to 4 chunks a thread");
 inline constexpr int kBulkMaxStages = 16;
 
 // Job rows (row pairs with kPair) a tile for XC chunks a thread: a stage holds about 16,384 weights.
