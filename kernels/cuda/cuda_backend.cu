@@ -526,7 +526,7 @@ class CudaBackend final : public Backend {
       });
       return;
     }
-    if (!cuda::dwconv_add_fits(x, u, w, bias, gamma)) {
+    if (!cuda::dwconv_add_fits(x, u, history, w, bias, gamma)) {
       Backend::conv_mixer(x, norm_w, eps, history, w, bias, gamma, u, v);
       return;
     }

@@ -235,8 +235,12 @@ bool aligned16(const void* p) {
 
 }  // namespace
 
-bool dwconv_add_fits(const Tensor& x, const Tensor& u, const Tensor& w, const Tensor& bias,
-                     const Tensor& gamma) {
+bool dwconv_add_fits(const Tensor& x, const Tensor& u, const Tensor& history, const Tensor& w,
+                     const Tensor& bias, const Tensor& gamma) {
+  // The kernel reads rows 0 .. kTaps − 2 of the history as f32 at its row stride.
+  if (history.data && history.rows() > 0 &&
+      (history.rows() < kTaps - 1 || history.cols() != x.cols() || history.dtype != DType::kF32))
+    return false;
   return w.cols() == kTaps && w.rows() == x.cols() && x.dtype == DType::kF32 && u.dtype == DType::kF32 &&
          gamma.dtype == DType::kF32 && (!bias.data || bias.dtype == DType::kF32) &&
          (w.dtype == DType::kF32 || w.dtype == DType::kBF16 || w.dtype == DType::kF16);
@@ -280,7 +284,7 @@ bool conv_mixer_fits(const Tensor& x, const Tensor& norm_w, const Tensor& histor
                      const Tensor& bias, const Tensor& gamma, const Tensor& u, const Tensor& v) {
   const int64_t T = x.rows(), C = x.cols();
   if (C < 4 || C % 4 != 0 || C > 1024 || T <= 0) return false;
-  if (!dwconv_add_fits(x, u, w, bias, gamma) || norm_w.dtype != DType::kF32) return false;
+  if (!dwconv_add_fits(x, u, history, w, bias, gamma) || norm_w.dtype != DType::kF32) return false;
   if (x.row_stride() % 4 != 0 || !aligned16(x.data) || u.rows() < T || u.cols() != C ||
       u.row_stride() % 4 != 0 || !aligned16(u.data))
     return false;

@@ -64,9 +64,10 @@ void conv_block_fused(Tensor& x, float eps, const Tensor& history, const Backend
 
 // x[t,c] += gamma[c] · (bias[c] + Σ_k w[c,k] · u[t + k − 6, c]) with u's rows before 0 from history
 // ([6, C], or zeros when history has no data): depthwise_conv1d_causal then add_scaled, in one pass
-// and with the same f32 arithmetic. Kernel size 7 only (dwconv_add_fits).
-bool dwconv_add_fits(const Tensor& x, const Tensor& u, const Tensor& w, const Tensor& bias,
-                     const Tensor& gamma);
+// and with the same f32 arithmetic. Kernel size 7 only, and a history of at least 6 f32 rows of C
+// (dwconv_add_fits).
+bool dwconv_add_fits(const Tensor& x, const Tensor& u, const Tensor& history, const Tensor& w,
+                     const Tensor& bias, const Tensor& gamma);
 void dwconv_add(Tensor& x, const Tensor& u, const Tensor& history, const Tensor& w, const Tensor& bias,
                 const Tensor& gamma, cudaStream_t s);
 
