@@ -1245,7 +1245,15 @@ class CudaBackend final : public Backend {
   // seen before with the identical signature (every pointer, shape, stride and scalar: the decode
   // step) is captured once into a CUDA graph on its second sight and replayed from then on; the
   // kernels read positions, block tables and ids from device memory, so a replay is the same work.
+  // Makes this backend's device the thread's current one: launches, attributes (allow_dynamic_smem) and
+  // allocations act on the current device, and one thread may drive backends of several devices
+  // (layer shards). Every entry point that launches or copies flushes first, so flush() does it.
+  void use_device() const {
+    int cur = -1;
+    if (cudaGetDevice(&cur) != cudaSuccess || cur != device_) cudaSetDevice(device_);
+  }
   void flush() {
+    use_device();
     if (pending_.empty()) return;
     std::vector<std::function<void()>> ops;
     ops.swap(pending_);
@@ -1648,7 +1656,10 @@ class CudaBackend final : public Backend {
 
   template <typename Fn>
   void defer(const Sig& s, Fn&& fn, const OpRec* rec = nullptr) {
-    if (!record_) return fn();
+    if (!record_) {
+      use_device();
+      return fn();
+    }
     if (tl_pending && tl_pending != this) tl_pending->flush();  // one backend's ops pending per thread
     sig_ += s.b;
     pending_.emplace_back(std::forward<Fn>(fn));
