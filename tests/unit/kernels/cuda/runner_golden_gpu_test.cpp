@@ -327,6 +327,50 @@ TEST(CudaRunnerGolden, EveryDeviceRunsTheBf16StepsOfDeviceZero) {
   }
 }
 
+// Several devices (issue 14's placements) on what the host has: devices 0 and 1 where it has two GPUs,
+// else device 0 twice. Layer shards (one runner over both backends, driven from one thread: each
+// backend's launches on its own device) and replicas (two runners, used in turn from one thread) give,
+// in f32 compute, the golden greedy ids of every case.
+TEST(CudaRunnerGolden, LayerShardsAndReplicasOverTwoBackendsGiveTheGoldenIds) {
+  VV_GPU_OR_SKIP();
+  auto ckpt = Checkpoint::open(hf_model_dir());
+  ASSERT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
+  const std::string devices = usable_gpu_count() > 1 ? "cuda:0,cuda:1" : "cuda:0,cuda:0";
+  PlacementOptions layer;
+  layer.split = SplitMode::kLayer;
+  auto sharded = make_runners(**ckpt, options(), devices, BackendOptions{}, layer);
+  ASSERT_TRUE(sharded.is_ok()) << devices << ": " << sharded.status().to_string();
+  ASSERT_EQ(sharded->size(), 1u);
+  EXPECT_EQ((*sharded)[0]->shard_count(), 2u);
+  PlacementOptions replica;
+  replica.split = SplitMode::kReplica;
+  auto replicas = make_runners(**ckpt, options(), devices, BackendOptions{}, replica);
+  ASSERT_TRUE(replicas.is_ok()) << devices << ": " << replicas.status().to_string();
+  ASSERT_EQ(replicas->size(), 2u);
+  std::vector<Runner*> runners = {(*sharded)[0].get(), (*replicas)[0].get(), (*replicas)[1].get()};
+  const char* what[] = {"layer shards", "replica 0", "replica 1"};
+  int cases = 0;
+  for (const std::string& name : golden_cases()) {
+    GoldenCase gc(name);
+    ASSERT_TRUE(gc.ok()) << gc.error();
+    if (!gc.has("input_values")) continue;  // `long`: its input comes from the audio front end (CPU tests)
+    ++cases;
+    const std::vector<float>& x = gc.tensor("input_values").data;
+    for (size_t i = 0; i < runners.size(); ++i) {
+      auto speech = runners[i]->encode(x.data(), static_cast<int64_t>(x.size()));
+      ASSERT_TRUE(speech.is_ok()) << what[i] << ": " << speech.status().to_string();
+      GreedyRequest req;
+      req.prompt = gc.prompt_ids();
+      req.speech = &speech->rows.t;
+      req.max_new_tokens = static_cast<int>(gc.generated_ids().size());
+      auto ids = runners[i]->generate_greedy(req);
+      ASSERT_TRUE(ids.is_ok()) << what[i] << ": " << ids.status().to_string();
+      EXPECT_EQ(*ids, gc.generated_ids()) << name << " on " << devices << ", " << what[i];
+    }
+  }
+  EXPECT_GT(cases, 0);
+}
+
 // VV_CUDA_DECODE_CHAIN=1 with bf16 weights (sm_90; elsewhere the switch does nothing): each layer's
 // GEMVs from its o projection to the next layer's rope run as one persistent kernel, captured and
 // replayed with the step (with VV_CUDA_CHAIN_ATTN=1 the attention too). The logits must be the bits of
