@@ -1378,10 +1378,31 @@ bool fast_erf_enabled() {
   return on;
 }
 
+// Whether conv_ffn_fused_as takes the resident form (32 and 64 channels; the others ignore it).
+bool ffn_resident(int64_t C, int64_t E) {
+  return E == 4 * C && resident_enabled();
+}
+// The dynamic shared memory of the form conv_ffn_fused_as takes for C channels and E hidden units.
+size_t ffn_fused_smem(int64_t C, int64_t E) {
+  const bool resident = ffn_resident(C, E);
+  switch (C) {
+    case 32:
+      return resident ? resident_smem_bytes<32>() : stream_smem_bytes<32>();
+    case 64:
+      return resident ? resident_smem_bytes<64>() : stream_smem_bytes<64>();
+    case 128:
+      return stream_smem_bytes<128>();
+    case 512:
+      return Wide<512, 4, 32>::smem;
+    default:
+      return stream_smem_bytes<256>();
+  }
+}
+
 template <bool F>
 void conv_ffn_fused_as(Tensor& x, const Tensor& norm_w, float eps, const Tensor& w1, const Tensor& b1,
                        const Tensor& w2, const Tensor& b2, const Tensor& gamma, cudaStream_t s) {
-  const bool resident = w1.rows() == 4 * x.cols() && resident_enabled();
+  const bool resident = ffn_resident(x.cols(), w1.rows());
   switch (x.cols()) {
     case 32:
       if (resident) {
@@ -1424,13 +1445,7 @@ bool conv_ffn_fits(const Tensor& x, const Tensor& norm_w, const Tensor& w1, cons
     return false;
   // The shared memory of the form conv_ffn_fused_as takes (up to 215 KB at 512 channels; 104 KB at 128):
   // a GPU that cannot give it (sm_86/89: 99 KB) runs the FFN's ops one by one instead.
-  const bool resident = E == 4 * C && resident_enabled();
-  const size_t need = C == 32    ? (resident ? resident_smem_bytes<32>() : stream_smem_bytes<32>())
-                      : C == 64  ? (resident ? resident_smem_bytes<64>() : stream_smem_bytes<64>())
-                      : C == 128 ? stream_smem_bytes<128>()
-                      : C == 512 ? Wide<512, 4, 32>::smem
-                                 : stream_smem_bytes<256>();
-  if (need > device_smem_optin()) return false;
+  if (ffn_fused_smem(C, E) > device_smem_optin()) return false;
   return aligned16(w1.data) && aligned16(w2.data);
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/audio/audio_preparer.h"
+#include "engine/runner/runner.h"
 #include "tests/unit/engine/model/golden_fixture.h"
 
 namespace vv::test {
@@ -21,6 +22,24 @@ inline std::vector<float> golden_input_values(const GoldenCase& gc) {
   auto prepared = audio::prepare_audio(bytes);
   EXPECT_TRUE(prepared.is_ok()) << gc.name() << ": " << prepared.status().to_string();
   return prepared.is_ok() ? prepared->input_values : std::vector<float>{};
+}
+
+// The greedy ids `r` gives a case from its model input (golden_input_values), as many as the golden
+// run generated; a failure (no input, encode or generation error) is a test failure and gives none.
+inline std::vector<TokenId> golden_greedy_ids(Runner& r, const GoldenCase& gc) {
+  const std::vector<float> x = golden_input_values(gc);
+  EXPECT_FALSE(x.empty()) << gc.name();
+  if (x.empty()) return {};
+  auto speech = r.encode(x.data(), static_cast<int64_t>(x.size()));
+  EXPECT_TRUE(speech.is_ok()) << gc.name() << ": " << speech.status().to_string();
+  if (!speech.is_ok()) return {};
+  GreedyRequest req;
+  req.prompt = gc.prompt_ids();
+  req.speech = &speech->rows.t;
+  req.max_new_tokens = static_cast<int>(gc.generated_ids().size());
+  auto ids = r.generate_greedy(req);
+  EXPECT_TRUE(ids.is_ok()) << gc.name() << ": " << ids.status().to_string();
+  return ids.is_ok() ? *ids : std::vector<TokenId>{};
 }
 
 }  // namespace vv::test

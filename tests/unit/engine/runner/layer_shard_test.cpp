@@ -33,8 +33,6 @@ std::vector<std::unique_ptr<Backend>> two_cpus() {
   return v;
 }
 
-// The 24 kHz model input of a case: golden input_values when stored, else (the `long` case) the
-// audio front end on its 24 kHz audio.wav.
 // Greedy ids of every golden case on `r`, in golden_cases() order.
 std::vector<std::vector<TokenId>> ids_of_every_case(Runner& r) {
   std::vector<std::vector<TokenId>> all;
@@ -42,20 +40,9 @@ std::vector<std::vector<TokenId>> ids_of_every_case(Runner& r) {
     GoldenCase gc(name);
     EXPECT_TRUE(gc.ok()) << gc.error();
     if (!gc.ok()) continue;
-    const std::vector<float> x = golden_input_values(gc);
-    EXPECT_FALSE(x.empty()) << name;
-    if (x.empty()) continue;
-    auto speech = r.encode(x.data(), static_cast<int64_t>(x.size()));
-    EXPECT_TRUE(speech.is_ok()) << speech.status().to_string();
-    if (!speech.is_ok()) continue;
-    GreedyRequest req;
-    req.prompt = gc.prompt_ids();
-    req.speech = &speech->rows.t;
-    req.max_new_tokens = static_cast<int>(gc.generated_ids().size());
-    auto ids = r.generate_greedy(req);
-    EXPECT_TRUE(ids.is_ok()) << ids.status().to_string();
-    EXPECT_EQ(ids.is_ok() ? *ids : std::vector<TokenId>{}, gc.generated_ids()) << name;
-    all.push_back(ids.is_ok() ? *ids : std::vector<TokenId>{});
+    std::vector<TokenId> ids = golden_greedy_ids(r, gc);
+    EXPECT_EQ(ids, gc.generated_ids()) << name;
+    all.push_back(std::move(ids));
   }
   return all;
 }

@@ -43,17 +43,7 @@ TEST(LayerStreamGpu, StreamedLayersGiveTheGoldenIdsUnderACap) {
   for (const std::string& name : golden_cases()) {
     GoldenCase gc(name);
     ASSERT_TRUE(gc.ok()) << gc.error();
-    const std::vector<float> x = golden_input_values(gc);
-    ASSERT_FALSE(x.empty()) << name;
-    auto speech = (*r)->encode(x.data(), static_cast<int64_t>(x.size()));
-    ASSERT_TRUE(speech.is_ok()) << speech.status().to_string();
-    GreedyRequest req;
-    req.prompt = gc.prompt_ids();
-    req.speech = &speech->rows.t;
-    req.max_new_tokens = static_cast<int>(gc.generated_ids().size());
-    auto ids = (*r)->generate_greedy(req);
-    ASSERT_TRUE(ids.is_ok()) << ids.status().to_string();
-    EXPECT_EQ(*ids, gc.generated_ids()) << name;
+    EXPECT_EQ(golden_greedy_ids(**r, gc), gc.generated_ids()) << name;
     size_t free_now = 0;
     ASSERT_TRUE(raw->device_memory(&free_now, &total));
     EXPECT_LE(total - free_now, o.memory_cap) << name;
