@@ -24,20 +24,28 @@ inline bool mma_decode_applies(int heads, int kv_heads, int head_dim) {
 // at 1-128 rows (kernels/cuda/NOTES.md, "Session 6"), and 2 warps per block beat 4 at 64 and 128
 // rows. Otherwise the first kernel (mma_decode_kernel), which loads one 16-key step at a time into
 // registers. Every setting keeps a row's arithmetic independent of the other rows; the kernel and
-// the chunk change a row's bits (the mma's k order, the units), the stages and warps do not.
+// the chunk change a row's bits (the mma's k order, the units), the stages do not, and the warps only
+// with `share`.
 struct MmaDecodeConfig {
   bool stream = true;
   int stages = 2;               // 16-key stages in flight per warp: 2 or 4
   int warps = 2;                // warps (units) per block of the stream kernel: 1, 2 or 4
-  int chunk = kMmaDecodeChunk;  // keys per unit: 64, 128 or 256
+  int chunk = kMmaDecodeChunk;  // keys per unit: 64, 128, 256, 512 or 1024
   // heads (stream kernel, kv_heads ≤ 4): a block's warps take the kv heads of the same keys (4 warps:
   // 4 / kv_heads units × every kv head of a row), so that the block reads whole cache rows (all heads of
   // a slot, contiguous) together, instead of one head's 2·D bytes of each row. The same bits.
   bool heads = false;
+  // share (stream kernel): a unit is a block's work, not a warp's: warp w takes the unit's 16-key
+  // steps w, w + warps, w + 2·warps, ..., and the warps' partial results are merged in shared memory
+  // in warp order before the unit's result goes on as one warp's does. With units as long as the
+  // context (512 or 1,024 keys), a 64-row step at a few hundred positions has one unit per (row, kv
+  // head): no partials in global memory, no fence, atomic or second merge. Changes a row's bits (the
+  // order of its keys' sums), as the chunk does; not with heads.
+  bool share = false;
 };
 // Taken from the environment at the first use (benchmarks, A/B runs): VV_CUDA_MMA_DECODE=stream|regs,
 // VV_CUDA_MMA_DECODE_STAGES, VV_CUDA_MMA_DECODE_WARPS, VV_CUDA_MMA_DECODE_CHUNK,
-// VV_CUDA_MMA_DECODE_HEADS=1; values outside the
+// VV_CUDA_MMA_DECODE_HEADS=1, VV_CUDA_MMA_DECODE_SHARE=1; values outside the
 // lists above are ignored. Every launch (and plan) uses the current setting; the setter (tests) is
 // not synchronised with launches on other threads.
 MmaDecodeConfig mma_decode_config();

@@ -652,15 +652,16 @@ __host__ __device__ constexpr int mma_stream_warp_bytes(int D, int S) {
 }
 
 // Block (x, kv head, row) of `warps` warps: warp w takes unit u = warps·x + w as in
-// mma_decode_kernel; S stages of 16 keys per warp.
+// mma_decode_kernel; S stages of 16 keys per warp. With `share`, the block takes unit x and its warps
+// the unit's steps in turn (MmaDecodeConfig::share).
 template <typename CT, int D, int S>
 __global__ void __launch_bounds__(128, 3)
     mma_decode_stream_kernel(const float* __restrict__ q, int64_t ldq, const int32_t* __restrict__ row_seq,
                              const int32_t* __restrict__ row_pos, const int32_t* __restrict__ tables,
                              int64_t ldt, int bs, const CT* __restrict__ kc, const CT* __restrict__ vc,
                              int64_t ldc, int kv_heads, int G, float scale_log2, int chunk, int splits,
-                             float* __restrict__ out, int64_t ldo, float* ws, unsigned* counters,
-                             bool heads) {
+                             float* __restrict__ out, int64_t ldo, float* ws, unsigned* counters, bool heads,
+                             bool share) {
   constexpr int KS = D / 16;     // k-steps of Q·Kᵀ
   constexpr int DT = D / 8;      // 8-dim output tiles of P·V
   constexpr int CPR = D / 8;     // 16-byte chunks per cached row (of one kv head)
@@ -675,8 +676,11 @@ __global__ void __launch_bounds__(128, 3)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   // heads: block (x, 0, row) of warps = units·kv_heads, warp w the kv head w mod kv_heads of unit
   // x·units + w / kv_heads; otherwise block (x, kv head, row), warp w unit x·warps + w.
-  const int unit = heads ? blockIdx.x * (warps / kv_heads) + warp / kv_heads : blockIdx.x * warps + warp;
-  const int kvh = heads ? warp % kv_heads : static_cast<int>(blockIdx.y);
+  // share: block (x, kv head, row) takes unit x, warp w its steps w, w + warps, ... (merged at the end).
+  const int unit = share   ? static_cast<int>(blockIdx.x)
+                   : heads ? blockIdx.x * (warps / kv_heads) + warp / kv_heads
+                           : blockIdx.x * warps + warp;
+  const int kvh = heads && !share ? warp % kv_heads : static_cast<int>(blockIdx.y);
   const int64_t r = blockIdx.z;
   const int L = row_pos[r] + 1;
   const int ns = (L + chunk - 1) / chunk;  // this row's units
@@ -684,6 +688,9 @@ __global__ void __launch_bounds__(128, 3)
   const int32_t* tab = tables + static_cast<int64_t>(row_seq[r]) * ldt;
   const int k0 = unit * chunk, k1 = min(L, k0 + chunk);
   const int nsteps = (k1 - k0 + kMmaStreamKeys - 1) / kMmaStreamKeys;
+  // This warp's steps of the unit: s0, s0 + sw, ... (all of them but with share).
+  const int sw = share ? warps : 1, s0 = share ? warp : 0;
+  const int mine = nsteps > s0 ? (nsteps - s0 + sw - 1) / sw : 0;
   const int64_t hoff = static_cast<int64_t>(kvh) * D;
   CT* const sm = reinterpret_cast<CT*>(mma_stream_smem) + static_cast<int64_t>(warp) * S * 2 * ROWS;
 
@@ -719,7 +726,7 @@ __global__ void __launch_bounds__(128, 3)
   };
 #pragma unroll
   for (int s = 0; s < S; ++s) {
-    if (s < nsteps) issue(s, s);
+    if (s < mine) issue(s0 + s * sw, s);
     cp_async_commit();  // empty groups too: the wait below counts groups
   }
 
@@ -747,13 +754,13 @@ __global__ void __launch_bounds__(128, 3)
   const int vn = (lane & 7) + ((lane >> 3) & 1) * 8, vcs = lane >> 4;
 
 #pragma unroll 1
-  for (int st = 0; st < nsteps; ++st) {
+  for (int i = 0; i < mine; ++i) {
     cp_async_wait<S - 1>();        // this step's group has landed (this lane's copies)
     __syncwarp();                  // and every lane's
-    const int stage = st % S;
+    const int stage = i % S;
     const CT* ks = sm + stage * 2 * ROWS;
     const CT* vs = ks + ROWS;
-    const int j0 = k0 + st * kMmaStreamKeys;
+    const int j0 = k0 + (s0 + i * sw) * kMmaStreamKeys;
     // S = Q·Kᵀ for keys j0 .. j0+15: two n tiles, the even and odd k-steps in separate
     // accumulators (two chains of KS/2 mmas each), added at the end.
     float s[2][2][4];
@@ -813,10 +820,48 @@ __global__ void __launch_bounds__(128, 3)
       }
     }
     __syncwarp();  // every lane's ldmatrix of this stage is done before it is refilled
-    if (st + S < nsteps) issue(st + S, stage);
+    if (i + S < mine) issue(s0 + (i + S) * sw, stage);
     cp_async_commit();
   }
   l = quad_sum(l);
+  if (share) {
+    // The warps' partials (o, m, l of the 8 rows of their tile) into shared memory over the stages
+    // (each warp's region of 8·D + 16 floats fits in its own ring), then warp 0 merges them in warp
+    // order: M = max m_w, l = Σ l_w·2^(m_w − M), o = Σ o_w·2^(m_w − M). A warp without steps has
+    // m = −inf, l = o = 0 and adds nothing; warp 0 always has step 0, so M is finite.
+    constexpr int RW = 8 * D + 16;  // floats of a warp's region
+    static_assert(RW * 4 <= mma_stream_warp_bytes(D, S), "a warp's partials fit in its ring");
+    __syncthreads();  // every warp's last ldmatrix is done: the rings are free
+    float* red = reinterpret_cast<float*>(mma_stream_smem);
+    float* mine_r = red + warp * RW;
+#pragma unroll
+    for (int dt = 0; dt < DT; ++dt)
+      *reinterpret_cast<float2*>(mine_r + g * D + 8 * dt + 2 * t) = make_float2(o[dt][0], o[dt][1]);
+    if (t == 0) {
+      mine_r[8 * D + g] = m;
+      mine_r[8 * D + 8 + g] = l;
+    }
+    __syncthreads();
+    if (warp != 0) return;
+    float M = -INFINITY;
+    for (int w = 0; w < warps; ++w) M = fmaxf(M, red[w * RW + 8 * D + g]);
+    float Ls = 0.f;
+#pragma unroll
+    for (int dt = 0; dt < DT; ++dt) o[dt][0] = o[dt][1] = 0.f;
+    for (int w = 0; w < warps; ++w) {
+      const float* rw = red + w * RW;
+      const float c = exp2f(rw[8 * D + g] - M);
+      Ls = fmaf(rw[8 * D + 8 + g], c, Ls);
+#pragma unroll
+      for (int dt = 0; dt < DT; ++dt) {
+        const float2 v = *reinterpret_cast<const float2*>(rw + g * D + 8 * dt + 2 * t);
+        o[dt][0] = fmaf(v.x, c, o[dt][0]);
+        o[dt][1] = fmaf(v.y, c, o[dt][1]);
+      }
+    }
+    m = M;
+    l = Ls;
+  }
   if (ns == 1) {
     if (g < G) {
       float* dst = out + r * ldo + static_cast<int64_t>(kvh * G + g) * D + 2 * t;
@@ -1388,8 +1433,9 @@ MmaDecodeConfig& mma_config_slot() {
     }
     num("VV_CUDA_MMA_DECODE_STAGES", {2, 4}, d.stages);
     num("VV_CUDA_MMA_DECODE_WARPS", {1, 2, 4}, d.warps);
-    num("VV_CUDA_MMA_DECODE_CHUNK", {64, 128, 256}, d.chunk);
+    num("VV_CUDA_MMA_DECODE_CHUNK", {64, 128, 256, 512, 1024}, d.chunk);
     if (const char* e = std::getenv("VV_CUDA_MMA_DECODE_HEADS")) d.heads = std::string(e) == "1";
+    if (const char* e = std::getenv("VV_CUDA_MMA_DECODE_SHARE")) d.share = std::string(e) == "1";
     return d;
   }();
   return c;
@@ -1401,9 +1447,11 @@ void launch_mma_stream(cudaLaunchConfig_t cfg, int warps, const Tensor& q, const
                        const CT* kc, const CT* vc, const KvLayer& cache, const AttentionShape& shape,
                        Tensor& out, const MmaDecodePlan& p, float scale_log2, float* ws, unsigned* counters) {
   auto* kern = mma_decode_stream_kernel<CT, D, S>;
-  // heads: 4 warps a block, 4 / kv_heads units of every kv head (kv_heads ≤ 4 dividing 4).
-  const bool heads = mma_config_slot().heads && shape.kv_heads <= 4 && 4 % shape.kv_heads == 0;
-  const int upb = heads ? 4 / static_cast<int>(shape.kv_heads) : warps;  // units a block
+  // share: one unit a block, its steps over the block's warps. heads: 4 warps a block, 4 / kv_heads
+  // units of every kv head (kv_heads ≤ 4 dividing 4).
+  const bool share = mma_config_slot().share;
+  const bool heads = !share && mma_config_slot().heads && shape.kv_heads <= 4 && 4 % shape.kv_heads == 0;
+  const int upb = share ? 1 : heads ? 4 / static_cast<int>(shape.kv_heads) : warps;  // units a block
   if (heads) {
     warps = 4;
     cfg.gridDim.y = 1;
@@ -1419,7 +1467,7 @@ void launch_mma_stream(cudaLaunchConfig_t cfg, int warps, const Tensor& q, const
                      rows.row_pos.ptr<const int32_t>(), rows.block_tables.ptr<const int32_t>(),
                      rows.block_tables.row_stride(), rows.block_size, kc, vc, cache.k.row_stride(),
                      shape.kv_heads, shape.heads / shape.kv_heads, scale_log2, p.chunk, p.splits,
-                     out.ptr<float>(), out.row_stride(), ws, counters, heads);
+                     out.ptr<float>(), out.row_stride(), ws, counters, heads, share);
 }
 
 }  // namespace
@@ -1433,8 +1481,10 @@ void set_mma_decode_config(const MmaDecodeConfig& c) {
   v.stream = c.stream;
   if (c.stages == 2 || c.stages == 4) v.stages = c.stages;
   if (c.warps == 1 || c.warps == 2 || c.warps == 4) v.warps = c.warps;
-  if (c.chunk == 64 || c.chunk == 128 || c.chunk == 256) v.chunk = c.chunk;
+  if (c.chunk == 64 || c.chunk == 128 || c.chunk == 256 || c.chunk == 512 || c.chunk == 1024)
+    v.chunk = c.chunk;
   v.heads = c.heads;
+  v.share = c.share;
   mma_config_slot() = v;
 }
 

@@ -101,6 +101,12 @@ struct MmaVariant {
 cuda::MmaDecodeConfig stream_kernel(int stages = 2, int warps = 4, int chunk = cuda::kMmaDecodeChunk) {
   return cuda::MmaDecodeConfig{true, stages, warps, chunk};
 }
+// The stream kernel with a unit's steps spread over the block's warps (MmaDecodeConfig::share).
+cuda::MmaDecodeConfig shared_units(int stages, int warps, int chunk) {
+  cuda::MmaDecodeConfig c = stream_kernel(stages, warps, chunk);
+  c.share = true;
+  return c;
+}
 cuda::MmaDecodeConfig register_kernel() {
   return cuda::MmaDecodeConfig{false, 2, 4, cuda::kMmaDecodeChunk};
 }
@@ -108,7 +114,8 @@ std::string describe(const cuda::MmaDecodeConfig& c) {
   std::ostringstream w;
   if (c.stream) {
     w << "stream kernel, " << c.stages << " stages, " << c.warps << " warps, " << c.chunk << "-key units"
-      << (c.heads ? ", the kv heads of a unit in one block" : "");
+      << (c.heads ? ", the kv heads of a unit in one block" : "")
+      << (c.share ? ", a unit's steps over the block's warps" : "");
   } else {
     w << "register kernel, " << c.chunk << "-key units";
   }
@@ -186,7 +193,7 @@ TEST(CudaDecodeAttention, ProductionShapeSixtyFourAndOneTwentyEightRows) {
   const std::unique_ptr<Backend> gpu = mma_backend();
   ASSERT_NE(gpu, nullptr);
   const std::vector<int> pattern = {1, 17, 63, 64, 65, 600, 1031, 599, 601, 640, 128, 129, 300};
-  for (const cuda::MmaDecodeConfig& k : {stream_kernel(), register_kernel()}) {
+  for (const cuda::MmaDecodeConfig& k : {stream_kernel(), shared_units(2, 4, 512), register_kernel()}) {
     MmaVariant v(k);
     for (int n : {64, 128}) {
       Step st{28, 4, 128, DType::kBF16, 16, {}};
@@ -206,7 +213,8 @@ TEST(CudaDecodeAttention, StreamKernelStagesWarpsUnitsAndBlockSizes) {
   const std::vector<int> primes = {2, 3, 31, 97, 257, 509, 1021, 1031, 13, 61, 67, 127, 131};
   for (const cuda::MmaDecodeConfig& k :
        {stream_kernel(), stream_kernel(4), stream_kernel(2, 1), stream_kernel(4, 2), stream_kernel(2, 4, 128),
-        stream_kernel(4, 1, 256)}) {
+        stream_kernel(4, 1, 256), shared_units(2, 4, 512), shared_units(2, 4, 1024), shared_units(4, 2, 256),
+        shared_units(2, 4, 64), shared_units(2, 1, 128), stream_kernel(2, 2, 1024)}) {
     MmaVariant v(k);
     Step st{28, 4, 128, DType::kBF16, 16, {}};
     for (int i = 0; i < 13; ++i) st.lens.push_back(primes[i]);
@@ -252,6 +260,16 @@ TEST(CudaDecodeAttention, KvHeadsOfTheSameKeysInOneBlockGiveTheSameBits) {
           << describe(st) << ", " << stages << " stages: the kv heads in one block changed a bit";
       check_step(*gpu, st, seed);
     }
+    // Shared units take no heads mapping: asking for both runs the shared units alone.
+    cuda::MmaDecodeConfig c = shared_units(2, 4, 512);
+    std::vector<float> shared;
+    {
+      MmaVariant v(c);
+      shared = run_gpu(*gpu, st, d, all);
+    }
+    c.heads = true;
+    MmaVariant v(c);
+    EXPECT_EQ(run_gpu(*gpu, st, d, all), shared) << describe(st) << ": heads changed the shared units' bits";
     ++seed;
   }
 }
@@ -262,7 +280,8 @@ TEST(CudaDecodeAttention, ManyUnitsAndVeryWideTables) {
   VV_CUDA_BACKEND_OR_SKIP(probe, true);
   const std::unique_ptr<Backend> gpu = mma_backend();
   ASSERT_NE(gpu, nullptr);
-  for (const cuda::MmaDecodeConfig& k : {stream_kernel(), stream_kernel(4, 1), register_kernel()}) {
+  for (const cuda::MmaDecodeConfig& k :
+       {stream_kernel(), stream_kernel(4, 1), shared_units(2, 4, 512), register_kernel()}) {
     MmaVariant v(k);
     check_step(*gpu, {28, 4, 128, DType::kBF16, 16, {2100, 4093, 65}}, 51);
     Step wide{28, 4, 128, DType::kBF16, 16, {600, 5, 2049}};
@@ -290,7 +309,7 @@ TEST(CudaDecodeAttention, GroupsOfOneFourSevenEightHeadDimsAndCacheDtypes) {
   VV_CUDA_BACKEND_OR_SKIP(probe, true);
   const std::unique_ptr<Backend> gpu = mma_backend();
   ASSERT_NE(gpu, nullptr);
-  for (const cuda::MmaDecodeConfig& k : {stream_kernel(), register_kernel()}) {
+  for (const cuda::MmaDecodeConfig& k : {stream_kernel(), shared_units(2, 4, 512), register_kernel()}) {
     MmaVariant v(k);
     check_step(*gpu, {8, 8, 128, DType::kF16, 16, {1, 65, 1031}}, 21);                    // G = 1
     check_step(*gpu, {16, 4, 64, DType::kBF16, 16, {1, 17, 63, 64, 65, 600, 1031}}, 22);  // G = 4, D = 64
@@ -316,7 +335,8 @@ TEST(CudaDecodeAttention, RowResultsDoNotDependOnTheOtherRows) {
   std::vector<int> all(64);
   std::iota(all.begin(), all.end(), 0);
   const int64_t qw = d.qw;
-  for (const cuda::MmaDecodeConfig& k : {stream_kernel(), stream_kernel(4, 1), register_kernel()}) {
+  for (const cuda::MmaDecodeConfig& k :
+       {stream_kernel(), stream_kernel(4, 1), shared_units(2, 4, 512), register_kernel()}) {
     MmaVariant v(k);
     const std::vector<float> batch = run_gpu(*gpu, st, d, all);
     for (int r : {0, 5, 21, 63}) {
