@@ -11,6 +11,7 @@
 #include "engine/runner/memory_plan.h"
 #include "engine/runner/runner.h"
 #include "tests/unit/engine/model/golden_fixture.h"
+#include "tests/unit/engine/runner/golden_input.h"
 
 namespace vv::test {
 namespace {
@@ -30,20 +31,6 @@ RunnerOptions cap_options(size_t cap, int gpu_layers = -1) {
   o.gpu_layers = gpu_layers;
   o.scratch_reserve = kScratch;
   return o;
-}
-
-std::vector<TokenId> first_case_ids(Runner& r, const GoldenCase& gc) {
-  const std::vector<float> x = gc.tensor("input_values").data;
-  auto speech = r.encode(x.data(), static_cast<int64_t>(x.size()));
-  EXPECT_TRUE(speech.is_ok()) << speech.status().to_string();
-  if (!speech.is_ok()) return {};
-  GreedyRequest req;
-  req.prompt = gc.prompt_ids();
-  req.speech = &speech->rows.t;
-  req.max_new_tokens = static_cast<int>(gc.generated_ids().size());
-  auto ids = r.generate_greedy(req);
-  EXPECT_TRUE(ids.is_ok()) << ids.status().to_string();
-  return ids.is_ok() ? *ids : std::vector<TokenId>{};
 }
 
 // A case with stored model input (every case but `long`).
@@ -89,7 +76,7 @@ TEST(MemoryCap, KvPoolShrinksToWhatRemainsAndThePeakStaysUnderTheCap) {
         << "the pool takes what remains (cap " << cap << ")";
     EXPECT_EQ(run.memory_plan().resident_layers, (*ckpt)->spec().decoder.num_layers)
         << "every layer still fits";
-    EXPECT_EQ(first_case_ids(run, gc), gc.generated_ids());
+    EXPECT_EQ(golden_greedy_ids(run, gc), gc.generated_ids());
     EXPECT_LE(run.backend().peak_allocated_bytes(), cap) << "peak through loading and a request";
     EXPECT_LE(run.memory_plan().total, cap);
   }
@@ -138,7 +125,7 @@ TEST(MemoryCap, LayersThatDoNotFitStreamWithIdenticalIdsAndThePeakUnderTheCap) {
   EXPECT_LT(resident, L);
   ASSERT_NE(run.layer_stream(), nullptr);
   EXPECT_EQ(run.layer_stream()->count(), L - resident);
-  EXPECT_EQ(first_case_ids(run, gc), gc.generated_ids());
+  EXPECT_EQ(golden_greedy_ids(run, gc), gc.generated_ids());
   EXPECT_LE(run.backend().peak_allocated_bytes(), cap);
 }
 
