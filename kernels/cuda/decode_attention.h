@@ -8,6 +8,9 @@ namespace vv::cuda {
 // width; longer tables get wider units, see plan_mma_decode_attention), so the arithmetic of a row
 // depends on its own length only, never on the other rows of the step.
 constexpr int kMmaDecodeChunk = 64;
+// Keys per unit of the default form, whose units are a block's work (MmaDecodeConfig::share): one
+// unit per (row, kv head) up to 512 positions, the engine's usual context.
+constexpr int kMmaDecodeShareChunk = 512;
 
 // Shapes the tensor-core decode attention covers (bf16 mode, a bf16 or f16 cache with 16-byte
 // aligned rows is checked by the backend): head_dim 64 or 128 and a GQA group of at most 8 query
@@ -29,8 +32,8 @@ inline bool mma_decode_applies(int heads, int kv_heads, int head_dim) {
 struct MmaDecodeConfig {
   bool stream = true;
   int stages = 2;               // 16-key stages in flight per warp: 2 or 4
-  int warps = 2;                // warps (units) per block of the stream kernel: 1, 2 or 4
-  int chunk = kMmaDecodeChunk;  // keys per unit: 64, 128, 256, 512 or 1024
+  int warps = 2;                // warps per block of the stream kernel: 1, 2 or 4
+  int chunk = kMmaDecodeShareChunk;  // keys per unit: 64, 128, 256, 512 or 1024
   // heads (stream kernel, kv_heads ≤ 4): a block's warps take the kv heads of the same keys (4 warps:
   // 4 / kv_heads units × every kv head of a row), so that the block reads whole cache rows (all heads of
   // a slot, contiguous) together, instead of one head's 2·D bytes of each row. The same bits.
@@ -40,14 +43,17 @@ struct MmaDecodeConfig {
   // in warp order before the unit's result goes on as one warp's does. With units as long as the
   // context (512 or 1,024 keys), a 64-row step at a few hundred positions has one unit per (row, kv
   // head): no partials in global memory, no fence, atomic or second merge. Changes a row's bits (the
-  // order of its keys' sums), as the chunk does; not with heads.
-  bool share = false;
+  // order of its keys' sums), as the chunk does; not with heads. The default since session 20: 2 warps
+  // and 512-key units against 2 warps of 64-key units, whole engine steps (engine_loop_bench, 30 s of
+  // audio, 256 tokens, H100, 3 interleaved pairs): 8,835 against 8,635 tok/s at 64 requests, 15,332
+  // against 15,113 at 128 (NOTES "Session 20").
+  bool share = true;
 };
 // Taken from the environment at the first use (benchmarks, A/B runs): VV_CUDA_MMA_DECODE=stream|regs,
 // VV_CUDA_MMA_DECODE_STAGES, VV_CUDA_MMA_DECODE_WARPS, VV_CUDA_MMA_DECODE_CHUNK,
-// VV_CUDA_MMA_DECODE_HEADS=1, VV_CUDA_MMA_DECODE_SHARE=1; values outside the
-// lists above are ignored. Every launch (and plan) uses the current setting; the setter (tests) is
-// not synchronised with launches on other threads.
+// VV_CUDA_MMA_DECODE_HEADS=1, VV_CUDA_MMA_DECODE_SHARE=0 (a unit a warp, of kMmaDecodeChunk keys unless
+// VV_CUDA_MMA_DECODE_CHUNK says otherwise); values outside the lists above are ignored. Every launch (and
+// plan) uses the current setting; the setter (tests) is not synchronised with launches on other threads.
 MmaDecodeConfig mma_decode_config();
 void set_mma_decode_config(const MmaDecodeConfig& c);
 

@@ -1431,11 +1431,14 @@ MmaDecodeConfig& mma_config_slot() {
       if (std::string(e) == "regs") d.stream = false;
       if (std::string(e) == "stream") d.stream = true;
     }
+    if (const char* e = std::getenv("VV_CUDA_MMA_DECODE_SHARE"); e && std::string(e) == "0") {
+      d.share = false;  // a unit a warp, at that form's own chunk
+      d.chunk = kMmaDecodeChunk;
+    }
     num("VV_CUDA_MMA_DECODE_STAGES", {2, 4}, d.stages);
     num("VV_CUDA_MMA_DECODE_WARPS", {1, 2, 4}, d.warps);
     num("VV_CUDA_MMA_DECODE_CHUNK", {64, 128, 256, 512, 1024}, d.chunk);
     if (const char* e = std::getenv("VV_CUDA_MMA_DECODE_HEADS")) d.heads = std::string(e) == "1";
-    if (const char* e = std::getenv("VV_CUDA_MMA_DECODE_SHARE")) d.share = std::string(e) == "1";
     return d;
   }();
   return c;
@@ -1495,8 +1498,8 @@ MmaDecodePlan plan_mma_decode_attention(int64_t n, const AttentionRows& rows, co
     return p;
   const int G = shape.heads / shape.kv_heads;
   const int64_t max_keys = std::max<int64_t>(rows.block_tables.cols() * rows.block_size, 1);
-  // Units of the configured chunk (kMmaDecodeChunk by default); past 256 units (16,384 keys of
-  // table width at 64) wider units, in steps of 64 keys, bound the workspace (then a row's units
+  // Units of the configured chunk (kMmaDecodeShareChunk by default); past 256 units (131,072 keys of
+  // table width at 512) wider units, in steps of 64 keys, bound the workspace (then a row's units
   // depend on the table width).
   int64_t chunk = mma_config_slot().chunk;
   if (max_keys > 256 * chunk) chunk = ((max_keys + 255) / 256 + 63) / 64 * 64;

@@ -99,7 +99,9 @@ struct MmaVariant {
   MmaVariant& operator=(const MmaVariant&) = delete;
 };
 cuda::MmaDecodeConfig stream_kernel(int stages = 2, int warps = 4, int chunk = cuda::kMmaDecodeChunk) {
-  return cuda::MmaDecodeConfig{true, stages, warps, chunk};
+  cuda::MmaDecodeConfig c{true, stages, warps, chunk};
+  c.share = false;  // a unit a warp
+  return c;
 }
 // The stream kernel with a unit's steps spread over the block's warps (MmaDecodeConfig::share).
 cuda::MmaDecodeConfig shared_units(int stages, int warps, int chunk) {
@@ -275,18 +277,23 @@ TEST(CudaDecodeAttention, KvHeadsOfTheSameKeysInOneBlockGiveTheSameBits) {
 }
 
 // Long rows: more than 32 units to merge (the merge's lanes take several units each), and a table
-// wider than 16,384 keys (the units widen to bound the workspace), with both kernels.
+// wider than 256 units (16,384 keys at 64-key units, 131,072 at the default's 512: the units widen to
+// bound the workspace), with both kernels and the default form.
 TEST(CudaDecodeAttention, ManyUnitsAndVeryWideTables) {
   VV_CUDA_BACKEND_OR_SKIP(probe, true);
   const std::unique_ptr<Backend> gpu = mma_backend();
   ASSERT_NE(gpu, nullptr);
-  for (const cuda::MmaDecodeConfig& k :
-       {stream_kernel(), stream_kernel(4, 1), shared_units(2, 4, 512), register_kernel()}) {
+  for (const cuda::MmaDecodeConfig& k : {stream_kernel(), stream_kernel(4, 1), shared_units(2, 4, 512),
+                                         cuda::MmaDecodeConfig{}, register_kernel()}) {
     MmaVariant v(k);
     check_step(*gpu, {28, 4, 128, DType::kBF16, 16, {2100, 4093, 65}}, 51);
     Step wide{28, 4, 128, DType::kBF16, 16, {600, 5, 2049}};
     wide.extra = 1040;  // (129 + 1040) blocks of 16 = 18,704 keys of table width
     check_step(*gpu, wide, 52);
+    if (k.stream && k.chunk >= 512) {
+      wide.extra = 8300;  // (129 + 8,300) blocks of 16 = 134,864 keys: 576-key units
+      check_step(*gpu, wide, 53);
+    }
   }
 }
 

@@ -225,10 +225,12 @@ TEST(CudaRunnerGolden, BatchOfFourMatchesTheCpuRunner) {
 }
 
 // The logits of 40 greedy decode steps after the first golden case's prompt, on a runner made with
-// `env` set (and unset after) and backend options bo; `profile`: the backend's profile table after.
+// `env` set (and unset after), backend options bo and runner options ro; `profile`: the backend's
+// profile table after.
 std::vector<std::vector<float>> decode_logits(const std::vector<std::pair<const char*, const char*>>& env,
                                               const BackendOptions& bo, std::string* profile = nullptr,
-                                              const std::string& device = "cuda:0") {
+                                              const std::string& device = "cuda:0",
+                                              const RunnerOptions& ro = options()) {
   std::vector<std::vector<float>> logits;
   auto ckpt = Checkpoint::open(hf_model_dir());
   EXPECT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
@@ -238,7 +240,7 @@ std::vector<std::vector<float>> decode_logits(const std::vector<std::pair<const 
   EXPECT_TRUE(gc.has("input_values"));
   if (!gc.ok() || !gc.has("input_values")) return logits;
   for (const auto& [var, value] : env) ::setenv(var, value, 1);
-  auto runner = make_runner(**ckpt, options(), device, bo);
+  auto runner = make_runner(**ckpt, ro, device, bo);
   for (const auto& [var, value] : env) ::unsetenv(var);
   EXPECT_TRUE(runner.is_ok()) << runner.status().to_string();
   if (!runner.is_ok()) return logits;
@@ -325,16 +327,29 @@ TEST(CudaRunnerGolden, GraphReplayedDecodeEqualsEagerLaunchesBitwise) {
 // The bf16 step replayed from a graph, recorded and fused but launched without a graph (profiled), and
 // launched op by op without recording (VV_CUDA_GRAPHS=0: no fusion): the same bits at every step, for
 // the default one-row GEMVs and for VV_CUDA_GEMV_BULK=3 (the forms whose fused launches keep the bits of
-// their ops one by one; the chain's reference).
+// their ops one by one; the chain's reference), over a bf16 cache. Every run has VV_CUDA_MLP_FUSE=0:
+// the prefill's MLP fusion rounds gate_up's output to bf16 (as the reference's bf16 run does), which
+// the ops one by one do not, so with it the cache of the eager run differs from the fused runs' (by
+// 0.016 in the logits: session 20's H100 run), and every decode step after.
+RunnerOptions bf16_cache() {
+  RunnerOptions o = options();
+  o.kv_dtype_follows_compute = true;
+  return o;
+}
 TEST(CudaRunnerGolden, Bf16GraphReplayAndFusionEqualEagerLaunchesBitwise) {
   VV_GPU_OR_SKIP();
   BackendOptions bo;
   bo.gpu_bf16_gemm = true;
   for (const char* bulk : {"0", "3"}) {
     SCOPED_TRACE(std::string("VV_CUDA_GEMV_BULK=") + bulk);
-    const auto eager = decode_logits({{"VV_CUDA_GEMV_BULK", bulk}, {"VV_CUDA_GRAPHS", "0"}}, bo);
-    const auto fused = decode_logits({{"VV_CUDA_GEMV_BULK", bulk}, {"VV_CUDA_PROFILE", "1"}}, bo);
-    const auto replayed = decode_logits({{"VV_CUDA_GEMV_BULK", bulk}}, bo);
+    auto run = [&](std::vector<std::pair<const char*, const char*>> env) {
+      env.emplace_back("VV_CUDA_GEMV_BULK", bulk);
+      env.emplace_back("VV_CUDA_MLP_FUSE", "0");
+      return decode_logits(env, bo, nullptr, "cuda:0", bf16_cache());
+    };
+    const auto eager = run({{"VV_CUDA_GRAPHS", "0"}});
+    const auto fused = run({{"VV_CUDA_PROFILE", "1"}});
+    const auto replayed = run({});
     expect_same_logits(eager, fused, "the fused step (profiled, no graph) differs from its ops one by one");
     expect_same_logits(fused, replayed, "graph replay differs from the same fused launches");
   }
@@ -398,18 +413,24 @@ TEST(CudaRunnerGolden, LayerShardsAndReplicasOverTwoBackendsGiveTheGoldenIds) {
 
 // VV_CUDA_DECODE_CHAIN=1 with bf16 weights (sm_90; elsewhere the switch does nothing): each layer's
 // GEMVs from its o projection to the next layer's rope run as one persistent kernel, captured and
-// replayed with the step (with VV_CUDA_CHAIN_ATTN=1 the attention too). The logits must be the bits of
-// the same steps launched op by op (each GEMV on the bulk kernel) and of the fused steps without the
-// chain (VV_CUDA_GEMV_BULK=3).
+// replayed with the step (with VV_CUDA_CHAIN_ATTN=1 the attention too, which takes a 16-bit cache: the
+// runs have a bf16 one). The logits must be the bits of the same steps launched op by op (each GEMV on
+// the bulk kernel) and of the fused steps without the chain (VV_CUDA_GEMV_BULK=3). VV_CUDA_MLP_FUSE=0
+// in every run, as in Bf16GraphReplayAndFusionEqualEagerLaunchesBitwise: the prefill's MLP fusion is
+// not the bits of its ops.
 TEST(CudaRunnerGolden, ChainedBf16DecodeEqualsItsLaunchesOneByOneBitwise) {
   VV_GPU_OR_SKIP();
   BackendOptions bo;
   bo.gpu_bf16_gemm = true;
-  const auto eager = decode_logits({{"VV_CUDA_DECODE_CHAIN", "1"}, {"VV_CUDA_GRAPHS", "0"}}, bo);
-  const auto chained = decode_logits({{"VV_CUDA_DECODE_CHAIN", "1"}}, bo);
-  const auto bulk3 = decode_logits({{"VV_CUDA_GEMV_BULK", "3"}}, bo);
+  auto run = [&](std::vector<std::pair<const char*, const char*>> env, std::string* table = nullptr) {
+    env.emplace_back("VV_CUDA_MLP_FUSE", "0");
+    return decode_logits(env, bo, table, "cuda:0", bf16_cache());
+  };
+  const auto eager = run({{"VV_CUDA_DECODE_CHAIN", "1"}, {"VV_CUDA_GRAPHS", "0"}});
+  const auto chained = run({{"VV_CUDA_DECODE_CHAIN", "1"}});
+  const auto bulk3 = run({{"VV_CUDA_GEMV_BULK", "3"}});
   std::string table;
-  const auto profiled = decode_logits({{"VV_CUDA_DECODE_CHAIN", "1"}, {"VV_CUDA_PROFILE", "1"}}, bo, &table);
+  const auto profiled = run({{"VV_CUDA_DECODE_CHAIN", "1"}, {"VV_CUDA_PROFILE", "1"}}, &table);
   expect_same_logits(eager, chained, "the chained step differs from its ops launched one by one");
   expect_same_logits(bulk3, chained, "the chained step differs from the fused step without the chain");
   expect_same_logits(profiled, chained, "the chained step differs when profiled");
@@ -418,9 +439,8 @@ TEST(CudaRunnerGolden, ChainedBf16DecodeEqualsItsLaunchesOneByOneBitwise) {
   EXPECT_EQ(table.find("decode_chain") != std::string::npos, sm90) << table;
   // VV_CUDA_CHAIN_ATTN=1: the attention in the chain too (one launch a layer).
   std::string table_attn;
-  const auto with_attn =
-      decode_logits({{"VV_CUDA_DECODE_CHAIN", "1"}, {"VV_CUDA_CHAIN_ATTN", "1"}, {"VV_CUDA_PROFILE", "1"}},
-                    bo, &table_attn);
+  const auto with_attn = run(
+      {{"VV_CUDA_DECODE_CHAIN", "1"}, {"VV_CUDA_CHAIN_ATTN", "1"}, {"VV_CUDA_PROFILE", "1"}}, &table_attn);
   expect_same_logits(eager, with_attn, "the chain with its attention differs from the ops one by one");
   EXPECT_EQ(table_attn.find("decode_chain.attn") != std::string::npos, sm90) << table_attn;
 }
