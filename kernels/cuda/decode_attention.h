@@ -46,7 +46,7 @@ struct MmaDecodeConfig {
   // order of its keys' sums), as the chunk does; not with heads. The default since session 20: 2 warps
   // and 512-key units against 2 warps of 64-key units, whole engine steps (engine_loop_bench, 30 s of
   // audio, 256 tokens, H100, 3 interleaved pairs): 8,835 against 8,635 tok/s at 64 requests, 15,332
-  // against 15,113 at 128 (NOTES "Session 20").
+  // against 15,113 at 128; H200: 10,869 against 10,869, 19,487 against 19,170 (NOTES "Session 20").
   bool share = true;
 };
 // Taken from the environment at the first use (benchmarks, A/B runs): VV_CUDA_MMA_DECODE=stream|regs,
