@@ -456,8 +456,11 @@ for step in "$@"; do
     *) echo "unknown step $step" | tee -a "$OUT/steps.txt" ;;
   esac
 done
-# The figures of every kept .json, per configuration, on stdout (the call's output tail) and in the archive.
+# The figures of every kept .json, per configuration, on stdout (the call's output tail), in the archive,
+# and at the end of steps.txt, which stays beside the archive (so a caller that discards stdout and the
+# archive still has them).
 python3 scripts/device/summarize.py "$OUT" 2>&1 | tee "$OUT/summary.txt"
+cat "$OUT/summary.txt" >>"$OUT/steps.txt"
 # At most 8 files come back from $OUT: everything goes into one archive, steps.txt stays beside it. A
 # second invocation into the same $OUT keeps the first one's archive and writes logs2.tgz, and so on.
 arch=logs.tgz
