@@ -1511,7 +1511,7 @@ class CudaBackend final : public Backend {
       return false;
     const bool mma = decode_mma_takes(q, cache, shape);
     const cuda::MmaDecodePlan pm =
-        mma ? cuda::plan_mma_decode_attention(q.rows(), rows, shape) : cuda::MmaDecodePlan{};
+        mma ? cuda::plan_mma_decode_attention(q.rows(), rows, shape, deterministic_) : cuda::MmaDecodePlan{};
     const cuda::DecodeAttentionPlan p =
         mma ? cuda::DecodeAttentionPlan{} : cuda::plan_decode_attention(q.rows(), rows, shape, sms_);
     if (!pm.use && !p.use) return false;

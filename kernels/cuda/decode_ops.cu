@@ -1439,6 +1439,10 @@ MmaDecodeConfig& mma_config_slot() {
     num("VV_CUDA_MMA_DECODE_WARPS", {1, 2, 4}, d.warps);
     num("VV_CUDA_MMA_DECODE_CHUNK", {64, 128, 256, 512, 1024}, d.chunk);
     if (const char* e = std::getenv("VV_CUDA_MMA_DECODE_HEADS")) d.heads = std::string(e) == "1";
+    if (const char* e = std::getenv("VV_CUDA_MMA_DECODE_SHARE_MIN_PAIRS")) {
+      const int x = std::atoi(e);
+      if (x >= 0 && x <= 65536) d.share_min_pairs = x;
+    }
     return d;
   }();
   return c;
@@ -1452,7 +1456,7 @@ void launch_mma_stream(cudaLaunchConfig_t cfg, int warps, const Tensor& q, const
   auto* kern = mma_decode_stream_kernel<CT, D, S>;
   // share: one unit a block, its steps over the block's warps. heads: 4 warps a block, 4 / kv_heads
   // units of every kv head (kv_heads ≤ 4 dividing 4).
-  const bool share = mma_config_slot().share;
+  const bool share = p.share;
   const bool heads = !share && mma_config_slot().heads && shape.kv_heads <= 4 && 4 % shape.kv_heads == 0;
   const int upb = share ? 1 : heads ? 4 / static_cast<int>(shape.kv_heads) : warps;  // units a block
   if (heads) {
@@ -1488,10 +1492,12 @@ void set_mma_decode_config(const MmaDecodeConfig& c) {
     v.chunk = c.chunk;
   v.heads = c.heads;
   v.share = c.share;
+  if (c.share_min_pairs >= 0 && c.share_min_pairs <= 65536) v.share_min_pairs = c.share_min_pairs;
   mma_config_slot() = v;
 }
 
-MmaDecodePlan plan_mma_decode_attention(int64_t n, const AttentionRows& rows, const AttentionShape& shape) {
+MmaDecodePlan plan_mma_decode_attention(int64_t n, const AttentionRows& rows, const AttentionShape& shape,
+                                        bool row_invariant) {
   MmaDecodePlan p;
   if (n < 1 || n > kDecodeAttentionMaxRows ||
       !mma_decode_applies(shape.heads, shape.kv_heads, shape.head_dim))
@@ -1501,9 +1507,15 @@ MmaDecodePlan plan_mma_decode_attention(int64_t n, const AttentionRows& rows, co
   // Units of the configured chunk (kMmaDecodeShareChunk by default); past 256 units (131,072 keys of
   // table width at 512) wider units, in steps of 64 keys, bound the workspace (then a row's units
   // depend on the table width).
-  int64_t chunk = mma_config_slot().chunk;
-  if (max_keys > 256 * chunk) chunk = ((max_keys + 255) / 256 + 63) / 64 * 64;
+  const MmaDecodeConfig& mc = mma_config_slot();
   const int64_t pairs = n * shape.kv_heads;
+  p.share = mc.stream && mc.share;
+  int64_t chunk = mc.chunk;
+  if (p.share && !row_invariant && pairs < mc.share_min_pairs) {  // too few pairs: a unit a warp
+    p.share = false;
+    chunk = kMmaDecodeChunk;
+  }
+  if (max_keys > 256 * chunk) chunk = ((max_keys + 255) / 256 + 63) / 64 * 64;
   p.use = true;
   p.chunk = static_cast<int>(chunk);
   p.splits = static_cast<int>((max_keys + chunk - 1) / chunk);

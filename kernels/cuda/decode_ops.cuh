@@ -226,12 +226,16 @@ DecodeAttnArgs decode_attn_args(const Tensor& q, const AttentionRows& rows, cons
 // on its own q, cache and length. ws: ws_floats floats; counters: zeroed, left zeroed.
 // MmaDecodeConfig (decode_attention.h) picks the kernel: the fragments loaded into registers 16
 // keys at a time (default), or streamed through per-warp shared-memory stages with cp.async.
+// plan_mma_decode_attention: row_invariant (deterministic mode) keeps the configured form at every row
+// count (MmaDecodeConfig::share_min_pairs does not apply). share: the stream kernel's unit is a block's.
 struct MmaDecodePlan {
   bool use = false;
+  bool share = false;
   int chunk = 64, splits = 1;
   size_t ws_floats = 0, counters = 0;
 };
-MmaDecodePlan plan_mma_decode_attention(int64_t n, const AttentionRows& rows, const AttentionShape& shape);
+MmaDecodePlan plan_mma_decode_attention(int64_t n, const AttentionRows& rows, const AttentionShape& shape,
+                                        bool row_invariant = false);
 void mma_decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
                           const AttentionShape& shape, Tensor& out, const MmaDecodePlan& p, float* ws,
                           unsigned* counters, cudaStream_t s);

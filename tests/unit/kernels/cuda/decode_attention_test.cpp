@@ -24,6 +24,7 @@
 #include <sstream>
 
 #include "kernels/cpu/reference_ops.h"
+#include "kernels/cuda/decode_ops.cuh"
 #include "kernels/cuda/prefill_attention.h"
 #include "tests/unit/kernels/cuda/cuda_test_util.h"
 
@@ -274,6 +275,73 @@ TEST(CudaDecodeAttention, KvHeadsOfTheSameKeysInOneBlockGiveTheSameBits) {
     EXPECT_EQ(run_gpu(*gpu, st, d, all), shared) << describe(st) << ": heads changed the shared units' bits";
     ++seed;
   }
+}
+
+// MmaDecodeConfig::share_min_pairs: a step with fewer (row, kv head) pairs than the bound runs a unit a
+// warp of 64 keys (the bits of that form), one with as many or more the shared units (their bits).
+TEST(CudaDecodeAttention, SharedUnitsFromACountOfPairsOnly) {
+  VV_CUDA_BACKEND_OR_SKIP(probe, true);
+  const std::unique_ptr<Backend> gpu = mma_backend();
+  ASSERT_NE(gpu, nullptr);
+  const std::vector<int> lens = {1, 17, 600, 1031, 63, 64, 65};  // 7 rows × 4 kv heads = 28 pairs
+  const Step st{28, 4, 128, DType::kBF16, 16, lens};
+  StepData d = make_step(st, 71);
+  const std::vector<int> five = {0, 1, 2, 3, 4}, seven = {0, 1, 2, 3, 4, 5, 6};
+  std::vector<float> unit_warp5, shared5, shared7;
+  {
+    MmaVariant v(stream_kernel(2, 2, cuda::kMmaDecodeChunk));
+    unit_warp5 = run_gpu(*gpu, st, d, five);
+  }
+  {
+    MmaVariant v(shared_units(2, 2, cuda::kMmaDecodeShareChunk));
+    shared5 = run_gpu(*gpu, st, d, five);
+    shared7 = run_gpu(*gpu, st, d, seven);
+  }
+  ASSERT_NE(unit_warp5, shared5) << "the two forms gave the same bits: the test cannot tell them apart";
+  cuda::MmaDecodeConfig c = shared_units(2, 2, cuda::kMmaDecodeShareChunk);
+  c.share_min_pairs = 24;
+  MmaVariant v(c);
+  EXPECT_EQ(run_gpu(*gpu, st, d, five), unit_warp5) << "20 pairs, below 24: not a unit a warp";
+  EXPECT_EQ(run_gpu(*gpu, st, d, seven), shared7) << "28 pairs: not the shared units";
+  Step five_rows = st;
+  five_rows.lens.resize(5);
+  check_step(*gpu, five_rows, 72);
+  check_step(*gpu, st, 73);
+}
+
+// The plan behind it (host code, no device needed): below share_min_pairs a unit a warp of 64 keys,
+// from it the shared units of the configured chunk; a row-invariant plan (deterministic mode) keeps the
+// shared units at every row count; share_min_pairs 0 (the default) never changes the form.
+TEST(CudaDecodeAttentionPlan, SharedUnitsFromACountOfPairsOnlyOutsideDeterministicMode) {
+  std::vector<int32_t> table(8 * 40, 0);
+  AttentionRows rows;
+  rows.block_size = 16;
+  const AttentionShape shape{28, 4, 128, 1.0f / std::sqrt(128.0f)};
+  auto plan = [&](int64_t n, bool invariant) {
+    rows.block_tables = Tensor::matrix(table.data(), DType::kI32, n, 40);  // 640 keys of width
+    return cuda::plan_mma_decode_attention(n, rows, shape, invariant);
+  };
+  cuda::MmaDecodeConfig c = shared_units(2, 2, cuda::kMmaDecodeShareChunk);
+  {
+    MmaVariant v(c);
+    for (int64_t n : {1, 5, 8})
+      for (bool inv : {false, true}) {
+        const cuda::MmaDecodePlan p = plan(n, inv);
+        EXPECT_TRUE(p.use && p.share) << n << " rows, share_min_pairs 0";
+        EXPECT_EQ(p.chunk, cuda::kMmaDecodeShareChunk) << n << " rows";
+        EXPECT_EQ(p.splits, 2) << n << " rows: 640 keys in 512-key units";
+      }
+  }
+  c.share_min_pairs = 24;
+  MmaVariant v(c);
+  const cuda::MmaDecodePlan low = plan(5, false), high = plan(6, false), det = plan(5, true);
+  EXPECT_TRUE(low.use && !low.share) << "20 pairs";
+  EXPECT_EQ(low.chunk, cuda::kMmaDecodeChunk);
+  EXPECT_EQ(low.splits, 10) << "640 keys in 64-key units";
+  EXPECT_TRUE(high.use && high.share) << "24 pairs";
+  EXPECT_EQ(high.chunk, cuda::kMmaDecodeShareChunk);
+  EXPECT_TRUE(det.use && det.share) << "row-invariant plan at 20 pairs";
+  EXPECT_EQ(det.chunk, cuda::kMmaDecodeShareChunk);
 }
 
 // Long rows: more than 32 units to merge (the merge's lanes take several units each), and a table
