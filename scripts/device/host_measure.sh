@@ -77,6 +77,8 @@
 #   benchref     ../shared/golden/bench_reference.py --reps 2 --batches $BENCHREF_BATCHES (1): the reference's
 #                encoder, prefill, decode and standard-job figures (≈ 4 min; timeout $BENCHREF_TIMEOUT, 480 s)
 #   curve        engine_loop_bench 7b bf16 --audio 30 --tokens $CURVE_TOKENS at $CURVE_N (1,2,..,128) requests
+#   curveab      the same at $CURVE_N (64,128) with each of $CURVE_CFGS (';'-separated), $CURVE_REPS (3) rounds
+#                interleaved, every other round in reverse order (medians in summary.txt and steps.txt)
 #   profile      the same at 64 requests with VV_CUDA_PROFILE=1 (per-op times, synced)
 #   ttft         engine_loop_bench --ttft-probe 300
 #   invariance   engine_loop_bench --invariance 8 --audio 10 --tokens 32
@@ -437,6 +439,22 @@ for step in "$@"; do
         python3 $VV_DEV/golden/bench_reference.py --device cuda --reps 2 --batches "${BENCHREF_BATCHES:-1}" ;;
     curve) run curve $B/engine_loop_bench --preset 7b --device cuda --bf16 --audio 30 --tokens "$CURVE_TOKENS" \
       --concurrency "${CURVE_N:-1,2,4,8,16,32,64,128}" ;;
+    curveab)  # the curve at $CURVE_N (64,128) with each of $CURVE_CFGS (';'-separated; 'plain' = none),
+      # $CURVE_REPS (3) rounds interleaved, the order of the configurations reversed every other round;
+      # summarize.py gives each one's median per point
+      IFS=';' read -ra ccfgs <<<"${CURVE_CFGS:-plain}"
+      for i in $(seq "${CURVE_REPS:-3}"); do
+        order=("${ccfgs[@]}")
+        if ((i % 2 == 0)); then
+          order=()
+          for ((k = ${#ccfgs[@]} - 1; k >= 0; --k)); do order+=("${ccfgs[k]}"); done
+        fi
+        for cfg in "${order[@]}"; do
+          read -ra kv <<<"${cfg/plain/VV_CUDA_NONE=1}"
+          run "curve_${cfg//[^A-Za-z0-9]/_}_r$i" timeout 300 env "${kv[@]}" $B/engine_loop_bench --preset 7b \
+            --device cuda --bf16 --audio 30 --tokens "$CURVE_TOKENS" --concurrency "${CURVE_N:-64,128}"
+        done
+      done ;;
     profile) run profile env VV_CUDA_PROFILE=1 $B/engine_loop_bench --preset 7b --device cuda --bf16 --audio 30 \
       --tokens 400 --concurrency 64 ;;
     ttft) run ttft $B/engine_loop_bench --preset 7b --device cuda --bf16 --audio 5 --tokens 256 --ttft-probe 300 ;;
