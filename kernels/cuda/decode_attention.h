@@ -11,6 +11,9 @@ constexpr int kMmaDecodeChunk = 64;
 // Keys per unit of the default form, whose units are a block's work (MmaDecodeConfig::share): one
 // unit per (row, kv head) up to 512 positions, the engine's usual context.
 constexpr int kMmaDecodeShareChunk = 512;
+// The fewest (row, kv head) pairs a step needs for the shared units by default: 64 rows at the 7B's 4
+// kv heads, the smallest step where they were measured faster (MmaDecodeConfig::share_min_pairs).
+constexpr int kMmaDecodeShareMinPairs = 256;
 
 // Shapes the tensor-core decode attention covers (bf16 mode, a bf16 or f16 cache with 16-byte
 // aligned rows is checked by the backend): head_dim 64 or 128 and a GQA group of at most 8 query
@@ -48,19 +51,20 @@ struct MmaDecodeConfig {
   // audio, 256 tokens, H100, 3 interleaved pairs): 8,835 against 8,635 tok/s at 64 requests, 15,332
   // against 15,113 at 128; H200: 10,869 against 10,869, 19,487 against 19,170 (NOTES "Session 20").
   bool share = true;
-  // share_min_pairs (with share; 0, the default: none): a step with fewer (row, kv head) pairs than this
-  // runs a unit a warp of kMmaDecodeChunk keys instead, where the shared units would leave most of the
-  // GPU idle (2-32 rows at a few hundred positions: 8-128 pairs, 1-2 units each). Then a row's bits
-  // depend on the step's row count, so not in deterministic mode (plan_mma_decode_attention's
-  // row_invariant).
-  int share_min_pairs = 0;
+  // share_min_pairs (with share; 0: none): a step with fewer (row, kv head) pairs than this runs a unit a
+  // warp of kMmaDecodeChunk keys instead (the form of every step before session 20), where the shared
+  // units would leave most of the GPU idle (2-32 rows at a few hundred positions: 8-128 pairs, 1-2
+  // units each) and were not measured. Then a row's bits depend on the step's row count, so not in
+  // deterministic mode (plan_mma_decode_attention's row_invariant); the default mode is not batch
+  // invariant anyway (one-row steps take the SIMT kernel).
+  int share_min_pairs = kMmaDecodeShareMinPairs;
 };
 // Taken from the environment at the first use (benchmarks, A/B runs): VV_CUDA_MMA_DECODE=stream|regs,
 // VV_CUDA_MMA_DECODE_STAGES, VV_CUDA_MMA_DECODE_WARPS, VV_CUDA_MMA_DECODE_CHUNK,
 // VV_CUDA_MMA_DECODE_HEADS=1, VV_CUDA_MMA_DECODE_SHARE=0 (a unit a warp, of kMmaDecodeChunk keys unless
-// VV_CUDA_MMA_DECODE_CHUNK says otherwise), VV_CUDA_MMA_DECODE_SHARE_MIN_PAIRS=N (0..65,536); values
-// outside the lists above are ignored. Every launch (and
-// plan) uses the current setting; the setter (tests) is not synchronised with launches on other threads.
+// VV_CUDA_MMA_DECODE_CHUNK says otherwise), VV_CUDA_MMA_DECODE_SHARE_MIN_PAIRS=N (0..65,536; 0: shared units
+// at every row count); values outside the lists above are ignored. Every launch (and plan) uses the current
+// setting; the setter (tests) is not synchronised with launches on other threads.
 MmaDecodeConfig mma_decode_config();
 void set_mma_decode_config(const MmaDecodeConfig& c);
 

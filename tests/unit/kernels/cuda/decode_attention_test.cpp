@@ -104,10 +104,12 @@ cuda::MmaDecodeConfig stream_kernel(int stages = 2, int warps = 4, int chunk = c
   c.share = false;  // a unit a warp
   return c;
 }
-// The stream kernel with a unit's steps spread over the block's warps (MmaDecodeConfig::share).
+// The stream kernel with a unit's steps spread over the block's warps (MmaDecodeConfig::share), at every
+// row count.
 cuda::MmaDecodeConfig shared_units(int stages, int warps, int chunk) {
   cuda::MmaDecodeConfig c = stream_kernel(stages, warps, chunk);
   c.share = true;
+  c.share_min_pairs = 0;
   return c;
 }
 cuda::MmaDecodeConfig register_kernel() {
@@ -311,9 +313,10 @@ TEST(CudaDecodeAttention, SharedUnitsFromACountOfPairsOnly) {
 
 // The plan behind it (host code, no device needed): below share_min_pairs a unit a warp of 64 keys,
 // from it the shared units of the configured chunk; a row-invariant plan (deterministic mode) keeps the
-// shared units at every row count; share_min_pairs 0 (the default) never changes the form.
+// shared units at every row count; share_min_pairs 0 never changes the form. The default bound is 256
+// pairs (64 rows at 4 kv heads).
 TEST(CudaDecodeAttentionPlan, SharedUnitsFromACountOfPairsOnlyOutsideDeterministicMode) {
-  std::vector<int32_t> table(8 * 40, 0);
+  std::vector<int32_t> table(64 * 40, 0);
   AttentionRows rows;
   rows.block_size = 16;
   const AttentionShape shape{28, 4, 128, 1.0f / std::sqrt(128.0f)};
@@ -331,6 +334,13 @@ TEST(CudaDecodeAttentionPlan, SharedUnitsFromACountOfPairsOnlyOutsideDeterminist
         EXPECT_EQ(p.chunk, cuda::kMmaDecodeShareChunk) << n << " rows";
         EXPECT_EQ(p.splits, 2) << n << " rows: 640 keys in 512-key units";
       }
+  }
+  {
+    MmaVariant v(cuda::MmaDecodeConfig{});
+    EXPECT_FALSE(plan(63, false).share) << "the default at 252 pairs";
+    EXPECT_EQ(plan(63, false).chunk, cuda::kMmaDecodeChunk);
+    EXPECT_TRUE(plan(64, false).share) << "the default at 256 pairs";
+    EXPECT_TRUE(plan(8, true).share) << "the default's row-invariant plan";
   }
   c.share_min_pairs = 24;
   MmaVariant v(c);
