@@ -679,6 +679,7 @@ class CudaBackend final : public Backend {
       if (!used) used = fuse_gemv_at(recs, i, out);
       if (!used) used = fuse_rope_flash_at(recs, i, out);
       if (!used) used = fuse_rope_kv_at(recs, i, out);
+      if (!used && lt_fuse_ && attn_pack_) used = fuse_attn_operand_at(recs, i, out);
       if (!used && lt_fuse_ && mlp_fuse_) used = fuse_mlp_at(recs, i, out);
       if (!used && lt_fuse_) used = fuse_lt_operand_at(recs, i, out);
       if (used) {
@@ -1086,20 +1087,12 @@ class CudaBackend final : public Backend {
     if (p.kind == OpRec::kSiluMul && (p.a.dtype != DType::kF32 || p.a.rows() != M || p.a.cols() != 2 * K ||
                                       overlap_rows(y, p.a)))
       return 0;
-    size_t j = i + 1;
-    DType wt = DType::kF32;
-    while (j < recs.size() && recs[j].kind == OpRec::kGemm) {
-      const OpRec& g = recs[j];
-      const bool half_w = g.w.dtype == DType::kBF16 || g.w.dtype == DType::kF16;
-      if (!half_w || (j > i + 1 && g.w.dtype != wt) || g.a.data != y.data || g.a.rows() != M ||
-          g.a.cols() != K || g.a.row_stride() != y.row_stride() || g.out.rows() != M || overlap_rows(g.out, y))
-        break;
-      wt = g.w.dtype;
-      ++j;
-    }
-    if (j == i + 1) return 0;
-    std::vector<OpRec> gemms(recs.begin() + static_cast<std::ptrdiff_t>(i + 1),
-                             recs.begin() + static_cast<std::ptrdiff_t>(j));
+    size_t j = i;
+    std::vector<OpRec> gemms;
+    if (recs.size() > i + 1 && recs[i + 1].kind == OpRec::kGemm)  // (no discard between here)
+      gemms = gemms_reading(recs, i, y, /*bf16_only=*/false, &j);
+    if (gemms.empty()) return 0;
+    const DType wt = gemms.front().w.dtype;
     // A norm whose output is discarded right after its GEMMs, each of which reads only the pack:
     // its f32 output is never written (the discard is consumed with them).
     bool drop = false;
@@ -1121,18 +1114,87 @@ class CudaBackend final : public Backend {
         }
         launched(norm ? "rms_norm" : "silu_mul");
       }
-      for (const OpRec& g : gemms) {
-        Tensor o = g.out;
-        // (the label is only read when profiling: skip the check otherwise)
-        OpTimer timer(this, !profiling_                       ? ""
-                            : skinny_takes(g.a, g.w, o, g.ep) ? "gemm.skinny_mma_packed"
-                            : stream_takes(g.a, g.w, o, g.ep) ? stream_label(true)
-                                                              : "gemm.cublaslt_packed");
-        gemm_lt_packed(g.a, g.w, g.hb ? g.b.ptr<const float>() : nullptr, o, g.ep);
-        launched("gemm");
-      }
+      run_packed_gemms(gemms);
     });
     return j - i + (drop ? 1 : 0);
+  }
+  // The GEMMs of an operand fusion, each from the bf16 pack its producer wrote (gemm_lt_packed).
+  void run_packed_gemms(const std::vector<OpRec>& gemms) {
+    for (const OpRec& g : gemms) {
+      Tensor o = g.out;
+      // (the label is only read when profiling: skip the check otherwise)
+      OpTimer timer(this, !profiling_                       ? ""
+                          : skinny_takes(g.a, g.w, o, g.ep) ? "gemm.skinny_mma_packed"
+                          : stream_takes(g.a, g.w, o, g.ep) ? stream_label(true)
+                                                            : "gemm.cublaslt_packed");
+      gemm_lt_packed(g.a, g.w, g.hb ? g.b.ptr<const float>() : nullptr, o, g.ep);
+      launched("gemm");
+    }
+  }
+  // The bf16 GEMMs right after record i (skipping discards of other tensors: the decoder's discard(q)
+  // after its attention) whose A is y, all rows and columns of it, with bf16 weights (f16 too unless
+  // bf16_only), none writing over y; [i + 1, *end) holds them (with the skipped discards).
+  std::vector<OpRec> gemms_reading(const std::vector<OpRec>& recs, size_t i, const Tensor& y, bool bf16_only,
+                                   size_t* end) const {
+    std::vector<OpRec> gemms;
+    size_t j = i + 1;
+    DType wt = DType::kF32;
+    while (j < recs.size()) {
+      if (recs[j].kind == OpRec::kDiscard && gemms.empty() && !covers(recs[j], y)) {
+        ++j;
+        continue;
+      }
+      if (recs[j].kind != OpRec::kGemm) break;
+      const OpRec& g = recs[j];
+      const bool half_w = g.w.dtype == DType::kBF16 || (!bf16_only && g.w.dtype == DType::kF16);
+      if (!half_w || (!gemms.empty() && g.w.dtype != wt) || g.a.data != y.data || g.a.rows() != y.rows() ||
+          g.a.cols() != y.cols() || g.a.row_stride() != y.row_stride() || g.out.rows() != y.rows() ||
+          overlap_rows(g.out, y))
+        break;
+      wt = g.w.dtype;
+      gemms.push_back(g);
+      ++j;
+    }
+    *end = j;
+    return gemms;
+  }
+
+  // VV_CUDA_ATTN_PACK=1 (opt-in until measured): bf16 mode, a batched decode step's attention on the
+  // tensor-core stream kernel whose output is the A operand of the bf16 GEMMs after it (the o
+  // projection): the kernel also writes that operand in bf16 (the bits pack_rows4 makes of its f32
+  // output, which it still writes), and the GEMMs skip their pack. Saves the pack_rows4 launch and its
+  // pass over the rows (3 µs a layer at 64 rows on the H100, session 18's Nsight).
+  size_t fuse_attn_operand_at(const std::vector<OpRec>& recs, size_t i,
+                              std::vector<std::function<void()>>& out) {
+    if (compute_ != CudaCompute::kBF16 || !lt_api_) return 0;
+    const OpRec& p = recs[i];
+    if (p.kind != OpRec::kAttention) return 0;
+    const Tensor& y = p.out;
+    const int64_t M = y.rows(), K = y.cols();
+    if (M <= kSkinnyRowsBf16 || y.dtype != DType::kF32 || y.ndim != 2 || p.a.rows() != M ||
+        K != int64_t{p.shape.heads} * p.shape.head_dim)
+      return 0;
+    if (flash_prefill_takes(p.a, p.cache, p.shape) || !decode_mma_takes(p.a, p.cache, p.shape) ||
+        !cuda::mma_decode_config().stream || p.a.rows() > p.rows.block_tables.rows() ||
+        p.cache.k.row_stride() % 4 != 0 || p.cache.v.row_stride() != p.cache.k.row_stride())
+      return 0;
+    const cuda::MmaDecodePlan pm = cuda::plan_mma_decode_attention(M, p.rows, p.shape, deterministic_);
+    if (!pm.use || pm.counters > kDecAttnCounterSlots) return 0;
+    size_t j = i;
+    std::vector<OpRec> gemms = gemms_reading(recs, i, y, /*bf16_only=*/true, &j);
+    if (gemms.empty()) return 0;
+    const OpRec at = p;
+    out.push_back([=, this] {
+      if (!ensure_pack(static_cast<size_t>(M * K) * 2)) return;
+      Tensor o = at.out;
+      if (run_decode_attention(at.a, at.rows, at.cache, at.shape, o, pack_)) return run_packed_gemms(gemms);
+      run_paged_attention(at.a, at.rows, at.cache, at.shape, o);  // (not reached: the checks above)
+      for (const OpRec& g : gemms) {
+        Tensor go = g.out;
+        run_gemm(g.a, g.w, g.hb ? &g.b : nullptr, go, g.ep);
+      }
+    });
+    return j - i;
   }
   // Whether two F32 2-D views share an element (by address range).
   static bool overlap_rows(const Tensor& a, const Tensor& b) {
@@ -1504,24 +1566,29 @@ class CudaBackend final : public Backend {
     return true;
   }
   // Decode steps (one row per sequence, decode_ops.cuh): key splits merged in the same launch.
+  // pack (VV_CUDA_ATTN_PACK; null: none): out's bf16 copy for the GEMM after it, which only the mma
+  // stream kernel writes (false otherwise, nothing launched).
   bool run_decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
-                            const AttentionShape& shape, Tensor& out) {
+                            const AttentionShape& shape, Tensor& out, void* pack = nullptr) {
     if (q.rows() > rows.block_tables.rows() || cache.k.row_stride() % 4 != 0 ||
         cache.v.row_stride() != cache.k.row_stride())
       return false;
     const bool mma = decode_mma_takes(q, cache, shape);
+    if (pack && (!mma || !cuda::mma_decode_config().stream)) return false;
     const cuda::MmaDecodePlan pm =
         mma ? cuda::plan_mma_decode_attention(q.rows(), rows, shape, deterministic_) : cuda::MmaDecodePlan{};
     const cuda::DecodeAttentionPlan p =
         mma ? cuda::DecodeAttentionPlan{} : cuda::plan_decode_attention(q.rows(), rows, shape, sms_);
     if (!pm.use && !p.use) return false;
     if ((pm.use ? pm.counters : p.counters) > kDecAttnCounterSlots) return false;
-    OpTimer timer(this, pm.use ? "paged_attention.decode_mma" : "paged_attention.decode");
+    OpTimer timer(this, pack     ? "paged_attention.decode_mma_pack"
+                        : pm.use ? "paged_attention.decode_mma"
+                                 : "paged_attention.decode");
     unsigned* counters = nullptr;
     float* partials = nullptr;
     if (!decode_attention_ws(pm.use ? pm.ws_floats : p.ws_floats, &counters, &partials)) return true;
     if (pm.use) {
-      cuda::mma_decode_attention(q, rows, cache, shape, out, pm, partials, counters, stream_);
+      cuda::mma_decode_attention(q, rows, cache, shape, out, pm, partials, counters, stream_, pack);
     } else {
       cuda::decode_attention(q, rows, cache, shape, out, p, partials, counters, attn_lean_, stream_);
     }
@@ -2143,6 +2210,8 @@ class CudaBackend final : public Backend {
   // VV_CUDA_NORM_DROP=1: an rms_norm fused with its GEMMs writes only their bf16 pack, not its f32
   // output, where the caller discards that right after them (opt-in until measured on a GPU).
   bool norm_drop_ = std::getenv("VV_CUDA_NORM_DROP") && std::string(std::getenv("VV_CUDA_NORM_DROP")) == "1";
+  // VV_CUDA_ATTN_PACK=1 (opt-in until measured): fuse_attn_operand_at.
+  bool attn_pack_ = std::getenv("VV_CUDA_ATTN_PACK") && std::string(std::getenv("VV_CUDA_ATTN_PACK")) == "1";
   // q's rope inside the flash kernel's wgmma forms (fuse_rope_flash_at); VV_CUDA_ROPE_FLASH=0 turns it
   // off (A/B).
   bool rope_flash_ =

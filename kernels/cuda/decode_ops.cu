@@ -661,7 +661,7 @@ __global__ void __launch_bounds__(128, 3)
                              int64_t ldt, int bs, const CT* __restrict__ kc, const CT* __restrict__ vc,
                              int64_t ldc, int kv_heads, int G, float scale_log2, int chunk, int splits,
                              float* __restrict__ out, int64_t ldo, float* ws, unsigned* counters, bool heads,
-                             bool share) {
+                             bool share, __nv_bfloat16* __restrict__ pack) {
   constexpr int KS = D / 16;     // k-steps of Q·Kᵀ
   constexpr int DT = D / 8;      // 8-dim output tiles of P·V
   constexpr int CPR = D / 8;     // 16-byte chunks per cached row (of one kv head)
@@ -862,13 +862,20 @@ __global__ void __launch_bounds__(128, 3)
     m = M;
     l = Ls;
   }
+  // pack (the o projection's bf16 operand, [rows, kv_heads·G·D] contiguous): each output also rounded
+  // to bf16 as pack_rows4 rounds it (round to nearest even).
+  const int64_t ldp = static_cast<int64_t>(kv_heads) * G * D;
   if (ns == 1) {
     if (g < G) {
-      float* dst = out + r * ldo + static_cast<int64_t>(kvh * G + g) * D + 2 * t;
+      const int64_t col = static_cast<int64_t>(kvh * G + g) * D + 2 * t;
+      float* dst = out + r * ldo + col;
 #pragma unroll
       for (int dt = 0; dt < DT; ++dt) {
-        dst[8 * dt] = o[dt][0] / l;
-        dst[8 * dt + 1] = o[dt][1] / l;
+        const float a = o[dt][0] / l, b = o[dt][1] / l;
+        dst[8 * dt] = a;
+        dst[8 * dt + 1] = b;
+        if (pack)
+          *reinterpret_cast<__nv_bfloat162*>(pack + r * ldp + col + 8 * dt) = __floats2bfloat162_rn(a, b);
       }
     }
     return;
@@ -980,12 +987,22 @@ __global__ void __launch_bounds__(128, 3)
     }
   }
   float* orow = out + r * ldo + static_cast<int64_t>(kvh) * G * D + lane * VEC;
+  __nv_bfloat16* prow = pack ? pack + r * ldp + static_cast<int64_t>(kvh) * G * D + lane * VEC : nullptr;
 #pragma unroll
   for (int gg = 0; gg < 8; ++gg) {
     const float den = warp_sum(Ls[gg]);
     if (gg < G) {
+      float y[VEC];
 #pragma unroll
-      for (int v = 0; v < VEC; ++v) orow[gg * D + v] = acc[gg][v] / den;
+      for (int v = 0; v < VEC; ++v) {
+        y[v] = acc[gg][v] / den;
+        orow[gg * D + v] = y[v];
+      }
+      if (prow) {
+#pragma unroll
+        for (int v = 0; v < VEC; v += 2)
+          *reinterpret_cast<__nv_bfloat162*>(prow + gg * D + v) = __floats2bfloat162_rn(y[v], y[v + 1]);
+      }
     }
   }
 }
@@ -1452,7 +1469,8 @@ MmaDecodeConfig& mma_config_slot() {
 template <typename CT, int D, int S>
 void launch_mma_stream(cudaLaunchConfig_t cfg, int warps, const Tensor& q, const AttentionRows& rows,
                        const CT* kc, const CT* vc, const KvLayer& cache, const AttentionShape& shape,
-                       Tensor& out, const MmaDecodePlan& p, float scale_log2, float* ws, unsigned* counters) {
+                       Tensor& out, const MmaDecodePlan& p, float scale_log2, float* ws, unsigned* counters,
+                       void* pack) {
   auto* kern = mma_decode_stream_kernel<CT, D, S>;
   // share: one unit a block, its steps over the block's warps. heads: 4 warps a block, 4 / kv_heads
   // units of every kv head (kv_heads ≤ 4 dividing 4).
@@ -1474,7 +1492,8 @@ void launch_mma_stream(cudaLaunchConfig_t cfg, int warps, const Tensor& q, const
                      rows.row_pos.ptr<const int32_t>(), rows.block_tables.ptr<const int32_t>(),
                      rows.block_tables.row_stride(), rows.block_size, kc, vc, cache.k.row_stride(),
                      shape.kv_heads, shape.heads / shape.kv_heads, scale_log2, p.chunk, p.splits,
-                     out.ptr<float>(), out.row_stride(), ws, counters, heads, share);
+                     out.ptr<float>(), out.row_stride(), ws, counters, heads, share,
+                     static_cast<__nv_bfloat16*>(pack));
 }
 
 }  // namespace
@@ -1526,7 +1545,7 @@ MmaDecodePlan plan_mma_decode_attention(int64_t n, const AttentionRows& rows, co
 
 void mma_decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
                           const AttentionShape& shape, Tensor& out, const MmaDecodePlan& p, float* ws,
-                          unsigned* counters, cudaStream_t s) {
+                          unsigned* counters, cudaStream_t s, void* pack) {
   const int64_t n = q.rows();
   if (n == 0) return;
   const MmaDecodeConfig mc = mma_config_slot();
@@ -1548,10 +1567,10 @@ void mma_decode_attention(const Tensor& q, const AttentionRows& rows, const KvLa
     if (mc.stream) {
       if (mc.stages == 4) {
         launch_mma_stream<CT, D, 4>(cfg, mc.warps, q, rows, kc, vc, cache, shape, out, p, scale_log2, ws,
-                                    counters);
+                                    counters, pack);
       } else {
         launch_mma_stream<CT, D, 2>(cfg, mc.warps, q, rows, kc, vc, cache, shape, out, p, scale_log2, ws,
-                                    counters);
+                                    counters, pack);
       }
       return;
     }

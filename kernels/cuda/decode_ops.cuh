@@ -236,9 +236,12 @@ struct MmaDecodePlan {
 };
 MmaDecodePlan plan_mma_decode_attention(int64_t n, const AttentionRows& rows, const AttentionShape& shape,
                                         bool row_invariant = false);
+// pack (stream kernel only: MmaDecodeConfig::stream; null: none): out's values also rounded to bf16 into
+// pack, [rows, heads·head_dim] contiguous, 4-byte aligned: the bits pack_rows4 makes of out, for the bf16
+// GEMM that reads out next (VV_CUDA_ATTN_PACK).
 void mma_decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
                           const AttentionShape& shape, Tensor& out, const MmaDecodePlan& p, float* ws,
-                          unsigned* counters, cudaStream_t s);
+                          unsigned* counters, cudaStream_t s, void* pack = nullptr);
 
 // The shared rotation of rope: x1' = x1·c − x2·s, x2' = x2·c + x1·s, rounded per operation (no FMA
 // contraction), so every kernel that applies rope gets the same bits.

@@ -309,5 +309,101 @@ TEST(CudaMlpFusion, DecodeStepRowsFusedByDefault) {
   EXPECT_EQ(table1.find("silu_mul.bf16_pack"), std::string::npos) << "M=1: fused\n" << table1;
 }
 
+// VV_CUDA_ATTN_PACK=1: a batched decode step's attention on the tensor-core stream kernel writes the o
+// projection's bf16 operand beside its f32 output, and the o GEMM (with its residual) skips its pack.
+// The op sequence as Qwen2Decoder::run_layer issues it (attention, discard(q), o + residual) must give
+// the bits of the default, every output written, and be fused where it applies: bf16 weights, the
+// mma kernel (2+ rows, head dims 64/128), with rows that fit one unit (a direct write) and rows merged
+// from several, in both unit forms (a unit a warp below 256 (row, kv head) pairs, shared from there).
+// f16 weights keep the GEMM's own pack.
+struct AttnCase {
+  int heads, kv_heads, D;
+  int64_t H;
+  DType cache_t, wt;
+  std::vector<int> lens;
+};
+
+std::pair<std::vector<float>, std::vector<float>> run_attn_o(Backend& be, const AttnCase& c, uint32_t seed) {
+  const int64_t M = static_cast<int64_t>(c.lens.size()), qd = int64_t{c.heads} * c.D,
+                kvd = int64_t{c.kv_heads} * c.D;
+  const int bs = 16;
+  int maxb = 0, total = 0;
+  for (int L : c.lens) {
+    maxb = std::max(maxb, (L + bs - 1) / bs);
+    total += (L + bs - 1) / bs;
+  }
+  maxb += 2;  // a table wider than any row
+  std::vector<int32_t> tables(static_cast<size_t>(M * maxb), 0), row_seq, row_pos;
+  int next = 0;
+  for (int64_t r = 0; r < M; ++r) {
+    for (int b = 0; b < (c.lens[r] + bs - 1) / bs; ++b) tables[r * maxb + b] = (next++ * 7919) % total;
+    row_seq.push_back(static_cast<int32_t>(r));
+    row_pos.push_back(c.lens[r] - 1);
+  }
+  HostMatrix q = random_matrix(M, qd, DType::kF32, seed, 2.0f);
+  HostMatrix kc = random_matrix(int64_t{total} * bs, kvd, c.cache_t, seed + 1);
+  HostMatrix vc = random_matrix(int64_t{total} * bs, kvd, c.cache_t, seed + 2);
+  HostMatrix wo = random_matrix(c.H, qd, c.wt, seed + 3, 1.0f / std::sqrt(static_cast<float>(qd)));
+  HostMatrix x = random_matrix(M, c.H, DType::kF32, seed + 4);
+  DeviceMatrix dq = to_device(be, q), dk = to_device(be, kc), dv = to_device(be, vc), dw = to_device(be, wo);
+  DeviceMatrix dx = to_device(be, x), dt = to_device_i32(be, tables), ds = to_device_i32(be, row_seq);
+  DeviceMatrix dp = to_device_i32(be, row_pos), attn = poisoned(be, M, qd);
+  AttentionRows rows;
+  rows.row_seq = ds.t;
+  rows.row_pos = dp.t;
+  rows.block_tables = Tensor::matrix(dt.buf.data(), DType::kI32, M, maxb);
+  rows.block_size = bs;
+  const KvLayer cache{dk.t, dv.t};
+  const AttentionShape shape{c.heads, c.kv_heads, c.D, 1.0f / std::sqrt(static_cast<float>(c.D))};
+  be.synchronize();
+  be.paged_attention(dq.t, rows, cache, shape, attn.t);
+  be.discard(dq.t);
+  be.gemm(attn.t, dw.t, nullptr, dx.t, Epilogue::kAddResidual);
+  return {download_f32(be, attn.t), download_f32(be, dx.t)};
+}
+
+TEST(CudaLtOperandFusion, BatchedDecodeAttentionWritesTheOProjectionOperand) {
+  VV_CUDA_BACKEND_OR_SKIP(any, true);
+  auto plain = bf16_backend_with({{"VV_CUDA_PROFILE", "1"}});
+  ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
+  auto fused = bf16_backend_with({{"VV_CUDA_ATTN_PACK", "1"}, {"VV_CUDA_PROFILE", "1"}});
+  ASSERT_TRUE(fused.is_ok()) << fused.status().to_string();
+  std::vector<int> lens64;
+  for (int i = 0; i < 64; ++i) lens64.push_back(1 + (i * 211) % 1500);  // one unit and several
+  std::vector<int> lens37;
+  for (int i = 0; i < 37; ++i) lens37.push_back(1 + (i * 97) % 700);
+  const std::vector<AttnCase> cases = {
+      {28, 4, 128, 3584, DType::kBF16, DType::kBF16, lens64},             // the 7B at 64 rows: shared units
+      {28, 4, 128, 136, DType::kBF16, DType::kBF16, lens37},              // prime rows, a unit a warp
+      {14, 2, 64, 520, DType::kF16, DType::kBF16, {1, 63, 64, 65, 700}},  // f16 cache, head dim 64
+      {28, 4, 128, 264, DType::kBF16, DType::kF16, {5, 600, 1031}}};      // f16 weights: not fused
+  uint32_t seed = 1500;
+  for (const AttnCase& c : cases) {
+    const std::string what = std::to_string(c.lens.size()) + " rows, " + std::to_string(c.heads) + "/" +
+                             std::to_string(c.kv_heads) + "x" + std::to_string(c.D) + " cache " +
+                             dtype_name(c.cache_t) + ", weights " + dtype_name(c.wt);
+    (void)backend_profile_report(**plain);
+    const auto want = run_attn_o(**plain, c, seed);
+    (void)backend_profile_report(**fused);
+    const auto got = run_attn_o(**fused, c, seed);
+    seed += 10;
+    const std::string table = backend_profile_report(**fused);
+    const bool takes = c.wt == DType::kBF16;
+    EXPECT_EQ(table.find("paged_attention.decode_mma_pack") != std::string::npos, takes) << what << "\n"
+                                                                                         << table;
+    if (takes) {
+      EXPECT_NE(table.find("gemm.cublaslt_packed"), std::string::npos) << what << "\n" << table;
+      EXPECT_EQ(table.find("gemm.cublaslt "), std::string::npos) << what << ": the o GEMM packed its own A\n"
+                                                                 << table;
+    }
+    for (float f : got.first) ASSERT_FALSE(std::isnan(f)) << what << ": attention output not written";
+    ASSERT_EQ(got.first.size(), want.first.size()) << what;
+    EXPECT_EQ(std::memcmp(got.first.data(), want.first.data(), got.first.size() * sizeof(float)), 0)
+        << what << ": the attention's f32 output differs";
+    EXPECT_EQ(std::memcmp(got.second.data(), want.second.data(), got.second.size() * sizeof(float)), 0)
+        << what << ": the o projection's output differs from the unfused ops";
+  }
+}
+
 }  // namespace
 }  // namespace vv::test
