@@ -1183,6 +1183,10 @@ class CudaBackend final : public Backend {
     size_t j = i;
     std::vector<OpRec> gemms = gemms_reading(recs, i, y, /*bf16_only=*/true, &j);
     if (gemms.empty()) return 0;
+    // run_gemm's other bf16 path for these GEMMs, conv_gemm, takes kConvGemmMinRows rows and more: never
+    // a decode step's, so run_gemm and gemm_lt_packed give them the same plan (the same bits).
+    static_assert(cuda::kDecodeAttentionMaxRows < kConvGemmMinRows, "a decode step's GEMM on conv_gemm");
+    prefetch_before_attention(recs, i, out);  // (VV_CUDA_L2_PREFETCH: the o projection's weights)
     const OpRec at = p;
     out.push_back([=, this] {
       if (!ensure_pack(static_cast<size_t>(M * K) * 2)) return;

@@ -1456,9 +1456,11 @@ MmaDecodeConfig& mma_config_slot() {
     num("VV_CUDA_MMA_DECODE_WARPS", {1, 2, 4}, d.warps);
     num("VV_CUDA_MMA_DECODE_CHUNK", {64, 128, 256, 512, 1024}, d.chunk);
     if (const char* e = std::getenv("VV_CUDA_MMA_DECODE_HEADS")) d.heads = std::string(e) == "1";
-    if (const char* e = std::getenv("VV_CUDA_MMA_DECODE_SHARE_MIN_PAIRS")) {
-      const int x = std::atoi(e);
-      if (x >= 0 && x <= 65536) d.share_min_pairs = x;
+    if (const char* e = std::getenv("VV_CUDA_MMA_DECODE_SHARE_MIN_PAIRS")) {  // digits only, else ignored
+      char* end = nullptr;
+      const long x = std::strtol(e, &end, 10);
+      if (*e >= '0' && *e <= '9' && end && *end == '\0' && x <= 65536)
+        d.share_min_pairs = static_cast<int>(x);
     }
     return d;
   }();

@@ -315,12 +315,14 @@ TEST(CudaMlpFusion, DecodeStepRowsFusedByDefault) {
 // the bits of the default, every output written, and be fused where it applies: bf16 weights, the
 // mma kernel (2+ rows, head dims 64/128), with rows that fit one unit (a direct write) and rows merged
 // from several, in both unit forms (a unit a warp below 256 (row, kv head) pairs, shared from there).
-// f16 weights keep the GEMM's own pack.
+// f16 weights keep the GEMM's own pack. An attention output with a row stride past its columns: the
+// pack stays contiguous.
 struct AttnCase {
   int heads, kv_heads, D;
   int64_t H;
   DType cache_t, wt;
   std::vector<int> lens;
+  int64_t out_pad = 0;  // the attention output's row stride less its columns
 };
 
 std::pair<std::vector<float>, std::vector<float>> run_attn_o(Backend& be, const AttnCase& c, uint32_t seed) {
@@ -347,7 +349,7 @@ std::pair<std::vector<float>, std::vector<float>> run_attn_o(Backend& be, const 
   HostMatrix x = random_matrix(M, c.H, DType::kF32, seed + 4);
   DeviceMatrix dq = to_device(be, q), dk = to_device(be, kc), dv = to_device(be, vc), dw = to_device(be, wo);
   DeviceMatrix dx = to_device(be, x), dt = to_device_i32(be, tables), ds = to_device_i32(be, row_seq);
-  DeviceMatrix dp = to_device_i32(be, row_pos), attn = poisoned(be, M, qd);
+  DeviceMatrix dp = to_device_i32(be, row_pos), attn = poisoned(be, M, qd, qd + c.out_pad);
   AttentionRows rows;
   rows.row_seq = ds.t;
   rows.row_pos = dp.t;
@@ -373,8 +375,8 @@ TEST(CudaLtOperandFusion, BatchedDecodeAttentionWritesTheOProjectionOperand) {
   std::vector<int> lens37;
   for (int i = 0; i < 37; ++i) lens37.push_back(1 + (i * 97) % 700);
   const std::vector<AttnCase> cases = {
-      {28, 4, 128, 3584, DType::kBF16, DType::kBF16, lens64},             // the 7B at 64 rows: shared units
-      {28, 4, 128, 136, DType::kBF16, DType::kBF16, lens37},              // prime rows, a unit a warp
+      {28, 4, 128, 3584, DType::kBF16, DType::kBF16, lens64},    // the 7B at 64 rows: shared units
+      {28, 4, 128, 136, DType::kBF16, DType::kBF16, lens37, 4},  // prime rows, a unit a warp, strided out
       {14, 2, 64, 520, DType::kF16, DType::kBF16, {1, 63, 64, 65, 700}},  // f16 cache, head dim 64
       {28, 4, 128, 264, DType::kBF16, DType::kF16, {5, 600, 1031}}};      // f16 weights: not fused
   uint32_t seed = 1500;
