@@ -356,7 +356,7 @@ TEST(CudaDecodeAttentionPlan, SharedUnitsFromACountOfPairsOnlyOutsideDeterminist
 
 // Long rows: more than 32 units to merge (the merge's lanes take several units each), and a table
 // wider than 256 units (16,384 keys at 64-key units, 131,072 at the default's 512: the units widen to
-// bound the workspace), with both kernels and the default form.
+// bound the workspace), with both kernels and the default form (a unit a warp at these 3 rows' 12 pairs).
 TEST(CudaDecodeAttention, ManyUnitsAndVeryWideTables) {
   VV_CUDA_BACKEND_OR_SKIP(probe, true);
   const std::unique_ptr<Backend> gpu = mma_backend();
