@@ -325,7 +325,10 @@ struct AttnCase {
   int64_t out_pad = 0;  // the attention output's row stride less its columns
 };
 
-std::pair<std::vector<float>, std::vector<float>> run_attn_o(Backend& be, const AttnCase& c, uint32_t seed) {
+// The sequence `reps` times in a flush, `rounds` flushes (a flush of 32 ops or more seen again is captured
+// into a CUDA graph and then replayed); the attention output and x after the last.
+std::pair<std::vector<float>, std::vector<float>> run_attn_o(Backend& be, const AttnCase& c, uint32_t seed,
+                                                             int rounds = 1, int reps = 1) {
   const int64_t M = static_cast<int64_t>(c.lens.size()), qd = int64_t{c.heads} * c.D,
                 kvd = int64_t{c.kv_heads} * c.D;
   const int bs = 16;
@@ -358,9 +361,14 @@ std::pair<std::vector<float>, std::vector<float>> run_attn_o(Backend& be, const 
   const KvLayer cache{dk.t, dv.t};
   const AttentionShape shape{c.heads, c.kv_heads, c.D, 1.0f / std::sqrt(static_cast<float>(c.D))};
   be.synchronize();
-  be.paged_attention(dq.t, rows, cache, shape, attn.t);
-  be.discard(dq.t);
-  be.gemm(attn.t, dw.t, nullptr, dx.t, Epilogue::kAddResidual);
+  for (int round = 0; round < rounds; ++round) {
+    for (int r = 0; r < reps; ++r) {
+      be.paged_attention(dq.t, rows, cache, shape, attn.t);
+      be.discard(dq.t);
+      be.gemm(attn.t, dw.t, nullptr, dx.t, Epilogue::kAddResidual);
+    }
+    be.synchronize();
+  }
   return {download_f32(be, attn.t), download_f32(be, dx.t)};
 }
 
@@ -405,6 +413,32 @@ TEST(CudaLtOperandFusion, BatchedDecodeAttentionWritesTheOProjectionOperand) {
     EXPECT_EQ(std::memcmp(got.second.data(), want.second.data(), got.second.size() * sizeof(float)), 0)
         << what << ": the o projection's output differs from the unfused ops";
   }
+}
+
+// The same under graph replay (no profiling, which keeps graphs off): 33 sequences a flush (33 launches
+// fused, at least the 32 a graph takes), four flushes, so that the fused flush is captured and replayed;
+// the bits of the default's replay.
+TEST(CudaLtOperandFusion, BatchedDecodeAttentionOperandUnderGraphReplay) {
+  VV_CUDA_BACKEND_OR_SKIP(any, true);
+  auto plain = bf16_backend_with({});
+  ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
+  auto fused = bf16_backend_with({{"VV_CUDA_ATTN_PACK", "1"}});
+  ASSERT_TRUE(fused.is_ok()) << fused.status().to_string();
+  std::vector<int> lens;
+  for (int i = 0; i < 64; ++i) lens.push_back(1 + (i * 211) % 1500);
+  const AttnCase c{28, 4, 128, 3584, DType::kBF16, DType::kBF16, lens};
+  (void)backend_profile_report(**fused);
+  const auto want = run_attn_o(**plain, c, 1600, 4, 33);
+  const auto got = run_attn_o(**fused, c, 1600, 4, 33);
+  const std::string report = backend_profile_report(**fused);
+  const size_t at = report.find("flushes: ");
+  ASSERT_NE(at, std::string::npos) << report;
+  EXPECT_GE(std::atoll(report.c_str() + at + 9), 1) << "no flush was replayed\n" << report;
+  ASSERT_EQ(got.second.size(), want.second.size());
+  EXPECT_EQ(std::memcmp(got.first.data(), want.first.data(), got.first.size() * sizeof(float)), 0)
+      << "the attention's f32 output differs under replay";
+  EXPECT_EQ(std::memcmp(got.second.data(), want.second.data(), got.second.size() * sizeof(float)), 0)
+      << "the o projection's output differs under replay";
 }
 
 }  // namespace
