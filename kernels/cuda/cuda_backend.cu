@@ -770,8 +770,7 @@ class CudaBackend final : public Backend {
   // decode kernel (not the flash or mma kernels) over a 16-bit cache; its plan in *p.
   bool chain_attention_ok(const OpRec& at, cuda::DecodeAttentionPlan* p) const {
     const Tensor& q = at.a;
-    if (q.rows() != 1 || at.out.rows() != 1 || q.rows() > at.rows.block_tables.rows() ||
-        at.cache.k.row_stride() % 4 != 0 || at.cache.v.row_stride() != at.cache.k.row_stride() ||
+    if (q.rows() != 1 || at.out.rows() != 1 || !decode_rows_fit(q, at.rows, at.cache) ||
         (at.cache.k.dtype != DType::kBF16 && at.cache.k.dtype != DType::kF16))
       return false;
     if (flash_prefill_takes(q, at.cache, at.shape) || decode_mma_takes(q, at.cache, at.shape)) return false;
@@ -1175,8 +1174,7 @@ class CudaBackend final : public Backend {
         K != int64_t{p.shape.heads} * p.shape.head_dim)
       return 0;
     if (flash_prefill_takes(p.a, p.cache, p.shape) || !decode_mma_takes(p.a, p.cache, p.shape) ||
-        !cuda::mma_decode_config().stream || p.a.rows() > p.rows.block_tables.rows() ||
-        p.cache.k.row_stride() % 4 != 0 || p.cache.v.row_stride() != p.cache.k.row_stride())
+        !cuda::mma_decode_config().stream || !decode_rows_fit(p.a, p.rows, p.cache))
       return 0;
     const cuda::MmaDecodePlan pm = cuda::plan_mma_decode_attention(M, p.rows, p.shape, deterministic_);
     if (!pm.use || pm.counters > kDecAttnCounterSlots) return 0;
@@ -1569,14 +1567,18 @@ class CudaBackend final : public Backend {
     *partials = reinterpret_cast<float*>(*counters + kDecAttnCounterSlots);
     return true;
   }
+  // What every decode attention kernel needs of its call: a table row per query row, K and V rows of one
+  // stride, a multiple of 4 values.
+  static bool decode_rows_fit(const Tensor& q, const AttentionRows& rows, const KvLayer& cache) {
+    return q.rows() <= rows.block_tables.rows() && cache.k.row_stride() % 4 == 0 &&
+           cache.v.row_stride() == cache.k.row_stride();
+  }
   // Decode steps (one row per sequence, decode_ops.cuh): key splits merged in the same launch.
   // pack (VV_CUDA_ATTN_PACK; null: none): out's bf16 copy for the GEMM after it, which only the mma
   // stream kernel writes (false otherwise, nothing launched).
   bool run_decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
                             const AttentionShape& shape, Tensor& out, void* pack = nullptr) {
-    if (q.rows() > rows.block_tables.rows() || cache.k.row_stride() % 4 != 0 ||
-        cache.v.row_stride() != cache.k.row_stride())
-      return false;
+    if (!decode_rows_fit(q, rows, cache)) return false;
     const bool mma = decode_mma_takes(q, cache, shape);
     if (pack && (!mma || !cuda::mma_decode_config().stream)) return false;
     const cuda::MmaDecodePlan pm =
