@@ -50,6 +50,12 @@ const Loaded& loaded() {
     ok &= bind(lib, "cublasLtMatrixLayoutCreate", a.layout_create, r.error);
     ok &= bind(lib, "cublasLtMatrixLayoutDestroy", a.layout_destroy, r.error);
     r.ok = ok;
+    a.algo_cap_get_attribute =
+        reinterpret_cast<decltype(a.algo_cap_get_attribute)>(dlsym(lib, "cublasLtMatmulAlgoCapGetAttribute"));
+    a.algo_config_get_attribute = reinterpret_cast<decltype(a.algo_config_get_attribute)>(
+        dlsym(lib, "cublasLtMatmulAlgoConfigGetAttribute"));
+    a.algo_config_set_attribute = reinterpret_cast<decltype(a.algo_config_set_attribute)>(
+        dlsym(lib, "cublasLtMatmulAlgoConfigSetAttribute"));
     return r;  // the library stays loaded for the life of the process
   }();
   return l;

@@ -24,6 +24,11 @@ struct CublasLtApi {
   decltype(&cublasLtMatmulPreferenceSetAttribute) pref_set_attribute = nullptr;
   decltype(&cublasLtMatrixLayoutCreate) layout_create = nullptr;
   decltype(&cublasLtMatrixLayoutDestroy) layout_destroy = nullptr;
+  // Optional (null where the library lacks them): an algorithm's capabilities and configuration, for
+  // VV_CUDA_LT_TUNE's split-K variants.
+  decltype(&cublasLtMatmulAlgoCapGetAttribute) algo_cap_get_attribute = nullptr;
+  decltype(&cublasLtMatmulAlgoConfigGetAttribute) algo_config_get_attribute = nullptr;
+  decltype(&cublasLtMatmulAlgoConfigSetAttribute) algo_config_set_attribute = nullptr;
 };
 
 // The loaded library (libcublasLt.so.<major> from the loader's path, else from the toolkit this

@@ -143,6 +143,7 @@ class CudaBackend final : public Backend {
     for (auto& [key, plan] : plans_) destroy_plan(plan);
     if (lt_) lt_api_->destroy(lt_);
     if (lt_ws_) cudaFree(lt_ws_);
+    if (l2_flush_) cudaFree(l2_flush_);
     if (sk_ws_) cudaFree(sk_ws_);
     if (stream_flags_) cudaFree(stream_flags_);
     if (pack_) cudaFree(pack_);
@@ -1033,6 +1034,8 @@ class CudaBackend final : public Backend {
         OpTimer timer(this, "gemm.cublaslt_bf16_out");
         Plan* p = plan_for(M, 2 * I, K, 2 * I, DType::kBF16, false, static_cast<int>(Epilogue::kNone), true);
         const float alpha = 1.0f, beta = 0.0f;
+        if (!p->tuned && p->ncands > 1 && !capturing_)
+          tune_plan(*p, up.w.data, M, 2 * I, K, 2 * I, alpha, beta);
         const cublasStatus_t st =
             lt_api_->matmul(lt_, p->desc, &alpha, up.w.data, p->wl, pack_, p->al, &beta, up.out.data, p->dl,
                             up.out.data, p->dl, &p->algo, lt_ws_, lt_ws_bytes_, stream_);
@@ -1789,15 +1792,28 @@ class CudaBackend final : public Backend {
 
   // ---- cuBLASLt ------------------------------------------------------------------------------
   static constexpr int kMaxLtAlgos = 16;
+  // VV_CUDA_LT_TUNE: (N, K, ldd, weight dtype, bias, epilogue, bf16 output, row bucket) -> the choice.
+  using TuneKey = std::tuple<int64_t, int64_t, int64_t, int, bool, int, bool, int64_t>;
   struct Plan {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t wl = nullptr, al = nullptr, dl = nullptr;
     cublasLtMatmulAlgo_t algo{};
     bool ok = false;
-    // VV_CUDA_LT_ALGOS > 1: the heuristic's candidates, best first.
-    std::array<cublasLtMatmulAlgo_t, kMaxLtAlgos> cands{};
-    int ncands = 0;
+    // VV_CUDA_LT_ALGOS > 1 or VV_CUDA_LT_TUNE: the candidates to time at first use, the heuristic's
+    // best first (then, with VV_CUDA_LT_TUNE, split-K variants of those that take split-K).
+    static constexpr size_t kMaxCands = 64;
+    std::array<cublasLtMatmulAlgo_t, kMaxCands> cands{};
+    std::array<int, kMaxCands> cand_splits{};  // each candidate's K slices (1: as the heuristic gave it)
+    size_t ncands = 0;
+    void add(const cublasLtMatmulAlgo_t& a, int splits) {
+      if (ncands == kMaxCands) return;
+      cands[ncands] = a;
+      cand_splits[ncands++] = splits;
+    }
     bool tuned = false;
+    bool tune_cold =
+        false;  // VV_CUDA_LT_TUNE: timed with the L2 cleared; its choice serves tune_key's bucket
+    TuneKey tune_key{};
   };
   using PlanKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int, bool, int, bool>;
   // Deterministic mode: (N, K, ldd, weight dtype, bias, epilogue) -> the algorithm every M uses.
@@ -1888,13 +1904,77 @@ class CudaBackend final : public Backend {
                    static_cast<long long>(N), static_cast<long long>(K), static_cast<long long>(M));
       found = 0;
     }
-    ok = ok && lt_api_->algo_get_heuristic(lt_, p.desc, p.wl, p.al, p.dl, p.dl, pref, lt_algos_, res, &found) == 0 &&
+    const int want = tune_takes(M) ? kMaxLtAlgos : lt_algos_;
+    ok = ok &&
+         lt_api_->algo_get_heuristic(lt_, p.desc, p.wl, p.al, p.dl, p.dl, pref, want, res, &found) == 0 &&
          found > 0;
     if (pref) lt_api_->pref_destroy(pref);
     if (ok) p.algo = res[0].algo;
-    for (int k = 0; ok && lt_algos_ > 1 && k < found; ++k) p.cands[static_cast<size_t>(p.ncands++)] = res[k].algo;
+    if (ok && tune_takes(M)) {
+      add_tune_candidates(p, res, found, M, N, K, ldd, wt, bias, ep, bf16_out);
+    } else {
+      for (int k = 0; ok && lt_algos_ > 1 && k < found; ++k) {
+        p.add(res[k].algo, 1);
+      }
+    }
     p.ok = ok;
     return ok ? &p : nullptr;
+  }
+
+  // ---- VV_CUDA_LT_TUNE ----------------------------------------------------------------------
+  // A decode-sized cuBLASLt GEMM (2..kTuneMaxRows rows, not deterministic) times its candidates at
+  // first use and keeps the fastest (tune_plan). Its choice serves every row count of its bucket of
+  // kTuneBucketRows rows that cublasLtMatmulAlgoCheck lets take it, so a scheduler's steps of 49..64
+  // rows tune once.
+  static constexpr int64_t kTuneMaxRows = 128, kTuneBucketRows = 16;
+  bool tune_takes(int64_t M) const { return lt_tune_ && !deterministic_ && M >= 2 && M <= kTuneMaxRows; }
+  std::map<TuneKey, cublasLtMatmulAlgo_t> tuned_algos_;
+
+  void add_tune_candidates(Plan& p, const cublasLtMatmulHeuristicResult_t* res, int found, int64_t M,
+                           int64_t N, int64_t K, int64_t ldd, DType wt, bool bias, int ep, bool bf16_out) {
+    const TuneKey key{N, K, ldd, static_cast<int>(wt), bias, ep, bf16_out, (M - 1) / kTuneBucketRows};
+    auto it = tuned_algos_.find(key);
+    cublasLtMatmulHeuristicResult_t check{};
+    if (it != tuned_algos_.end()) {
+      if (lt_api_->algo_check(lt_, p.desc, p.wl, p.al, p.dl, p.dl, &it->second, &check) == 0 &&
+          check.workspaceSize <= lt_ws_bytes_) {
+        p.algo = it->second;
+        p.tuned = true;
+        return;
+      }
+    }
+    p.tune_cold = true;
+    p.tune_key = key;
+    for (int k = 0; k < found; ++k) {
+      p.add(res[k].algo, 1);
+    }
+    if (!lt_api_->algo_cap_get_attribute || !lt_api_->algo_config_get_attribute ||
+        !lt_api_->algo_config_set_attribute)
+      return;
+    for (int k = 0; k < found; ++k) {
+      int32_t takes_split = 0;
+      uint32_t splits = 1;
+      size_t written = 0;
+      if (lt_api_->algo_cap_get_attribute(&res[k].algo, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT, &takes_split,
+                                          sizeof(takes_split), &written) != 0 ||
+          !takes_split ||
+          lt_api_->algo_config_get_attribute(&res[k].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits,
+                                             sizeof(splits), &written) != 0 ||
+          splits > 1)
+        continue;
+      for (const int n : {2, 3, 4, 6, 8}) {
+        if (p.ncands == Plan::kMaxCands) return;
+        cublasLtMatmulAlgo_t a = res[k].algo;
+        const uint32_t s = static_cast<uint32_t>(n), scheme = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+        if (lt_api_->algo_config_set_attribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &s, sizeof(s)) != 0 ||
+            lt_api_->algo_config_set_attribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme,
+                                               sizeof(scheme)) != 0 ||
+            lt_api_->algo_check(lt_, p.desc, p.wl, p.al, p.dl, p.dl, &a, &check) != 0 ||
+            check.workspaceSize > lt_ws_bytes_)
+          continue;
+        p.add(a, n);
+      }
+    }
   }
 
   // The 16-bit A operand buffer holds at least `need` bytes (false: not now; inside a capture the
@@ -1993,57 +2073,86 @@ class CudaBackend final : public Backend {
     }
     if (bias) lt_api_->desc_set_attribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
     const float alpha = 1.0f, beta = ep == Epilogue::kAddResidual ? 1.0f : 0.0f;
-    if (!p->tuned && p->ncands > 1 && !capturing_) tune_plan(*p, w, M, N, K, out.row_stride(), alpha, beta);
+    if (!p->tuned && p->ncands > 1 && !capturing_)
+      tune_plan(*p, w.data, M, N, K, out.row_stride(), alpha, beta);
     const cublasStatus_t st = lt_api_->matmul(lt_, p->desc, &alpha, w.data, p->wl, pack_, p->al, &beta, out.data, p->dl,
                                              out.data, p->dl, &p->algo, lt_ws_, lt_ws_bytes_, stream_);
     lt_check(st);
     if (ep == Epilogue::kGelu) cuda::gelu_inplace(out, stream_);  // cuBLASLt's GELU is the tanh form
   }
 
-  // VV_CUDA_LT_ALGOS=N (> 1; an experiment, off by default): on a plan's first use (never inside a
-  // capture) time the heuristic's first N algorithms on this shape, into a scratch output, and keep
-  // the fastest; one line per shape on stderr. Which algorithm wins may differ between runs, so the
-  // bf16 results may too.
-  void tune_plan(Plan& p, const Tensor& w, int64_t M, int64_t N, int64_t K, int64_t ldd, float alpha, float beta) {
+  // On a plan's first use (never inside a capture): time its candidates on this shape into a scratch
+  // output and keep the fastest. VV_CUDA_LT_ALGOS=N (> 1; an experiment): the heuristic's first N, at
+  // any row count. VV_CUDA_LT_TUNE=1 (decode-sized GEMMs, tune_takes): the heuristic's first 16 and
+  // their split-K variants, each run after the L2 is overwritten (a decode step streams every weight
+  // from HBM; an L2-warm timing favours what the real step does not see), the median of kTuneReps
+  // runs; another algorithm replaces the heuristic's first only if it is kTuneMargin faster, and its
+  // bucket's later plans take it. One line per tuned shape on stderr. Which algorithm wins may differ
+  // between runs, so bf16 results may too (never in deterministic mode).
+  static constexpr int kTuneReps = 5;
+  static constexpr float kTuneMargin = 0.97f;
+  void tune_plan(Plan& p, const void* w, int64_t M, int64_t N, int64_t K, int64_t ldd, float alpha,
+                 float beta) {
     p.tuned = true;
+    const auto t0 = std::chrono::steady_clock::now();
+    const bool cold = p.tune_cold;
+    if (cold && !l2_flush_) {
+      int l2 = 0;
+      cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device_);
+      const size_t bytes = std::max<size_t>(2 * static_cast<size_t>(l2), size_t{64} << 20);
+      if (cudaMalloc(&l2_flush_, bytes) == cudaSuccess) {
+        l2_flush_bytes_ = bytes;
+      } else {
+        cudaGetLastError();
+        l2_flush_ = nullptr;
+      }
+    }
     void* d = nullptr;
     if (cudaMalloc(&d, static_cast<size_t>(M * ldd) * sizeof(float)) != cudaSuccess) {
       cudaGetLastError();
       return;
     }
-    cudaEvent_t e0 = nullptr, e1 = nullptr;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    float best = 0, first = 0;
-    size_t best_k = 0;
-    for (size_t k = 0; k < static_cast<size_t>(p.ncands); ++k) {
+    const int reps = cold ? kTuneReps : 3;
+    std::vector<cudaEvent_t> ev(static_cast<size_t>(2 * reps));
+    for (auto& e : ev) cudaEventCreate(&e);
+    std::vector<float> med(p.ncands, 0.f);
+    for (size_t k = 0; k < p.ncands; ++k) {
       auto run = [&] {
-        return lt_api_->matmul(lt_, p.desc, &alpha, w.data, p.wl, pack_, p.al, &beta, d, p.dl, d, p.dl, &p.cands[k],
-                               lt_ws_, lt_ws_bytes_, stream_);
+        return lt_api_->matmul(lt_, p.desc, &alpha, w, p.wl, pack_, p.al, &beta, d, p.dl, d, p.dl,
+                               &p.cands[k], lt_ws_, lt_ws_bytes_, stream_);
       };
       if (run() != CUBLAS_STATUS_SUCCESS) continue;
-      cudaEventRecord(e0, stream_);
-      for (int r = 0; r < 3; ++r) run();
-      cudaEventRecord(e1, stream_);
-      cudaEventSynchronize(e1);
-      float ms = 0;
-      cudaEventElapsedTime(&ms, e0, e1);
-      if (k == 0) first = ms / 3;
-      if (best == 0 || ms / 3 < best) {
-        best = ms / 3;
-        best_k = k;
+      for (int r = 0; r < reps; ++r) {
+        if (cold && l2_flush_) cudaMemsetAsync(l2_flush_, r + 1, l2_flush_bytes_, stream_);
+        cudaEventRecord(ev[static_cast<size_t>(2 * r)], stream_);
+        run();
+        cudaEventRecord(ev[static_cast<size_t>(2 * r + 1)], stream_);
       }
+      cudaEventSynchronize(ev.back());
+      std::vector<float> t(static_cast<size_t>(reps));
+      for (int r = 0; r < reps; ++r)
+        cudaEventElapsedTime(&t[static_cast<size_t>(r)], ev[static_cast<size_t>(2 * r)],
+                             ev[static_cast<size_t>(2 * r + 1)]);
+      std::sort(t.begin(), t.end());
+      med[k] = t[t.size() / 2];
     }
     cudaGetLastError();
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
+    for (auto& e : ev) cudaEventDestroy(e);
     cudaFree(d);
-    p.algo = p.cands[best_k];
+    size_t best = 0;
+    for (size_t k = 0; k < med.size(); ++k)
+      if (med[k] > 0 && (med[best] == 0 || med[k] < med[best])) best = k;
+    const bool replace = best != 0 && (med[0] == 0 || !cold || med[best] < kTuneMargin * med[0]);
+    if (replace) p.algo = p.cands[best];
+    if (cold) tuned_algos_[p.tune_key] = p.algo;
     std::fprintf(stderr,
-                 "vibevoice: cuBLASLt M=%lld N=%lld K=%lld: heuristic's first %.1f us, "
-                 "best (#%zu of %zu) %.1f us\n",
-                 static_cast<long long>(M), static_cast<long long>(N), static_cast<long long>(K), 1e3 * first, best_k,
-                 static_cast<size_t>(p.ncands), 1e3 * best);
+                 "vibevoice: cuBLASLt M=%lld N=%lld K=%lld%s: heuristic's first %.1f us, best (#%zu of %zu, "
+                 "%d K slices) %.1f us: %s\n",
+                 static_cast<long long>(M), static_cast<long long>(N), static_cast<long long>(K),
+                 cold ? " (L2 cleared before each run)" : "", 1e3 * med[0], best, p.ncands,
+                 p.cand_splits[best], 1e3 * med[best], replace ? "takes it" : "keeps the heuristic's first");
+    gstat_.lt_plan_ms +=
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
   static int lt_algos_from_env() {
     const char* v = std::getenv("VV_CUDA_LT_ALGOS");
@@ -2051,6 +2160,9 @@ class CudaBackend final : public Backend {
     return n < 1 ? 1 : (n > kMaxLtAlgos ? kMaxLtAlgos : n);
   }
   int lt_algos_ = lt_algos_from_env();
+  bool lt_tune_ = std::getenv("VV_CUDA_LT_TUNE") && std::string(std::getenv("VV_CUDA_LT_TUNE")) == "1";
+  void* l2_flush_ = nullptr;  // VV_CUDA_LT_TUNE: written before each timed run to clear the L2
+  size_t l2_flush_bytes_ = 0;
   // VV_CUDA_SKINNY_GEMM=1: bf16 GEMMs of 2..128 rows on the split-K kernel (skinny_gemm.cuh), an
   // experiment until measured; its partials' buffer (sized for any such shape) is allocated at creation.
   bool skinny_gemm_ =

@@ -116,6 +116,52 @@ TEST_P(CudaGemm, ProductionShapes) {
     check_gemm(*gpu, {65535 * 64 + 37, 3, 8, DType::kF32, Epilogue::kAddResidual, true}, false, -1, -1, 206);
 }
 
+// VV_CUDA_LT_TUNE=1: decode-sized bf16 GEMMs time their cuBLASLt candidates (split-K variants among
+// them) with the L2 cleared and keep the fastest. Whatever wins, each product equals the reference's;
+// a row count whose 16-row bucket was tuned reuses that choice (no second tuning line on stderr).
+TEST(CudaGemmTuned, DecodeShapesAgainstTheReferenceAndOneTuningABucket) {
+  auto be = usable_gpu_count() > 0 ? cuda_backend_with({{"VV_CUDA_LT_TUNE", "1"}}, true)
+                                   : Result<std::unique_ptr<Backend>>(unsupported(gpu_unavailable_reason()));
+  if (!be.is_ok()) {
+    if (gpu_required()) FAIL() << "VV_REQUIRE_GPU=1: " << be.status().message();
+    GTEST_SKIP() << "no usable GPU: " << be.status().message();
+  }
+  Backend& gpu = **be;
+  auto count = [](const std::string& s, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
+    return n;
+  };
+  const std::vector<GemmCase> shapes = {{0, 4608, 3584, DType::kBF16, Epilogue::kNone, true},
+                                        {0, 3584, 3584, DType::kBF16, Epilogue::kAddResidual, false},
+                                        {0, 2 * 18944, 3584, DType::kBF16, Epilogue::kNone, false},
+                                        {0, 3584, 18944, DType::kBF16, Epilogue::kAddResidual, false},
+                                        {0, 1031, 1032, DType::kBF16, Epilogue::kNone, true}};
+  uint32_t seed = 300;
+  for (const int64_t M : {2, 17, 64, 127}) {
+    ::testing::internal::CaptureStderr();
+    for (GemmCase c : shapes) {
+      c.M = M;
+      check_gemm(gpu, c, true, -1, -1, seed++);
+    }
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    // The 7B shapes have many candidates, so each is timed once (the odd one may have a single one).
+    for (const char* nk :
+         {"N=4608 K=3584 (L2", "N=3584 K=3584 (L2", "N=37888 K=3584 (L2", "N=3584 K=18944 (L2"})
+      EXPECT_EQ(count(err, "M=" + std::to_string(M) + " " + nk), 1u) << nk << " at M=" << M << ":\n" << err;
+  }
+  // 50 rows share 64's bucket (49..64), 113 rows 127's: checked, not tuned again.
+  for (const int64_t M : {50, 113}) {
+    ::testing::internal::CaptureStderr();
+    for (GemmCase c : shapes) {
+      c.M = M;
+      check_gemm(gpu, c, true, -1, -1, seed++);
+    }
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_EQ(count(err, "cuBLASLt M="), 0u) << "M=" << M << ":\n" << err;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Compute, CudaGemm, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "Bf16" : "F32"; });
 
