@@ -155,6 +155,10 @@ struct AttentionRows {
   Tensor row_pos;       // I32 [n]: absolute position of each row
   Tensor block_tables;  // I32 [num_seqs, max_blocks_per_seq]: physical block of each logical block
   int block_size = 16;
+  // Set by the caller when every sequence of block_tables has exactly one row in the call (a decode step):
+  // each row's own k/v are then the only ones of the call its sequence's attention reads, so a backend may
+  // write them inside the attention (the CUDA backend's VV_CUDA_ROPE_ATTN). False: no such promise.
+  bool one_row_per_seq = false;
 };
 
 struct AttentionShape {

@@ -198,6 +198,7 @@ Status Qwen2Decoder::stage_rows(const StepPlan& plan, KvView& kv, int64_t* rows,
   attn->row_seq = Tensor::vector(seq_.buf.data(), DType::kI32, n);
   attn->row_pos = Tensor::vector(pos_.buf.data(), DType::kI32, n);
   attn->block_tables = Tensor::matrix(tables_.buf.data(), DType::kI32, nseq, static_cast<int64_t>(width));
+  attn->one_row_per_seq = n == nseq;  // every sequence has at least one row (checked above)
   attn->block_size = kv.block_size;
   return Status::ok();
 }

@@ -679,6 +679,7 @@ class CudaBackend final : public Backend {
       size_t used = fuse_chain_at(recs, i, out);
       if (!used) used = fuse_gemv_at(recs, i, out);
       if (!used) used = fuse_rope_flash_at(recs, i, out);
+      if (!used) used = fuse_rope_attn_at(recs, i, out);
       if (!used) used = fuse_rope_kv_at(recs, i, out);
       if (!used && lt_fuse_ && attn_pack_) used = fuse_attn_operand_at(recs, i, out);
       if (!used && lt_fuse_ && mlp_fuse_) used = fuse_mlp_at(recs, i, out);
@@ -1272,18 +1273,10 @@ class CudaBackend final : public Backend {
   // rows of the 7B, 14.7 MB written and 14.7 MB read less per layer). q is left as it was.
   size_t fuse_rope_flash_at(const std::vector<OpRec>& recs, size_t i,
                             std::vector<std::function<void()>>& out) {
-    if (!rope_flash_ || i + 4 >= recs.size() || !rope_kv_fusable(recs, i)) return 0;
+    if (!rope_flash_ || !rope_feeds_attention(recs, i)) return 0;
     const OpRec &rq = recs[i], &rk = recs[i + 1], &kw = recs[i + 2], &at = recs[i + 3];
-    if (at.kind != OpRec::kAttention || !covers(recs[i + 4], rq.out)) return 0;
     const Tensor& q = rq.out;
     const AttentionShape& sh = at.shape;
-    if (at.a.data != q.data || at.a.rows() != q.rows() || at.a.cols() != q.cols() ||
-        at.a.row_stride() != q.row_stride() || at.rows.row_pos.data != rq.a.data ||
-        at.rows.row_seq.data != kw.rows.row_seq.data ||
-        at.rows.block_tables.data != kw.rows.block_tables.data || at.cache.k.data != kw.cache.k.data ||
-        at.cache.v.data != kw.cache.v.data || sh.heads != rq.heads || sh.head_dim != rq.head_dim ||
-        sh.kv_heads != kw.shape.kv_heads || overlap_rows(at.out, q))
-      return 0;
     if (!flash_prefill_takes(q, at.cache, sh) ||
         !cuda::flash_form_ropes(cuda::flash_form_taken(flash_form_, sh.heads, sh.kv_heads),
                                 at.cache.k.dtype == DType::kBF16))
@@ -1303,6 +1296,62 @@ class CudaBackend final : public Backend {
       OpTimer timer(this, flash_label(form));
       Tensor o = a.out;
       cuda::flash_prefill_attention(a.a, a.rows, a.cache, a.shape, o, stream_, sms_, form, freq);
+      launched("paged_attention");
+    });
+    return 5;
+  }
+
+  // recs[i..i+4]: rope(q), rope(k), kv_write(k, v) (rope_kv_fusable), then paged_attention of that q over
+  // that cache at those rows, then discard(q); the attention's output apart from q.
+  bool rope_feeds_attention(const std::vector<OpRec>& recs, size_t i) const {
+    if (i + 4 >= recs.size() || !rope_kv_fusable(recs, i)) return false;
+    const OpRec &rq = recs[i], &kw = recs[i + 2], &at = recs[i + 3];
+    if (at.kind != OpRec::kAttention || !covers(recs[i + 4], rq.out)) return false;
+    const Tensor& q = rq.out;
+    const AttentionShape& sh = at.shape;
+    return at.a.data == q.data && at.a.rows() == q.rows() && at.a.cols() == q.cols() &&
+           at.a.row_stride() == q.row_stride() && at.rows.row_pos.data == rq.a.data &&
+           at.rows.row_seq.data == kw.rows.row_seq.data &&
+           at.rows.block_tables.data == kw.rows.block_tables.data && at.cache.k.data == kw.cache.k.data &&
+           at.cache.v.data == kw.cache.v.data && sh.heads == rq.heads && sh.head_dim == rq.head_dim &&
+           sh.kv_heads == kw.shape.kv_heads && !overlap_rows(at.out, q);
+  }
+
+  // VV_CUDA_ROPE_ATTN=1 (opt-in until measured): rope(q), rope(k), kv_write(k, v), paged_attention(q),
+  // discard(q) of a call with one row per sequence (AttentionRows::one_row_per_seq) that the tensor-core
+  // stream kernel takes: one launch (cuda::DecodeRope), no rope_kv_write. The same bits as the ops: k
+  // rotated in place and the cache written as rope_kv_write does, q rotated as the kernel loads it (q is
+  // left as it was, hence the discard).
+  size_t fuse_rope_attn_at(const std::vector<OpRec>& recs, size_t i,
+                           std::vector<std::function<void()>>& out) {
+    if (!rope_attn_ || !rope_feeds_attention(recs, i)) return 0;
+    const OpRec &rq = recs[i], &rk = recs[i + 1], &kw = recs[i + 2], &at = recs[i + 3];
+    const Tensor& q = rq.out;
+    const AttentionShape& sh = at.shape;
+    if (!at.rows.one_row_per_seq || q.rows() != at.rows.block_tables.rows() ||
+        flash_prefill_takes(q, at.cache, sh) || !decode_rows_fit(q, at.rows, at.cache) ||
+        !decode_mma_takes(q, at.cache, sh) || !cuda::mma_decode_config().stream)
+      return 0;
+    const cuda::MmaDecodePlan pm = cuda::plan_mma_decode_attention(q.rows(), at.rows, sh, deterministic_);
+    if (!pm.use || pm.counters > kDecAttnCounterSlots) return 0;
+    const OpRec r = rq, k = rk, w = kw, a = at;
+    out.push_back([=, this] {
+      OpTimer timer(this, "paged_attention.decode_mma_rope");
+      unsigned* counters = nullptr;
+      float* partials = nullptr;
+      if (!decode_attention_ws(pm.ws_floats, &counters, &partials)) return;
+      cuda::DecodeRope rp;
+      rp.inv_freq = inv_freq(r.f, r.head_dim);
+      if (!rp.inv_freq) return;  // first use inside a capture: broken, run eagerly
+      rp.k = k.out.ptr<float>();
+      rp.ldk = k.out.row_stride();
+      rp.v = w.w.ptr<const float>();
+      rp.ldv = w.w.row_stride();
+      rp.kc = w.cache.k.data;
+      rp.vc = w.cache.v.data;
+      Tensor o = a.out;
+      cuda::mma_decode_attention(a.a, a.rows, a.cache, a.shape, o, pm, partials, counters, stream_, nullptr,
+                                 &rp);
       launched("paged_attention");
     });
     return 5;
@@ -2332,6 +2381,8 @@ class CudaBackend final : public Backend {
   bool attn_pack_ = std::getenv("VV_CUDA_ATTN_PACK") && std::string(std::getenv("VV_CUDA_ATTN_PACK")) == "1";
   // q's rope inside the flash kernel's wgmma forms (fuse_rope_flash_at); VV_CUDA_ROPE_FLASH=0 turns it
   // off (A/B).
+  // VV_CUDA_ROPE_ATTN=1: a decode step's rope and kv_write inside the stream attention (fuse_rope_attn_at).
+  bool rope_attn_ = std::getenv("VV_CUDA_ROPE_ATTN") && std::string(std::getenv("VV_CUDA_ROPE_ATTN")) == "1";
   bool rope_flash_ =
       !(std::getenv("VV_CUDA_ROPE_FLASH") && std::string(std::getenv("VV_CUDA_ROPE_FLASH")) == "0");
   struct GraphStats {

@@ -646,6 +646,31 @@ __device__ __forceinline__ uint32_t as_bf16x2(uint32_t u, __half*) {
 
 constexpr int kMmaStreamKeys = 16;  // keys per stage: the n side of two m16n8k16 tiles
 
+// DecodeRope's cache write: lanes of one warp rotate row r's new k of kv head kvh at position p (in place
+// in rp.k) and write it and v into the cache slot of p, with rope_kv_item's arithmetic.
+template <typename CT, int D>
+__device__ __forceinline__ void rope_kv_row(const DecodeRope& rp, int64_t r, int kvh, int p,
+                                            const int32_t* tab, int bs, int64_t ldc, int lane) {
+  constexpr int half = D / 2;
+  float* kr = rp.k + r * rp.ldk + static_cast<int64_t>(kvh) * D;
+  const float* vr = rp.v + r * rp.ldv + static_cast<int64_t>(kvh) * D;
+  const int64_t off = (static_cast<int64_t>(tab[p / bs]) * bs + p % bs) * ldc + static_cast<int64_t>(kvh) * D;
+  CT* kc = static_cast<CT*>(rp.kc) + off;
+  CT* vc = static_cast<CT*>(rp.vc) + off;
+  for (int f = lane; f < half; f += 32) {
+    const float phi = static_cast<float>(p) * rp.inv_freq[f];
+    const float c = cosf(phi), s = sinf(phi);
+    float y1, y2;
+    rope_rotate(kr[f], kr[f + half], c, s, y1, y2);
+    kr[f] = y1;
+    kr[f + half] = y2;
+    kc[f] = from_f32<CT>(y1);
+    kc[f + half] = from_f32<CT>(y2);
+    vc[f] = from_f32<CT>(vr[f]);
+    vc[f + half] = from_f32<CT>(vr[f + half]);
+  }
+}
+
 // Shared memory of one warp: S stages of K then V rows, 16 keys × D each, bf16/f16.
 __host__ __device__ constexpr int mma_stream_warp_bytes(int D, int S) {
   return S * 2 * kMmaStreamKeys * D * 2;
@@ -661,7 +686,7 @@ __global__ void __launch_bounds__(128, 3)
                              int64_t ldt, int bs, const CT* __restrict__ kc, const CT* __restrict__ vc,
                              int64_t ldc, int kv_heads, int G, float scale_log2, int chunk, int splits,
                              float* __restrict__ out, int64_t ldo, float* ws, unsigned* counters, bool heads,
-                             bool share, __nv_bfloat16* __restrict__ pack) {
+                             bool share, __nv_bfloat16* __restrict__ pack, const DecodeRope rp) {
   constexpr int KS = D / 16;     // k-steps of Q·Kᵀ
   constexpr int DT = D / 8;      // 8-dim output tiles of P·V
   constexpr int CPR = D / 8;     // 16-byte chunks per cached row (of one kv head)
@@ -693,6 +718,16 @@ __global__ void __launch_bounds__(128, 3)
   const int mine = nsteps > s0 ? (nsteps - s0 + sw - 1) / sw : 0;
   const int64_t hoff = static_cast<int64_t>(kvh) * D;
   CT* const sm = reinterpret_cast<CT*>(mma_stream_smem) + static_cast<int64_t>(warp) * S * 2 * ROWS;
+  // DecodeRope: the unit holding key L − 1 (this block's with share, else this warp's) writes it first;
+  // the barrier orders those stores before every copy of the unit (the same block's).
+  if (rp.inv_freq != nullptr && unit == ns - 1) {
+    if (!share || warp == 0) rope_kv_row<CT, D>(rp, r, kvh, L - 1, tab, bs, ldc, lane);
+    if (share) {
+      __syncthreads();
+    } else {
+      __syncwarp();
+    }
+  }
 
   // The lane's copies of a stage: rows n = lane / CPR + KPP·p (p < PASSES), 16-byte chunk c = lane %
   // CPR of each, stored at chunk c ^ (n & 7) of the row.
@@ -732,16 +767,29 @@ __global__ void __launch_bounds__(128, 3)
 
   // q as the A fragments (rows g < G; a1 = a3 = 0, rows 8..15 of the tile are empty): k-step kk
   // takes dims 16kk + 2t, +1 (a0) and 16kk + 8 + 2t, +1 (a2).
+  // DecodeRope: dims d and d + D/2 (k-steps kk and kk + KS/2, same e) are rope's pair of frequency d.
   uint32_t qa[KS][2];
   {
     const float* qp = q + r * ldq + static_cast<int64_t>(kvh * G + g) * D + 2 * t;
+    float x[KS][4];
+#pragma unroll
+    for (int kk = 0; kk < KS; ++kk)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) x[kk][e] = g < G ? qp[16 * kk + (e >> 1) * 8 + (e & 1)] : 0.f;
+    if (rp.inv_freq != nullptr) {
+      const float pf = static_cast<float>(L - 1);
+#pragma unroll
+      for (int kk = 0; kk < KS / 2; ++kk)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float phi = pf * rp.inv_freq[16 * kk + (e >> 1) * 8 + (e & 1) + 2 * t];
+          rope_rotate(x[kk][e], x[kk + KS / 2][e], cosf(phi), sinf(phi), x[kk][e], x[kk + KS / 2][e]);
+        }
+    }
 #pragma unroll
     for (int kk = 0; kk < KS; ++kk) {
-      float x[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) x[e] = g < G ? qp[16 * kk + (e >> 1) * 8 + (e & 1)] : 0.f;
-      qa[kk][0] = mma::pack_bf16(x[0], x[1]);
-      qa[kk][1] = mma::pack_bf16(x[2], x[3]);
+      qa[kk][0] = mma::pack_bf16(x[kk][0], x[kk][1]);
+      qa[kk][1] = mma::pack_bf16(x[kk][2], x[kk][3]);
     }
   }
   float o[DT][2];  // row g's dims 8dt + 2t, +1 (the C fragment's c0, c1; c2, c3 are the empty rows)
@@ -1472,7 +1520,7 @@ template <typename CT, int D, int S>
 void launch_mma_stream(cudaLaunchConfig_t cfg, int warps, const Tensor& q, const AttentionRows& rows,
                        const CT* kc, const CT* vc, const KvLayer& cache, const AttentionShape& shape,
                        Tensor& out, const MmaDecodePlan& p, float scale_log2, float* ws, unsigned* counters,
-                       void* pack) {
+                       void* pack, const DecodeRope& rope) {
   auto* kern = mma_decode_stream_kernel<CT, D, S>;
   // share: one unit a block, its steps over the block's warps. heads: 4 warps a block, 4 / kv_heads
   // units of every kv head (kv_heads ≤ 4 dividing 4).
@@ -1495,7 +1543,7 @@ void launch_mma_stream(cudaLaunchConfig_t cfg, int warps, const Tensor& q, const
                      rows.block_tables.row_stride(), rows.block_size, kc, vc, cache.k.row_stride(),
                      shape.kv_heads, shape.heads / shape.kv_heads, scale_log2, p.chunk, p.splits,
                      out.ptr<float>(), out.row_stride(), ws, counters, heads, share,
-                     static_cast<__nv_bfloat16*>(pack));
+                     static_cast<__nv_bfloat16*>(pack), rope);
 }
 
 }  // namespace
@@ -1547,9 +1595,10 @@ MmaDecodePlan plan_mma_decode_attention(int64_t n, const AttentionRows& rows, co
 
 void mma_decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
                           const AttentionShape& shape, Tensor& out, const MmaDecodePlan& p, float* ws,
-                          unsigned* counters, cudaStream_t s, void* pack) {
+                          unsigned* counters, cudaStream_t s, void* pack, const DecodeRope* rope) {
   const int64_t n = q.rows();
   if (n == 0) return;
+  const DecodeRope rp = rope ? *rope : DecodeRope{};
   const MmaDecodeConfig mc = mma_config_slot();
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>((p.splits + kMmaDecWarps - 1) / kMmaDecWarps),
@@ -1569,10 +1618,10 @@ void mma_decode_attention(const Tensor& q, const AttentionRows& rows, const KvLa
     if (mc.stream) {
       if (mc.stages == 4) {
         launch_mma_stream<CT, D, 4>(cfg, mc.warps, q, rows, kc, vc, cache, shape, out, p, scale_log2, ws,
-                                    counters, pack);
+                                    counters, pack, rp);
       } else {
         launch_mma_stream<CT, D, 2>(cfg, mc.warps, q, rows, kc, vc, cache, shape, out, p, scale_log2, ws,
-                                    counters, pack);
+                                    counters, pack, rp);
       }
       return;
     }

@@ -236,12 +236,28 @@ struct MmaDecodePlan {
 };
 MmaDecodePlan plan_mma_decode_attention(int64_t n, const AttentionRows& rows, const AttentionShape& shape,
                                         bool row_invariant = false);
+// rope(q), rope(k) and kv_write inside the stream kernel (VV_CUDA_ROPE_ATTN): q is unrotated on entry and
+// each unit rotates it as it loads it (q's memory is left as it was); the unit holding a row's last key
+// rotates that row's new k (in place in k, as rope_kv_write leaves it) and writes it and v into the cache
+// before any copy of that key is issued. Every other unit reads keys of earlier steps only, so the call
+// must have one row per sequence (AttentionRows::one_row_per_seq). The rotation is rope_kv_write's
+// arithmetic (rope_rotate, the same cosf/sinf of the same angles), so the bits are those of the ops.
+struct DecodeRope {
+  const float* inv_freq = nullptr;  // [head_dim / 2]
+  float* k = nullptr;               // f32 [rows, kv_heads·head_dim]
+  int64_t ldk = 0;
+  const float* v = nullptr;  // f32 [rows, kv_heads·head_dim]
+  int64_t ldv = 0;
+  void* kc = nullptr;  // the cache's K and V (the attention's own, writable)
+  void* vc = nullptr;
+};
 // pack (stream kernel only: MmaDecodeConfig::stream; null: none): out's values also rounded to bf16 into
 // pack, [rows, heads·head_dim] contiguous, 4-byte aligned: the bits pack_rows4 makes of out, for the bf16
-// GEMM that reads out next (VV_CUDA_ATTN_PACK).
+// GEMM that reads out next (VV_CUDA_ATTN_PACK). rope (stream kernel only; null: none): DecodeRope.
 void mma_decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
                           const AttentionShape& shape, Tensor& out, const MmaDecodePlan& p, float* ws,
-                          unsigned* counters, cudaStream_t s, void* pack = nullptr);
+                          unsigned* counters, cudaStream_t s, void* pack = nullptr,
+                          const DecodeRope* rope = nullptr);
 
 // The shared rotation of rope: x1' = x1·c − x2·s, x2' = x2·c + x1·s, rounded per operation (no FMA
 // contraction), so every kernel that applies rope gets the same bits.

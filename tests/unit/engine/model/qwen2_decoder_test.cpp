@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "kernels/forwarding_backend.h"
 #include "tests/unit/engine/model/golden_fixture.h"
 #include "tests/unit/engine/model/model_test_util.h"
 
@@ -272,6 +273,65 @@ TEST(Qwen2Decoder, DecodeRowsOfSeveralSequencesMatchEachAloneAndReturnLogitsOnly
     ASSERT_EQ(d->logits[i].size(), alone[i].logits[0].size()) << gcs[i].name();
     const Diff diff = compare(d->logits[i].data(), alone[i].logits[0].data(), alone[i].logits[0].size());
     EXPECT_LE(diff.rel_l2, 1e-6) << gcs[i].name();
+  }
+}
+
+// The decoder tells the backend when every sequence of a step has exactly one row
+// (AttentionRows::one_row_per_seq, which lets a backend write the rows' k/v inside the attention): a
+// decode step of several sequences, or of one, does; a prompt (several rows of one sequence) and a step
+// mixing a prompt chunk with a decode row do not.
+class AttentionRowsLog final : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  void paged_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
+                       const AttentionShape& shape, Tensor& out) override {
+    seen.push_back(rows.one_row_per_seq);
+    ForwardingBackend::paged_attention(q, rows, cache, shape, out);
+  }
+  std::vector<bool> seen;
+};
+
+TEST(Qwen2Decoder, TellsTheBackendWhenEverySequenceHasOneRow) {
+  auto ckpt = open_layout("hf");
+  ASSERT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
+  auto log = std::make_unique<AttentionRowsLog>(cpu_backend(2));
+  AttentionRowsLog& be = *log;
+  DecoderOptions opt;
+  opt.max_rows = 64;
+  opt.max_seqs = 4;
+  auto dec = Qwen2Decoder::create(be, (*ckpt)->spec(), (*ckpt)->weights().decoder, opt);
+  ASSERT_TRUE(dec.is_ok()) << dec.status().to_string();
+  const int layers = (*ckpt)->spec().decoder.num_layers;
+  TestKv kv = make_test_kv(be, (*ckpt)->spec().decoder, 4 * 32);
+  auto seq = [](std::vector<int32_t> ids, int64_t start, std::vector<BlockId> blocks) {
+    SequenceRows s;
+    s.ids = std::move(ids);
+    s.start_pos = start;
+    s.blocks = std::move(blocks);
+    return s;
+  };
+  struct Step {
+    const char* what;
+    std::vector<SequenceRows> seqs;
+    bool one_row_per_seq;
+  };
+  const std::vector<Step> steps = {
+      {"a prompt of one sequence", {seq({1, 2, 3, 4, 5}, 0, {0, 1})}, false},
+      {"a second prompt", {seq({6, 7, 8}, 0, {2, 3})}, false},
+      {"one decode row", {seq({9}, 5, {0, 1})}, true},
+      {"a decode row of each of two sequences", {seq({10}, 6, {0, 1}), seq({11}, 3, {2, 3})}, true},
+      {"a prompt chunk beside a decode row", {seq({12}, 7, {0, 1}), seq({13, 14}, 4, {2, 3})}, false},
+      {"a third sequence's prompt beside two decode rows",
+       {seq({15}, 8, {0, 1}), seq({16}, 6, {2, 3}), seq({1, 2}, 0, {4, 5})},
+       false}};
+  for (const Step& st : steps) {
+    be.seen.clear();
+    StepPlan plan;
+    plan.seqs = st.seqs;
+    auto r = (*dec)->forward(plan, kv.view);
+    ASSERT_TRUE(r.is_ok()) << st.what << ": " << r.status().to_string();
+    ASSERT_EQ(be.seen.size(), static_cast<size_t>(layers)) << st.what;
+    for (bool b : be.seen) EXPECT_EQ(b, st.one_row_per_seq) << st.what;
   }
 }
 

@@ -441,5 +441,146 @@ TEST(CudaLtOperandFusion, BatchedDecodeAttentionOperandUnderGraphReplay) {
       << "the o projection's output differs under replay";
 }
 
+// VV_CUDA_ROPE_ATTN=1: a decode step's rope(q), rope(k), kv_write(k, v) and attention as one launch of the
+// stream kernel. The op sequence as Qwen2Decoder::run_layer issues it (q copied in fresh, rope q, rope k,
+// kv_write, paged_attention, discard(q)) must give the bits of the ops: the attention's output, k as
+// rotated in place, and every byte of both caches. Fused where it applies (one row per sequence, the
+// stream kernel: 2+ rows), and not where it does not (one_row_per_seq unset; one row, the SIMT kernel):
+// both unit forms (a unit a warp below 256 (row, kv head) pairs, shared from there), rows of one unit and
+// of several, head dims 64 and 128, bf16 and f16 caches.
+struct RopeAttnOut {
+  std::vector<float> attn, k;
+  std::vector<uint8_t> kc, vc;
+};
+
+RopeAttnOut run_rope_attn(Backend& be, const AttnCase& c, uint32_t seed, bool one_row_per_seq, int rounds = 1,
+                          int reps = 1) {
+  const int64_t M = static_cast<int64_t>(c.lens.size()), qd = int64_t{c.heads} * c.D,
+                kvd = int64_t{c.kv_heads} * c.D;
+  const int bs = 16;
+  int maxb = 0, total = 0;
+  for (int L : c.lens) {
+    maxb = std::max(maxb, (L + bs - 1) / bs);
+    total += (L + bs - 1) / bs;
+  }
+  maxb += 2;
+  std::vector<int32_t> tables(static_cast<size_t>(M * maxb), 0), row_seq, row_pos;
+  int next = 0;
+  for (int64_t r = 0; r < M; ++r) {
+    for (int b = 0; b < (c.lens[r] + bs - 1) / bs; ++b) tables[r * maxb + b] = (next++ * 7919) % total;
+    row_seq.push_back(static_cast<int32_t>(r));
+    row_pos.push_back(c.lens[r] - 1);
+  }
+  HostMatrix q0 = random_matrix(M, qd, DType::kF32, seed, 2.0f);
+  HostMatrix k = random_matrix(M, kvd, DType::kF32, seed + 1, 2.0f);
+  HostMatrix v = random_matrix(M, kvd, DType::kF32, seed + 2);
+  HostMatrix kc = random_matrix(int64_t{total} * bs, kvd, c.cache_t, seed + 3);
+  HostMatrix vc = random_matrix(int64_t{total} * bs, kvd, c.cache_t, seed + 4);
+  DeviceMatrix dq0 = to_device(be, q0), dq = poisoned(be, M, qd), dk = to_device(be, k),
+               dv = to_device(be, v);
+  DeviceMatrix dkc = to_device(be, kc), dvc = to_device(be, vc), dt = to_device_i32(be, tables);
+  DeviceMatrix ds = to_device_i32(be, row_seq), dp = to_device_i32(be, row_pos);
+  DeviceMatrix attn = poisoned(be, M, qd, qd + c.out_pad);
+  AttentionRows rows;
+  rows.row_seq = ds.t;
+  rows.row_pos = dp.t;
+  rows.block_tables = Tensor::matrix(dt.buf.data(), DType::kI32, M, maxb);
+  rows.block_size = bs;
+  rows.one_row_per_seq = one_row_per_seq;
+  KvLayer cache{dkc.t, dvc.t};
+  const AttentionShape shape{c.heads, c.kv_heads, c.D, 1.0f / std::sqrt(static_cast<float>(c.D))};
+  const float theta = 1e6f;
+  be.synchronize();
+  for (int round = 0; round < rounds; ++round) {
+    for (int r = 0; r < reps; ++r) {
+      be.copy(dq0.t, dq.t);
+      be.rope(dq.t, dp.t, c.heads, c.D, theta);
+      be.rope(dk.t, dp.t, c.kv_heads, c.D, theta);
+      be.kv_write(dk.t, dv.t, rows, cache, shape);
+      be.paged_attention(dq.t, rows, cache, shape, attn.t);
+      be.discard(dq.t);
+    }
+    be.synchronize();
+  }
+  RopeAttnOut o;
+  o.attn = download_f32(be, attn.t);
+  o.k = download_f32(be, dk.t);
+  o.kc.resize(kc.bytes.size());
+  o.vc.resize(vc.bytes.size());
+  be.download(o.kc.data(), dkc.buf.data(), o.kc.size());
+  be.download(o.vc.data(), dvc.buf.data(), o.vc.size());
+  return o;
+}
+
+void expect_same_rope_attn(const RopeAttnOut& got, const RopeAttnOut& want, const std::string& what) {
+  for (float f : got.attn) ASSERT_FALSE(std::isnan(f)) << what << ": attention output not written";
+  ASSERT_EQ(got.attn.size(), want.attn.size()) << what;
+  EXPECT_EQ(std::memcmp(got.attn.data(), want.attn.data(), got.attn.size() * sizeof(float)), 0)
+      << what << ": the attention's output differs from the ops'";
+  EXPECT_EQ(std::memcmp(got.k.data(), want.k.data(), got.k.size() * sizeof(float)), 0)
+      << what << ": k (rotated in place) differs";
+  EXPECT_TRUE(got.kc == want.kc) << what << ": the K cache differs";
+  EXPECT_TRUE(got.vc == want.vc) << what << ": the V cache differs";
+}
+
+TEST(CudaRopeAttention, DecodeStepRopeAndKvWriteInsideTheStreamKernelGiveTheOpsBits) {
+  VV_CUDA_BACKEND_OR_SKIP(any, true);
+  auto plain = bf16_backend_with({{"VV_CUDA_PROFILE", "1"}});
+  ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
+  auto fused = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}, {"VV_CUDA_PROFILE", "1"}});
+  ASSERT_TRUE(fused.is_ok()) << fused.status().to_string();
+  std::vector<int> lens64;
+  for (int i = 0; i < 64; ++i) lens64.push_back(1 + (i * 211) % 1500);  // one unit and several
+  std::vector<int> lens37;
+  for (int i = 0; i < 37; ++i) lens37.push_back(1 + (i * 97) % 700);
+  struct Case {
+    AttnCase c;
+    bool one_row_per_seq, takes;
+  };
+  const std::vector<Case> cases = {
+      {{28, 4, 128, 0, DType::kBF16, DType::kBF16, lens64}, true, true},    // the 7B at 64 rows: shared units
+      {{28, 4, 128, 0, DType::kF16, DType::kBF16, lens37, 4}, true, true},  // prime rows, a unit a warp
+      {{14, 2, 64, 0, DType::kF16, DType::kBF16, {1, 63, 64, 65, 700}}, true, true},  // head dim 64
+      {{28, 4, 128, 0, DType::kBF16, DType::kBF16, lens64}, false, false},            // no one-row promise
+      {{28, 4, 128, 0, DType::kBF16, DType::kBF16, {600}}, true, false}};  // one row: the SIMT kernel
+  uint32_t seed = 1900;
+  for (const Case& k : cases) {
+    const AttnCase& c = k.c;
+    const std::string what = std::to_string(c.lens.size()) + " rows, " + std::to_string(c.heads) + "/" +
+                             std::to_string(c.kv_heads) + "x" + std::to_string(c.D) + " cache " +
+                             dtype_name(c.cache_t) + (k.one_row_per_seq ? "" : ", no one-row promise");
+    (void)backend_profile_report(**plain);
+    const RopeAttnOut want = run_rope_attn(**plain, c, seed, k.one_row_per_seq);
+    (void)backend_profile_report(**fused);
+    const RopeAttnOut got = run_rope_attn(**fused, c, seed, k.one_row_per_seq);
+    seed += 10;
+    const std::string table = backend_profile_report(**fused);
+    EXPECT_EQ(table.find("paged_attention.decode_mma_rope") != std::string::npos, k.takes) << what << "\n"
+                                                                                           << table;
+    EXPECT_EQ(table.find("rope_kv_write") == std::string::npos, k.takes) << what << "\n" << table;
+    expect_same_rope_attn(got, want, what);
+  }
+}
+
+// The same under graph replay (no profiling, which keeps graphs off): 33 steps a flush, four flushes.
+TEST(CudaRopeAttention, FusedDecodeStepUnderGraphReplay) {
+  VV_CUDA_BACKEND_OR_SKIP(any, true);
+  auto plain = bf16_backend_with({});
+  ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
+  auto fused = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}});
+  ASSERT_TRUE(fused.is_ok()) << fused.status().to_string();
+  std::vector<int> lens;
+  for (int i = 0; i < 64; ++i) lens.push_back(1 + (i * 211) % 1500);
+  const AttnCase c{28, 4, 128, 0, DType::kBF16, DType::kBF16, lens};
+  (void)backend_profile_report(**fused);
+  const RopeAttnOut want = run_rope_attn(**plain, c, 2000, true, 4, 33);
+  const RopeAttnOut got = run_rope_attn(**fused, c, 2000, true, 4, 33);
+  const std::string report = backend_profile_report(**fused);
+  const size_t at = report.find("flushes: ");
+  ASSERT_NE(at, std::string::npos) << report;
+  EXPECT_GE(std::atoll(report.c_str() + at + 9), 1) << "no flush was replayed\n" << report;
+  expect_same_rope_attn(got, want, "under graph replay");
+}
+
 }  // namespace
 }  // namespace vv::test
