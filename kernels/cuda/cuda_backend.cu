@@ -1318,10 +1318,11 @@ class CudaBackend final : public Backend {
   }
 
   // VV_CUDA_ROPE_ATTN=1 (opt-in until measured): rope(q), rope(k), kv_write(k, v), paged_attention(q),
-  // discard(q) of a call with one row per sequence (AttentionRows::one_row_per_seq) that the tensor-core
-  // stream kernel takes: one launch (cuda::DecodeRope), no rope_kv_write. The same bits as the ops: k
-  // rotated in place and the cache written as rope_kv_write does, q rotated as the kernel loads it (q is
-  // left as it was, hence the discard).
+  // discard(q) of a call with one row per sequence (AttentionRows::one_row_per_seq) that a decode attention
+  // kernel takes (the tensor-core stream kernel, or the SIMT one: one-row steps, f32 mode): one launch
+  // (cuda::DecodeRope), no rope_kv_write. The same bits as the ops: k rotated in place and the cache
+  // written as rope_kv_write does, q rotated as the kernel loads it (q is left as it was, hence the
+  // discard).
   size_t fuse_rope_attn_at(const std::vector<OpRec>& recs, size_t i,
                            std::vector<std::function<void()>>& out) {
     if (!rope_attn_ || !rope_feeds_attention(recs, i)) return 0;
@@ -1329,17 +1330,21 @@ class CudaBackend final : public Backend {
     const Tensor& q = rq.out;
     const AttentionShape& sh = at.shape;
     if (!at.rows.one_row_per_seq || q.rows() != at.rows.block_tables.rows() ||
-        flash_prefill_takes(q, at.cache, sh) || !decode_rows_fit(q, at.rows, at.cache) ||
-        !decode_mma_takes(q, at.cache, sh) || !cuda::mma_decode_config().stream)
+        flash_prefill_takes(q, at.cache, sh) || !decode_rows_fit(q, at.rows, at.cache))
       return 0;
-    const cuda::MmaDecodePlan pm = cuda::plan_mma_decode_attention(q.rows(), at.rows, sh, deterministic_);
-    if (!pm.use || pm.counters > kDecAttnCounterSlots) return 0;
+    const bool mma = decode_mma_takes(q, at.cache, sh);  // as run_decode_attention chooses
+    if (mma && !cuda::mma_decode_config().stream) return 0;
+    const cuda::MmaDecodePlan pm =
+        mma ? cuda::plan_mma_decode_attention(q.rows(), at.rows, sh, deterministic_) : cuda::MmaDecodePlan{};
+    const cuda::DecodeAttentionPlan pd =
+        mma ? cuda::DecodeAttentionPlan{} : cuda::plan_decode_attention(q.rows(), at.rows, sh, sms_);
+    if (!(mma ? pm.use : pd.use) || (mma ? pm.counters : pd.counters) > kDecAttnCounterSlots) return 0;
     const OpRec r = rq, k = rk, w = kw, a = at;
     out.push_back([=, this] {
-      OpTimer timer(this, "paged_attention.decode_mma_rope");
+      OpTimer timer(this, mma ? "paged_attention.decode_mma_rope" : "paged_attention.decode_rope");
       unsigned* counters = nullptr;
       float* partials = nullptr;
-      if (!decode_attention_ws(pm.ws_floats, &counters, &partials)) return;
+      if (!decode_attention_ws(mma ? pm.ws_floats : pd.ws_floats, &counters, &partials)) return;
       cuda::DecodeRope rp;
       rp.inv_freq = inv_freq(r.f, r.head_dim);
       if (!rp.inv_freq) return;  // first use inside a capture: broken, run eagerly
@@ -1350,8 +1355,13 @@ class CudaBackend final : public Backend {
       rp.kc = w.cache.k.data;
       rp.vc = w.cache.v.data;
       Tensor o = a.out;
-      cuda::mma_decode_attention(a.a, a.rows, a.cache, a.shape, o, pm, partials, counters, stream_, nullptr,
-                                 &rp);
+      if (mma) {
+        cuda::mma_decode_attention(a.a, a.rows, a.cache, a.shape, o, pm, partials, counters, stream_, nullptr,
+                                   &rp);
+      } else {
+        cuda::decode_attention(a.a, a.rows, a.cache, a.shape, o, pd, partials, counters, attn_lean_, stream_,
+                               &rp);
+      }
       launched("paged_attention");
     });
     return 5;

@@ -287,6 +287,33 @@ __device__ __forceinline__ void rope_kv_item(const RopeKvArgs& a, int64_t i) {
   vc[slot * kv.ldc + col + half] = from_f32<CT>(ld_act<kCg>(vr + half));
 }
 
+// DecodeRope's cache write: threads first, first + stride, ... (within one warp or one block) rotate row
+// r's new k of kv head kvh at position p (in place in rp.k) and write it and v into the cache slot of p,
+// with rope_kv_item's arithmetic. tab: the row's block table.
+template <typename CT>
+__device__ __forceinline__ void rope_kv_row(const DecodeRope& rp, int64_t r, int kvh, int p,
+                                            const int32_t* tab, int bs, int64_t ldc, int D, int first,
+                                            int stride) {
+  const int half = D / 2;
+  float* kr = rp.k + r * rp.ldk + static_cast<int64_t>(kvh) * D;
+  const float* vr = rp.v + r * rp.ldv + static_cast<int64_t>(kvh) * D;
+  const int64_t off = (static_cast<int64_t>(tab[p / bs]) * bs + p % bs) * ldc + static_cast<int64_t>(kvh) * D;
+  CT* kc = static_cast<CT*>(rp.kc) + off;
+  CT* vc = static_cast<CT*>(rp.vc) + off;
+  for (int f = first; f < half; f += stride) {
+    const float phi = static_cast<float>(p) * rp.inv_freq[f];
+    const float c = cosf(phi), s = sinf(phi);
+    float y1, y2;
+    rope_rotate(kr[f], kr[f + half], c, s, y1, y2);
+    kr[f] = y1;
+    kr[f + half] = y2;
+    kc[f] = from_f32<CT>(y1);
+    kc[f + half] = from_f32<CT>(y2);
+    vc[f] = from_f32<CT>(vr[f]);
+    vc[f + half] = from_f32<CT>(vr[f + half]);
+  }
+}
+
 // ---- The SIMT decode attention's block (decode_attn_kernel; the chain's attention phase) ----------
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
@@ -343,8 +370,10 @@ constexpr int kAttnRound = kAttnWarps * kAttnKeysPerWarp;
 // Block (key split `split`, kv head kvh, row r) of the decode attention (decode_attn_kernel's body; the
 // chain's attention phase runs it too). sm: a.smem bytes of shared memory; mls and last: the block's
 // shared scalars. kCg: q and the cache are read through L2 only (they may have been written by other
-// blocks of the same grid).
-template <typename CT, bool kCg>
+// blocks of the same grid, or by this one). kRope: A.rope's rotation of q as it is loaded, and the split
+// holding key L − 1 writes that key's k and v first (with kCg: the barrier after orders those stores
+// before every load of the cache in the block).
+template <typename CT, bool kCg, bool kRope = false>
 __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int split, int kvh, int64_t r,
                                                   float* sm, float (&mls)[2][kAttnMaxG], int& last) {
   const float* __restrict__ q = A.q;
@@ -378,7 +407,24 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
   const int nse = lean ? min(nsplit, (L + chunk - 1) / chunk) : nsplit;
   if (lean && nk == 0) return;
   const float* qr = q + r * ldq + static_cast<int64_t>(kvh) * G * D;
-  for (int i = tid; i < G * D; i += kAttnThreads) Qs[i] = ld_act<kCg>(qr + i);
+  if constexpr (kRope) {
+    static_assert(kCg, "the fused cache write needs the cache read through L2");
+    const int half = D / 2;
+    const float pf = static_cast<float>(L - 1);
+    for (int i = tid; i < G * half; i += kAttnThreads) {
+      const int g = i / half, f = i - g * half;
+      const float phi = pf * A.rope.inv_freq[f];
+      float y1, y2;
+      rope_rotate(ld_act<kCg>(qr + g * D + f), ld_act<kCg>(qr + g * D + f + half), cosf(phi), sinf(phi), y1,
+                  y2);
+      Qs[g * D + f] = y1;
+      Qs[g * D + f + half] = y2;
+    }
+    if (nk > 0 && k0 + nk == L)
+      rope_kv_row<CT>(A.rope, r, kvh, L - 1, tables + seq * ldt, bs, ldc, D, tid, kAttnThreads);
+  } else {
+    for (int i = tid; i < G * D; i += kAttnThreads) Qs[i] = ld_act<kCg>(qr + i);
+  }
   for (int j = tid; j < nk; j += kAttnThreads) {
     const int p = k0 + j;
     slots[j] = static_cast<int64_t>(tables[seq * ldt + p / bs]) * bs + p % bs;

@@ -379,14 +379,16 @@ using dec::kAttnWarps;
 using dec::load4;
 using dec::warp_max;
 
-template <typename CT>
+// kRope: a.rope's fused rope and cache write; the cache is then read through L2 (cg loads: the new key's
+// row was written by this block).
+template <typename CT, bool kRope>
 __global__ void __launch_bounds__(kAttnThreads) decode_attn_kernel(const DecodeAttnArgs a) {
   pdl_wait();
   pdl_trigger();
   extern __shared__ float sm[];
   __shared__ float mls[2][kAttnMaxG];
   __shared__ int last;
-  decode_attn_block<CT, false>(a, blockIdx.x, blockIdx.y, blockIdx.z, sm, mls, last);
+  decode_attn_block<CT, kRope, kRope>(a, blockIdx.x, blockIdx.y, blockIdx.z, sm, mls, last);
 }
 
 // ---- Decode attention on the tensor cores ----------------------------------------------------
@@ -646,31 +648,6 @@ __device__ __forceinline__ uint32_t as_bf16x2(uint32_t u, __half*) {
 
 constexpr int kMmaStreamKeys = 16;  // keys per stage: the n side of two m16n8k16 tiles
 
-// DecodeRope's cache write: lanes of one warp rotate row r's new k of kv head kvh at position p (in place
-// in rp.k) and write it and v into the cache slot of p, with rope_kv_item's arithmetic.
-template <typename CT, int D>
-__device__ __forceinline__ void rope_kv_row(const DecodeRope& rp, int64_t r, int kvh, int p,
-                                            const int32_t* tab, int bs, int64_t ldc, int lane) {
-  constexpr int half = D / 2;
-  float* kr = rp.k + r * rp.ldk + static_cast<int64_t>(kvh) * D;
-  const float* vr = rp.v + r * rp.ldv + static_cast<int64_t>(kvh) * D;
-  const int64_t off = (static_cast<int64_t>(tab[p / bs]) * bs + p % bs) * ldc + static_cast<int64_t>(kvh) * D;
-  CT* kc = static_cast<CT*>(rp.kc) + off;
-  CT* vc = static_cast<CT*>(rp.vc) + off;
-  for (int f = lane; f < half; f += 32) {
-    const float phi = static_cast<float>(p) * rp.inv_freq[f];
-    const float c = cosf(phi), s = sinf(phi);
-    float y1, y2;
-    rope_rotate(kr[f], kr[f + half], c, s, y1, y2);
-    kr[f] = y1;
-    kr[f + half] = y2;
-    kc[f] = from_f32<CT>(y1);
-    kc[f + half] = from_f32<CT>(y2);
-    vc[f] = from_f32<CT>(vr[f]);
-    vc[f + half] = from_f32<CT>(vr[f + half]);
-  }
-}
-
 // Shared memory of one warp: S stages of K then V rows, 16 keys × D each, bf16/f16.
 __host__ __device__ constexpr int mma_stream_warp_bytes(int D, int S) {
   return S * 2 * kMmaStreamKeys * D * 2;
@@ -721,7 +698,7 @@ __global__ void __launch_bounds__(128, 3)
   // DecodeRope: the unit holding key L − 1 (this block's with share, else this warp's) writes it first;
   // the barrier orders those stores before every copy of the unit (the same block's).
   if (rp.inv_freq != nullptr && unit == ns - 1) {
-    if (!share || warp == 0) rope_kv_row<CT, D>(rp, r, kvh, L - 1, tab, bs, ldc, lane);
+    if (!share || warp == 0) dec::rope_kv_row<CT>(rp, r, kvh, L - 1, tab, bs, ldc, D, lane, 32);
     if (share) {
       __syncthreads();
     } else {
@@ -1457,10 +1434,12 @@ DecodeAttnArgs decode_attn_args(const Tensor& q, const AttentionRows& rows, cons
 
 void decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
                       const AttentionShape& shape, Tensor& out, const DecodeAttentionPlan& p, float* ws,
-                      unsigned* counters, bool lean, cudaStream_t s) {
+                      unsigned* counters, bool lean, cudaStream_t s, const DecodeRope* rope) {
   const int64_t n = q.rows();
   if (n == 0) return;
-  const DecodeAttnArgs a = decode_attn_args(q, rows, cache, shape, out, p, ws, counters, lean);
+  DecodeAttnArgs a = decode_attn_args(q, rows, cache, shape, out, p, ws, counters, lean);
+  if (rope) a.rope = *rope;
+  const bool fused = a.rope.inv_freq != nullptr;
   const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(shape.kv_heads),
                   static_cast<unsigned>(n));
   auto go = [&](auto* kern) {
@@ -1469,13 +1448,13 @@ void decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer&
   };
   switch (a.kv.ct) {
     case DType::kBF16:
-      go(decode_attn_kernel<__nv_bfloat16>);
+      fused ? go(decode_attn_kernel<__nv_bfloat16, true>) : go(decode_attn_kernel<__nv_bfloat16, false>);
       break;
     case DType::kF16:
-      go(decode_attn_kernel<__half>);
+      fused ? go(decode_attn_kernel<__half, true>) : go(decode_attn_kernel<__half, false>);
       break;
     default:
-      go(decode_attn_kernel<float>);
+      fused ? go(decode_attn_kernel<float, true>) : go(decode_attn_kernel<float, false>);
       break;
   }
 }

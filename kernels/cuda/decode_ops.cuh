@@ -94,6 +94,22 @@ struct PagedKv {
 PagedKv paged_kv(const AttentionRows& rows, const KvLayer& cache);
 
 // decode_attention's operands (its kernel's and the chain's attention phase's).
+// rope(q), rope(k) and kv_write inside a decode attention kernel (VV_CUDA_ROPE_ATTN; the stream mma kernel
+// and the SIMT one): q is unrotated on entry and each unit (split) rotates it as it loads it (q's memory is
+// left as it was); the unit holding a row's last key rotates that row's new k (in place in k, as
+// rope_kv_write leaves it) and writes it and v into the cache before any read of that key. Every other
+// unit reads keys of earlier steps only, so the call must have one row per sequence
+// (AttentionRows::one_row_per_seq). The rotation is rope_kv_write's arithmetic (rope_rotate, the same
+// cosf/sinf of the same angles), so the bits are those of the ops. inv_freq null: none.
+struct DecodeRope {
+  const float* inv_freq = nullptr;  // [head_dim / 2]
+  float* k = nullptr;               // f32 [rows, kv_heads·head_dim]
+  int64_t ldk = 0;
+  const float* v = nullptr;  // f32 [rows, kv_heads·head_dim]
+  int64_t ldv = 0;
+  void* kc = nullptr;  // the cache's K and V (the attention's own, writable)
+  void* vc = nullptr;
+};
 struct DecodeAttnArgs {
   const float* q = nullptr;
   int64_t ldq = 0;
@@ -109,6 +125,7 @@ struct DecodeAttnArgs {
   unsigned* counters = nullptr;
   bool lean = false;
   size_t smem = 0;  // the block's dynamic shared memory (DecodeAttentionPlan::smem)
+  DecodeRope rope;  // decode_attention's rope (the chain's attention phase: none)
 };
 
 // rope_kv_write's operands (one thread per (row, head, frequency) over the q heads then the k heads).
@@ -209,9 +226,10 @@ struct DecodeAttentionPlan {
 };
 DecodeAttentionPlan plan_decode_attention(int64_t n, const AttentionRows& rows, const AttentionShape& shape,
                                           int sms);
+// rope (null: none): DecodeRope.
 void decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
                       const AttentionShape& shape, Tensor& out, const DecodeAttentionPlan& p, float* ws,
-                      unsigned* counters, bool lean, cudaStream_t s);
+                      unsigned* counters, bool lean, cudaStream_t s, const DecodeRope* rope = nullptr);
 // decode_attention's operands as its kernel takes them.
 DecodeAttnArgs decode_attn_args(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
                                 const AttentionShape& shape, Tensor& out, const DecodeAttentionPlan& p,
@@ -236,21 +254,6 @@ struct MmaDecodePlan {
 };
 MmaDecodePlan plan_mma_decode_attention(int64_t n, const AttentionRows& rows, const AttentionShape& shape,
                                         bool row_invariant = false);
-// rope(q), rope(k) and kv_write inside the stream kernel (VV_CUDA_ROPE_ATTN): q is unrotated on entry and
-// each unit rotates it as it loads it (q's memory is left as it was); the unit holding a row's last key
-// rotates that row's new k (in place in k, as rope_kv_write leaves it) and writes it and v into the cache
-// before any copy of that key is issued. Every other unit reads keys of earlier steps only, so the call
-// must have one row per sequence (AttentionRows::one_row_per_seq). The rotation is rope_kv_write's
-// arithmetic (rope_rotate, the same cosf/sinf of the same angles), so the bits are those of the ops.
-struct DecodeRope {
-  const float* inv_freq = nullptr;  // [head_dim / 2]
-  float* k = nullptr;               // f32 [rows, kv_heads·head_dim]
-  int64_t ldk = 0;
-  const float* v = nullptr;  // f32 [rows, kv_heads·head_dim]
-  int64_t ldv = 0;
-  void* kc = nullptr;  // the cache's K and V (the attention's own, writable)
-  void* vc = nullptr;
-};
 // pack (stream kernel only: MmaDecodeConfig::stream; null: none): out's values also rounded to bf16 into
 // pack, [rows, heads·head_dim] contiguous, 4-byte aligned: the bits pack_rows4 makes of out, for the bf16
 // GEMM that reads out next (VV_CUDA_ATTN_PACK). rope (stream kernel only; null: none): DecodeRope.

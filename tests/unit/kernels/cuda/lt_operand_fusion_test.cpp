@@ -441,13 +441,14 @@ TEST(CudaLtOperandFusion, BatchedDecodeAttentionOperandUnderGraphReplay) {
       << "the o projection's output differs under replay";
 }
 
-// VV_CUDA_ROPE_ATTN=1: a decode step's rope(q), rope(k), kv_write(k, v) and attention as one launch of the
-// stream kernel. The op sequence as Qwen2Decoder::run_layer issues it (q copied in fresh, rope q, rope k,
-// kv_write, paged_attention, discard(q)) must give the bits of the ops: the attention's output, k as
-// rotated in place, and every byte of both caches. Fused where it applies (one row per sequence, the
-// stream kernel: 2+ rows), and not where it does not (one_row_per_seq unset; one row, the SIMT kernel):
-// both unit forms (a unit a warp below 256 (row, kv head) pairs, shared from there), rows of one unit and
-// of several, head dims 64 and 128, bf16 and f16 caches.
+// VV_CUDA_ROPE_ATTN=1: a decode step's rope(q), rope(k), kv_write(k, v) and attention as one launch of a
+// decode attention kernel (the tensor-core stream kernel at 2+ rows in bf16 mode; the SIMT kernel at one
+// row, and at every row count in f32 mode). The op sequence as Qwen2Decoder::run_layer issues it (q copied
+// in fresh, rope q, rope k, kv_write, paged_attention, discard(q)) must give the bits of the ops: the
+// attention's output, k as rotated in place, and every byte of both caches. Fused where it applies (one
+// row per sequence) and not without the one-row promise: both stream unit forms (a unit a warp below 256
+// (row, kv head) pairs, shared from there), rows of one unit and of several, the SIMT kernel with one key
+// split and several (and its lean form), head dims 64 and 128, bf16, f16 and f32 caches.
 struct RopeAttnOut {
   std::vector<float> attn, k;
   std::vector<uint8_t> kc, vc;
@@ -523,43 +524,76 @@ void expect_same_rope_attn(const RopeAttnOut& got, const RopeAttnOut& want, cons
   EXPECT_TRUE(got.vc == want.vc) << what << ": the V cache differs";
 }
 
-TEST(CudaRopeAttention, DecodeStepRopeAndKvWriteInsideTheStreamKernelGiveTheOpsBits) {
-  VV_CUDA_BACKEND_OR_SKIP(any, true);
-  auto plain = bf16_backend_with({{"VV_CUDA_PROFILE", "1"}});
-  ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
-  auto fused = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}, {"VV_CUDA_PROFILE", "1"}});
-  ASSERT_TRUE(fused.is_ok()) << fused.status().to_string();
-  std::vector<int> lens64;
-  for (int i = 0; i < 64; ++i) lens64.push_back(1 + (i * 211) % 1500);  // one unit and several
-  std::vector<int> lens37;
-  for (int i = 0; i < 37; ++i) lens37.push_back(1 + (i * 97) % 700);
-  struct Case {
-    AttnCase c;
-    bool one_row_per_seq, takes;
+// Each case on a backend made with `env` (plus VV_CUDA_PROFILE=1) and the same with VV_CUDA_ROPE_ATTN=1:
+// fused under `label` (empty: not fused), the ops' bits either way.
+struct RopeCase {
+  AttnCase c;
+  bool one_row_per_seq;
+  const char* label;
+};
+void check_rope_attention(const std::vector<std::pair<const char*, const char*>>& env, bool bf16,
+                          const std::vector<RopeCase>& cases, uint32_t seed) {
+  auto with = [&](bool fused) {
+    std::vector<std::pair<const char*, const char*>> e = env;
+    e.emplace_back("VV_CUDA_PROFILE", "1");
+    if (fused) e.emplace_back("VV_CUDA_ROPE_ATTN", "1");
+    return cuda_backend_with(e, bf16);
   };
-  const std::vector<Case> cases = {
-      {{28, 4, 128, 0, DType::kBF16, DType::kBF16, lens64}, true, true},    // the 7B at 64 rows: shared units
-      {{28, 4, 128, 0, DType::kF16, DType::kBF16, lens37, 4}, true, true},  // prime rows, a unit a warp
-      {{14, 2, 64, 0, DType::kF16, DType::kBF16, {1, 63, 64, 65, 700}}, true, true},  // head dim 64
-      {{28, 4, 128, 0, DType::kBF16, DType::kBF16, lens64}, false, false},            // no one-row promise
-      {{28, 4, 128, 0, DType::kBF16, DType::kBF16, {600}}, true, false}};  // one row: the SIMT kernel
-  uint32_t seed = 1900;
-  for (const Case& k : cases) {
+  auto plain = with(false);
+  ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
+  auto fused = with(true);
+  ASSERT_TRUE(fused.is_ok()) << fused.status().to_string();
+  for (const RopeCase& k : cases) {
     const AttnCase& c = k.c;
-    const std::string what = std::to_string(c.lens.size()) + " rows, " + std::to_string(c.heads) + "/" +
-                             std::to_string(c.kv_heads) + "x" + std::to_string(c.D) + " cache " +
-                             dtype_name(c.cache_t) + (k.one_row_per_seq ? "" : ", no one-row promise");
+    std::string what = std::to_string(c.lens.size()) + " rows, " + std::to_string(c.heads) + "/" +
+                       std::to_string(c.kv_heads) + "x" + std::to_string(c.D) + " cache " +
+                       dtype_name(c.cache_t) + (bf16 ? ", bf16 mode" : ", f32 mode") +
+                       (k.one_row_per_seq ? "" : ", no one-row promise");
+    for (const auto& [var, value] : env) what += std::string(", ") + var + "=" + value;
     (void)backend_profile_report(**plain);
     const RopeAttnOut want = run_rope_attn(**plain, c, seed, k.one_row_per_seq);
     (void)backend_profile_report(**fused);
     const RopeAttnOut got = run_rope_attn(**fused, c, seed, k.one_row_per_seq);
     seed += 10;
     const std::string table = backend_profile_report(**fused);
-    EXPECT_EQ(table.find("paged_attention.decode_mma_rope") != std::string::npos, k.takes) << what << "\n"
-                                                                                           << table;
-    EXPECT_EQ(table.find("rope_kv_write") == std::string::npos, k.takes) << what << "\n" << table;
+    const bool takes = k.label[0] != '\0';
+    if (takes) {
+      EXPECT_NE(table.find(std::string(k.label) + " "), std::string::npos) << what << "\n" << table;
+    } else {
+      EXPECT_EQ(table.find("_rope "), std::string::npos) << what << ": fused\n" << table;
+    }
+    EXPECT_EQ(table.find("rope_kv_write") == std::string::npos, takes) << what << "\n" << table;
     expect_same_rope_attn(got, want, what);
   }
+}
+
+TEST(CudaRopeAttention, DecodeStepRopeAndKvWriteInsideTheAttentionGiveTheOpsBits) {
+  VV_CUDA_BACKEND_OR_SKIP(any, true);
+  std::vector<int> lens64;
+  for (int i = 0; i < 64; ++i) lens64.push_back(1 + (i * 211) % 1500);  // one unit and several
+  std::vector<int> lens37;
+  for (int i = 0; i < 37; ++i) lens37.push_back(1 + (i * 97) % 700);
+  const char* mma = "paged_attention.decode_mma_rope";
+  const char* simt = "paged_attention.decode_rope";
+  check_rope_attention(
+      {}, true,
+      {{{28, 4, 128, 0, DType::kBF16, DType::kBF16, lens64}, true, mma},    // the 7B at 64 rows: shared units
+       {{28, 4, 128, 0, DType::kF16, DType::kBF16, lens37, 4}, true, mma},  // prime rows, a unit a warp
+       {{14, 2, 64, 0, DType::kF16, DType::kBF16, {1, 63, 64, 65, 700}}, true, mma},  // head dim 64
+       {{28, 4, 128, 0, DType::kBF16, DType::kBF16, lens64}, false, ""},              // no one-row promise
+       {{28, 4, 128, 0, DType::kBF16, DType::kBF16, {600}}, true, simt},    // one row: the SIMT kernel
+       {{28, 4, 128, 0, DType::kBF16, DType::kBF16, {20000}}, true, simt},  // key splits: the last writes
+       {{14, 2, 64, 0, DType::kF16, DType::kBF16, {1}}, true, simt}},       // the first key
+      1900);
+  check_rope_attention({{"VV_CUDA_ATTN_LEAN", "1"}}, true,
+                       {{{28, 4, 128, 0, DType::kBF16, DType::kBF16, {600}}, true, simt},
+                        {{28, 4, 128, 0, DType::kBF16, DType::kBF16, {20000}}, true, simt}},
+                       1980);
+  check_rope_attention({}, false,  // f32 mode: the SIMT kernel at every row count
+                       {{{28, 4, 128, 0, DType::kF32, DType::kF32, lens37}, true, simt},
+                        {{14, 2, 64, 0, DType::kF32, DType::kF32, {1, 2, 3000}}, true, simt},
+                        {{28, 4, 128, 0, DType::kF32, DType::kF32, lens37}, false, ""}},
+                       2010);
 }
 
 // The same under graph replay (no profiling, which keeps graphs off): 33 steps a flush, four flushes.
