@@ -754,13 +754,25 @@ __global__ void __launch_bounds__(128, 3)
 #pragma unroll
       for (int e = 0; e < 4; ++e) x[kk][e] = g < G ? qp[16 * kk + (e >> 1) * 8 + (e & 1)] : 0.f;
     if (rp.inv_freq != nullptr) {
+      // Lane l takes the cosine and sine of frequencies l, l + 32 (D/2 of them); a lane's frequency
+      // 16kk + 8(e >> 1) + (e & 1) + 2t is then lane 16(kk % 2) + 8(e >> 1) + (e & 1) + 2t's value kk / 2.
+      constexpr int PER = (D / 2 + 31) / 32;
       const float pf = static_cast<float>(L - 1);
+      float cs[PER], sn[PER];
+#pragma unroll
+      for (int j = 0; j < PER; ++j) {
+        const float phi = pf * rp.inv_freq[min(lane + 32 * j, D / 2 - 1)];
+        cs[j] = cosf(phi);
+        sn[j] = sinf(phi);
+      }
 #pragma unroll
       for (int kk = 0; kk < KS / 2; ++kk)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const float phi = pf * rp.inv_freq[16 * kk + (e >> 1) * 8 + (e & 1) + 2 * t];
-          rope_rotate(x[kk][e], x[kk + KS / 2][e], cosf(phi), sinf(phi), x[kk][e], x[kk + KS / 2][e]);
+          const int src = 16 * (kk % 2) + 8 * (e >> 1) + (e & 1) + 2 * t;
+          const float c = __shfl_sync(0xffffffffu, cs[kk / 2], src),
+                      sv = __shfl_sync(0xffffffffu, sn[kk / 2], src);
+          rope_rotate(x[kk][e], x[kk + KS / 2][e], c, sv, x[kk][e], x[kk + KS / 2][e]);
         }
     }
 #pragma unroll
