@@ -1870,8 +1870,8 @@ class CudaBackend final : public Backend {
       cand_splits[ncands++] = splits;
     }
     bool tuned = false;
-    bool tune_cold =
-        false;  // VV_CUDA_LT_TUNE: timed with the L2 cleared; its choice serves tune_key's bucket
+    // VV_CUDA_LT_TUNE: timed with the L2 cleared; the choice then serves tune_key's bucket.
+    bool tune_cold = false;
     TuneKey tune_key{};
   };
   using PlanKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int, bool, int, bool>;
@@ -2389,10 +2389,10 @@ class CudaBackend final : public Backend {
   bool norm_drop_ = std::getenv("VV_CUDA_NORM_DROP") && std::string(std::getenv("VV_CUDA_NORM_DROP")) == "1";
   // VV_CUDA_ATTN_PACK=1 (opt-in until measured): fuse_attn_operand_at.
   bool attn_pack_ = std::getenv("VV_CUDA_ATTN_PACK") && std::string(std::getenv("VV_CUDA_ATTN_PACK")) == "1";
+  // VV_CUDA_ROPE_ATTN=1: a decode step's rope and kv_write inside the decode attention (fuse_rope_attn_at).
+  bool rope_attn_ = std::getenv("VV_CUDA_ROPE_ATTN") && std::string(std::getenv("VV_CUDA_ROPE_ATTN")) == "1";
   // q's rope inside the flash kernel's wgmma forms (fuse_rope_flash_at); VV_CUDA_ROPE_FLASH=0 turns it
   // off (A/B).
-  // VV_CUDA_ROPE_ATTN=1: a decode step's rope and kv_write inside the stream attention (fuse_rope_attn_at).
-  bool rope_attn_ = std::getenv("VV_CUDA_ROPE_ATTN") && std::string(std::getenv("VV_CUDA_ROPE_ATTN")) == "1";
   bool rope_flash_ =
       !(std::getenv("VV_CUDA_ROPE_FLASH") && std::string(std::getenv("VV_CUDA_ROPE_FLASH")) == "0");
   struct GraphStats {

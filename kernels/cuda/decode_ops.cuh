@@ -93,7 +93,6 @@ struct PagedKv {
 };
 PagedKv paged_kv(const AttentionRows& rows, const KvLayer& cache);
 
-// decode_attention's operands (its kernel's and the chain's attention phase's).
 // rope(q), rope(k) and kv_write inside a decode attention kernel (VV_CUDA_ROPE_ATTN; the stream mma kernel
 // and the SIMT one): q is unrotated on entry and each unit (split) rotates it as it loads it (q's memory is
 // left as it was); the unit holding a row's last key rotates that row's new k (in place in k, as
@@ -110,6 +109,7 @@ struct DecodeRope {
   void* kc = nullptr;  // the cache's K and V (the attention's own, writable)
   void* vc = nullptr;
 };
+// decode_attention's operands (its kernel's and the chain's attention phase's).
 struct DecodeAttnArgs {
   const float* q = nullptr;
   int64_t ldq = 0;
