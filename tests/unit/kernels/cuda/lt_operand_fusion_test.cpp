@@ -325,15 +325,17 @@ struct AttnCase {
   int64_t out_pad = 0;  // the attention output's row stride less its columns
 };
 
-// The sequence `reps` times in a flush, `rounds` flushes (a flush of 32 ops or more seen again is captured
-// into a CUDA graph and then replayed); the attention output and x after the last.
-std::pair<std::vector<float>, std::vector<float>> run_attn_o(Backend& be, const AttnCase& c, uint32_t seed,
-                                                             int rounds = 1, int reps = 1) {
-  const int64_t M = static_cast<int64_t>(c.lens.size()), qd = int64_t{c.heads} * c.D,
-                kvd = int64_t{c.kv_heads} * c.D;
-  const int bs = 16;
+// One sequence a row, row r at position lens[r] − 1 over its own blocks (scattered over the pool), a
+// table two blocks wider than any row: the device tables and the AttentionRows over them.
+struct PagedRows {
+  int total_blocks = 0;
+  DeviceMatrix tables, seq, pos;
+  AttentionRows rows;
+};
+PagedRows paged_rows(Backend& be, const std::vector<int>& lens, int bs = 16) {
+  const int64_t M = static_cast<int64_t>(lens.size());
   int maxb = 0, total = 0;
-  for (int L : c.lens) {
+  for (int L : lens) {
     maxb = std::max(maxb, (L + bs - 1) / bs);
     total += (L + bs - 1) / bs;
   }
@@ -341,23 +343,53 @@ std::pair<std::vector<float>, std::vector<float>> run_attn_o(Backend& be, const 
   std::vector<int32_t> tables(static_cast<size_t>(M * maxb), 0), row_seq, row_pos;
   int next = 0;
   for (int64_t r = 0; r < M; ++r) {
-    for (int b = 0; b < (c.lens[r] + bs - 1) / bs; ++b) tables[r * maxb + b] = (next++ * 7919) % total;
+    for (int b = 0; b < (lens[r] + bs - 1) / bs; ++b) tables[r * maxb + b] = (next++ * 7919) % total;
     row_seq.push_back(static_cast<int32_t>(r));
-    row_pos.push_back(c.lens[r] - 1);
+    row_pos.push_back(lens[r] - 1);
   }
+  PagedRows p;
+  p.total_blocks = total;
+  p.tables = to_device_i32(be, tables);
+  p.seq = to_device_i32(be, row_seq);
+  p.pos = to_device_i32(be, row_pos);
+  p.rows.row_seq = p.seq.t;
+  p.rows.row_pos = p.pos.t;
+  p.rows.block_tables = Tensor::matrix(p.tables.buf.data(), DType::kI32, M, maxb);
+  p.rows.block_size = bs;
+  return p;
+}
+
+// 64 rows of one unit and of several (up to 1,500 keys).
+std::vector<int> lens64() {
+  std::vector<int> lens;
+  for (int i = 0; i < 64; ++i) lens.push_back(1 + (i * 211) % 1500);
+  return lens;
+}
+
+// The profile report of a backend whose flushes were captured: at least one replayed.
+void expect_replayed(Backend& be) {
+  const std::string report = backend_profile_report(be);
+  const size_t at = report.find("flushes: ");
+  ASSERT_NE(at, std::string::npos) << report;
+  EXPECT_GE(std::atoll(report.c_str() + at + 9), 1) << "no flush was replayed\n" << report;
+}
+
+// The sequence `reps` times in a flush, `rounds` flushes (a flush of 32 ops or more seen again is captured
+// into a CUDA graph and then replayed); the attention output and x after the last.
+std::pair<std::vector<float>, std::vector<float>> run_attn_o(Backend& be, const AttnCase& c, uint32_t seed,
+                                                             int rounds = 1, int reps = 1) {
+  const int64_t M = static_cast<int64_t>(c.lens.size()), qd = int64_t{c.heads} * c.D,
+                kvd = int64_t{c.kv_heads} * c.D;
+  const PagedRows pr = paged_rows(be, c.lens);
+  const AttentionRows& rows = pr.rows;
+  const int64_t slots = int64_t{pr.total_blocks} * rows.block_size;
   HostMatrix q = random_matrix(M, qd, DType::kF32, seed, 2.0f);
-  HostMatrix kc = random_matrix(int64_t{total} * bs, kvd, c.cache_t, seed + 1);
-  HostMatrix vc = random_matrix(int64_t{total} * bs, kvd, c.cache_t, seed + 2);
+  HostMatrix kc = random_matrix(slots, kvd, c.cache_t, seed + 1);
+  HostMatrix vc = random_matrix(slots, kvd, c.cache_t, seed + 2);
   HostMatrix wo = random_matrix(c.H, qd, c.wt, seed + 3, 1.0f / std::sqrt(static_cast<float>(qd)));
   HostMatrix x = random_matrix(M, c.H, DType::kF32, seed + 4);
   DeviceMatrix dq = to_device(be, q), dk = to_device(be, kc), dv = to_device(be, vc), dw = to_device(be, wo);
-  DeviceMatrix dx = to_device(be, x), dt = to_device_i32(be, tables), ds = to_device_i32(be, row_seq);
-  DeviceMatrix dp = to_device_i32(be, row_pos), attn = poisoned(be, M, qd, qd + c.out_pad);
-  AttentionRows rows;
-  rows.row_seq = ds.t;
-  rows.row_pos = dp.t;
-  rows.block_tables = Tensor::matrix(dt.buf.data(), DType::kI32, M, maxb);
-  rows.block_size = bs;
+  DeviceMatrix dx = to_device(be, x), attn = poisoned(be, M, qd, qd + c.out_pad);
   const KvLayer cache{dk.t, dv.t};
   const AttentionShape shape{c.heads, c.kv_heads, c.D, 1.0f / std::sqrt(static_cast<float>(c.D))};
   be.synchronize();
@@ -378,12 +410,10 @@ TEST(CudaLtOperandFusion, BatchedDecodeAttentionWritesTheOProjectionOperand) {
   ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
   auto fused = bf16_backend_with({{"VV_CUDA_ATTN_PACK", "1"}, {"VV_CUDA_PROFILE", "1"}});
   ASSERT_TRUE(fused.is_ok()) << fused.status().to_string();
-  std::vector<int> lens64;
-  for (int i = 0; i < 64; ++i) lens64.push_back(1 + (i * 211) % 1500);  // one unit and several
   std::vector<int> lens37;
   for (int i = 0; i < 37; ++i) lens37.push_back(1 + (i * 97) % 700);
   const std::vector<AttnCase> cases = {
-      {28, 4, 128, 3584, DType::kBF16, DType::kBF16, lens64},    // the 7B at 64 rows: shared units
+      {28, 4, 128, 3584, DType::kBF16, DType::kBF16, lens64()},  // the 7B at 64 rows: shared units
       {28, 4, 128, 136, DType::kBF16, DType::kBF16, lens37, 4},  // prime rows, a unit a warp, strided out
       {14, 2, 64, 520, DType::kF16, DType::kBF16, {1, 63, 64, 65, 700}},  // f16 cache, head dim 64
       {28, 4, 128, 264, DType::kBF16, DType::kF16, {5, 600, 1031}}};      // f16 weights: not fused
@@ -424,16 +454,11 @@ TEST(CudaLtOperandFusion, BatchedDecodeAttentionOperandUnderGraphReplay) {
   ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
   auto fused = bf16_backend_with({{"VV_CUDA_ATTN_PACK", "1"}});
   ASSERT_TRUE(fused.is_ok()) << fused.status().to_string();
-  std::vector<int> lens;
-  for (int i = 0; i < 64; ++i) lens.push_back(1 + (i * 211) % 1500);
-  const AttnCase c{28, 4, 128, 3584, DType::kBF16, DType::kBF16, lens};
+  const AttnCase c{28, 4, 128, 3584, DType::kBF16, DType::kBF16, lens64()};
   (void)backend_profile_report(**fused);
   const auto want = run_attn_o(**plain, c, 1600, 4, 33);
   const auto got = run_attn_o(**fused, c, 1600, 4, 33);
-  const std::string report = backend_profile_report(**fused);
-  const size_t at = report.find("flushes: ");
-  ASSERT_NE(at, std::string::npos) << report;
-  EXPECT_GE(std::atoll(report.c_str() + at + 9), 1) << "no flush was replayed\n" << report;
+  expect_replayed(**fused);
   ASSERT_EQ(got.second.size(), want.second.size());
   EXPECT_EQ(std::memcmp(got.first.data(), want.first.data(), got.first.size() * sizeof(float)), 0)
       << "the attention's f32 output differs under replay";
@@ -458,36 +483,18 @@ RopeAttnOut run_rope_attn(Backend& be, const AttnCase& c, uint32_t seed, bool on
                           int reps = 1) {
   const int64_t M = static_cast<int64_t>(c.lens.size()), qd = int64_t{c.heads} * c.D,
                 kvd = int64_t{c.kv_heads} * c.D;
-  const int bs = 16;
-  int maxb = 0, total = 0;
-  for (int L : c.lens) {
-    maxb = std::max(maxb, (L + bs - 1) / bs);
-    total += (L + bs - 1) / bs;
-  }
-  maxb += 2;
-  std::vector<int32_t> tables(static_cast<size_t>(M * maxb), 0), row_seq, row_pos;
-  int next = 0;
-  for (int64_t r = 0; r < M; ++r) {
-    for (int b = 0; b < (c.lens[r] + bs - 1) / bs; ++b) tables[r * maxb + b] = (next++ * 7919) % total;
-    row_seq.push_back(static_cast<int32_t>(r));
-    row_pos.push_back(c.lens[r] - 1);
-  }
+  PagedRows pr = paged_rows(be, c.lens);
+  pr.rows.one_row_per_seq = one_row_per_seq;
+  const AttentionRows& rows = pr.rows;
+  const int64_t slots = int64_t{pr.total_blocks} * rows.block_size;
   HostMatrix q0 = random_matrix(M, qd, DType::kF32, seed, 2.0f);
   HostMatrix k = random_matrix(M, kvd, DType::kF32, seed + 1, 2.0f);
   HostMatrix v = random_matrix(M, kvd, DType::kF32, seed + 2);
-  HostMatrix kc = random_matrix(int64_t{total} * bs, kvd, c.cache_t, seed + 3);
-  HostMatrix vc = random_matrix(int64_t{total} * bs, kvd, c.cache_t, seed + 4);
+  HostMatrix kc = random_matrix(slots, kvd, c.cache_t, seed + 3);
+  HostMatrix vc = random_matrix(slots, kvd, c.cache_t, seed + 4);
   DeviceMatrix dq0 = to_device(be, q0), dq = poisoned(be, M, qd), dk = to_device(be, k),
                dv = to_device(be, v);
-  DeviceMatrix dkc = to_device(be, kc), dvc = to_device(be, vc), dt = to_device_i32(be, tables);
-  DeviceMatrix ds = to_device_i32(be, row_seq), dp = to_device_i32(be, row_pos);
-  DeviceMatrix attn = poisoned(be, M, qd, qd + c.out_pad);
-  AttentionRows rows;
-  rows.row_seq = ds.t;
-  rows.row_pos = dp.t;
-  rows.block_tables = Tensor::matrix(dt.buf.data(), DType::kI32, M, maxb);
-  rows.block_size = bs;
-  rows.one_row_per_seq = one_row_per_seq;
+  DeviceMatrix dkc = to_device(be, kc), dvc = to_device(be, vc), attn = poisoned(be, M, qd, qd + c.out_pad);
   KvLayer cache{dkc.t, dvc.t};
   const AttentionShape shape{c.heads, c.kv_heads, c.D, 1.0f / std::sqrt(static_cast<float>(c.D))};
   const float theta = 1e6f;
@@ -495,8 +502,8 @@ RopeAttnOut run_rope_attn(Backend& be, const AttnCase& c, uint32_t seed, bool on
   for (int round = 0; round < rounds; ++round) {
     for (int r = 0; r < reps; ++r) {
       be.copy(dq0.t, dq.t);
-      be.rope(dq.t, dp.t, c.heads, c.D, theta);
-      be.rope(dk.t, dp.t, c.kv_heads, c.D, theta);
+      be.rope(dq.t, rows.row_pos, c.heads, c.D, theta);
+      be.rope(dk.t, rows.row_pos, c.kv_heads, c.D, theta);
       be.kv_write(dk.t, dv.t, rows, cache, shape);
       be.paged_attention(dq.t, rows, cache, shape, attn.t);
       be.discard(dq.t);
@@ -569,18 +576,16 @@ void check_rope_attention(const std::vector<std::pair<const char*, const char*>>
 
 TEST(CudaRopeAttention, DecodeStepRopeAndKvWriteInsideTheAttentionGiveTheOpsBits) {
   VV_CUDA_BACKEND_OR_SKIP(any, true);
-  std::vector<int> lens64;
-  for (int i = 0; i < 64; ++i) lens64.push_back(1 + (i * 211) % 1500);  // one unit and several
   std::vector<int> lens37;
   for (int i = 0; i < 37; ++i) lens37.push_back(1 + (i * 97) % 700);
   const char* mma = "paged_attention.decode_mma_rope";
   const char* simt = "paged_attention.decode_rope";
   check_rope_attention(
       {}, true,
-      {{{28, 4, 128, 0, DType::kBF16, DType::kBF16, lens64}, true, mma},    // the 7B at 64 rows: shared units
+      {{{28, 4, 128, 0, DType::kBF16, DType::kBF16, lens64()}, true, mma},  // the 7B at 64 rows: shared units
        {{28, 4, 128, 0, DType::kF16, DType::kBF16, lens37, 4}, true, mma},  // prime rows, a unit a warp
        {{14, 2, 64, 0, DType::kF16, DType::kBF16, {1, 63, 64, 65, 700}}, true, mma},  // head dim 64
-       {{28, 4, 128, 0, DType::kBF16, DType::kBF16, lens64}, false, ""},              // no one-row promise
+       {{28, 4, 128, 0, DType::kBF16, DType::kBF16, lens64()}, false, ""},            // no one-row promise
        {{28, 4, 128, 0, DType::kBF16, DType::kBF16, {600}}, true, simt},    // one row: the SIMT kernel
        {{28, 4, 128, 0, DType::kBF16, DType::kBF16, {20000}}, true, simt},  // key splits: the last writes
        {{14, 2, 64, 0, DType::kF16, DType::kBF16, {1}}, true, simt}},       // the first key
@@ -603,16 +608,11 @@ TEST(CudaRopeAttention, FusedDecodeStepUnderGraphReplay) {
   ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
   auto fused = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}});
   ASSERT_TRUE(fused.is_ok()) << fused.status().to_string();
-  std::vector<int> lens;
-  for (int i = 0; i < 64; ++i) lens.push_back(1 + (i * 211) % 1500);
-  const AttnCase c{28, 4, 128, 0, DType::kBF16, DType::kBF16, lens};
+  const AttnCase c{28, 4, 128, 0, DType::kBF16, DType::kBF16, lens64()};
   (void)backend_profile_report(**fused);
   const RopeAttnOut want = run_rope_attn(**plain, c, 2000, true, 4, 33);
   const RopeAttnOut got = run_rope_attn(**fused, c, 2000, true, 4, 33);
-  const std::string report = backend_profile_report(**fused);
-  const size_t at = report.find("flushes: ");
-  ASSERT_NE(at, std::string::npos) << report;
-  EXPECT_GE(std::atoll(report.c_str() + at + 9), 1) << "no flush was replayed\n" << report;
+  expect_replayed(**fused);
   expect_same_rope_attn(got, want, "under graph replay");
 }
 
