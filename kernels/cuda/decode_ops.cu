@@ -695,16 +695,18 @@ __global__ void __launch_bounds__(128, 3)
   const int mine = nsteps > s0 ? (nsteps - s0 + sw - 1) / sw : 0;
   const int64_t hoff = static_cast<int64_t>(kvh) * D;
   CT* const sm = reinterpret_cast<CT*>(mma_stream_smem) + static_cast<int64_t>(warp) * S * 2 * ROWS;
-  // DecodeRope: the unit holding key L − 1 (this block's with share, else this warp's) writes it first;
-  // the barrier orders those stores before every copy of the unit (the same block's).
-  if (rp.inv_freq != nullptr && unit == ns - 1) {
-    if (!share || warp == 0) dec::rope_kv_row<CT>(rp, r, kvh, L - 1, tab, bs, ldc, D, lane, 32);
-    if (share) {
-      __syncthreads();
-    } else {
-      __syncwarp();
-    }
-  }
+  // DecodeRope: key L − 1 is in the last unit's last step, which one warp copies (and alone reads): that
+  // warp writes the key, then __syncwarp orders the lanes' stores before its copies. Before its first
+  // copies when the step is among them, else after them (the step's copy comes later in the loop), so
+  // that the write overlaps the copies in flight.
+  const int last_step = nsteps - 1;
+  const bool writer = rp.inv_freq != nullptr && unit == ns - 1 && last_step % sw == s0;
+  const bool write_first = writer && (last_step - s0) / sw < S;
+  auto write_new_key = [&] {
+    dec::rope_kv_row<CT>(rp, r, kvh, L - 1, tab, bs, ldc, D, lane, 32);
+    __syncwarp();
+  };
+  if (write_first) write_new_key();
 
   // The lane's copies of a stage: rows n = lane / CPR + KPP·p (p < PASSES), 16-byte chunk c = lane %
   // CPR of each, stored at chunk c ^ (n & 7) of the row.
@@ -741,6 +743,7 @@ __global__ void __launch_bounds__(128, 3)
     if (s < mine) issue(s0 + s * sw, s);
     cp_async_commit();  // empty groups too: the wait below counts groups
   }
+  if (writer && !write_first) write_new_key();
 
   // q as the A fragments (rows g < G; a1 = a3 = 0, rows 8..15 of the tile are empty): k-step kk
   // takes dims 16kk + 2t, +1 (a0) and 16kk + 8 + 2t, +1 (a2).
