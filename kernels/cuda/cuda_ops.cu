@@ -439,11 +439,13 @@ __global__ void rms_norm_pack_kernel(const float* x, int64_t ldx, const WT* __re
   if (C <= kNormRegs * static_cast<int64_t>(blockDim.x)) {
     // A row of at most kNormRegs values a thread (the 7B's 3,584 at 512 threads: 7): its values loaded
     // at once into registers, then summed in the loop's order (the same bits, not 7 dependent loads).
-    float xv[kNormRegs];
+    // The weights are loaded with them, not after the sum (one memory latency fewer).
+    float xv[kNormRegs], wv[kNormRegs];
 #pragma unroll
     for (int j = 0; j < kNormRegs; ++j) {
       const int64_t c = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
       xv[j] = c < C ? xr[c] : 0.f;
+      wv[j] = c < C ? to_f32(w[c]) : 0.f;
     }
     float ss = 0.f;
 #pragma unroll
@@ -455,7 +457,7 @@ __global__ void rms_norm_pack_kernel(const float* x, int64_t ldx, const WT* __re
     for (int j = 0; j < kNormRegs; ++j) {
       const int64_t c = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
       if (c < C) {
-        const float v = xv[j] * inv * to_f32(w[c]);
+        const float v = xv[j] * inv * wv[j];
         if (orow != nullptr) orow[c] = v;
         prow[c] = from_f32<PT>(v);
       }
