@@ -1169,21 +1169,16 @@ class CudaBackend final : public Backend {
   // pass over the rows (3 µs a layer at 64 rows on the H100, session 18's Nsight).
   size_t fuse_attn_operand_at(const std::vector<OpRec>& recs, size_t i,
                               std::vector<std::function<void()>>& out) {
-    if (compute_ != CudaCompute::kBF16 || !lt_api_) return 0;
     const OpRec& p = recs[i];
     if (p.kind != OpRec::kAttention) return 0;
-    const Tensor& y = p.out;
-    const int64_t M = y.rows(), K = y.cols();
-    if (M <= kSkinnyRowsBf16 || y.dtype != DType::kF32 || y.ndim != 2 || p.a.rows() != M ||
-        K != int64_t{p.shape.heads} * p.shape.head_dim)
-      return 0;
+    const int64_t M = p.out.rows(), K = p.out.cols();
     if (flash_prefill_takes(p.a, p.cache, p.shape) || !decode_mma_takes(p.a, p.cache, p.shape) ||
         !cuda::mma_decode_config().stream || !decode_rows_fit(p.a, p.rows, p.cache))
       return 0;
     const cuda::MmaDecodePlan pm = cuda::plan_mma_decode_attention(M, p.rows, p.shape, deterministic_);
     if (!pm.use || pm.counters > kDecAttnCounterSlots) return 0;
     size_t j = i;
-    std::vector<OpRec> gemms = gemms_reading(recs, i, y, /*bf16_only=*/true, &j);
+    std::vector<OpRec> gemms = attn_operand_gemms(recs, i, &j);
     if (gemms.empty()) return 0;
     // run_gemm's other bf16 path for these GEMMs, conv_gemm, takes kConvGemmMinRows rows and more: never
     // a decode step's, so run_gemm and gemm_lt_packed give them the same plan (the same bits).
@@ -1201,6 +1196,21 @@ class CudaBackend final : public Backend {
       }
     });
     return j - i;
+  }
+  // VV_CUDA_ATTN_PACK (with VV_CUDA_LT_FUSE): the bf16 GEMMs after attention record i ([i + 1, *end))
+  // that read all of its output, when the stream kernel may write their bf16 operand (bf16 mode, more
+  // rows than the GEMV path takes, an f32 2-D output of heads·head_dim columns); none otherwise. Whether
+  // the stream kernel takes the attention is the caller's check.
+  std::vector<OpRec> attn_operand_gemms(const std::vector<OpRec>& recs, size_t i, size_t* end) const {
+    *end = i + 1;
+    const OpRec& p = recs[i];
+    const Tensor& y = p.out;
+    const int64_t M = y.rows(), K = y.cols();
+    if (!lt_fuse_ || !attn_pack_ || compute_ != CudaCompute::kBF16 || !lt_api_ ||
+        p.kind != OpRec::kAttention || M <= kSkinnyRowsBf16 || y.dtype != DType::kF32 || y.ndim != 2 ||
+        p.a.rows() != M || K != int64_t{p.shape.heads} * p.shape.head_dim)
+      return {};
+    return gemms_reading(recs, i, y, /*bf16_only=*/true, end);
   }
   // Whether two F32 2-D views share an element (by address range).
   static bool overlap_rows(const Tensor& a, const Tensor& b) {
@@ -1339,32 +1349,47 @@ class CudaBackend final : public Backend {
     const cuda::DecodeAttentionPlan pd =
         mma ? cuda::DecodeAttentionPlan{} : cuda::plan_decode_attention(q.rows(), at.rows, sh, sms_);
     if (!(mma ? pm.use : pd.use) || (mma ? pm.counters : pd.counters) > kDecAttnCounterSlots) return 0;
+    // With VV_CUDA_ATTN_PACK: the stream kernel also writes the o projection's operand (past discard(q)).
+    size_t end = i + 5;
+    std::vector<OpRec> gemms;
+    if (mma) {
+      size_t e = 0;
+      gemms = attn_operand_gemms(recs, i + 3, &e);
+      if (!gemms.empty()) end = e;
+    }
     const OpRec r = rq, k = rk, w = kw, a = at;
     out.push_back([=, this] {
-      OpTimer timer(this, mma ? "paged_attention.decode_mma_rope" : "paged_attention.decode_rope");
-      unsigned* counters = nullptr;
-      float* partials = nullptr;
-      if (!decode_attention_ws(mma ? pm.ws_floats : pd.ws_floats, &counters, &partials)) return;
-      cuda::DecodeRope rp;
-      rp.inv_freq = inv_freq(r.f, r.head_dim);
-      if (!rp.inv_freq) return;  // first use inside a capture: broken, run eagerly
-      rp.k = k.out.ptr<float>();
-      rp.ldk = k.out.row_stride();
-      rp.v = w.w.ptr<const float>();
-      rp.ldv = w.w.row_stride();
-      rp.kc = w.cache.k.data;
-      rp.vc = w.cache.v.data;
-      Tensor o = a.out;
-      if (mma) {
-        cuda::mma_decode_attention(a.a, a.rows, a.cache, a.shape, o, pm, partials, counters, stream_, nullptr,
-                                   &rp);
-      } else {
-        cuda::decode_attention(a.a, a.rows, a.cache, a.shape, o, pd, partials, counters, attn_lean_, stream_,
-                               &rp);
+      const bool pack = !gemms.empty();
+      if (pack && !ensure_pack(static_cast<size_t>(a.out.rows() * a.out.cols()) * 2)) return;
+      {
+        OpTimer timer(this, pack  ? "paged_attention.decode_mma_rope_pack"
+                            : mma ? "paged_attention.decode_mma_rope"
+                                  : "paged_attention.decode_rope");
+        unsigned* counters = nullptr;
+        float* partials = nullptr;
+        if (!decode_attention_ws(mma ? pm.ws_floats : pd.ws_floats, &counters, &partials)) return;
+        cuda::DecodeRope rp;
+        rp.inv_freq = inv_freq(r.f, r.head_dim);
+        if (!rp.inv_freq) return;  // first use inside a capture: broken, run eagerly
+        rp.k = k.out.ptr<float>();
+        rp.ldk = k.out.row_stride();
+        rp.v = w.w.ptr<const float>();
+        rp.ldv = w.w.row_stride();
+        rp.kc = w.cache.k.data;
+        rp.vc = w.cache.v.data;
+        Tensor o = a.out;
+        if (mma) {
+          cuda::mma_decode_attention(a.a, a.rows, a.cache, a.shape, o, pm, partials, counters, stream_,
+                                     pack ? pack_ : nullptr, &rp);
+        } else {
+          cuda::decode_attention(a.a, a.rows, a.cache, a.shape, o, pd, partials, counters, attn_lean_,
+                                 stream_, &rp);
+        }
+        launched("paged_attention");
       }
-      launched("paged_attention");
+      if (pack) run_packed_gemms(gemms);
     });
-    return 5;
+    return end - i;
   }
 
   // Launches what was recorded since the last host sync. A sequence of at least kGraphMinOps ops

@@ -475,7 +475,7 @@ TEST(CudaLtOperandFusion, BatchedDecodeAttentionOperandUnderGraphReplay) {
 // (row, kv head) pairs, shared from there), rows of one unit and of several, the SIMT kernel with one key
 // split and several (and its lean form), head dims 64 and 128, bf16, f16 and f32 caches.
 struct RopeAttnOut {
-  std::vector<float> attn, k;
+  std::vector<float> attn, k, x;  // x: the o projection's output (c.H > 0)
   std::vector<uint8_t> kc, vc;
 };
 
@@ -496,6 +496,11 @@ RopeAttnOut run_rope_attn(Backend& be, const AttnCase& c, uint32_t seed, bool on
                dv = to_device(be, v);
   DeviceMatrix dkc = to_device(be, kc), dvc = to_device(be, vc), attn = poisoned(be, M, qd, qd + c.out_pad);
   KvLayer cache{dkc.t, dvc.t};
+  // c.H > 0: the o projection (with its residual) after the attention, as the decoder issues it.
+  HostMatrix wo =
+      random_matrix(std::max<int64_t>(c.H, 1), qd, c.wt, seed + 5, 1.0f / std::sqrt(static_cast<float>(qd)));
+  HostMatrix x = random_matrix(M, std::max<int64_t>(c.H, 1), DType::kF32, seed + 6);
+  DeviceMatrix dw = to_device(be, wo), dx = to_device(be, x);
   const AttentionShape shape{c.heads, c.kv_heads, c.D, 1.0f / std::sqrt(static_cast<float>(c.D))};
   const float theta = 1e6f;
   be.synchronize();
@@ -507,11 +512,13 @@ RopeAttnOut run_rope_attn(Backend& be, const AttnCase& c, uint32_t seed, bool on
       be.kv_write(dk.t, dv.t, rows, cache, shape);
       be.paged_attention(dq.t, rows, cache, shape, attn.t);
       be.discard(dq.t);
+      if (c.H > 0) be.gemm(attn.t, dw.t, nullptr, dx.t, Epilogue::kAddResidual);
     }
     be.synchronize();
   }
   RopeAttnOut o;
   o.attn = download_f32(be, attn.t);
+  o.x = download_f32(be, dx.t);
   o.k = download_f32(be, dk.t);
   o.kc.resize(kc.bytes.size());
   o.vc.resize(vc.bytes.size());
@@ -528,6 +535,7 @@ void expect_same_rope_attn(const RopeAttnOut& got, const RopeAttnOut& want, cons
   EXPECT_EQ(std::memcmp(got.k.data(), want.k.data(), got.k.size() * sizeof(float)), 0)
       << what << ": k (rotated in place) differs";
   EXPECT_TRUE(got.kc == want.kc) << what << ": the K cache differs";
+  EXPECT_TRUE(got.x == want.x) << what << ": the o projection's output differs";
   EXPECT_TRUE(got.vc == want.vc) << what << ": the V cache differs";
 }
 
@@ -566,6 +574,9 @@ void check_rope_attention(const std::vector<std::pair<const char*, const char*>>
     const bool takes = k.label[0] != '\0';
     if (takes) {
       EXPECT_NE(table.find(std::string(k.label) + " "), std::string::npos) << what << "\n" << table;
+      if (std::string(k.label).ends_with("_pack")) {  // the o GEMM from the attention's operand
+        EXPECT_NE(table.find("gemm.cublaslt_packed"), std::string::npos) << what << "\n" << table;
+      }
     } else {
       EXPECT_EQ(table.find("_rope "), std::string::npos) << what << ": fused\n" << table;
     }
@@ -594,6 +605,15 @@ TEST(CudaRopeAttention, DecodeStepRopeAndKvWriteInsideTheAttentionGiveTheOpsBits
                        {{{28, 4, 128, 0, DType::kBF16, DType::kBF16, {600}}, true, simt},
                         {{28, 4, 128, 0, DType::kBF16, DType::kBF16, {20000}}, true, simt}},
                        1980);
+  // With VV_CUDA_ATTN_PACK=1 (the default's pack in both): the stream kernel also writes the o projection's
+  // bf16 operand; f16 weights keep the GEMM's own pack, one row the SIMT kernel.
+  const char* mma_pack = "paged_attention.decode_mma_rope_pack";
+  check_rope_attention({{"VV_CUDA_ATTN_PACK", "1"}}, true,
+                       {{{28, 4, 128, 3584, DType::kBF16, DType::kBF16, lens64()}, true, mma_pack},
+                        {{28, 4, 128, 136, DType::kBF16, DType::kBF16, lens37, 4}, true, mma_pack},
+                        {{28, 4, 128, 264, DType::kBF16, DType::kF16, {5, 600, 1031}}, true, mma},
+                        {{28, 4, 128, 136, DType::kBF16, DType::kBF16, {600}}, true, simt}},
+                       1990);
   check_rope_attention({}, false,  // f32 mode: the SIMT kernel at every row count
                        {{{28, 4, 128, 0, DType::kF32, DType::kF32, lens37}, true, simt},
                         {{14, 2, 64, 0, DType::kF32, DType::kF32, {1, 2, 3000}}, true, simt},
