@@ -120,12 +120,9 @@ TEST_P(CudaGemm, ProductionShapes) {
 // them) with the L2 cleared and keep the fastest. Whatever wins, each product equals the reference's;
 // a row count whose 16-row bucket was tuned reuses that choice (no second tuning line on stderr).
 TEST(CudaGemmTuned, DecodeShapesAgainstTheReferenceAndOneTuningABucket) {
-  auto be = usable_gpu_count() > 0 ? cuda_backend_with({{"VV_CUDA_LT_TUNE", "1"}}, true)
-                                   : Result<std::unique_ptr<Backend>>(unsupported(gpu_unavailable_reason()));
-  if (!be.is_ok()) {
-    if (gpu_required()) FAIL() << "VV_REQUIRE_GPU=1: " << be.status().message();
-    GTEST_SKIP() << "no usable GPU: " << be.status().message();
-  }
+  VV_CUDA_BACKEND_OR_SKIP(any, true);  // (skips without a GPU; fails under VV_REQUIRE_GPU=1)
+  auto be = cuda_backend_with({{"VV_CUDA_LT_TUNE", "1"}}, true);
+  ASSERT_TRUE(be.is_ok()) << be.status().to_string();
   Backend& gpu = **be;
   auto count = [](const std::string& s, const std::string& what) {
     size_t n = 0;
