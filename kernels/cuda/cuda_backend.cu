@@ -146,6 +146,7 @@ class CudaBackend final : public Backend {
     if (l2_flush_) cudaFree(l2_flush_);
     if (sk_ws_) cudaFree(sk_ws_);
     if (stream_flags_) cudaFree(stream_flags_);
+    if (stream_ws_) cudaFree(stream_ws_);
     if (pack_) cudaFree(pack_);
     if (attn_ws_) cudaFree(attn_ws_);
     if (argmax_ws_) cudaFree(argmax_ws_);
@@ -186,8 +187,10 @@ class CudaBackend final : public Backend {
     {
       const char* k = std::getenv("VV_CUDA_STREAM_GEMM_KIND");
       const bool hopper = prop.major == 9 && prop.minor == 0;
-      b->stream_kind_ = hopper && !(k && std::string(k) == "mma") ? cuda::StreamGemmKind::kWgmma
-                                                                  : cuda::StreamGemmKind::kMma;
+      const std::string kind = k ? k : "";
+      b->stream_kind_ = !hopper || kind == "mma" ? cuda::StreamGemmKind::kMma
+                        : kind == "ws"           ? cuda::StreamGemmKind::kWarpSpec
+                                                 : cuda::StreamGemmKind::kWgmma;
       b->flash_form_ = flash_form_from_env(hopper);
     }
     b->sms_ = prop.multiProcessorCount;
@@ -229,9 +232,18 @@ class CudaBackend final : public Backend {
         }
       }
     }
-    if (b->stream_rows_.second >= b->stream_rows_.first && b->compute_ == CudaCompute::kBF16 &&
-        cudaMalloc(&b->stream_flags_, kStreamFlags * sizeof(int)) != cudaSuccess) {
-      return internal_error("CUDA backend: cannot allocate the stream GEMM's tile flags");
+    if (b->stream_rows_.second >= b->stream_rows_.first && b->compute_ == CudaCompute::kBF16) {
+      if (cudaMalloc(&b->stream_flags_, kStreamFlags * sizeof(int)) != cudaSuccess ||
+          cudaMemset(b->stream_flags_, 0, kStreamFlags * sizeof(int)) != cudaSuccess) {
+        return internal_error("CUDA backend: cannot allocate the stream GEMM's tile flags");
+      }
+      if (b->stream_kind_ == cuda::StreamGemmKind::kWarpSpec) {
+        b->stream_ws_bytes_ = cuda::stream_gemm_ws_bytes(b->sms_);
+        if (cudaMalloc(&b->stream_ws_, b->stream_ws_bytes_) != cudaSuccess) {
+          return internal_error("CUDA backend: cannot allocate the stream GEMM's partial sums (" +
+                                std::to_string(b->stream_ws_bytes_ >> 20) + " MiB)");
+        }
+      }
     }
     if ((b->skinny_gemm_ || b->deterministic_) && b->compute_ == CudaCompute::kBF16) {
       b->sk_ws_bytes_ = cuda::skinny_gemm_ws_max_bytes(b->sms_, b->sk_per_sm_);
@@ -2115,9 +2127,14 @@ class CudaBackend final : public Backend {
   }
 
   const char* stream_label(bool packed) const {
-    const bool wg = stream_kind_ == cuda::StreamGemmKind::kWgmma;
-    return packed ? (wg ? "gemm.stream_wgmma_packed" : "gemm.stream_mma_packed")
-                  : (wg ? "gemm.stream_wgmma" : "gemm.stream_mma");
+    switch (stream_kind_) {
+      case cuda::StreamGemmKind::kWarpSpec:
+        return packed ? "gemm.stream_ws_packed" : "gemm.stream_ws";
+      case cuda::StreamGemmKind::kWgmma:
+        return packed ? "gemm.stream_wgmma_packed" : "gemm.stream_wgmma";
+      default:
+        return packed ? "gemm.stream_mma_packed" : "gemm.stream_mma";
+    }
   }
 
   // The first failed cublasLtMatmul becomes the device error (stderr once).
@@ -2141,12 +2158,18 @@ class CudaBackend final : public Backend {
       return;
     }
     if (stream_takes(a, w, out, ep)) {
-      if (cuda::stream_gemm(pack_, M, K, w.data, w.row_stride(), N, bias, ep == Epilogue::kAddResidual,
-                            out.ptr<float>(), out.row_stride(), sms_, stream_kind_, stream_flags_,
-                            kStreamFlags, stream_) != stream_kind_) {
-        std::fprintf(stderr,
-                     "vibevoice: no tensor-map entry point in the driver: the stream GEMM uses mma.sync\n");
-        stream_kind_ = cuda::StreamGemmKind::kMma;
+      const cuda::StreamGemmScratch scratch{stream_flags_, kStreamFlags, static_cast<float*>(stream_ws_),
+                                            stream_ws_bytes_};
+      const cuda::StreamGemmKind ran =
+          cuda::stream_gemm(pack_, M, K, w.data, w.row_stride(), N, bias, ep == Epilogue::kAddResidual,
+                            out.ptr<float>(), out.row_stride(), sms_, stream_kind_, scratch, stream_);
+      if (ran != stream_kind_) {
+        std::fprintf(
+            stderr, "vibevoice: %s\n",
+            ran == cuda::StreamGemmKind::kMma
+                ? "no tensor-map entry point in the driver: the stream GEMM uses mma.sync"
+                : "the warp-specialised stream GEMM lacks its scratch: it uses the one-barrier form");
+        stream_kind_ = ran;
       }
       return;
     }
@@ -2265,7 +2288,11 @@ class CudaBackend final : public Backend {
   // The stream GEMM's per-tile flags (allocated with the backend when VV_CUDA_STREAM_GEMM is set).
   static constexpr size_t kStreamFlags = 4096;
   int* stream_flags_ = nullptr;
-  // VV_CUDA_STREAM_GEMM_KIND=mma|wgmma: the stream GEMM's compute; default wgmma on sm_90 (set at creation).
+  // The warp-specialised stream GEMM's partial sums (VV_CUDA_STREAM_GEMM_KIND=ws).
+  void* stream_ws_ = nullptr;
+  size_t stream_ws_bytes_ = 0;
+  // VV_CUDA_STREAM_GEMM_KIND=mma|wgmma|ws: the stream GEMM's compute; default wgmma on sm_90 (set at
+  // creation; ws: the warp-specialised Hopper form).
   cuda::StreamGemmKind stream_kind_ = cuda::StreamGemmKind::kMma;
   // VV_CUDA_SKINNY_PER_SM=1..4 (default 2): blocks per SM its K slices aim at (an A/B knob).
   int sk_per_sm_ = [] {

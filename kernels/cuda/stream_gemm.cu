@@ -347,6 +347,243 @@ __global__ void __launch_bounds__(128 * WG, 2 / WG)
 #endif
 }
 
+// ---- The warp-specialised Hopper form (VV_CUDA_STREAM_GEMM_KIND=ws) ------------------------------
+// A block is two consumer warpgroups and a producer warpgroup (384 threads, one block per SM; the
+// producer gives its registers to the consumers with setmaxnreg, and one of its threads issues every
+// TMA). A unit is
+// 256 weight rows × 64 of K (one TMA box, 32 KB) with a's 16·NT rows beside it; each consumer
+// warpgroup multiplies 128 of the weight rows. Each stage has two mbarriers: `full` (the producer's
+// one arrival with the stage's bytes, completed by the TMA) and `empty` (one arrival per consumer
+// warpgroup once its wgmmas on the stage have retired). So the producer refills a stage as soon as
+// both warpgroups are done with it, and a consumer keeps one unit's wgmmas in flight while it waits
+// for the next (`wgmma.wait_group 1`); no block barrier in the loop.
+// Units are split over the blocks in contiguous runs (stream-K), so each SM streams the same bytes.
+// A tile covered by several blocks ("segments") is summed without atomics: each segment leaves its
+// partial sums in its own workspace slot and counts itself in; the segment that counts last adds
+// every segment's sums in block order (its own from registers), then the bias and the residual, and
+// stores. So the bits depend only on the shape and the grid, never on timing.
+constexpr int kWsBN = 256;       // weight rows a unit
+constexpr int kWsThreads = 384;  // two consumer warpgroups + the producer warpgroup
+constexpr size_t kWsBudget = 227 * 1024 - 1024 - 256;
+template <int NT>
+__host__ __device__ constexpr int ws_stages() {
+  const int stage = (kWsBN + 16 * NT) * 128;
+  const int fit = static_cast<int>(kWsBudget / stage);
+  return fit < 8 ? fit : 8;
+}
+template <int NT>
+constexpr size_t ws_smem_bytes() {
+  // the stages (1,024-aligned), 2·S mbarriers, one int per consumer warpgroup, 1,024 bytes of slack
+  return static_cast<size_t>(ws_stages<NT>()) * (kWsBN + 16 * NT) * 128 + 16 * 8 + 16 + 1024;
+}
+// The floats of one consumer warpgroup's partial sums (its 128 weight rows × 16·NT rows of a).
+template <int NT>
+__host__ __device__ constexpr int64_t ws_slot_floats() {
+  return 128 * 16 * NT;
+}
+
+// The block whose run holds unit u (the largest b with unit_begin(b) ≤ u).
+__host__ __device__ inline int64_t block_of(int64_t u, int64_t G, int64_t units) {
+  return ((u + 1) * G - 1) / units;
+}
+
+template <int NT>
+__global__ void __launch_bounds__(kWsThreads, 1)
+    stream_gemm_ws_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap,
+                          int M, int N, int ksteps, int64_t units, const float* __restrict__ bias,
+                          int accumulate, float* __restrict__ out, int64_t ldo, float* __restrict__ ws,
+                          int* __restrict__ counts) {
+#ifdef VV_WGMMA
+  constexpr int S = ws_stages<NT>();
+  constexpr int XR = 16 * NT;
+  constexpr uint32_t kWBytes = kWsBN * 128, kXBytes = XR * 128, kStage = kWBytes + kXBytes;
+  constexpr int R = 8 * NT;  // accumulator floats per thread per 64-row half
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t raw = smem_u32(smem_raw);
+  const uint32_t base = (raw + 1023) & ~1023u;  // stage s: W at base + s·kStage, X after it
+  const uint32_t full = base + S * kStage, empty = full + 8 * S;
+  int* last_flag = reinterpret_cast<int*>(smem_raw + (empty + 8 * S - raw));
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int64_t G = gridDim.x, u0 = unit_begin(blockIdx.x, G, units),
+                u1 = unit_begin(blockIdx.x + 1, G, units);
+  const int n_units = static_cast<int>(u1 - u0);
+
+  if (tid == 0) {
+    for (int st = 0; st < S; ++st) {
+      mbar::init1(full + 8 * st);
+      mbar::init(empty + 8 * st, 2);
+    }
+    mbar::fence_init();
+  }
+  __syncthreads();
+
+  if (warp >= 8) {  // ---- the producer
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    if (warp == 8 && lane == 0) {
+      auto tma = [&](uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar) {
+        asm volatile(
+            "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
+            "%3}], [%4];\n" ::"r"(dst),
+            "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+            : "memory");
+      };
+      auto load_w = [&](int st, int64_t u) {
+        tma(base + st * kStage, &wmap, static_cast<int>(u % ksteps) * kBK,
+            static_cast<int>(u / ksteps) * kWsBN, full + 8 * st);
+      };
+      auto load_x = [&](int st, int64_t u) {
+        tma(base + st * kStage + kWBytes, &xmap, static_cast<int>(u % ksteps) * kBK, 0, full + 8 * st);
+      };
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&wmap)) : "memory");
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&xmap)) : "memory");
+      // The weights do not depend on the previous kernel: the first stages' before waiting for it.
+      const int first = n_units < S ? n_units : S;
+      for (int i = 0; i < first; ++i) {
+        mbar::expect_tx(full + 8 * i, kStage);
+        load_w(i, u0 + i);
+      }
+      pdl_wait();
+      for (int i = 0; i < first; ++i) load_x(i, u0 + i);
+      for (int i = S; i < n_units; ++i) {
+        const int st = i % S;
+        mbar::wait(empty + 8 * st, static_cast<uint32_t>(i / S - 1) & 1u);
+        mbar::expect_tx(full + 8 * st, kStage);
+        load_w(st, u0 + i);
+        load_x(st, u0 + i);
+      }
+    }
+    return;
+  }
+
+  // ---- the consumers: warpgroup c takes weight rows [128c, 128c + 128) of each unit
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+  const int c = tid >> 7, t = tid & 127, w4 = (tid >> 5) & 3, g = lane >> 2, q = lane & 3;
+  pdl_wait();  // the epilogue reads `out` (accumulating) and the workspace the previous GEMM used
+  pdl_trigger();
+  float acc[2][R];
+  // Segment by segment: [seg, end) is one tile's units within this block's run.
+  for (int64_t seg = u0; seg < u1;) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int e = 0; e < R; ++e) acc[h][e] = 0.f;
+    wgmma_fence_operands<R>(acc[0]);
+    wgmma_fence_operands<R>(acc[1]);
+    const int64_t tile_end = (seg / ksteps + 1) * ksteps, end = tile_end < u1 ? tile_end : u1;
+    for (int64_t u = seg; u < end; ++u) {
+      const int i = static_cast<int>(u - u0), st = i % S;
+      mbar::wait(full + 8 * st, static_cast<uint32_t>(i / S) & 1u);
+      const uint32_t w_addr = base + st * kStage + c * 128 * 128, x_addr = base + st * kStage + kWBytes;
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kBK / 16; ++kk) {  // 32 bytes of each 128-byte row per k16 step
+        const uint64_t db = sw128_desc(x_addr + 32 * kk);
+        wgmma_bf16<16 * NT>(acc[0], sw128_desc(w_addr + 32 * kk), db);
+        wgmma_bf16<16 * NT>(acc[1], sw128_desc(w_addr + 64 * 128 + 32 * kk), db);
+      }
+      wgmma_commit();
+      wgmma_wait<1>();  // the previous unit's wgmmas have retired: its stage is free
+      if (u > seg && t == 0) mbar::arrive(empty + 8 * ((i + S - 1) % S));
+    }
+    wgmma_wait<0>();
+    if (t == 0) mbar::arrive(empty + 8 * (static_cast<int>(end - 1 - u0) % S));
+    const int64_t u = end - 1;
+    // The segment [seg, u] of tile u / ksteps ends here. Its sums leave the accumulators with the
+    // bias added (by the segment holding k = 0) in code every thread runs: a read of a wgmma's
+    // registers under a thread-dependent branch makes the compiler serialize the wgmmas.
+    const int64_t tile = u / ksteps;
+    const bool whole = seg % ksteps == 0 && (u + 1) % ksteps == 0;
+    const int nb = static_cast<int>(tile) * kWsBN + 128 * c + 16 * w4 + g;
+    float v[2][R];
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int r2 = 0; r2 < 2; ++r2) {
+        const int n = nb + 64 * h + 8 * r2;
+        const float bv = bias && seg % ksteps == 0 && n < N ? bias[n] : 0.f;
+#pragma unroll
+        for (int j = 0; j < 2 * NT; ++j)
+#pragma unroll
+          for (int cc = 0; cc < 2; ++cc) v[h][4 * j + 2 * r2 + cc] = acc[h][4 * j + 2 * r2 + cc] + bv;
+      }
+    wgmma_fence_operands<R>(v[0]);  // here, not sunk into the branches below
+    wgmma_fence_operands<R>(v[1]);
+    bool finish = whole;
+    if (!whole) {
+      // A block's first segment has slot 0, its last slot 1 (a float4 a thread per chunk of four).
+      auto slot_of = [&](int64_t b) {
+        const int64_t first_tile = unit_begin(b, G, units) / ksteps;
+        return ws + ((2 * b + (tile == first_tile ? 0 : 1)) * 2 + c) * ws_slot_floats<NT>() + 4 * t;
+      };
+      const int64_t b_first = block_of(tile * ksteps, G, units),
+                    b_last = block_of((tile + 1) * ksteps - 1, G, units);
+      float* mine = slot_of(blockIdx.x);
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int e = 0; e < R; e += 4)
+          __stcg(reinterpret_cast<float4*>(mine + (h * R + e) * 128),
+                 make_float4(v[h][e], v[h][e + 1], v[h][e + 2], v[h][e + 3]));
+      __threadfence();
+      asm volatile("bar.sync %0, 128;\n" ::"r"(1 + c) : "memory");
+      if (t == 0) {
+        const int before = atomicAdd(counts + 2 * tile + c, 1);
+        const bool last = before == static_cast<int>(b_last - b_first);
+        if (last) counts[2 * tile + c] = 0;  // ready for the next launch
+        last_flag[c] = last ? 1 : 0;
+      }
+      asm volatile("bar.sync %0, 128;\n" ::"r"(1 + c) : "memory");
+      finish = last_flag[c] != 0;
+      if (finish) {
+        __threadfence();
+        // Every segment's sums in block order, this one's too (from the workspace, so that the order
+        // and the bits do not depend on which segment adds them up).
+        for (int64_t b = b_first; b <= b_last; ++b) {
+          const float* src = slot_of(b);
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int e = 0; e < R; e += 4) {
+              const float4 p = __ldcg(reinterpret_cast<const float4*>(src + (h * R + e) * 128));
+              if (b == b_first) {
+                v[h][e] = p.x, v[h][e + 1] = p.y, v[h][e + 2] = p.z, v[h][e + 3] = p.w;
+              } else {
+                v[h][e] += p.x, v[h][e + 1] += p.y, v[h][e + 2] += p.z, v[h][e + 3] += p.w;
+              }
+            }
+        }
+      }
+    }
+    if (finish) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int r2 = 0; r2 < 2; ++r2) {
+          const int n = nb + 64 * h + 8 * r2;
+          if (n >= N) continue;
+#pragma unroll
+          for (int j = 0; j < 2 * NT; ++j) {
+#pragma unroll
+            for (int cc = 0; cc < 2; ++cc) {
+              const int m = 8 * j + 2 * q + cc;
+              if (m >= M) continue;
+              float* o = out + static_cast<int64_t>(m) * ldo + n;
+              const float r = v[h][4 * j + 2 * r2 + cc];
+              *o = accumulate ? *o + r : r;
+            }
+          }
+        }
+      }
+    }
+    seg = end;
+  }
+#else
+  (void)wmap, (void)xmap, (void)M, (void)N, (void)ksteps, (void)units, (void)bias, (void)accumulate,
+      (void)out, (void)ldo, (void)ws, (void)counts;
+  __trap();
+#endif
+}
+
 // cuTensorMapEncodeTiled through the runtime's driver entry point (no link against libcuda).
 PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
   static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
@@ -457,7 +694,30 @@ bool launch_wg_any(const void* a, int M, int K, const void* w, int64_t ldw, int 
              : launch_wg<NT, 2>(a, M, K, w, ldw, N, bias, accumulate, out, ldo, sms, flags, flag_count, s);
 }
 
+template <int NT>
+bool launch_ws(const void* a, int M, int K, const void* w, int64_t ldw, int N, const float* bias,
+               bool accumulate, float* out, int64_t ldo, int sms, const StreamGemmScratch& scratch,
+               cudaStream_t s) {
+  const Geometry geo = geometry(N, K, sms, kWsBN, 1);
+  const int64_t tiles = (N + kWsBN - 1) / kWsBN;
+  if (!scratch.counts || static_cast<size_t>(2 * tiles) > scratch.count_ints ||
+      (geo.split > 0 && (!scratch.ws || 4 * int64_t{geo.grid} * ws_slot_floats<NT>() * 4 >
+                                            static_cast<int64_t>(scratch.ws_bytes))))
+    return false;
+  CUtensorMap wmap, xmap;
+  if (!encode_map(&wmap, w, N, K, ldw, kWsBN) || !encode_map(&xmap, a, M, K, K, 16 * NT)) return false;
+  auto* kern = stream_gemm_ws_kernel<NT>;
+  allow_dynamic_smem(stream_gemm_ws_kernel<NT>, ws_smem_bytes<NT>(), /*max_carveout=*/true);
+  launch_pdl(kern, dim3(static_cast<unsigned>(geo.grid)), kWsThreads, ws_smem_bytes<NT>(), s, wmap, xmap, M,
+             N, geo.ksteps, geo.units, bias, accumulate ? 1 : 0, out, ldo, scratch.ws, scratch.counts);
+  return true;
+}
+
 }  // namespace
+
+size_t stream_gemm_ws_bytes(int sms) {
+  return static_cast<size_t>(4) * static_cast<size_t>(std::max(sms, 1)) * ws_slot_floats<8>() * sizeof(float);
+}
 
 bool stream_gemm_fits(int64_t M, int64_t K, const void* a, const void* w, int64_t ldw) {
   auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
@@ -472,9 +732,19 @@ bool stream_gemm_fits(int64_t M, int64_t K, const void* a, const void* w, int64_
 
 StreamGemmKind stream_gemm(const void* a, int64_t M, int64_t K, const void* w, int64_t ldw, int64_t N,
                            const float* bias, bool accumulate, float* out, int64_t ldo, int sms,
-                           StreamGemmKind kind, int* flags, size_t flag_count, cudaStream_t s) {
+                           StreamGemmKind kind, const StreamGemmScratch& scratch, cudaStream_t s) {
   if (M <= 0 || N <= 0) return kind;
+  int* flags = scratch.counts;
+  const size_t flag_count = scratch.count_ints;
   const int m = static_cast<int>(M), k = static_cast<int>(K), n = static_cast<int>(N);
+  if (kind == StreamGemmKind::kWarpSpec) {
+    const bool ok = M <= 16   ? launch_ws<1>(a, m, k, w, ldw, n, bias, accumulate, out, ldo, sms, scratch, s)
+                    : M <= 32 ? launch_ws<2>(a, m, k, w, ldw, n, bias, accumulate, out, ldo, sms, scratch, s)
+                    : M <= 64 ? launch_ws<4>(a, m, k, w, ldw, n, bias, accumulate, out, ldo, sms, scratch, s)
+                              : launch_ws<8>(a, m, k, w, ldw, n, bias, accumulate, out, ldo, sms, scratch, s);
+    if (ok) return kind;
+    kind = StreamGemmKind::kWgmma;  // no tensor-map entry point or no scratch: the one-barrier form
+  }
   if (kind == StreamGemmKind::kWgmma) {
     const bool ok =
         M <= 16 ? launch_wg_any<1>(a, m, k, w, ldw, n, bias, accumulate, out, ldo, sms, flags, flag_count, s)

@@ -29,14 +29,29 @@ bool stream_gemm_fits(int64_t M, int64_t K, const void* a, const void* w, int64_
 
 // The compute of a unit: mma.sync from ldmatrix fragments (cp.async loads; any sm_80+), or the Hopper
 // form: TMA loads into 128-byte-swizzled stages and wgmma (sm_90a only; the caller checks the device).
-enum class StreamGemmKind { kMma, kWgmma };
+// kWarpSpec: the Hopper form with a producer warp, full/empty barrier pairs and partial sums added in
+// a fixed order (no atomics: the bits depend only on the shape and the SM count).
+enum class StreamGemmKind { kMma, kWgmma, kWarpSpec };
+
+// Device memory the Hopper forms use between blocks. `counts`: `count_ints` ints, zero when first
+// handed over (the warp-specialised form leaves them zero after each call; the one-barrier form
+// zeroes what it uses itself). `ws`: the warp-specialised form's partial sums,
+// stream_gemm_ws_bytes(sms) bytes (its calls fall back to kWgmma without it).
+struct StreamGemmScratch {
+  int* counts = nullptr;
+  size_t count_ints = 0;
+  float* ws = nullptr;
+  size_t ws_bytes = 0;
+};
+size_t stream_gemm_ws_bytes(int sms);
 
 // out[m, n] = (accumulate ? out[m, n] : 0) + Σ_k a[m, k] · w[n, k] + bias[n]; bias may be null.
-// `sms`: the device's SM count. `flags` (may be null): `flag_count` ints of device memory the Hopper
-// form uses instead of zeroing `out` when it does not accumulate (one per weight tile). Returns the
-// form that ran (kMma when kWgmma was asked for but the driver has no tensor-map entry point).
+// `sms`: the device's SM count. `scratch`: as above (the one-barrier Hopper form uses its counts as
+// per-tile flags instead of zeroing `out` when it does not accumulate). Returns the form that ran
+// (kMma when a Hopper form was asked for but the driver has no tensor-map entry point; kWgmma when
+// kWarpSpec was asked for without the scratch it needs).
 StreamGemmKind stream_gemm(const void* a, int64_t M, int64_t K, const void* w, int64_t ldw, int64_t N,
                            const float* bias, bool accumulate, float* out, int64_t ldo, int sms,
-                           StreamGemmKind kind, int* flags, size_t flag_count, cudaStream_t s);
+                           StreamGemmKind kind, const StreamGemmScratch& scratch, cudaStream_t s);
 
 }  // namespace vv::cuda
