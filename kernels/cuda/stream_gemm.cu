@@ -19,6 +19,7 @@
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/smem_attr.h"
 #include "kernels/cuda/stream_gemm.cuh"
+#include "kernels/cuda/stream_gemm_plan.h"
 #include "kernels/cuda/wgmma_util.cuh"
 
 namespace vv::cuda {
@@ -44,10 +45,10 @@ constexpr size_t smem_bytes(int NT) {
   return static_cast<size_t>(stages_for(NT)) * (kBN + 16 * NT) * kLD * sizeof(__nv_bfloat16);
 }
 
-// Units [u0, u1) of block b out of G over `units`.
-__host__ __device__ inline int64_t unit_begin(int64_t b, int64_t G, int64_t units) {
-  return b * units / G;
-}
+using stream_plan::block_of;
+using stream_plan::segment_end;
+using stream_plan::segment_slot;
+using stream_plan::unit_begin;
 
 template <int NT>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
@@ -382,11 +383,6 @@ __host__ __device__ constexpr int64_t ws_slot_floats() {
   return 128 * 16 * NT;
 }
 
-// The block whose run holds unit u (the largest b with unit_begin(b) ≤ u).
-__host__ __device__ inline int64_t block_of(int64_t u, int64_t G, int64_t units) {
-  return ((u + 1) * G - 1) / units;
-}
-
 template <int NT>
 __global__ void __launch_bounds__(kWsThreads, 1)
     stream_gemm_ws_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap,
@@ -469,7 +465,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       for (int e = 0; e < R; ++e) acc[h][e] = 0.f;
     wgmma_fence_operands<R>(acc[0]);
     wgmma_fence_operands<R>(acc[1]);
-    const int64_t tile_end = (seg / ksteps + 1) * ksteps, end = tile_end < u1 ? tile_end : u1;
+    const int64_t end = segment_end(seg, u1, ksteps);
     for (int64_t u = seg; u < end; ++u) {
       const int i = static_cast<int>(u - u0), st = i % S;
       mbar::wait(full + 8 * st, static_cast<uint32_t>(i / S) & 1u);
@@ -510,10 +506,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     wgmma_fence_operands<R>(v[1]);
     bool finish = whole;
     if (!whole) {
-      // A block's first segment has slot 0, its last slot 1 (a float4 a thread per chunk of four).
+      // Block b's sums of this tile (a float4 a thread per chunk of four).
       auto slot_of = [&](int64_t b) {
-        const int64_t first_tile = unit_begin(b, G, units) / ksteps;
-        return ws + ((2 * b + (tile == first_tile ? 0 : 1)) * 2 + c) * ws_slot_floats<NT>() + 4 * t;
+        return ws + (segment_slot(b, tile, G, units, ksteps) * 2 + c) * ws_slot_floats<NT>() + 4 * t;
       };
       const int64_t b_first = block_of(tile * ksteps, G, units),
                     b_last = block_of((tile + 1) * ksteps - 1, G, units);
@@ -735,7 +730,7 @@ StreamGemmKind stream_gemm(const void* a, int64_t M, int64_t K, const void* w, i
                            StreamGemmKind kind, const StreamGemmScratch& scratch, cudaStream_t s) {
   if (M <= 0 || N <= 0) return kind;
   int* flags = scratch.counts;
-  const size_t flag_count = scratch.count_ints;
+  size_t flag_count = scratch.count_ints;
   const int m = static_cast<int>(M), k = static_cast<int>(K), n = static_cast<int>(N);
   if (kind == StreamGemmKind::kWarpSpec) {
     const bool ok = M <= 16   ? launch_ws<1>(a, m, k, w, ldw, n, bias, accumulate, out, ldo, sms, scratch, s)
@@ -743,7 +738,11 @@ StreamGemmKind stream_gemm(const void* a, int64_t M, int64_t K, const void* w, i
                     : M <= 64 ? launch_ws<4>(a, m, k, w, ldw, n, bias, accumulate, out, ldo, sms, scratch, s)
                               : launch_ws<8>(a, m, k, w, ldw, n, bias, accumulate, out, ldo, sms, scratch, s);
     if (ok) return kind;
-    kind = StreamGemmKind::kWgmma;  // no tensor-map entry point or no scratch: the one-barrier form
+    // No tensor-map entry point or no scratch: the one-barrier form, without the counts (it would
+    // leave its flags raised in them; the warp-specialised form needs them zero).
+    kind = StreamGemmKind::kWgmma;
+    flags = nullptr;
+    flag_count = 0;
   }
   if (kind == StreamGemmKind::kWgmma) {
     const bool ok =
