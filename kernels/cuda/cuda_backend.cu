@@ -2159,7 +2159,7 @@ class CudaBackend final : public Backend {
     }
     if (stream_takes(a, w, out, ep)) {
       const cuda::StreamGemmScratch scratch{stream_flags_, kStreamFlags, static_cast<float*>(stream_ws_),
-                                            stream_ws_bytes_};
+                                            stream_ws_bytes_, stream_ws_cluster_};
       const cuda::StreamGemmKind ran =
           cuda::stream_gemm(pack_, M, K, w.data, w.row_stride(), N, bias, ep == Epilogue::kAddResidual,
                             out.ptr<float>(), out.row_stride(), sms_, stream_kind_, scratch, stream_);
@@ -2291,6 +2291,12 @@ class CudaBackend final : public Backend {
   // The warp-specialised stream GEMM's partial sums (VV_CUDA_STREAM_GEMM_KIND=ws).
   void* stream_ws_ = nullptr;
   size_t stream_ws_bytes_ = 0;
+  // VV_CUDA_STREAM_WS_CLUSTER=1: its blocks each load all of a's rows (default 2: pairs of blocks share
+  // them through TMA multicast). An A/B knob.
+  int stream_ws_cluster_ = [] {
+    const char* e = std::getenv("VV_CUDA_STREAM_WS_CLUSTER");
+    return e && std::string(e) == "1" ? 1 : 2;
+  }();
   // VV_CUDA_STREAM_GEMM_KIND=mma|wgmma|ws: the stream GEMM's compute; default wgmma on sm_90 (set at
   // creation; ws: the warp-specialised Hopper form).
   cuda::StreamGemmKind stream_kind_ = cuda::StreamGemmKind::kMma;

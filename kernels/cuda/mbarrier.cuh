@@ -1,7 +1,9 @@
 // Shared-memory mbarriers for the kernels that stream through stages filled by the copy engine
-// (cp.async.bulk, TMA): each stage's barrier expects one arrival (the thread that issues the copy,
-// with the bytes it expects) and completes when those bytes have landed. Addresses are shared-state
-// space addresses (mma::smem_addr). sm_90 PTX: only for code compiled for such a device.
+// (cp.async.bulk, TMA), the TMA loads themselves, and a cluster's rank and barrier. A stage's "full"
+// barrier expects one arrival (the thread that issues the copies, with the bytes it expects) and
+// completes when those bytes have landed; an "empty" one counts its consumers' arrivals. Addresses
+// are shared-state space addresses (mma::smem_addr). sm_90 PTX: only for code compiled for such a
+// device.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +24,14 @@ __device__ __forceinline__ void init(uint32_t bar, uint32_t count) {
 // One plain arrival (no bytes).
 __device__ __forceinline__ void arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// One arrival on the barrier at the same offset in the shared memory of CTA `rank` of this cluster.
+__device__ __forceinline__ void arrive_cluster(uint32_t bar, uint32_t rank) {
+  asm volatile(
+      "{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
+      "r"(rank)
+      : "memory");
 }
 // The arrival of the phase, expecting `bytes` from the copies that complete it.
 __device__ __forceinline__ void expect_tx(uint32_t bar, uint32_t bytes) {
@@ -44,4 +54,38 @@ __device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_
       : "memory");
 }
 
+// A TMA load of the box at (c0, c1) of a 2-D tensor map into shared memory, completing on `bar`.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const void* map, int c0, int c1, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+      "[%4];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
+// The same box into the shared memory of every CTA of the cluster in `mask` (bit r: rank r), each copy
+// at offset `dst` and completing on the barrier at offset `bar` of its own CTA.
+__device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const void* map, int c0, int c1,
+                                                      uint32_t bar, uint32_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], "
+      "[%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar), "h"(static_cast<uint16_t>(mask))
+      : "memory");
+}
+
 }  // namespace vv::cuda::mbar
+
+namespace vv::cuda {
+
+// This CTA's rank in its cluster.
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+// Every thread of every CTA of the cluster arrives and waits (release / acquire at cluster scope).
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+
+}  // namespace vv::cuda

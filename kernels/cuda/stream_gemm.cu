@@ -383,7 +383,7 @@ __host__ __device__ constexpr int64_t ws_slot_floats() {
   return 128 * 16 * NT;
 }
 
-template <int NT>
+template <int NT, int CL>
 __global__ void __launch_bounds__(kWsThreads, 1)
     stream_gemm_ws_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap,
                           int M, int N, int ksteps, int64_t units, const float* __restrict__ bias,
@@ -391,7 +391,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                           int* __restrict__ counts) {
 #ifdef VV_WGMMA
   constexpr int S = ws_stages<NT>();
-  constexpr int XR = 16 * NT;
+  constexpr int XR = 16 * NT, XPART = XR / CL;  // a's rows a stage; the part each CTA of a cluster loads
   constexpr uint32_t kWBytes = kWsBN * 128, kXBytes = XR * 128, kStage = kWBytes + kXBytes;
   constexpr int R = 8 * NT;  // accumulator floats per thread per 64-row half
   extern __shared__ unsigned char smem_raw[];
@@ -400,39 +400,46 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const uint32_t full = base + S * kStage, empty = full + 8 * S;
   int* last_flag = reinterpret_cast<int*>(smem_raw + (empty + 8 * S - raw));
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int64_t G = gridDim.x, u0 = unit_begin(blockIdx.x, G, units),
-                u1 = unit_begin(blockIdx.x + 1, G, units);
+  // A cluster (CL consecutive blocks) walks one run of units; its CTA of rank r takes tile CL·p + r of
+  // each unit's tile group p, and loads part r of a's rows for all of them.
+  const int rank = CL > 1 ? static_cast<int>(cluster_rank()) : 0;
+  const int64_t G = gridDim.x / CL, gi = blockIdx.x / CL;
+  const int64_t u0 = unit_begin(gi, G, units), u1 = unit_begin(gi + 1, G, units);
   const int n_units = static_cast<int>(u1 - u0);
 
   if (tid == 0) {
     for (int st = 0; st < S; ++st) {
       mbar::init1(full + 8 * st);
-      mbar::init(empty + 8 * st, 2);
+      mbar::init(empty + 8 * st, 2 * CL);  // both consumer warpgroups of every CTA of the cluster
     }
     mbar::fence_init();
   }
-  __syncthreads();
+  if constexpr (CL > 1) {
+    cluster_sync();  // every CTA's barriers exist before anyone arrives on them or copies into them
+  } else {
+    __syncthreads();
+  }
 
   if (warp >= 8) {  // ---- the producer
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
     if (warp == 8 && lane == 0) {
-      auto tma = [&](uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar) {
-        asm volatile(
-            "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
-            "%3}], [%4];\n" ::"r"(dst),
-            "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
-            : "memory");
-      };
       auto load_w = [&](int st, int64_t u) {
-        tma(base + st * kStage, &wmap, static_cast<int>(u % ksteps) * kBK,
-            static_cast<int>(u / ksteps) * kWsBN, full + 8 * st);
+        mbar::tma_load_2d(base + st * kStage, &wmap, static_cast<int>(u % ksteps) * kBK,
+                          static_cast<int>((u / ksteps) * CL + rank) * kWsBN, full + 8 * st);
       };
       auto load_x = [&](int st, int64_t u) {
-        tma(base + st * kStage + kWBytes, &xmap, static_cast<int>(u % ksteps) * kBK, 0, full + 8 * st);
+        const uint32_t dst = base + st * kStage + kWBytes + rank * XPART * 128;
+        const int k0 = static_cast<int>(u % ksteps) * kBK;
+        if constexpr (CL > 1) {
+          mbar::tma_load_2d_multicast(dst, &xmap, k0, rank * XPART, full + 8 * st, (1u << CL) - 1);
+        } else {
+          mbar::tma_load_2d(dst, &xmap, k0, 0, full + 8 * st);
+        }
       };
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&wmap)) : "memory");
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&xmap)) : "memory");
       // The weights do not depend on the previous kernel: the first stages' before waiting for it.
+      // (A stage's bytes: its weight box and every CTA's part of a's rows.)
       const int first = n_units < S ? n_units : S;
       for (int i = 0; i < first; ++i) {
         mbar::expect_tx(full + 8 * i, kStage);
@@ -442,136 +449,153 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       for (int i = 0; i < first; ++i) load_x(i, u0 + i);
       for (int i = S; i < n_units; ++i) {
         const int st = i % S;
+        // Every consumer of the cluster is done with the stage (this CTA's weights, everyone's a).
         mbar::wait(empty + 8 * st, static_cast<uint32_t>(i / S - 1) & 1u);
         mbar::expect_tx(full + 8 * st, kStage);
         load_w(st, u0 + i);
         load_x(st, u0 + i);
       }
     }
-    return;
-  }
-
-  // ---- the consumers: warpgroup c takes weight rows [128c, 128c + 128) of each unit
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
-  const int c = tid >> 7, t = tid & 127, w4 = (tid >> 5) & 3, g = lane >> 2, q = lane & 3;
-  pdl_wait();  // the epilogue reads `out` (accumulating) and the workspace the previous GEMM used
-  pdl_trigger();
-  float acc[2][R];
-  // Segment by segment: [seg, end) is one tile's units within this block's run.
-  for (int64_t seg = u0; seg < u1;) {
+  } else {
+    // ---- the consumers: warpgroup c takes weight rows [128c, 128c + 128) of each unit's tile
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+    const int c = tid >> 7, t = tid & 127, w4 = (tid >> 5) & 3, g = lane >> 2, q = lane & 3;
+    // Stage st is free again in this CTA: tell every producer of the cluster (each writes its part
+    // of a into it).
+    auto release = [&](int st) {
+      if (t != 0) return;
+      if constexpr (CL > 1) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int e = 0; e < R; ++e) acc[h][e] = 0.f;
-    wgmma_fence_operands<R>(acc[0]);
-    wgmma_fence_operands<R>(acc[1]);
-    const int64_t end = segment_end(seg, u1, ksteps);
-    for (int64_t u = seg; u < end; ++u) {
-      const int i = static_cast<int>(u - u0), st = i % S;
-      mbar::wait(full + 8 * st, static_cast<uint32_t>(i / S) & 1u);
-      const uint32_t w_addr = base + st * kStage + c * 128 * 128, x_addr = base + st * kStage + kWBytes;
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kBK / 16; ++kk) {  // 32 bytes of each 128-byte row per k16 step
-        const uint64_t db = sw128_desc(x_addr + 32 * kk);
-        wgmma_bf16<16 * NT>(acc[0], sw128_desc(w_addr + 32 * kk), db);
-        wgmma_bf16<16 * NT>(acc[1], sw128_desc(w_addr + 64 * 128 + 32 * kk), db);
+        for (int r = 0; r < CL; ++r) mbar::arrive_cluster(empty + 8 * st, static_cast<uint32_t>(r));
+      } else {
+        mbar::arrive(empty + 8 * st);
       }
-      wgmma_commit();
-      wgmma_wait<1>();  // the previous unit's wgmmas have retired: its stage is free
-      if (u > seg && t == 0) mbar::arrive(empty + 8 * ((i + S - 1) % S));
-    }
-    wgmma_wait<0>();
-    if (t == 0) mbar::arrive(empty + 8 * (static_cast<int>(end - 1 - u0) % S));
-    const int64_t u = end - 1;
-    // The segment [seg, u] of tile u / ksteps ends here. Its sums leave the accumulators with the
-    // bias added (by the segment holding k = 0) in code every thread runs: a read of a wgmma's
-    // registers under a thread-dependent branch makes the compiler serialize the wgmmas.
-    const int64_t tile = u / ksteps;
-    const bool whole = seg % ksteps == 0 && (u + 1) % ksteps == 0;
-    const int nb = static_cast<int>(tile) * kWsBN + 128 * c + 16 * w4 + g;
-    float v[2][R];
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int r2 = 0; r2 < 2; ++r2) {
-        const int n = nb + 64 * h + 8 * r2;
-        const float bv = bias && seg % ksteps == 0 && n < N ? bias[n] : 0.f;
-#pragma unroll
-        for (int j = 0; j < 2 * NT; ++j)
-#pragma unroll
-          for (int cc = 0; cc < 2; ++cc) v[h][4 * j + 2 * r2 + cc] = acc[h][4 * j + 2 * r2 + cc] + bv;
-      }
-    wgmma_fence_operands<R>(v[0]);  // here, not sunk into the branches below
-    wgmma_fence_operands<R>(v[1]);
-    bool finish = whole;
-    if (!whole) {
-      // Block b's sums of this tile (a float4 a thread per chunk of four).
-      auto slot_of = [&](int64_t b) {
-        return ws + (segment_slot(b, tile, G, units, ksteps) * 2 + c) * ws_slot_floats<NT>() + 4 * t;
-      };
-      const int64_t b_first = block_of(tile * ksteps, G, units),
-                    b_last = block_of((tile + 1) * ksteps - 1, G, units);
-      float* mine = slot_of(blockIdx.x);
+    };
+    pdl_wait();  // the epilogue reads `out` (accumulating) and the workspace the previous GEMM used
+    pdl_trigger();
+    float acc[2][R];
+    // Segment by segment: [seg, end) is one tile group's units within this cluster's run.
+    for (int64_t seg = u0; seg < u1;) {
 #pragma unroll
       for (int h = 0; h < 2; ++h)
 #pragma unroll
-        for (int e = 0; e < R; e += 4)
-          __stcg(reinterpret_cast<float4*>(mine + (h * R + e) * 128),
-                 make_float4(v[h][e], v[h][e + 1], v[h][e + 2], v[h][e + 3]));
-      __threadfence();
-      asm volatile("bar.sync %0, 128;\n" ::"r"(1 + c) : "memory");
-      if (t == 0) {
-        const int before = atomicAdd(counts + 2 * tile + c, 1);
-        const bool last = before == static_cast<int>(b_last - b_first);
-        if (last) counts[2 * tile + c] = 0;  // ready for the next launch
-        last_flag[c] = last ? 1 : 0;
-      }
-      asm volatile("bar.sync %0, 128;\n" ::"r"(1 + c) : "memory");
-      finish = last_flag[c] != 0;
-      if (finish) {
-        __threadfence();
-        // Every segment's sums in block order, this one's too (from the workspace, so that the order
-        // and the bits do not depend on which segment adds them up).
-        for (int64_t b = b_first; b <= b_last; ++b) {
-          const float* src = slot_of(b);
+        for (int e = 0; e < R; ++e) acc[h][e] = 0.f;
+      wgmma_fence_operands<R>(acc[0]);
+      wgmma_fence_operands<R>(acc[1]);
+      const int64_t end = segment_end(seg, u1, ksteps);
+      for (int64_t u = seg; u < end; ++u) {
+        const int i = static_cast<int>(u - u0), st = i % S;
+        mbar::wait(full + 8 * st, static_cast<uint32_t>(i / S) & 1u);
+        const uint32_t w_addr = base + st * kStage + c * 128 * 128, x_addr = base + st * kStage + kWBytes;
+        wgmma_fence();
 #pragma unroll
-          for (int h = 0; h < 2; ++h)
-#pragma unroll
-            for (int e = 0; e < R; e += 4) {
-              const float4 p = __ldcg(reinterpret_cast<const float4*>(src + (h * R + e) * 128));
-              if (b == b_first) {
-                v[h][e] = p.x, v[h][e + 1] = p.y, v[h][e + 2] = p.z, v[h][e + 3] = p.w;
-              } else {
-                v[h][e] += p.x, v[h][e + 1] += p.y, v[h][e + 2] += p.z, v[h][e + 3] += p.w;
-              }
-            }
+        for (int kk = 0; kk < kBK / 16; ++kk) {  // 32 bytes of each 128-byte row per k16 step
+          const uint64_t db = sw128_desc(x_addr + 32 * kk);
+          wgmma_bf16<16 * NT>(acc[0], sw128_desc(w_addr + 32 * kk), db);
+          wgmma_bf16<16 * NT>(acc[1], sw128_desc(w_addr + 64 * 128 + 32 * kk), db);
         }
+        wgmma_commit();
+        wgmma_wait<1>();  // the previous unit's wgmmas have retired: its stage is free
+        if (u > seg) release((i + S - 1) % S);
       }
-    }
-    if (finish) {
+      wgmma_wait<0>();
+      release(static_cast<int>(end - 1 - u0) % S);
+      const int64_t u = end - 1;
+      // The segment [seg, u] of this CTA's tile of group u / ksteps ends here. Its sums leave the
+      // accumulators with the bias added (by the segment holding k = 0) in code every thread runs: a
+      // read of a wgmma's registers under a thread-dependent branch makes the compiler serialize the
+      // wgmmas.
+      const int64_t group = u / ksteps, tile = group * CL + rank;
+      const bool whole = seg % ksteps == 0 && (u + 1) % ksteps == 0;
+      const int nb = static_cast<int>(tile) * kWsBN + 128 * c + 16 * w4 + g;
+      float v[2][R];
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
+      for (int h = 0; h < 2; ++h)
 #pragma unroll
         for (int r2 = 0; r2 < 2; ++r2) {
           const int n = nb + 64 * h + 8 * r2;
-          if (n >= N) continue;
+          const float bv = bias && seg % ksteps == 0 && n < N ? bias[n] : 0.f;
 #pragma unroll
-          for (int j = 0; j < 2 * NT; ++j) {
+          for (int j = 0; j < 2 * NT; ++j)
 #pragma unroll
-            for (int cc = 0; cc < 2; ++cc) {
-              const int m = 8 * j + 2 * q + cc;
-              if (m >= M) continue;
-              float* o = out + static_cast<int64_t>(m) * ldo + n;
-              const float r = v[h][4 * j + 2 * r2 + cc];
-              *o = accumulate ? *o + r : r;
+            for (int cc = 0; cc < 2; ++cc) v[h][4 * j + 2 * r2 + cc] = acc[h][4 * j + 2 * r2 + cc] + bv;
+        }
+      wgmma_fence_operands<R>(v[0]);  // here, not sunk into the branches below
+      wgmma_fence_operands<R>(v[1]);
+      seg = end;
+      if (tile * kWsBN >= N) continue;  // the last group's missing tile (an odd count): nothing to add
+      bool finish = whole;
+      if (!whole) {
+        // Cluster b's sums of this CTA's tile (a float4 a thread per chunk of four).
+        auto slot_of = [&](int64_t b) {
+          return ws +
+                 ((segment_slot(b, group, G, units, ksteps) * CL + rank) * 2 + c) * ws_slot_floats<NT>() +
+                 4 * t;
+        };
+        const int64_t b_first = block_of(group * ksteps, G, units),
+                      b_last = block_of((group + 1) * ksteps - 1, G, units);
+        float* mine = slot_of(gi);
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int e = 0; e < R; e += 4)
+            __stcg(reinterpret_cast<float4*>(mine + (h * R + e) * 128),
+                   make_float4(v[h][e], v[h][e + 1], v[h][e + 2], v[h][e + 3]));
+        __threadfence();
+        asm volatile("bar.sync %0, 128;\n" ::"r"(1 + c) : "memory");
+        if (t == 0) {
+          const int before = atomicAdd(counts + 2 * tile + c, 1);
+          const bool last = before == static_cast<int>(b_last - b_first);
+          if (last) counts[2 * tile + c] = 0;  // ready for the next launch
+          last_flag[c] = last ? 1 : 0;
+        }
+        asm volatile("bar.sync %0, 128;\n" ::"r"(1 + c) : "memory");
+        finish = last_flag[c] != 0;
+        if (finish) {
+          __threadfence();
+          // Every segment's sums in cluster order, this one's too (from the workspace, so that the
+          // order and the bits do not depend on which segment adds them up).
+          for (int64_t b = b_first; b <= b_last; ++b) {
+            const float* src = slot_of(b);
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+              for (int e = 0; e < R; e += 4) {
+                const float4 p = __ldcg(reinterpret_cast<const float4*>(src + (h * R + e) * 128));
+                if (b == b_first) {
+                  v[h][e] = p.x, v[h][e + 1] = p.y, v[h][e + 2] = p.z, v[h][e + 3] = p.w;
+                } else {
+                  v[h][e] += p.x, v[h][e + 1] += p.y, v[h][e + 2] += p.z, v[h][e + 3] += p.w;
+                }
+              }
+          }
+        }
+      }
+      if (finish) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+#pragma unroll
+          for (int r2 = 0; r2 < 2; ++r2) {
+            const int n = nb + 64 * h + 8 * r2;
+            if (n >= N) continue;
+#pragma unroll
+            for (int j = 0; j < 2 * NT; ++j) {
+#pragma unroll
+              for (int cc = 0; cc < 2; ++cc) {
+                const int m = 8 * j + 2 * q + cc;
+                if (m >= M) continue;
+                float* o = out + static_cast<int64_t>(m) * ldo + n;
+                const float r = v[h][4 * j + 2 * r2 + cc];
+                *o = accumulate ? *o + r : r;
+              }
             }
           }
         }
       }
     }
-    seg = end;
   }
+  // No CTA leaves while another of its cluster may still copy into it or arrive on its barriers.
+  if constexpr (CL > 1) cluster_sync();
 #else
   (void)wmap, (void)xmap, (void)M, (void)N, (void)ksteps, (void)units, (void)bias, (void)accumulate,
       (void)out, (void)ldo, (void)ws, (void)counts;
@@ -689,23 +713,88 @@ bool launch_wg_any(const void* a, int M, int K, const void* w, int64_t ldw, int 
              : launch_wg<NT, 2>(a, M, K, w, ldw, N, bias, accumulate, out, ldo, sms, flags, flag_count, s);
 }
 
-template <int NT>
+// The clusters of CL blocks that can be resident at once (cudaOccupancyMaxActiveClusters; 0 when the
+// query fails). Asked once per form: a process drives one kind of device.
+template <int NT, int CL>
+int max_active_clusters() {
+  static const int n = [] {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(CL);
+    cfg.blockDim = dim3(kWsThreads);
+    cfg.dynamicSmemBytes = ws_smem_bytes<NT>();
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = CL;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, stream_gemm_ws_kernel<NT, CL>, &cfg) != cudaSuccess) {
+      cudaGetLastError();
+      clusters = 0;
+    }
+    return clusters;
+  }();
+  return n;
+}
+
+template <int NT, int CL>
 bool launch_ws(const void* a, int M, int K, const void* w, int64_t ldw, int N, const float* bias,
                bool accumulate, float* out, int64_t ldo, int sms, const StreamGemmScratch& scratch,
                cudaStream_t s) {
-  const Geometry geo = geometry(N, K, sms, kWsBN, 1);
-  const int64_t tiles = (N + kWsBN - 1) / kWsBN;
+  allow_dynamic_smem(stream_gemm_ws_kernel<NT, CL>, ws_smem_bytes<NT>(), /*max_carveout=*/true);
+  // Units are (group of CL tiles, 64-deep step) pairs over G clusters, as many as can be resident.
+  const int64_t tiles = (N + kWsBN - 1) / kWsBN, groups = (tiles + CL - 1) / CL;
+  const int ksteps = (K + kBK - 1) / kBK;
+  const int64_t units = groups * ksteps;
+  int64_t G = std::min<int64_t>(units, std::max(sms, 1) / CL);
+  if constexpr (CL > 1) {
+    const int resident = max_active_clusters<NT, CL>();
+    if (resident <= 0) return false;
+    G = std::min<int64_t>(G, resident);
+  }
+  if (G <= 0) return false;
+  bool split = false;
+  for (int64_t b = 1; b < G && !split; ++b) split = stream_plan::unit_begin(b, G, units) % ksteps != 0;
   if (!scratch.counts || static_cast<size_t>(2 * tiles) > scratch.count_ints ||
-      (geo.split > 0 && (!scratch.ws || 4 * int64_t{geo.grid} * ws_slot_floats<NT>() * 4 >
-                                            static_cast<int64_t>(scratch.ws_bytes))))
+      (split &&
+       (!scratch.ws || 4 * G * CL * ws_slot_floats<NT>() * 4 > static_cast<int64_t>(scratch.ws_bytes))))
     return false;
   CUtensorMap wmap, xmap;
-  if (!encode_map(&wmap, w, N, K, ldw, kWsBN) || !encode_map(&xmap, a, M, K, K, 16 * NT)) return false;
-  auto* kern = stream_gemm_ws_kernel<NT>;
-  allow_dynamic_smem(stream_gemm_ws_kernel<NT>, ws_smem_bytes<NT>(), /*max_carveout=*/true);
-  launch_pdl(kern, dim3(static_cast<unsigned>(geo.grid)), kWsThreads, ws_smem_bytes<NT>(), s, wmap, xmap, M,
-             N, geo.ksteps, geo.units, bias, accumulate ? 1 : 0, out, ldo, scratch.ws, scratch.counts);
-  return true;
+  if (!encode_map(&wmap, w, N, K, ldw, kWsBN) || !encode_map(&xmap, a, M, K, K, 16 * NT / CL)) return false;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(G * CL));
+  cfg.blockDim = dim3(kWsThreads);
+  cfg.dynamicSmemBytes = ws_smem_bytes<NT>();
+  cfg.stream = s;
+  cudaLaunchAttribute attr[2];
+  unsigned n = 0;
+  if (CL > 1) {
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n].val.clusterDim.x = CL;
+    attr[n].val.clusterDim.y = 1;
+    attr[n].val.clusterDim.z = 1;
+    ++n;
+  }
+  if (pdl_enabled()) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n].val.programmaticStreamSerializationAllowed = 1;
+    ++n;
+  }
+  cfg.attrs = attr;
+  cfg.numAttrs = n;
+  return cudaLaunchKernelEx(&cfg, stream_gemm_ws_kernel<NT, CL>, wmap, xmap, M, N, ksteps, units, bias,
+                            accumulate ? 1 : 0, out, ldo, scratch.ws, scratch.counts) == cudaSuccess;
+}
+
+template <int NT>
+bool launch_ws_any(const void* a, int M, int K, const void* w, int64_t ldw, int N, const float* bias,
+                   bool accumulate, float* out, int64_t ldo, int sms, const StreamGemmScratch& scratch,
+                   cudaStream_t s) {
+  return scratch.ws_cluster == 2
+             ? launch_ws<NT, 2>(a, M, K, w, ldw, N, bias, accumulate, out, ldo, sms, scratch, s)
+             : launch_ws<NT, 1>(a, M, K, w, ldw, N, bias, accumulate, out, ldo, sms, scratch, s);
 }
 
 }  // namespace
@@ -733,10 +822,11 @@ StreamGemmKind stream_gemm(const void* a, int64_t M, int64_t K, const void* w, i
   size_t flag_count = scratch.count_ints;
   const int m = static_cast<int>(M), k = static_cast<int>(K), n = static_cast<int>(N);
   if (kind == StreamGemmKind::kWarpSpec) {
-    const bool ok = M <= 16   ? launch_ws<1>(a, m, k, w, ldw, n, bias, accumulate, out, ldo, sms, scratch, s)
-                    : M <= 32 ? launch_ws<2>(a, m, k, w, ldw, n, bias, accumulate, out, ldo, sms, scratch, s)
-                    : M <= 64 ? launch_ws<4>(a, m, k, w, ldw, n, bias, accumulate, out, ldo, sms, scratch, s)
-                              : launch_ws<8>(a, m, k, w, ldw, n, bias, accumulate, out, ldo, sms, scratch, s);
+    const bool ok =
+        M <= 16   ? launch_ws_any<1>(a, m, k, w, ldw, n, bias, accumulate, out, ldo, sms, scratch, s)
+        : M <= 32 ? launch_ws_any<2>(a, m, k, w, ldw, n, bias, accumulate, out, ldo, sms, scratch, s)
+        : M <= 64 ? launch_ws_any<4>(a, m, k, w, ldw, n, bias, accumulate, out, ldo, sms, scratch, s)
+                  : launch_ws_any<8>(a, m, k, w, ldw, n, bias, accumulate, out, ldo, sms, scratch, s);
     if (ok) return kind;
     // No tensor-map entry point or no scratch: the one-barrier form, without the counts (it would
     // leave its flags raised in them; the warp-specialised form needs them zero).

@@ -42,6 +42,9 @@ struct StreamGemmScratch {
   size_t count_ints = 0;
   float* ws = nullptr;
   size_t ws_bytes = 0;
+  // The warp-specialised form's cluster: 2 = pairs of blocks share each stage's rows of a (each loads
+  // half and multicasts it to both), 1 = every block loads them all.
+  int ws_cluster = 2;
 };
 size_t stream_gemm_ws_bytes(int sms);
 

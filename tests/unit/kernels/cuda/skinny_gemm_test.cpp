@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "kernels/cuda/stream_gemm.cuh"
@@ -190,20 +191,23 @@ TEST(CudaStreamGemm, MmaFormMatchesReference) {
 }
 
 // The warp-specialised Hopper form (VV_CUDA_STREAM_GEMM_KIND=ws; elsewhere the backend keeps the mma
-// form, whose label the check then expects): the same cases, and the same bits on a second run (its
-// shared tiles are added up in a fixed order, with no atomics).
-TEST(CudaStreamGemm, WarpSpecialisedFormMatchesReferenceAndRepeatsItsBits) {
-  VV_CUDA_BACKEND_OR_SKIP(any, true);
+// form, whose label the check then expects), with clusters of two (a's rows multicast) and of one: the
+// same cases, and the same bits on a second run (its shared tiles are added up in a fixed order, with
+// no atomics).
+void check_ws_form(const char* cluster, uint32_t seed) {
   cudaDeviceProp prop{};
   ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
   const bool hopper = prop.major == 9 && prop.minor == 0;
   ::setenv("VV_CUDA_STREAM_GEMM_KIND", "ws", 1);
+  ::setenv("VV_CUDA_STREAM_WS_CLUSTER", cluster, 1);
   auto be = sk_backend_with("VV_CUDA_STREAM_GEMM", "1-128", true);
   ::unsetenv("VV_CUDA_STREAM_GEMM_KIND");
+  ::unsetenv("VV_CUDA_STREAM_WS_CLUSTER");
   ASSERT_TRUE(be.is_ok()) << be.status().to_string();
-  sk_check_cases(**be, stream_cases(), hopper ? "gemm.stream_ws" : "gemm.stream_mma", 7100);
+  SCOPED_TRACE(std::string("cluster of ") + cluster);
+  sk_check_cases(**be, stream_cases(), hopper ? "gemm.stream_ws" : "gemm.stream_mma", seed);
   if (!hopper) return;
-  uint32_t seed = 7900;
+  seed += 800;
   for (const SkCase c : {SkCase{64, 3584, 3584, true, true, 0}, SkCase{100, 3584, 18944, false, false, 0},
                          SkCase{9, 37888, 3584, false, false, 0}}) {
     HostMatrix a = random_matrix(c.M, c.K, DType::kF32, seed, 1.0f);
@@ -217,6 +221,12 @@ TEST(CudaStreamGemm, WarpSpecialisedFormMatchesReferenceAndRepeatsItsBits) {
     EXPECT_EQ(std::memcmp(first.data(), second.data(), first.size() * sizeof(float)), 0)
         << "M=" << c.M << " N=" << c.N << " K=" << c.K << ": two runs differ";
   }
+}
+
+TEST(CudaStreamGemm, WarpSpecialisedFormMatchesReferenceAndRepeatsItsBits) {
+  VV_CUDA_BACKEND_OR_SKIP(any, true);
+  check_ws_form("2", 7100);
+  check_ws_form("1", 8100);
 }
 
 // A row's bits do not depend on the rows beside it: the split of K is chosen from N and K only.
