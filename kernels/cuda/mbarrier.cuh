@@ -45,6 +45,28 @@ __device__ __forceinline__ void wait(uint32_t bar, uint32_t phase) {
       "r"(phase)
       : "memory");
 }
+// wait(), but a phase that has not completed within about 2 s (globaltimer) traps: a pipeline that
+// hangs fails its launch ("unspecified launch failure") instead of hanging the process. (No printf:
+// a call in a kernel with wgmmas in flight makes the compiler serialize them.) The timer is read
+// only after a failed try, so a wait that succeeds at once costs nothing more.
+__device__ __forceinline__ void wait_or_trap(uint32_t bar, uint32_t phase) {
+  auto try_wait = [&] {
+    uint32_t done;
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(phase)
+        : "memory");
+    return done != 0;
+  };
+  if (try_wait()) return;
+  uint64_t t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  while (!try_wait()) {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    if (t - t0 > 2000000000ull) __trap();
+  }
+}
 // `bytes` (a multiple of 16; both addresses 16-byte aligned) from global memory into shared memory,
 // completing on `bar`.
 __device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {

@@ -450,7 +450,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       for (int i = S; i < n_units; ++i) {
         const int st = i % S;
         // Every consumer of the cluster is done with the stage (this CTA's weights, everyone's a).
-        mbar::wait(empty + 8 * st, static_cast<uint32_t>(i / S - 1) & 1u);
+        mbar::wait_or_trap(empty + 8 * st, static_cast<uint32_t>(i / S - 1) & 1u);
         mbar::expect_tx(full + 8 * st, kStage);
         load_w(st, u0 + i);
         load_x(st, u0 + i);
@@ -485,7 +485,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       const int64_t end = segment_end(seg, u1, ksteps);
       for (int64_t u = seg; u < end; ++u) {
         const int i = static_cast<int>(u - u0), st = i % S;
-        mbar::wait(full + 8 * st, static_cast<uint32_t>(i / S) & 1u);
+        mbar::wait_or_trap(full + 8 * st, static_cast<uint32_t>(i / S) & 1u);
         const uint32_t w_addr = base + st * kStage + c * 128 * 128, x_addr = base + st * kStage + kWBytes;
         wgmma_fence();
 #pragma unroll
