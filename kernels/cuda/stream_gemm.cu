@@ -46,6 +46,7 @@ constexpr size_t smem_bytes(int NT) {
 }
 
 using stream_plan::block_of;
+using stream_plan::every_segment_slot;
 using stream_plan::segment_end;
 using stream_plan::segment_slot;
 using stream_plan::unit_begin;
@@ -383,13 +384,19 @@ __host__ __device__ constexpr int64_t ws_slot_floats() {
   return 128 * 16 * NT;
 }
 
-template <int NT, int CL>
+// SWIGLU: w is gate_up [2N, K] (gate rows, then up rows); a unit's tile is gate rows [128p, 128p + 128)
+// (the first warpgroup's) and the same up rows (the second's), and the output is N columns of
+// silu(g)·u in bf16 (g and u rounded to bf16 first, as the reference's bf16 run does): the down
+// projection's operand. Every segment of such a tile leaves both warpgroups' sums in the workspace;
+// the last of them to count in combines the two.
+template <int NT, int CL, bool SWIGLU>
 __global__ void __launch_bounds__(kWsThreads, 1)
     stream_gemm_ws_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap,
                           int M, int N, int ksteps, int64_t units, const float* __restrict__ bias,
-                          int accumulate, float* __restrict__ out, int64_t ldo, float* __restrict__ ws,
+                          int accumulate, void* __restrict__ out_raw, int64_t ldo, float* __restrict__ ws,
                           int* __restrict__ counts) {
 #ifdef VV_WGMMA
+  constexpr int TILE = SWIGLU ? 128 : kWsBN;  // output columns a tile
   constexpr int S = ws_stages<NT>();
   constexpr int XR = 16 * NT, XPART = XR / CL;  // a's rows a stage; the part each CTA of a cluster loads
   constexpr uint32_t kWBytes = kWsBN * 128, kXBytes = XR * 128, kStage = kWBytes + kXBytes;
@@ -424,8 +431,11 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
     if (warp == 8 && lane == 0) {
       auto load_w = [&](int st, int64_t u) {
-        mbar::tma_load_2d(base + st * kStage, &wmap, static_cast<int>(u % ksteps) * kBK,
-                          static_cast<int>((u / ksteps) * CL + rank) * kWsBN, full + 8 * st);
+        const int k0 = static_cast<int>(u % ksteps) * kBK,
+                  row = static_cast<int>((u / ksteps) * CL + rank) * TILE;
+        mbar::tma_load_2d(base + st * kStage, &wmap, k0, row, full + 8 * st);
+        if constexpr (SWIGLU)
+          mbar::tma_load_2d(base + st * kStage + 128 * 128, &wmap, k0, N + row, full + 8 * st);
       };
       auto load_x = [&](int st, int64_t u) {
         const uint32_t dst = base + st * kStage + kWBytes + rank * XPART * 128;
@@ -507,7 +517,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       // wgmmas.
       const int64_t group = u / ksteps, tile = group * CL + rank;
       const bool whole = seg % ksteps == 0 && (u + 1) % ksteps == 0;
-      const int nb = static_cast<int>(tile) * kWsBN + 128 * c + 16 * w4 + g;
+      const int nb = static_cast<int>(tile) * TILE + (SWIGLU ? 0 : 128 * c) + 16 * w4 + g;
       float v[2][R];
 #pragma unroll
       for (int h = 0; h < 2; ++h)
@@ -523,7 +533,65 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       wgmma_fence_operands<R>(v[0]);  // here, not sunk into the branches below
       wgmma_fence_operands<R>(v[1]);
       seg = end;
-      if (tile * kWsBN >= N) continue;  // the last group's missing tile (an odd count): nothing to add
+      if (tile * TILE >= N) continue;  // the last group's missing tile (an odd count): nothing to add
+      if constexpr (SWIGLU) {
+        // Both warpgroups' sums to the workspace (a slot for every segment, whole or not), counted in; the
+        // last of the tile's 2 × segments adds them up and writes silu(g)·u.
+        auto slot_of = [&](int64_t b, int cw) {
+          return ws + ((every_segment_slot(b, group) * CL + rank) * 2 + cw) * ws_slot_floats<NT>() + 4 * t;
+        };
+        const int64_t b_first = block_of(group * ksteps, G, units),
+                      b_last = block_of((group + 1) * ksteps - 1, G, units);
+        float* mine = slot_of(gi, c);
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int e = 0; e < R; e += 4)
+            __stcg(reinterpret_cast<float4*>(mine + (h * R + e) * 128),
+                   make_float4(v[h][e], v[h][e + 1], v[h][e + 2], v[h][e + 3]));
+        __threadfence();
+        asm volatile("bar.sync %0, 128;\n" ::"r"(1 + c) : "memory");
+        if (t == 0) {
+          const int before = atomicAdd(counts + tile, 1);
+          const bool last = before == static_cast<int>(2 * (b_last - b_first) + 1);
+          if (last) counts[tile] = 0;  // ready for the next launch
+          last_flag[c] = last ? 1 : 0;
+        }
+        asm volatile("bar.sync %0, 128;\n" ::"r"(1 + c) : "memory");
+        if (last_flag[c] == 0) continue;
+        __threadfence();
+        __nv_bfloat16* out = static_cast<__nv_bfloat16*>(out_raw);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+#pragma unroll
+          for (int j = 0; j < 2 * NT; ++j) {  // the chunk of the four values 4j..4j + 3 of half h
+            float gs[4] = {0.f, 0.f, 0.f, 0.f}, us[4] = {0.f, 0.f, 0.f, 0.f};
+            for (int64_t b = b_first; b <= b_last; ++b) {
+              const float4 pg =
+                  __ldcg(reinterpret_cast<const float4*>(slot_of(b, 0) + (h * R + 4 * j) * 128));
+              const float4 pu =
+                  __ldcg(reinterpret_cast<const float4*>(slot_of(b, 1) + (h * R + 4 * j) * 128));
+              if (b == b_first) {
+                gs[0] = pg.x, gs[1] = pg.y, gs[2] = pg.z, gs[3] = pg.w;
+                us[0] = pu.x, us[1] = pu.y, us[2] = pu.z, us[3] = pu.w;
+              } else {
+                gs[0] += pg.x, gs[1] += pg.y, gs[2] += pg.z, gs[3] += pg.w;
+                us[0] += pu.x, us[1] += pu.y, us[2] += pu.z, us[3] += pu.w;
+              }
+            }
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+              const int n = nb + 64 * h + 8 * (r >> 1), m = 8 * j + 2 * q + (r & 1);
+              if (n >= N || m >= M) continue;
+              const float gv = __bfloat162float(__float2bfloat16(gs[r]));
+              const float uv = __bfloat162float(__float2bfloat16(us[r]));
+              out[static_cast<int64_t>(m) * ldo + n] = __float2bfloat16(gv / (1.0f + expf(-gv)) * uv);
+            }
+          }
+        }
+        continue;
+      }
+      float* out = static_cast<float*>(out_raw);
       bool finish = whole;
       if (!whole) {
         // Cluster b's sums of this CTA's tile (a float4 a thread per chunk of four).
@@ -598,7 +666,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   if constexpr (CL > 1) cluster_sync();
 #else
   (void)wmap, (void)xmap, (void)M, (void)N, (void)ksteps, (void)units, (void)bias, (void)accumulate,
-      (void)out, (void)ldo, (void)ws, (void)counts;
+      (void)out_raw, (void)ldo, (void)ws, (void)counts;
   __trap();
 #endif
 }
@@ -715,7 +783,7 @@ bool launch_wg_any(const void* a, int M, int K, const void* w, int64_t ldw, int 
 
 // The clusters of CL blocks that can be resident at once (cudaOccupancyMaxActiveClusters; 0 when the
 // query fails). Asked once per form: a process drives one kind of device.
-template <int NT, int CL>
+template <int NT, int CL, bool SWIGLU>
 int max_active_clusters() {
   static const int n = [] {
     cudaLaunchConfig_t cfg = {};
@@ -730,7 +798,8 @@ int max_active_clusters() {
     cfg.attrs = attr;
     cfg.numAttrs = 1;
     int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, stream_gemm_ws_kernel<NT, CL>, &cfg) != cudaSuccess) {
+    if (cudaOccupancyMaxActiveClusters(&clusters, stream_gemm_ws_kernel<NT, CL, SWIGLU>, &cfg) !=
+        cudaSuccess) {
       cudaGetLastError();
       clusters = 0;
     }
@@ -739,30 +808,39 @@ int max_active_clusters() {
   return n;
 }
 
-template <int NT, int CL>
+// N: the output's columns (SWIGLU: w has 2N rows). out: f32, or bf16 with SWIGLU.
+template <int NT, int CL, bool SWIGLU>
 bool launch_ws(const void* a, int M, int K, const void* w, int64_t ldw, int N, const float* bias,
-               bool accumulate, float* out, int64_t ldo, int sms, const StreamGemmScratch& scratch,
+               bool accumulate, void* out, int64_t ldo, int sms, const StreamGemmScratch& scratch,
                cudaStream_t s) {
-  allow_dynamic_smem(stream_gemm_ws_kernel<NT, CL>, ws_smem_bytes<NT>(), /*max_carveout=*/true);
+  auto* kern = stream_gemm_ws_kernel<NT, CL, SWIGLU>;
+  allow_dynamic_smem(kern, ws_smem_bytes<NT>(), /*max_carveout=*/true);
   // Units are (group of CL tiles, 64-deep step) pairs over G clusters, as many as can be resident.
-  const int64_t tiles = (N + kWsBN - 1) / kWsBN, groups = (tiles + CL - 1) / CL;
+  constexpr int TILE = SWIGLU ? 128 : kWsBN;
+  const int64_t tiles = (N + TILE - 1) / TILE, groups = (tiles + CL - 1) / CL;
   const int ksteps = (K + kBK - 1) / kBK;
   const int64_t units = groups * ksteps;
   int64_t G = std::min<int64_t>(units, std::max(sms, 1) / CL);
   if constexpr (CL > 1) {
-    const int resident = max_active_clusters<NT, CL>();
+    const int resident = max_active_clusters<NT, CL, SWIGLU>();
     if (resident <= 0) return false;
     G = std::min<int64_t>(G, resident);
   }
   if (G <= 0) return false;
   bool split = false;
   for (int64_t b = 1; b < G && !split; ++b) split = stream_plan::unit_begin(b, G, units) % ksteps != 0;
-  if (!scratch.counts || static_cast<size_t>(2 * tiles) > scratch.count_ints ||
-      (split &&
-       (!scratch.ws || 4 * G * CL * ws_slot_floats<NT>() * 4 > static_cast<int64_t>(scratch.ws_bytes))))
+  // Counts: one a tile and warpgroup, or one a tile (SWIGLU). Slots: two a cluster for the segments
+  // that open and close its run, or one for every segment (SWIGLU: group + cluster), × CL × 2.
+  const int64_t count_need = SWIGLU ? tiles : 2 * tiles;
+  const int64_t slots = (SWIGLU ? groups + G : (split ? 2 * G : 0)) * CL * 2;
+  if (!scratch.counts || static_cast<size_t>(count_need) > scratch.count_ints ||
+      (slots > 0 &&
+       (!scratch.ws || slots * ws_slot_floats<NT>() * 4 > static_cast<int64_t>(scratch.ws_bytes))))
     return false;
   CUtensorMap wmap, xmap;
-  if (!encode_map(&wmap, w, N, K, ldw, kWsBN) || !encode_map(&xmap, a, M, K, K, 16 * NT / CL)) return false;
+  if (!encode_map(&wmap, w, SWIGLU ? 2 * int64_t{N} : N, K, ldw, TILE) ||
+      !encode_map(&xmap, a, M, K, K, 16 * NT / CL))
+    return false;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(G * CL));
   cfg.blockDim = dim3(kWsThreads);
@@ -784,23 +862,42 @@ bool launch_ws(const void* a, int M, int K, const void* w, int64_t ldw, int N, c
   }
   cfg.attrs = attr;
   cfg.numAttrs = n;
-  return cudaLaunchKernelEx(&cfg, stream_gemm_ws_kernel<NT, CL>, wmap, xmap, M, N, ksteps, units, bias,
-                            accumulate ? 1 : 0, out, ldo, scratch.ws, scratch.counts) == cudaSuccess;
+  return cudaLaunchKernelEx(&cfg, kern, wmap, xmap, M, N, ksteps, units, bias, accumulate ? 1 : 0, out, ldo,
+                            scratch.ws, scratch.counts) == cudaSuccess;
 }
 
-template <int NT>
+template <int NT, bool SWIGLU>
 bool launch_ws_any(const void* a, int M, int K, const void* w, int64_t ldw, int N, const float* bias,
-                   bool accumulate, float* out, int64_t ldo, int sms, const StreamGemmScratch& scratch,
+                   bool accumulate, void* out, int64_t ldo, int sms, const StreamGemmScratch& scratch,
                    cudaStream_t s) {
   return scratch.ws_cluster == 2
-             ? launch_ws<NT, 2>(a, M, K, w, ldw, N, bias, accumulate, out, ldo, sms, scratch, s)
-             : launch_ws<NT, 1>(a, M, K, w, ldw, N, bias, accumulate, out, ldo, sms, scratch, s);
+             ? launch_ws<NT, 2, SWIGLU>(a, M, K, w, ldw, N, bias, accumulate, out, ldo, sms, scratch, s)
+             : launch_ws<NT, 1, SWIGLU>(a, M, K, w, ldw, N, bias, accumulate, out, ldo, sms, scratch, s);
+}
+
+template <bool SWIGLU>
+bool launch_ws_rows(const void* a, int M, int K, const void* w, int64_t ldw, int N, const float* bias,
+                    bool accumulate, void* out, int64_t ldo, int sms, const StreamGemmScratch& scratch,
+                    cudaStream_t s) {
+  return M <= 16   ? launch_ws_any<1, SWIGLU>(a, M, K, w, ldw, N, bias, accumulate, out, ldo, sms, scratch, s)
+         : M <= 32 ? launch_ws_any<2, SWIGLU>(a, M, K, w, ldw, N, bias, accumulate, out, ldo, sms, scratch, s)
+         : M <= 64
+             ? launch_ws_any<4, SWIGLU>(a, M, K, w, ldw, N, bias, accumulate, out, ldo, sms, scratch, s)
+             : launch_ws_any<8, SWIGLU>(a, M, K, w, ldw, N, bias, accumulate, out, ldo, sms, scratch, s);
 }
 
 }  // namespace
 
 size_t stream_gemm_ws_bytes(int sms) {
-  return static_cast<size_t>(4) * static_cast<size_t>(std::max(sms, 1)) * ws_slot_floats<8>() * sizeof(float);
+  return static_cast<size_t>(8) * static_cast<size_t>(std::max(sms, 1)) * ws_slot_floats<8>() * sizeof(float);
+}
+
+bool stream_gemm_swiglu(const void* a, int64_t M, int64_t K, const void* w, int64_t ldw, int64_t I, void* out,
+                        int64_t ldo, int sms, const StreamGemmScratch& scratch, cudaStream_t s) {
+  if (M <= 0 || I <= 0) return true;
+  if (M > kStreamGemmMaxRows || 2 * I > (int64_t{1} << 30) || !scratch.counts || !scratch.ws) return false;
+  return launch_ws_rows<true>(a, static_cast<int>(M), static_cast<int>(K), w, ldw, static_cast<int>(I),
+                              nullptr, false, out, ldo, sms, scratch, s);
 }
 
 bool stream_gemm_fits(int64_t M, int64_t K, const void* a, const void* w, int64_t ldw) {
@@ -822,11 +919,7 @@ StreamGemmKind stream_gemm(const void* a, int64_t M, int64_t K, const void* w, i
   size_t flag_count = scratch.count_ints;
   const int m = static_cast<int>(M), k = static_cast<int>(K), n = static_cast<int>(N);
   if (kind == StreamGemmKind::kWarpSpec) {
-    const bool ok =
-        M <= 16   ? launch_ws_any<1>(a, m, k, w, ldw, n, bias, accumulate, out, ldo, sms, scratch, s)
-        : M <= 32 ? launch_ws_any<2>(a, m, k, w, ldw, n, bias, accumulate, out, ldo, sms, scratch, s)
-        : M <= 64 ? launch_ws_any<4>(a, m, k, w, ldw, n, bias, accumulate, out, ldo, sms, scratch, s)
-                  : launch_ws_any<8>(a, m, k, w, ldw, n, bias, accumulate, out, ldo, sms, scratch, s);
+    const bool ok = launch_ws_rows<false>(a, m, k, w, ldw, n, bias, accumulate, out, ldo, sms, scratch, s);
     if (ok) return kind;
     // No tensor-map entry point or no scratch: the one-barrier form, without the counts (it would
     // leave its flags raised in them; the warp-specialised form needs them zero).

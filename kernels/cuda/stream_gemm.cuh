@@ -36,7 +36,7 @@ enum class StreamGemmKind { kMma, kWgmma, kWarpSpec };
 // Device memory the Hopper forms use between blocks. `counts`: `count_ints` ints, zero when first
 // handed over (the warp-specialised form leaves them zero after each call; the one-barrier form
 // zeroes what it uses itself). `ws`: the warp-specialised form's partial sums,
-// stream_gemm_ws_bytes(sms) bytes (its calls fall back to kWgmma without it).
+// stream_gemm_ws_bytes(sms) bytes (8 × SMs × 64 KiB; its calls fall back to kWgmma without it).
 struct StreamGemmScratch {
   int* counts = nullptr;
   size_t count_ints = 0;
@@ -47,6 +47,15 @@ struct StreamGemmScratch {
   int ws_cluster = 2;
 };
 size_t stream_gemm_ws_bytes(int sms);
+
+// The MLP's gate_up and SwiGLU in one launch of the warp-specialised form (sm_90a only; the caller
+// checks the device and stream_gemm_fits): w is gate_up [2I, K] (gate rows, then up rows), and
+// out[m, j] = bf16(silu(g) · u) for j < I, with g = bf16(a[m] · w[j]) and u = bf16(a[m] · w[I + j]) (the
+// reference's bf16 rounding of gate_up), out bf16 with row stride ldo: the down projection's operand.
+// The sums of a shared tile are added in a fixed order, as in the ws form. False (nothing launched)
+// without the scratch it needs or a tensor-map entry point.
+bool stream_gemm_swiglu(const void* a, int64_t M, int64_t K, const void* w, int64_t ldw, int64_t I, void* out,
+                        int64_t ldo, int sms, const StreamGemmScratch& scratch, cudaStream_t s);
 
 // out[m, n] = (accumulate ? out[m, n] : 0) + Σ_k a[m, k] · w[n, k] + bias[n]; bias may be null.
 // `sms`: the device's SM count. `scratch`: as above (the one-barrier Hopper form uses its counts as

@@ -39,6 +39,13 @@ VV_HD constexpr int64_t segment_slot(int64_t b, int64_t tile, int64_t G, int64_t
   return 2 * b + (tile == unit_begin(b, G, units) / ksteps ? 0 : 1);
 }
 
+// A slot for every segment, whole or not (the SwiGLU form's): tile + b. Unique, because a later
+// block's tiles are never before an earlier block's: b < b' gives tile ≤ tile' and so a smaller sum,
+// and one block's segments have distinct tiles. Fewer than tiles + G.
+VV_HD constexpr int64_t every_segment_slot(int64_t b, int64_t tile) {
+  return tile + b;
+}
+
 }  // namespace vv::cuda::stream_plan
 
 #undef VV_HD

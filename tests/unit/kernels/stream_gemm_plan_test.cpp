@@ -1,9 +1,10 @@
 // The stream GEMM's split of its units over a persistent grid (kernels/cuda/stream_gemm_plan.h), on
 // the host, as the warp-specialised form walks it: every unit in exactly one block's run; each tile's
 // segments, found by the block that adds them up from block_of alone, are exactly the blocks whose
-// runs cut it; their workspace slots are those the blocks wrote and never shared; and the segments'
-// sums give every tile's total. Over the 7B's decode shapes on 132 and 114 SMs, and odd ones. (Whether
-// the kernel does what this walk does is the gpu test's part: CudaStreamGemm.WarpSpecialised*.)
+// runs cut it; their workspace slots are those the blocks wrote and never shared (the SwiGLU form's
+// slot for every segment too); and the segments' sums give every tile's total. Over the 7B's decode
+// shapes on 132 and 114 SMs, and odd ones. (Whether the kernel does what this walk does is the gpu
+// tests' part: CudaStreamGemm.WarpSpecialised*, CudaStreamGemm.SwiGlu*.)
 #include "kernels/cuda/stream_gemm_plan.h"
 
 #include <gtest/gtest.h>
@@ -20,6 +21,7 @@ namespace vv::test {
 namespace {
 
 using cuda::stream_plan::block_of;
+using cuda::stream_plan::every_segment_slot;
 using cuda::stream_plan::segment_end;
 using cuda::stream_plan::segment_slot;
 using cuda::stream_plan::unit_begin;
@@ -39,6 +41,7 @@ void check_plan(const Shape& sh) {
   std::map<int64_t, int64_t> sums;                                      // slot → its partial sum
   std::map<int64_t, int64_t> whole_sum;                                 // tile → sum of a whole segment
   std::vector<int> covered(static_cast<size_t>(units), 0);
+  std::set<int64_t> every_slots;  // the SwiGLU form's: one for every segment
   for (int64_t b = 0; b < G; ++b) {
     const int64_t u0 = unit_begin(b, G, units), u1 = unit_begin(b + 1, G, units);
     ASSERT_LT(u0, u1) << what << ": block " << b << " has no unit";
@@ -53,6 +56,10 @@ void check_plan(const Shape& sh) {
         EXPECT_EQ(block_of(u, G, units), b) << what << ": unit " << u;
         s += u + 1;
       }
+      const int64_t any_slot = every_segment_slot(b, tile);
+      EXPECT_TRUE(every_slots.insert(any_slot).second)
+          << what << ": slot " << any_slot << " of every segment twice";
+      EXPECT_LT(any_slot, tiles + G) << what;
       const bool whole = seg % ksteps == 0 && end % ksteps == 0;
       if (whole) {
         EXPECT_FALSE(whole_sum.count(tile)) << what << ": tile " << tile << " whole twice";

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -227,6 +228,120 @@ TEST(CudaStreamGemm, WarpSpecialisedFormMatchesReferenceAndRepeatsItsBits) {
   VV_CUDA_BACKEND_OR_SKIP(any, true);
   check_ws_form("2", 7100);
   check_ws_form("1", 8100);
+}
+
+// The SwiGLU form (stream_gemm_swiglu: gate_up and silu(g)·u in one launch, bf16 out) straight on the
+// kernel, against a float64 reference: every output written and none past it (the row stride's
+// padding keeps its poison), within what the bf16 roundings of g, u and the output and f32
+// accumulation explain, with clusters of two and one, and the same bits on a second run. Shapes: one
+// row and one tile, I not a multiple of the 128-column tile (its last tile's gate rows run into the up
+// rows), an odd tile count (the last cluster's second tile empty), the 7B's gate_up at 64 rows, the
+// 128-row form.
+TEST(CudaStreamGemm, SwiGluFormMatchesReferenceAndRepeatsItsBits) {
+  VV_CUDA_BACKEND_OR_SKIP(any, true);
+  cudaDeviceProp prop{};
+  ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+  if (!(prop.major == 9 && prop.minor == 0))
+    GTEST_SKIP() << "the SwiGLU form is sm_90a code (" << prop.name << ")";
+  struct Case {
+    int64_t M, I, K;
+  };
+  const int64_t pad = 8;
+  int* counts = nullptr;
+  float* ws = nullptr;
+  const size_t count_ints = 4096, ws_bytes = cuda::stream_gemm_ws_bytes(prop.multiProcessorCount);
+  ASSERT_EQ(cudaMalloc(&counts, count_ints * sizeof(int)), cudaSuccess);
+  ASSERT_EQ(cudaMemset(counts, 0, count_ints * sizeof(int)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&ws, ws_bytes), cudaSuccess);
+  uint32_t seed = 9100;
+  for (const Case c : {Case{1, 128, 64}, Case{5, 200, 1000}, Case{17, 640, 776}, Case{37, 1152, 3584},
+                       Case{64, 18944, 3584}, Case{128, 384, 3584}}) {
+    const std::string what =
+        "M=" + std::to_string(c.M) + " I=" + std::to_string(c.I) + " K=" + std::to_string(c.K);
+    std::mt19937 rng(seed++);
+    std::uniform_real_distribution<float> ua(-1.5f, 1.5f), uw(-1.0f, 1.0f);
+    const float wscale = 3.0f / std::sqrt(static_cast<float>(c.K));  // g and u of a few units: silu's curve
+    std::vector<uint16_t> a(static_cast<size_t>(c.M * c.K)), w(static_cast<size_t>(2 * c.I * c.K));
+    for (auto& v : a) v = f32_to_bf16(ua(rng));
+    for (auto& v : w) v = f32_to_bf16(uw(rng) * wscale);
+    // The reference: g, u and the sizes of their terms in double over the same bf16 operands.
+    const int64_t ldo = c.I + pad;
+    std::vector<double> want(static_cast<size_t>(c.M * c.I)), tol(want.size());
+    parallel_ranges(c.M * c.I, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t m = i / c.I, j = i % c.I;
+        double g = 0, u = 0, tg = 0, tu = 0;
+        for (int64_t k = 0; k < c.K; ++k) {
+          const double x = bf16_to_f32(a[m * c.K + k]);
+          const double pg = x * bf16_to_f32(w[j * c.K + k]), pu = x * bf16_to_f32(w[(c.I + j) * c.K + k]);
+          g += pg, u += pu, tg += std::fabs(pg), tu += std::fabs(pu);
+        }
+        const double sg = g / (1 + std::exp(-g));
+        // bf16 rounds to within 2^-8 of the value (8 significant bits); f32 accumulation over K within
+        // 1e-4 of the terms' size (the other stream GEMM tests' bound)
+        const double eg = std::ldexp(std::fabs(g), -8) + 1e-4 * tg,
+                     eu = std::ldexp(std::fabs(u), -8) + 1e-4 * tu;
+        want[i] = sg * u;
+        // silu' is within [-0.1, 1.1]; the output's own rounding on top
+        tol[i] =
+            1.5 * (1.1 * eg * (std::fabs(u) + eu) + std::fabs(sg) * eu + std::ldexp(std::fabs(sg * u), -8)) +
+            1e-6;
+      }
+    });
+    void *da = nullptr, *dw = nullptr, *dout = nullptr;
+    ASSERT_EQ(cudaMalloc(&da, a.size() * 2), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dw, w.size() * 2), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dout, static_cast<size_t>(c.M * ldo) * 2), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(da, a.data(), a.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(dw, w.data(), w.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    std::vector<uint16_t> first;
+    for (const int cluster : {2, 1}) {
+      for (int run = 0; run < 2; ++run) {
+        SCOPED_TRACE(what + ", cluster of " + std::to_string(cluster) + ", run " + std::to_string(run));
+        ASSERT_EQ(cudaMemset(dout, 0xFF, static_cast<size_t>(c.M * ldo) * 2), cudaSuccess);  // bf16 NaN
+        cuda::StreamGemmScratch scratch{counts, count_ints, ws, ws_bytes, cluster};
+        ASSERT_TRUE(cuda::stream_gemm_swiglu(da, c.M, c.K, dw, c.K, c.I, dout, ldo, prop.multiProcessorCount,
+                                             scratch, nullptr));
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        std::vector<uint16_t> got(static_cast<size_t>(c.M * ldo));
+        ASSERT_EQ(cudaMemcpy(got.data(), dout, got.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+        size_t bad = 0, unwritten = 0, past = 0, worst = 0;
+        double worst_ratio = 0;
+        for (int64_t m = 0; m < c.M; ++m) {
+          for (int64_t j = 0; j < ldo; ++j) {
+            const uint16_t bits = got[m * ldo + j];
+            if (j >= c.I) {
+              past += bits != 0xFFFF;
+              continue;
+            }
+            const float v = bf16_to_f32(bits);
+            const size_t i = static_cast<size_t>(m * c.I + j);
+            if (!std::isfinite(v)) {
+              ++unwritten;
+              continue;
+            }
+            const double r = std::fabs(v - want[i]) / tol[i];
+            if (r > 1) ++bad;
+            if (r > worst_ratio) worst_ratio = r, worst = i;
+          }
+        }
+        EXPECT_EQ(unwritten, 0u) << "unwritten or non-finite outputs";
+        EXPECT_EQ(past, 0u) << "writes past the I columns";
+        EXPECT_EQ(bad, 0u) << "worst at row " << worst / c.I << " column " << worst % c.I << " want "
+                           << want[worst] << " (" << worst_ratio << "x the tolerance)";
+        if (run == 0) {
+          first = got;
+        } else {
+          EXPECT_EQ(got, first) << "two runs differ";
+        }
+      }
+    }
+    cudaFree(da);
+    cudaFree(dw);
+    cudaFree(dout);
+  }
+  cudaFree(counts);
+  cudaFree(ws);
 }
 
 // A row's bits do not depend on the rows beside it: the split of K is chosen from N and K only.
