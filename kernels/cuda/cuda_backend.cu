@@ -1027,21 +1027,51 @@ class CudaBackend final : public Backend {
     if (overlap_rows(gu, x) || overlap_rows(gu, a) || overlap_rows(m, x) || overlap_rows(m, a) ||
         overlap_rows(gu, m))
       return 0;
-    // Both GEMMs on cuBLASLt (the fallbacks would read gu and m in f32).
-    if (skinny_takes(g2.a, g2.w, g2.out, g2.ep) || stream_takes(g2.a, g2.w, g2.out, g2.ep) ||
+    // With the warp-specialised stream GEMM taking gate_up (VV_CUDA_STREAM_GEMM_KIND=ws): gate_up and
+    // SwiGLU in one launch of it (stream_gemm_swiglu), its bf16 output after the norm's pack, and down
+    // from there (on the stream GEMM too if it takes down). gu is never written.
+    const bool swiglu =
+        stream_kind_ == cuda::StreamGemmKind::kWarpSpec && stream_ws_ && stream_takes(g1.a, g1.w, gu, g1.ep);
+    const bool down_stream = swiglu && stream_takes(g2.a, g2.w, g2.out, g2.ep);
+    // Otherwise both GEMMs on cuBLASLt (the fallbacks would read gu and m in f32); gate_up's plan is
+    // also the SwiGLU form's fallback (a shape its scratch cannot hold).
+    if (skinny_takes(g2.a, g2.w, g2.out, g2.ep) ||
+        (!down_stream && stream_takes(g2.a, g2.w, g2.out, g2.ep)) ||
         !plan_for(M, 2 * I, K, 2 * I, DType::kBF16, false, static_cast<int>(Epilogue::kNone), true) ||
-        !plan_for(M, K, I, x.row_stride(), DType::kBF16, false, static_cast<int>(Epilogue::kAddResidual)))
+        (!down_stream &&
+         !plan_for(M, K, I, x.row_stride(), DType::kBF16, false, static_cast<int>(Epilogue::kAddResidual))))
       return 0;
     // discard(a) right after: a's f32 rows are never written (gate_up reads the pack).
     const bool drop = i + 6 < recs.size() && discards(recs[i + 6], a) && !overlap_rows(a, x);
     const OpRec norm = nr, up = g1, down = g2;
     out.push_back([=, this] {
-      if (!ensure_pack(static_cast<size_t>(M * std::max(K, I)) * 2)) return;
+      // The SwiGLU form's output sits after the norm's pack (256-byte aligned).
+      const size_t act_off = swiglu ? (static_cast<size_t>(M * K) * 2 + 255) / 256 * 256 : 0;
+      if (!ensure_pack(std::max(static_cast<size_t>(M * std::max(K, I)) * 2,
+                                act_off + static_cast<size_t>(M * I) * 2)))
+        return;
       {
         OpTimer timer(this, drop ? "rms_norm.pack_only" : "rms_norm.pack");
         Tensor o = norm.out;
         cuda::rms_norm_pack(norm.a, norm.w, norm.f, o, pack_, DType::kBF16, stream_, !drop);
         launched("rms_norm");
+      }
+      if (swiglu) {
+        void* act = static_cast<char*>(pack_) + act_off;
+        bool ran;
+        {
+          OpTimer timer(this, "gemm.stream_ws_swiglu");
+          ran = cuda::stream_gemm_swiglu(pack_, M, K, up.w.data, up.w.row_stride(), I, act, I, sms_,
+                                         stream_scratch(), stream_);
+          if (ran) launched("gemm");
+        }
+        if (ran) {
+          OpTimer timer(this, down_stream ? stream_label(true) : "gemm.cublaslt_packed");
+          Tensor o = down.out;
+          gemm_lt_packed(down.a, down.w, nullptr, o, down.ep, act);
+          launched("gemm");
+          return;
+        }
       }
       {
         OpTimer timer(this, "gemm.cublaslt_bf16_out");
@@ -2144,25 +2174,32 @@ class CudaBackend final : public Backend {
     std::fprintf(stderr, "vibevoice: %s\n", first_error_.c_str());
   }
 
-  // gemm_lt once pack_ holds a's rows in w's 16-bit type (a itself is read only by the fallback).
-  void gemm_lt_packed(const Tensor& a, const Tensor& w, const float* bias, Tensor& out, Epilogue ep) {
+  // The stream GEMM's device scratch (counts, the ws form's partial sums) and its cluster.
+  cuda::StreamGemmScratch stream_scratch() const {
+    return cuda::StreamGemmScratch{stream_flags_, kStreamFlags, static_cast<float*>(stream_ws_),
+                                   stream_ws_bytes_, stream_ws_cluster_};
+  }
+
+  // gemm_lt once pack_ (or `ap`, when given) holds a's rows in w's 16-bit type (a itself is read only
+  // by the fallback).
+  void gemm_lt_packed(const Tensor& a, const Tensor& w, const float* bias, Tensor& out, Epilogue ep,
+                      const void* ap = nullptr) {
     const int64_t M = out.rows(), N = out.cols(), K = a.cols();
+    const void* const A = ap ? ap : pack_;
     if (skinny_takes(a, w, out, ep)) {
       const cuda::SkinnyGemmPlan plan = cuda::plan_skinny_gemm(N, K, sms_, sk_per_sm_);
       for (int64_t r = 0; r < M; r += cuda::kSkinnyGemmMaxRows) {  // one launch unless deterministic
         const int64_t m = std::min(cuda::kSkinnyGemmMaxRows, M - r);
-        cuda::skinny_gemm(static_cast<const char*>(pack_) + r * K * 2, m, K, w.data, w.row_stride(), N, bias,
+        cuda::skinny_gemm(static_cast<const char*>(A) + r * K * 2, m, K, w.data, w.row_stride(), N, bias,
                           ep == Epilogue::kAddResidual, out.ptr<float>() + r * out.row_stride(),
                           out.row_stride(), plan, static_cast<float*>(sk_ws_), stream_);
       }
       return;
     }
     if (stream_takes(a, w, out, ep)) {
-      const cuda::StreamGemmScratch scratch{stream_flags_, kStreamFlags, static_cast<float*>(stream_ws_),
-                                            stream_ws_bytes_, stream_ws_cluster_};
-      const cuda::StreamGemmKind ran =
-          cuda::stream_gemm(pack_, M, K, w.data, w.row_stride(), N, bias, ep == Epilogue::kAddResidual,
-                            out.ptr<float>(), out.row_stride(), sms_, stream_kind_, scratch, stream_);
+      const cuda::StreamGemmKind ran = cuda::stream_gemm(
+          A, M, K, w.data, w.row_stride(), N, bias, ep == Epilogue::kAddResidual, out.ptr<float>(),
+          out.row_stride(), sms_, stream_kind_, stream_scratch(), stream_);
       if (ran != stream_kind_) {
         std::fprintf(
             stderr, "vibevoice: %s\n",
@@ -2182,8 +2219,9 @@ class CudaBackend final : public Backend {
     const float alpha = 1.0f, beta = ep == Epilogue::kAddResidual ? 1.0f : 0.0f;
     if (!p->tuned && p->ncands > 1 && !capturing_)
       tune_plan(*p, w.data, M, N, K, out.row_stride(), alpha, beta);
-    const cublasStatus_t st = lt_api_->matmul(lt_, p->desc, &alpha, w.data, p->wl, pack_, p->al, &beta, out.data, p->dl,
-                                             out.data, p->dl, &p->algo, lt_ws_, lt_ws_bytes_, stream_);
+    const cublasStatus_t st =
+        lt_api_->matmul(lt_, p->desc, &alpha, w.data, p->wl, A, p->al, &beta, out.data, p->dl, out.data,
+                        p->dl, &p->algo, lt_ws_, lt_ws_bytes_, stream_);
     lt_check(st);
     if (ep == Epilogue::kGelu) cuda::gelu_inplace(out, stream_);  // cuBLASLt's GELU is the tanh form
   }

@@ -309,6 +309,48 @@ TEST(CudaMlpFusion, DecodeStepRowsFusedByDefault) {
   EXPECT_EQ(table1.find("silu_mul.bf16_pack"), std::string::npos) << "M=1: fused\n" << table1;
 }
 
+// VV_CUDA_STREAM_GEMM_KIND=ws (with VV_CUDA_STREAM_GEMM=2-128): a batched decode step's MLP runs gate_up
+// and SwiGLU as one launch of the warp-specialised stream GEMM (on sm_90; elsewhere the stream GEMM's
+// mma form takes down and the MLP is not fused), down from its bf16 output; within the same tolerance
+// of the unfused ops, with clusters of two and of one. I = 522 leaves a last tile whose gate rows run
+// into the up rows.
+TEST(CudaMlpFusion, DecodeStepOnTheWarpSpecialisedSwiGluForm) {
+  VV_CUDA_BACKEND_OR_SKIP(any, true);
+  cudaDeviceProp prop{};
+  ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+  const bool hopper = prop.major == 9 && prop.minor == 0;
+  auto plain = bf16_backend_with({{"VV_CUDA_PROFILE", "1"}, {"VV_CUDA_MLP_FUSE", "0"}});
+  ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
+  const FuseCase cases[] = {{2, 136, 264, 136, 40, DType::kBF16},          // two decode rows
+                            {37, 1032, 522, 1032, 264, DType::kBF16},      // odd rows, I % 128 != 0
+                            {64, 3584, 18944, 3584, 512, DType::kBF16},    // Qwen2.5-7B, 64 requests
+                            {128, 3584, 18944, 3584, 512, DType::kBF16}};  // 128 requests
+  for (const char* cluster : {"2", "1"}) {
+    auto ws = bf16_backend_with({{"VV_CUDA_PROFILE", "1"},
+                                 {"VV_CUDA_STREAM_GEMM", "2-128"},
+                                 {"VV_CUDA_STREAM_GEMM_KIND", "ws"},
+                                 {"VV_CUDA_STREAM_WS_CLUSTER", cluster}});
+    ASSERT_TRUE(ws.is_ok()) << ws.status().to_string();
+    uint32_t seed = 1900;
+    for (const FuseCase& c : cases) {
+      const std::string what = "M=" + std::to_string(c.M) + " H=" + std::to_string(c.H) +
+                               " I=" + std::to_string(c.I) + ", cluster of " + cluster;
+      FuseData d = make_data(c, seed);
+      seed += 20;
+      const std::vector<float> want = run_mlp(**plain, c, d, true);
+      (void)backend_profile_report(**ws);
+      const std::vector<float> got = run_mlp(**ws, c, d, true);
+      const std::string table = backend_profile_report(**ws);
+      if (hopper) {
+        EXPECT_NE(table.find("gemm.stream_ws_swiglu"), std::string::npos) << what << ": not fused\n" << table;
+        EXPECT_EQ(table.find("silu_mul"), std::string::npos) << what << ": a SwiGLU launch of its own\n"
+                                                             << table;
+      }
+      expect_mlp_within_bf16(got, want, c, d, what);
+    }
+  }
+}
+
 // VV_CUDA_ATTN_PACK=1: a batched decode step's attention on the tensor-core stream kernel writes the o
 // projection's bf16 operand beside its f32 output, and the o GEMM (with its residual) skips its pack.
 // The op sequence as Qwen2Decoder::run_layer issues it (attention, discard(q), o + residual) must give
