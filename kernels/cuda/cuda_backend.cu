@@ -995,7 +995,8 @@ class CudaBackend final : public Backend {
   // the bytes written and read back), SwiGLU from those bf16 values straight into the down GEMM's bf16
   // operand (m never written), and down from that operand. gu is rounded to bf16 before SwiGLU, as the
   // PyTorch reference's bf16 run does; the result differs from the unfused ops within bf16 rounding (gpu test
-  // CudaMlpFusion).
+  // CudaMlpFusion). With VV_CUDA_STREAM_GEMM_KIND=ws taking gate_up, its SwiGLU form replaces the
+  // cuBLASLt gate_up and the SwiGLU launch (below).
   size_t fuse_mlp_at(const std::vector<OpRec>& recs, size_t i, std::vector<std::function<void()>>& out) {
     if (compute_ != CudaCompute::kBF16 || !lt_api_ || deterministic_ || i + 5 >= recs.size()) return 0;
     const OpRec &nr = recs[i], &g1 = recs[i + 1], &sm = recs[i + 2], &g2 = recs[i + 3];
