@@ -820,7 +820,8 @@ bool launch_ws(const void* a, int M, int K, const void* w, int64_t ldw, int N, c
   const int64_t tiles = (N + TILE - 1) / TILE, groups = (tiles + CL - 1) / CL;
   const int ksteps = (K + kBK - 1) / kBK;
   const int64_t units = groups * ksteps;
-  int64_t G = std::min<int64_t>(units, std::max(sms, 1) / CL);
+  int64_t G = std::min<int64_t>(units / std::max(scratch.ws_min_units, 1), std::max(sms, 1) / CL);
+  G = std::max<int64_t>(G, 1);
   if constexpr (CL > 1) {
     const int resident = max_active_clusters<NT, CL, SWIGLU>();
     if (resident <= 0) return false;

@@ -45,6 +45,10 @@ struct StreamGemmScratch {
   // The warp-specialised form's cluster: 2 = pairs of blocks share each stage's rows of a (each loads
   // half and multicasts it to both), 1 = every block loads them all.
   int ws_cluster = 2;
+  // The warp-specialised form's least units (64-deep steps of one tile) a run: fewer runs than SMs when
+  // a shape has few units, so that the partial sums of shared tiles (M × 256 floats a segment) stay
+  // small against the weight bytes a run streams. 1: a run an SM whatever the shape.
+  int ws_min_units = 1;
 };
 size_t stream_gemm_ws_bytes(int sms);
 
