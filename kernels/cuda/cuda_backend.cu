@@ -2177,8 +2177,8 @@ class CudaBackend final : public Backend {
 
   // The stream GEMM's device scratch (counts, the ws form's partial sums) and its cluster.
   cuda::StreamGemmScratch stream_scratch() const {
-    return cuda::StreamGemmScratch{stream_flags_, kStreamFlags, static_cast<float*>(stream_ws_),
-                                   stream_ws_bytes_, stream_ws_cluster_};
+    return cuda::StreamGemmScratch{stream_flags_,    kStreamFlags,       static_cast<float*>(stream_ws_),
+                                   stream_ws_bytes_, stream_ws_cluster_, stream_ws_min_units_};
   }
 
   // gemm_lt once pack_ (or `ap`, when given) holds a's rows in w's 16-bit type (a itself is read only
@@ -2335,6 +2335,13 @@ class CudaBackend final : public Backend {
   int stream_ws_cluster_ = [] {
     const char* e = std::getenv("VV_CUDA_STREAM_WS_CLUSTER");
     return e && std::string(e) == "1" ? 1 : 2;
+  }();
+  // VV_CUDA_STREAM_WS_MIN_UNITS=N (1..1024; default 1): its least 64-deep steps a run (fewer runs than
+  // SMs on small shapes, smaller partial sums). An A/B knob.
+  int stream_ws_min_units_ = [] {
+    const char* e = std::getenv("VV_CUDA_STREAM_WS_MIN_UNITS");
+    const int n = e ? std::atoi(e) : 1;
+    return n >= 1 && n <= 1024 ? n : 1;
   }();
   // VV_CUDA_STREAM_GEMM_KIND=mma|wgmma|ws: the stream GEMM's compute; default wgmma on sm_90 (set at
   // creation; ws: the warp-specialised Hopper form).
