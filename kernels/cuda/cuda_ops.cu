@@ -13,6 +13,7 @@
 #include "kernels/cuda/convert.cuh"
 #include "kernels/cuda/cuda_ops.cuh"
 #include "kernels/cuda/decode_ops.cuh"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/smem_attr.h"
 
 namespace vv::cuda {
@@ -433,6 +434,8 @@ template <typename WT, typename PT>
 __global__ void rms_norm_pack_kernel(const float* x, int64_t ldx, const WT* __restrict__ w, float eps, float* out,
                                      int64_t ldo, int64_t C, PT* __restrict__ pack) {
   __shared__ float scratch[32];
+  pdl_wait();     // x is the previous kernel's output, and pack may be its operand
+  pdl_trigger();  // the next kernel (a GEMM) may start streaming its weights
   const float* xr = x + blockIdx.x * ldx;
   float* orow = out == nullptr ? nullptr : out + blockIdx.x * ldo;
   PT* prow = pack + blockIdx.x * C;
@@ -479,6 +482,8 @@ __global__ void rms_norm_pack_kernel(const float* x, int64_t ldx, const WT* __re
 template <typename WT, typename PT>
 __global__ void rms_norm_pack_warp_kernel(const float* x, int64_t ldx, const WT* __restrict__ w, float eps,
                                           float* out, int64_t ldo, int64_t R, int64_t C, PT* __restrict__ pack) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t r = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (r >= R) return;
   const int lane = threadIdx.x & 31;
@@ -1055,17 +1060,19 @@ void rms_norm_pack(const Tensor& x, const Tensor& weight, float eps, Tensor& out
   float* const o = write_out ? out.ptr<float>() : nullptr;
   auto launch = [&](auto* p) {
     using PT = std::remove_pointer_t<decltype(p)>;
+    // Launched with PDL: each kernel waits for the previous one before its first read.
     if (x.cols() <= 1024) {
-      VV_DISPATCH_FLOAT(weight.dtype, WT,
-                        rms_norm_pack_warp_kernel<WT, PT><<<blocks_for(x.rows(), 8), 256, 0, s>>>(
-                            x.ptr<const float>(), x.row_stride(), static_cast<const WT*>(weight.data), eps, o,
-                            out.row_stride(), x.rows(), x.cols(), p));
+      VV_DISPATCH_FLOAT(
+          weight.dtype, WT,
+          launch_pdl(rms_norm_pack_warp_kernel<WT, PT>, static_cast<unsigned>(blocks_for(x.rows(), 8)), 256,
+                     s, x.ptr<const float>(), x.row_stride(), static_cast<const WT*>(weight.data), eps, o,
+                     out.row_stride(), x.rows(), x.cols(), p));
       return;
     }
     VV_DISPATCH_FLOAT(weight.dtype, WT,
-                      rms_norm_pack_kernel<WT, PT><<<static_cast<unsigned>(x.rows()), 512, 0, s>>>(
-                          x.ptr<const float>(), x.row_stride(), static_cast<const WT*>(weight.data), eps, o,
-                          out.row_stride(), x.cols(), p));
+                      launch_pdl(rms_norm_pack_kernel<WT, PT>, static_cast<unsigned>(x.rows()), 512, s,
+                                 x.ptr<const float>(), x.row_stride(), static_cast<const WT*>(weight.data),
+                                 eps, o, out.row_stride(), x.cols(), p));
   };
   if (pack_t == DType::kF16) {
     launch(static_cast<__half*>(pack));

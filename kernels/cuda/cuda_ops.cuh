@@ -44,7 +44,9 @@ void silu_mul_bf16_pack(const void* g, int64_t M, int64_t I, void* pack, cudaStr
 // rms_norm that also writes its output rounded to pack_t (BF16/F16) into `pack`, contiguous
 // [rows, cols]: the A operand of the tensor-core GEMMs that read it, the same bits as
 // pack_rows_half(out) (the GEMMs then skip their pack). write_out false: only the pack is written
-// (out's shape still gives the rows and columns; its memory is left as it was).
+// (out's shape still gives the rows and columns; its memory is left as it was). Launched with PDL: it
+// waits for the kernel before it, and lets the next one (a GEMM that streams its weights before its
+// own wait) start at once.
 void rms_norm_pack(const Tensor& x, const Tensor& weight, float eps, Tensor& out, void* pack, DType pack_t,
                    cudaStream_t s, bool write_out = true);
 void depthwise_conv1d_causal(const Tensor& x, const Tensor& history, const Tensor& w, const Tensor& bias,
