@@ -253,6 +253,9 @@ TEST(CudaStreamGemm, SwiGluFormMatchesReferenceAndRepeatsItsBits) {
   ASSERT_EQ(cudaMalloc(&counts, count_ints * sizeof(int)), cudaSuccess);
   ASSERT_EQ(cudaMemset(counts, 0, count_ints * sizeof(int)), cudaSuccess);
   ASSERT_EQ(cudaMalloc(&ws, ws_bytes), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   uint32_t seed = 9100;
   for (const Case c : {Case{1, 128, 64}, Case{5, 200, 1000}, Case{17, 640, 776}, Case{37, 1152, 3584},
                        Case{64, 18944, 3584}, Case{128, 384, 3584}}) {
@@ -298,11 +301,12 @@ TEST(CudaStreamGemm, SwiGluFormMatchesReferenceAndRepeatsItsBits) {
     for (const int cluster : {2, 1}) {
       for (int run = 0; run < 2; ++run) {
         SCOPED_TRACE(what + ", cluster of " + std::to_string(cluster) + ", run " + std::to_string(run));
-        ASSERT_EQ(cudaMemset(dout, 0xFF, static_cast<size_t>(c.M * ldo) * 2), cudaSuccess);  // bf16 NaN
+        ASSERT_EQ(cudaMemsetAsync(dout, 0xFF, static_cast<size_t>(c.M * ldo) * 2, stream),
+                  cudaSuccess);  // NaN
         cuda::StreamGemmScratch scratch{counts, count_ints, ws, ws_bytes, cluster};
         ASSERT_TRUE(cuda::stream_gemm_swiglu(da, c.M, c.K, dw, c.K, c.I, dout, ldo, prop.multiProcessorCount,
-                                             scratch, nullptr));
-        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+                                             scratch, stream));
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
         std::vector<uint16_t> got(static_cast<size_t>(c.M * ldo));
         ASSERT_EQ(cudaMemcpy(got.data(), dout, got.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
         size_t bad = 0, unwritten = 0, past = 0, worst = 0;
@@ -340,6 +344,7 @@ TEST(CudaStreamGemm, SwiGluFormMatchesReferenceAndRepeatsItsBits) {
     cudaFree(dw);
     cudaFree(dout);
   }
+  cudaStreamDestroy(stream);
   cudaFree(counts);
   cudaFree(ws);
 }
