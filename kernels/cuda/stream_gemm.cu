@@ -533,16 +533,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       wgmma_fence_operands<R>(v[0]);  // here, not sunk into the branches below
       wgmma_fence_operands<R>(v[1]);
       seg = end;
-      if (tile * TILE >= N) continue;  // the last group's missing tile (an odd count): nothing to add
-      if constexpr (SWIGLU) {
-        // Both warpgroups' sums to the workspace (a slot for every segment, whole or not), counted in; the
-        // last of the tile's 2 × segments adds them up and writes silu(g)·u.
-        auto slot_of = [&](int64_t b, int cw) {
-          return ws + ((every_segment_slot(b, group) * CL + rank) * 2 + cw) * ws_slot_floats<NT>() + 4 * t;
-        };
-        const int64_t b_first = block_of(group * ksteps, G, units),
-                      b_last = block_of((group + 1) * ksteps - 1, G, units);
-        float* mine = slot_of(gi, c);
+      // Leaves this warpgroup's sums in `mine` (a float4 a thread per chunk of four) and counts it in
+      // on `counter`: true in the warpgroup whose arrival is the `arrivals`-th (which resets it).
+      auto leave_and_count = [&](float* mine, int* counter, int arrivals) {
 #pragma unroll
         for (int h = 0; h < 2; ++h)
 #pragma unroll
@@ -552,13 +545,24 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         __threadfence();
         asm volatile("bar.sync %0, 128;\n" ::"r"(1 + c) : "memory");
         if (t == 0) {
-          const int before = atomicAdd(counts + tile, 1);
-          const bool last = before == static_cast<int>(2 * (b_last - b_first) + 1);
-          if (last) counts[tile] = 0;  // ready for the next launch
+          const bool last = atomicAdd(counter, 1) == arrivals - 1;
+          if (last) *counter = 0;  // ready for the next launch
           last_flag[c] = last ? 1 : 0;
         }
         asm volatile("bar.sync %0, 128;\n" ::"r"(1 + c) : "memory");
-        if (last_flag[c] == 0) continue;
+        return last_flag[c] != 0;
+      };
+      if (tile * TILE >= N) continue;  // the last group's missing tile (an odd count): nothing to add
+      if constexpr (SWIGLU) {
+        // Both warpgroups' sums to the workspace (a slot for every segment, whole or not), counted in; the
+        // last of the tile's 2 × segments adds them up and writes silu(g)·u.
+        auto slot_of = [&](int64_t b, int cw) {
+          return ws + ((every_segment_slot(b, group) * CL + rank) * 2 + cw) * ws_slot_floats<NT>() + 4 * t;
+        };
+        const int64_t b_first = block_of(group * ksteps, G, units),
+                      b_last = block_of((group + 1) * ksteps - 1, G, units);
+        if (!leave_and_count(slot_of(gi, c), counts + tile, static_cast<int>(2 * (b_last - b_first + 1))))
+          continue;
         __threadfence();
         __nv_bfloat16* out = static_cast<__nv_bfloat16*>(out_raw);
 #pragma unroll
@@ -602,23 +606,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         };
         const int64_t b_first = block_of(group * ksteps, G, units),
                       b_last = block_of((group + 1) * ksteps - 1, G, units);
-        float* mine = slot_of(gi);
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-#pragma unroll
-          for (int e = 0; e < R; e += 4)
-            __stcg(reinterpret_cast<float4*>(mine + (h * R + e) * 128),
-                   make_float4(v[h][e], v[h][e + 1], v[h][e + 2], v[h][e + 3]));
-        __threadfence();
-        asm volatile("bar.sync %0, 128;\n" ::"r"(1 + c) : "memory");
-        if (t == 0) {
-          const int before = atomicAdd(counts + 2 * tile + c, 1);
-          const bool last = before == static_cast<int>(b_last - b_first);
-          if (last) counts[2 * tile + c] = 0;  // ready for the next launch
-          last_flag[c] = last ? 1 : 0;
-        }
-        asm volatile("bar.sync %0, 128;\n" ::"r"(1 + c) : "memory");
-        finish = last_flag[c] != 0;
+        finish = leave_and_count(slot_of(gi), counts + 2 * tile + c, static_cast<int>(b_last - b_first + 1));
         if (finish) {
           __threadfence();
           // Every segment's sums in cluster order, this one's too (from the workspace, so that the
