@@ -802,6 +802,15 @@ bool launch_ws(const void* a, int M, int K, const void* w, int64_t ldw, int N, c
                bool accumulate, void* out, int64_t ldo, int sms, const StreamGemmScratch& scratch,
                cudaStream_t s) {
   auto* kern = stream_gemm_ws_kernel<NT, CL, SWIGLU>;
+  // The consumers' setmaxnreg.inc 232 takes what the producer's dec 40 frees: the block's 384 × 168.
+  // With fewer registers (another compiler) it would wait forever: not this form then.
+  static const bool regs_ok = [kern] {
+    cudaFuncAttributes fa{};
+    const bool ok = cudaFuncGetAttributes(&fa, kern) == cudaSuccess && fa.numRegs == 168;
+    if (!ok) cudaGetLastError();
+    return ok;
+  }();
+  if (!regs_ok) return false;
   allow_dynamic_smem(kern, ws_smem_bytes<NT>(), /*max_carveout=*/true);
   // Units are (group of CL tiles, 64-deep step) pairs over G clusters, as many as can be resident.
   constexpr int TILE = SWIGLU ? 128 : kWsBN;
