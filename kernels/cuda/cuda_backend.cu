@@ -2202,11 +2202,11 @@ class CudaBackend final : public Backend {
           A, M, K, w.data, w.row_stride(), N, bias, ep == Epilogue::kAddResidual, out.ptr<float>(),
           out.row_stride(), sms_, stream_kind_, stream_scratch(), stream_);
       if (ran != stream_kind_) {
-        std::fprintf(
-            stderr, "vibevoice: %s\n",
-            ran == cuda::StreamGemmKind::kMma
-                ? "no tensor-map entry point in the driver: the stream GEMM uses mma.sync"
-                : "the warp-specialised stream GEMM lacks its scratch: it uses the one-barrier form");
+        std::fprintf(stderr, "vibevoice: %s\n",
+                     ran == cuda::StreamGemmKind::kMma
+                         ? "no tensor-map entry point in the driver: the stream GEMM uses mma.sync"
+                         : "the warp-specialised stream GEMM cannot run here (its scratch or registers): it "
+                           "uses the one-barrier form");
         stream_kind_ = ran;
       }
       return;

@@ -65,7 +65,7 @@ bool stream_gemm_swiglu(const void* a, int64_t M, int64_t K, const void* w, int6
 // `sms`: the device's SM count. `scratch`: as above (the one-barrier Hopper form uses its counts as
 // per-tile flags instead of zeroing `out` when it does not accumulate). Returns the form that ran
 // (kMma when a Hopper form was asked for but the driver has no tensor-map entry point; kWgmma when
-// kWarpSpec was asked for without the scratch it needs).
+// kWarpSpec was asked for without the scratch it needs, or compiled to other than 168 registers).
 StreamGemmKind stream_gemm(const void* a, int64_t M, int64_t K, const void* w, int64_t ldw, int64_t N,
                            const float* bias, bool accumulate, float* out, int64_t ldo, int sms,
                            StreamGemmKind kind, const StreamGemmScratch& scratch, cudaStream_t s);
