@@ -533,6 +533,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       wgmma_fence_operands<R>(v[0]);  // here, not sunk into the branches below
       wgmma_fence_operands<R>(v[1]);
       seg = end;
+      // Chunk e / 4 of a thread's sums (four values, 4j..4j + 3 of a half) holds rows 8j..8j + 7 of a:
+      // the chunks past M are padding, neither written nor read.
+      const int chunks = (M + 7) / 8;
       // Leaves this warpgroup's sums in `mine` (a float4 a thread per chunk of four) and counts it in
       // on `counter`: true in the warpgroup whose arrival is the `arrivals`-th (which resets it).
       auto leave_and_count = [&](float* mine, int* counter, int arrivals) {
@@ -540,8 +543,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         for (int h = 0; h < 2; ++h)
 #pragma unroll
           for (int e = 0; e < R; e += 4)
-            __stcg(reinterpret_cast<float4*>(mine + (h * R + e) * 128),
-                   make_float4(v[h][e], v[h][e + 1], v[h][e + 2], v[h][e + 3]));
+            if (e / 4 < chunks)
+              __stcg(reinterpret_cast<float4*>(mine + (h * R + e) * 128),
+                     make_float4(v[h][e], v[h][e + 1], v[h][e + 2], v[h][e + 3]));
         __threadfence();
         asm volatile("bar.sync %0, 128;\n" ::"r"(1 + c) : "memory");
         if (t == 0) {
@@ -569,6 +573,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         for (int h = 0; h < 2; ++h) {
 #pragma unroll
           for (int j = 0; j < 2 * NT; ++j) {  // the chunk of the four values 4j..4j + 3 of half h
+            if (j >= chunks) continue;
             float gs[4] = {0.f, 0.f, 0.f, 0.f}, us[4] = {0.f, 0.f, 0.f, 0.f};
             for (int64_t b = b_first; b <= b_last; ++b) {
               const float4 pg =
@@ -617,6 +622,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
             for (int h = 0; h < 2; ++h)
 #pragma unroll
               for (int e = 0; e < R; e += 4) {
+                if (e / 4 >= chunks) continue;
                 const float4 p = __ldcg(reinterpret_cast<const float4*>(src + (h * R + e) * 128));
                 if (b == b_first) {
                   v[h][e] = p.x, v[h][e + 1] = p.y, v[h][e + 2] = p.z, v[h][e + 3] = p.w;

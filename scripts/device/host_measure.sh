@@ -366,7 +366,7 @@ for step in "$@"; do
       run curve_stream env VV_CUDA_STREAM_GEMM="${STREAM_ROWS:-2-128}" $B/engine_loop_bench --preset 7b \
         --device cuda --bf16 --audio 30 --tokens "$CURVE_TOKENS" --concurrency "${CURVE_N:-8,64,128}" ;;
     streamws)  # the warp-specialised stream GEMM (VV_CUDA_STREAM_GEMM_KIND=ws): its gpu tests, then the GEMM
-      # table at $WS_ROWS (16,64,128) rows: cuBLASLt, the one-barrier form, the warp-specialised one with
+      # table at $WS_ROWS (1,16,64,128) rows: cuBLASLt, the one-barrier form, the warp-specialised one with
       # clusters of two (a multicast), of one, and with at least 12 units a run
       run streamws_tests env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda --gtest_filter='CudaStreamGemm*'
       for kind in lt wgmma ws ws1 ws12; do
@@ -376,7 +376,7 @@ for step in "$@"; do
         [ $kind = ws1 ] && kenv+=(VV_CUDA_STREAM_WS_CLUSTER=1)
         [ $kind = ws12 ] && kenv+=(VV_CUDA_STREAM_WS_MIN_UNITS=12)
         run "table_$kind" timeout 200 env "${kenv[@]}" $B/cuda_decode_bench --preset 7b --bf16 --table-only \
-          --gemv-m "${WS_ROWS:-16,64,128}"
+          --gemv-m "${WS_ROWS:-1,16,64,128}"
       done ;;
     streamprobe)  # where the stream GEMM's time goes: the table with plain stores for atomics, without
       # wgmma, and 1 block per SM (results wrong by design in the first two)
