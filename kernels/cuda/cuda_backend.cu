@@ -2153,8 +2153,8 @@ class CudaBackend final : public Backend {
   bool stream_takes(const Tensor& a, const Tensor& w, const Tensor& out, Epilogue ep) const {
     const int64_t M = out.rows();
     return !deterministic_ && M >= stream_rows_.first && M <= stream_rows_.second &&
-           w.dtype == DType::kBF16 && ep != Epilogue::kGelu && out.dtype == DType::kF32 &&
-           cuda::stream_gemm_fits(M, a.cols(), pack_, w.data, w.row_stride());
+           w.rows() * w.cols() * 2 >= stream_min_bytes_ && w.dtype == DType::kBF16 && ep != Epilogue::kGelu &&
+           out.dtype == DType::kF32 && cuda::stream_gemm_fits(M, a.cols(), pack_, w.data, w.row_stride());
   }
 
   const char* stream_label(bool packed) const {
@@ -2323,6 +2323,14 @@ class CudaBackend final : public Backend {
       r = {lo, std::min<int64_t>(hi, cuda::kStreamGemmMaxRows)};
     }
     return r;
+  }();
+  // VV_CUDA_STREAM_GEMM_MIN_MB=N (default 0): only weights of at least N MiB on the stream GEMM (the
+  // rest stays on cuBLASLt), e.g. 64 for the 7B's gate_up, down and LM head but not q|k|v or o. An
+  // A/B knob.
+  int64_t stream_min_bytes_ = [] {
+    const char* e = std::getenv("VV_CUDA_STREAM_GEMM_MIN_MB");
+    const long long mb = e ? std::atoll(e) : 0;
+    return mb > 0 && mb < (int64_t{1} << 20) ? static_cast<int64_t>(mb) << 20 : int64_t{0};
   }();
   // The stream GEMM's per-tile flags (allocated with the backend when VV_CUDA_STREAM_GEMM is set).
   static constexpr size_t kStreamFlags = 4096;
