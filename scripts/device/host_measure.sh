@@ -367,7 +367,7 @@ for step in "$@"; do
         --device cuda --bf16 --audio 30 --tokens "$CURVE_TOKENS" --concurrency "${CURVE_N:-8,64,128}" ;;
     streamws)  # the warp-specialised stream GEMM (VV_CUDA_STREAM_GEMM_KIND=ws): its gpu tests, then the GEMM
       # table at $WS_ROWS (1,16,64,128) rows: cuBLASLt, the one-barrier form, the warp-specialised one with
-      # clusters of two (a multicast), of one, and with at least 12 units a run
+      # clusters of two (a multicast), of one, and with at least 12 units a run (WS_NCU=1: and Nsight)
       run streamws_tests env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda --gtest_filter='CudaStreamGemm*'
       for kind in lt wgmma ws ws1 ws12; do
         kenv=(VV_CUDA_NONE=1)
@@ -377,7 +377,22 @@ for step in "$@"; do
         [ $kind = ws12 ] && kenv+=(VV_CUDA_STREAM_WS_MIN_UNITS=12)
         run "table_$kind" timeout 200 env "${kenv[@]}" $B/cuda_decode_bench --preset 7b --bf16 --table-only \
           --gemv-m "${WS_ROWS:-1,16,64,128}"
-      done ;;
+      done
+      # WS_NCU=1: Nsight Compute's DRAM and L2 figures of every GEMM launch of the 64-row table, the ws
+      # form against cuBLASLt (which is L2-bound near 80 % on gate_up: NOTES, session 8)
+      if [ "${WS_NCU:-0}" = 1 ]; then
+        NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+        M="gpu__time_duration.sum,dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed"
+        M="$M,lts__t_sectors_srcunit_tex_op_read.sum,lts__throughput.avg.pct_of_peak_sustained_elapsed"
+        M="$M,lts__t_sector_hit_rate.pct,launch__grid_size,launch__cluster_dim_x"
+        for kind in lt ws; do
+          kenv=(VV_CUDA_NONE=1)
+          [ $kind = ws ] && kenv=(VV_CUDA_STREAM_GEMM=1-128 VV_CUDA_STREAM_GEMM_KIND=ws)
+          run "ncu_ws_$kind" timeout 300 env "${kenv[@]}" $NCU --clock-control none --cache-control none --csv \
+            --kernel-name regex:'stream_gemm|nvjet|sm90|gemm' --launch-count 120 --metrics "$M" \
+            $B/cuda_decode_bench --preset 7b --bf16 --table-only --gemv-m 64
+        done
+      fi ;;
     streamprobe)  # where the stream GEMM's time goes: the table with plain stores for atomics, without
       # wgmma, and 1 block per SM (results wrong by design in the first two)
       for pr in 2 4 6; do
