@@ -384,7 +384,7 @@ for step in "$@"; do
         NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
         M="gpu__time_duration.sum,dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed"
         M="$M,lts__t_sectors_srcunit_tex_op_read.sum,lts__throughput.avg.pct_of_peak_sustained_elapsed"
-        M="$M,lts__t_sector_hit_rate.pct,launch__grid_size,launch__cluster_dim_x"
+        M="$M,lts__t_sector_hit_rate.pct,launch__grid_size"
         for kind in lt ws; do
           kenv=(VV_CUDA_NONE=1)
           [ $kind = ws ] && kenv=(VV_CUDA_STREAM_GEMM=1-128 VV_CUDA_STREAM_GEMM_KIND=ws)
