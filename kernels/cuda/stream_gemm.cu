@@ -866,8 +866,12 @@ bool launch_ws(const void* a, int M, int K, const void* w, int64_t ldw, int N, c
   }
   cfg.attrs = attr;
   cfg.numAttrs = n;
-  return cudaLaunchKernelEx(&cfg, kern, wmap, xmap, M, N, ksteps, units, bias, accumulate ? 1 : 0, out, ldo,
-                            scratch.ws, scratch.counts) == cudaSuccess;
+  if (cudaLaunchKernelEx(&cfg, kern, wmap, xmap, M, N, ksteps, units, bias, accumulate ? 1 : 0, out, ldo,
+                         scratch.ws, scratch.counts) != cudaSuccess) {
+    cudaGetLastError();  // (a refused launch: the caller takes another form)
+    return false;
+  }
+  return true;
 }
 
 template <int NT, bool SWIGLU>
