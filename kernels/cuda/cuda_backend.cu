@@ -2338,11 +2338,12 @@ class CudaBackend final : public Backend {
   // The warp-specialised stream GEMM's partial sums (VV_CUDA_STREAM_GEMM_KIND=ws).
   void* stream_ws_ = nullptr;
   size_t stream_ws_bytes_ = 0;
-  // VV_CUDA_STREAM_WS_CLUSTER=1: its blocks each load all of a's rows (default 2: pairs of blocks share
-  // them through TMA multicast). An A/B knob.
+  // VV_CUDA_STREAM_WS_CLUSTER=1|4: its blocks each load all of a's rows, or fours of them share them
+  // (default 2: pairs of blocks share them through TMA multicast). An A/B knob.
   int stream_ws_cluster_ = [] {
     const char* e = std::getenv("VV_CUDA_STREAM_WS_CLUSTER");
-    return e && std::string(e) == "1" ? 1 : 2;
+    const std::string v = e ? e : "";
+    return v == "1" ? 1 : v == "4" ? 4 : 2;
   }();
   // VV_CUDA_STREAM_WS_MIN_UNITS=N (1..1024; default 1): its least 64-deep steps a run (fewer runs than
   // SMs on small shapes, smaller partial sums). An A/B knob.

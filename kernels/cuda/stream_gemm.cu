@@ -399,6 +399,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   constexpr int TILE = SWIGLU ? 128 : kWsBN;  // output columns a tile
   constexpr int S = ws_stages<NT>();
   constexpr int XR = 16 * NT, XPART = XR / CL;  // a's rows a stage; the part each CTA of a cluster loads
+  static_assert(XPART % 8 == 0, "a CTA's part of a's rows: whole 8-row (1,024-byte) swizzle atoms");
   constexpr uint32_t kWBytes = kWsBN * 128, kXBytes = XR * 128, kStage = kWBytes + kXBytes;
   constexpr int R = 8 * NT;  // accumulator floats per thread per 64-row half
   extern __shared__ unsigned char smem_raw[];
@@ -878,7 +879,12 @@ template <int NT, bool SWIGLU>
 bool launch_ws_any(const void* a, int M, int K, const void* w, int64_t ldw, int N, const float* bias,
                    bool accumulate, void* out, int64_t ldo, int sms, const StreamGemmScratch& scratch,
                    cudaStream_t s) {
-  return scratch.ws_cluster == 2
+  // Clusters of 4 from 32 padded rows up: each CTA's part of a's rows must be whole 8-row swizzle atoms.
+  if constexpr (NT >= 2) {
+    if (scratch.ws_cluster == 4)
+      return launch_ws<NT, 4, SWIGLU>(a, M, K, w, ldw, N, bias, accumulate, out, ldo, sms, scratch, s);
+  }
+  return scratch.ws_cluster >= 2
              ? launch_ws<NT, 2, SWIGLU>(a, M, K, w, ldw, N, bias, accumulate, out, ldo, sms, scratch, s)
              : launch_ws<NT, 1, SWIGLU>(a, M, K, w, ldw, N, bias, accumulate, out, ldo, sms, scratch, s);
 }

@@ -54,7 +54,8 @@
 #                shape times the heuristic's first 16 cuBLASLt algorithms and keeps the fastest)
 #   skinny       VV_CUDA_SKINNY_GEMM=1: its gpu tests, decode (GEMM table) and the curve's 64/128 points
 #   stream       VV_CUDA_STREAM_GEMM: its gpu tests, the GEMM table with and without it, curve points with it
-#   streamws     the warp-specialised stream GEMM: its gpu tests, the GEMM table (cuBLASLt, wgmma, ws, ws1, ws12)
+#   streamws     the warp-specialised stream GEMM: its gpu tests, the GEMM table (cuBLASLt, wgmma, ws, ws1, ws4,
+#                ws12)
 #   ncu          Nsight Compute sections of the stream GEMM and of cuBLASLt on gate_up at 64 rows
 #   opprofile    cuda_decode_bench with VV_CUDA_PROFILE=1: per-op times of prefill, b1 decode, encoders
 #   ncuprefill   Nsight Compute: each kernel's time in the 1,024-row table and the prefills
@@ -367,13 +368,15 @@ for step in "$@"; do
         --device cuda --bf16 --audio 30 --tokens "$CURVE_TOKENS" --concurrency "${CURVE_N:-8,64,128}" ;;
     streamws)  # the warp-specialised stream GEMM (VV_CUDA_STREAM_GEMM_KIND=ws): its gpu tests, then the GEMM
       # table at $WS_ROWS (1,16,64,128) rows: cuBLASLt, the one-barrier form, the warp-specialised one with
-      # clusters of two (a multicast), of one, and with at least 12 units a run (WS_NCU=1: and Nsight)
+      # clusters of two (a multicast), of one, of four, and with at least 12 units a run (WS_NCU=1: and
+      # Nsight)
       run streamws_tests env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda --gtest_filter='CudaStreamGemm*'
-      for kind in lt wgmma ws ws1 ws12; do
+      for kind in lt wgmma ws ws1 ws4 ws12; do
         kenv=(VV_CUDA_NONE=1)
         [ $kind = lt ] || kenv=(VV_CUDA_STREAM_GEMM=1-128 VV_CUDA_STREAM_GEMM_KIND=${kind:0:2})
         [ $kind = wgmma ] && kenv=(VV_CUDA_STREAM_GEMM=1-128 VV_CUDA_STREAM_GEMM_KIND=wgmma)
         [ $kind = ws1 ] && kenv+=(VV_CUDA_STREAM_WS_CLUSTER=1)
+        [ $kind = ws4 ] && kenv+=(VV_CUDA_STREAM_WS_CLUSTER=4)
         [ $kind = ws12 ] && kenv+=(VV_CUDA_STREAM_WS_MIN_UNITS=12)
         run "table_$kind" timeout 200 env "${kenv[@]}" $B/cuda_decode_bench --preset 7b --bf16 --table-only \
           --gemv-m "${WS_ROWS:-1,16,64,128}"

@@ -312,7 +312,7 @@ TEST(CudaMlpFusion, DecodeStepRowsFusedByDefault) {
 // VV_CUDA_STREAM_GEMM_KIND=ws (with VV_CUDA_STREAM_GEMM=2-128): a batched decode step's MLP runs gate_up
 // and SwiGLU as one launch of the warp-specialised stream GEMM (on sm_90; elsewhere the stream GEMM's
 // mma form takes down and the MLP is not fused), down from its bf16 output; within the same tolerance
-// of the unfused ops, with clusters of two and of one. I = 522 leaves a last tile whose gate rows run
+// of the unfused ops, with clusters of two, one and four. I = 522 leaves a last tile whose gate rows run
 // into the up rows.
 TEST(CudaMlpFusion, DecodeStepOnTheWarpSpecialisedSwiGluForm) {
   VV_CUDA_BACKEND_OR_SKIP(any, true);
@@ -325,7 +325,7 @@ TEST(CudaMlpFusion, DecodeStepOnTheWarpSpecialisedSwiGluForm) {
                             {37, 1032, 522, 1032, 264, DType::kBF16},      // odd rows, I % 128 != 0
                             {64, 3584, 18944, 3584, 512, DType::kBF16},    // Qwen2.5-7B, 64 requests
                             {128, 3584, 18944, 3584, 512, DType::kBF16}};  // 128 requests
-  for (const char* cluster : {"2", "1"}) {
+  for (const char* cluster : {"2", "1", "4"}) {
     auto ws = bf16_backend_with({{"VV_CUDA_PROFILE", "1"},
                                  {"VV_CUDA_STREAM_GEMM", "2-128"},
                                  {"VV_CUDA_STREAM_GEMM_KIND", "ws"},

@@ -192,9 +192,9 @@ TEST(CudaStreamGemm, MmaFormMatchesReference) {
 }
 
 // The warp-specialised Hopper form (VV_CUDA_STREAM_GEMM_KIND=ws; elsewhere the backend keeps the mma
-// form, whose label the check then expects), with clusters of two (a's rows multicast) and of one: the
-// same cases, and the same bits on a second run (its shared tiles are added up in a fixed order, with
-// no atomics).
+// form, whose label the check then expects), with clusters of two and four (a's rows multicast) and of
+// one: the same cases, and the same bits on a second run (its shared tiles are added up in a fixed order,
+// with no atomics).
 void check_ws_form(const char* cluster, uint32_t seed) {
   cudaDeviceProp prop{};
   ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
@@ -228,12 +228,13 @@ TEST(CudaStreamGemm, WarpSpecialisedFormMatchesReferenceAndRepeatsItsBits) {
   VV_CUDA_BACKEND_OR_SKIP(any, true);
   check_ws_form("2", 7100);
   check_ws_form("1", 8100);
+  check_ws_form("4", 9100);
 }
 
 // The SwiGLU form (stream_gemm_swiglu: gate_up and silu(g)·u in one launch, bf16 out) straight on the
 // kernel, against a float64 reference: every output written and none past it (the row stride's
 // padding keeps its poison), within what the bf16 roundings of g, u and the output and f32
-// accumulation explain, with clusters of two and one, and the same bits on a second run. Shapes: one
+// accumulation explain, with clusters of two, one and four, and the same bits on a second run. Shapes: one
 // row and one tile, I not a multiple of the 128-column tile (its last tile's gate rows run into the up
 // rows), an odd tile count (the last cluster's second tile empty), the 7B's gate_up at 64 rows, the
 // 128-row form.
@@ -298,7 +299,7 @@ TEST(CudaStreamGemm, SwiGluFormMatchesReferenceAndRepeatsItsBits) {
     ASSERT_EQ(cudaMemcpy(da, a.data(), a.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
     ASSERT_EQ(cudaMemcpy(dw, w.data(), w.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
     std::vector<uint16_t> first;
-    for (const int cluster : {2, 1}) {
+    for (const int cluster : {2, 1, 4}) {
       for (int run = 0; run < 2; ++run) {
         SCOPED_TRACE(what + ", cluster of " + std::to_string(cluster) + ", run " + std::to_string(run));
         ASSERT_EQ(cudaMemsetAsync(dout, 0xFF, static_cast<size_t>(c.M * ldo) * 2, stream),
