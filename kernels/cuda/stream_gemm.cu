@@ -12,7 +12,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
+#include <mutex>
+#include <set>
+#include <string>
+#include <tuple>
 
 #include "kernels/cuda/mbarrier.cuh"
 #include "kernels/cuda/mma_util.cuh"
@@ -776,6 +781,33 @@ bool launch_wg_any(const void* a, int M, int K, const void* w, int64_t ldw, int 
              : launch_wg<NT, 2>(a, M, K, w, ldw, N, bias, accumulate, out, ldo, sms, flags, flag_count, s);
 }
 
+// VV_CUDA_STREAM_WS_TRACE=1: one stderr line for each new shape and form of the ws form's launches: its
+// split over the grid (to read a table's figures against). Read once per process.
+void trace_ws_plan(int64_t N, int64_t K, int rows, int CL, bool swiglu, int64_t tiles, int64_t groups,
+                   int64_t ksteps, int64_t G, int64_t units) {
+  static const bool on = [] {
+    const char* e = std::getenv("VV_CUDA_STREAM_WS_TRACE");
+    return e && std::string(e) == "1";
+  }();
+  if (!on) return;
+  static std::mutex mu;
+  static std::set<std::tuple<int64_t, int64_t, int, int, bool>> seen;
+  std::lock_guard<std::mutex> lock(mu);
+  if (!seen.insert({N, K, rows, CL, swiglu}).second) return;
+  std::set<int64_t> shared;  // tile groups cut between runs
+  for (int64_t b = 1; b < G; ++b) {
+    const int64_t u = stream_plan::unit_begin(b, G, units);
+    if (u % ksteps != 0) shared.insert(u / ksteps);
+  }
+  std::fprintf(
+      stderr,
+      "vibevoice: stream GEMM ws%s: N=%lld K=%lld, %d padded rows, clusters of %d: %lld tiles in %lld "
+      "groups of %lld steps, %lld runs of %.1f units, %zu groups shared between runs\n",
+      swiglu ? " (SwiGLU)" : "", static_cast<long long>(N), static_cast<long long>(K), rows, CL,
+      static_cast<long long>(tiles), static_cast<long long>(groups), static_cast<long long>(ksteps),
+      static_cast<long long>(G), static_cast<double>(units) / static_cast<double>(G), shared.size());
+}
+
 // The clusters of CL blocks that can be resident at once (cudaOccupancyMaxActiveClusters; 0 when the
 // query fails). Asked once per form: a process drives one kind of device.
 template <int NT, int CL, bool SWIGLU>
@@ -842,6 +874,7 @@ bool launch_ws(const void* a, int M, int K, const void* w, int64_t ldw, int N, c
       (slots > 0 &&
        (!scratch.ws || slots * ws_slot_floats<NT>() * 4 > static_cast<int64_t>(scratch.ws_bytes))))
     return false;
+  trace_ws_plan(N, K, 16 * NT, CL, SWIGLU, tiles, groups, ksteps, G, units);
   CUtensorMap wmap, xmap;
   if (!encode_map(&wmap, w, SWIGLU ? 2 * int64_t{N} : N, K, ldw, TILE) ||
       !encode_map(&xmap, a, M, K, K, 16 * NT / CL))

@@ -378,6 +378,7 @@ for step in "$@"; do
         [ $kind = ws1 ] && kenv+=(VV_CUDA_STREAM_WS_CLUSTER=1)
         [ $kind = ws4 ] && kenv+=(VV_CUDA_STREAM_WS_CLUSTER=4)
         [ $kind = ws12 ] && kenv+=(VV_CUDA_STREAM_WS_MIN_UNITS=12)
+        [ $kind = lt ] || kenv+=(VV_CUDA_STREAM_WS_TRACE=1)
         run "table_$kind" timeout 200 env "${kenv[@]}" $B/cuda_decode_bench --preset 7b --bf16 --table-only \
           --gemv-m "${WS_ROWS:-1,16,64,128}"
       done
