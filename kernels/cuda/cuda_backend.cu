@@ -191,6 +191,9 @@ class CudaBackend final : public Backend {
       b->stream_kind_ = !hopper || kind == "mma" ? cuda::StreamGemmKind::kMma
                         : kind == "ws"           ? cuda::StreamGemmKind::kWarpSpec
                                                  : cuda::StreamGemmKind::kWgmma;
+      const char* dg = std::getenv("VV_CUDA_DETERMINISTIC_GEMM");
+      b->det_ws_ = b->deterministic_ && hopper && dg && std::string(dg) == "ws";
+      if (b->det_ws_) b->stream_kind_ = cuda::StreamGemmKind::kWarpSpec;
       b->flash_form_ = flash_form_from_env(hopper);
     }
     b->sms_ = prop.multiProcessorCount;
@@ -232,7 +235,8 @@ class CudaBackend final : public Backend {
         }
       }
     }
-    if (b->stream_rows_.second >= b->stream_rows_.first && b->compute_ == CudaCompute::kBF16) {
+    if ((b->stream_rows_.second >= b->stream_rows_.first || b->det_ws_) &&
+        b->compute_ == CudaCompute::kBF16) {
       if (cudaMalloc(&b->stream_flags_, kStreamFlags * sizeof(int)) != cudaSuccess ||
           cudaMemset(b->stream_flags_, 0, kStreamFlags * sizeof(int)) != cudaSuccess) {
         return internal_error("CUDA backend: cannot allocate the stream GEMM's tile flags");
@@ -2133,6 +2137,9 @@ class CudaBackend final : public Backend {
   // deterministic mode (its K slices depend on the weight's shape only, so a row's bits do not depend
   // on the rows beside it or on where it sits).
   bool skinny_takes(const Tensor& a, const Tensor& w, const Tensor& out, Epilogue ep) const {
+    return skinny_fits(a, w, out, ep) && !(det_ws_ && stream_takes(a, w, out, ep));
+  }
+  bool skinny_fits(const Tensor& a, const Tensor& w, const Tensor& out, Epilogue ep) const {
     const int64_t M = out.rows();
     const bool rows_ok = deterministic_ ? M >= 1 : (skinny_gemm_ && M >= 2 && M <= cuda::kSkinnyGemmMaxRows);
     return rows_ok && sk_ws_ && w.dtype == DType::kBF16 && ep != Epilogue::kGelu &&
@@ -2152,7 +2159,13 @@ class CudaBackend final : public Backend {
   // the VV_CUDA_STREAM_GEMM range.
   bool stream_takes(const Tensor& a, const Tensor& w, const Tensor& out, Epilogue ep) const {
     const int64_t M = out.rows();
-    return !deterministic_ && M >= stream_rows_.first && M <= stream_rows_.second &&
+    if (deterministic_) {  // VV_CUDA_DETERMINISTIC_GEMM=ws: every bf16 GEMM, in 128-row launches
+      return det_ws_ && stream_ws_ && M >= 1 && w.dtype == DType::kBF16 && ep != Epilogue::kGelu &&
+             out.dtype == DType::kF32 &&
+             cuda::stream_gemm_fits(std::min(M, cuda::kStreamGemmMaxRows), a.cols(), pack_, w.data,
+                                    w.row_stride());
+    }
+    return M >= stream_rows_.first && M <= stream_rows_.second &&
            w.rows() * w.cols() * 2 >= stream_min_bytes_ && w.dtype == DType::kBF16 && ep != Epilogue::kGelu &&
            out.dtype == DType::kF32 && cuda::stream_gemm_fits(M, a.cols(), pack_, w.data, w.row_stride());
   }
@@ -2177,8 +2190,11 @@ class CudaBackend final : public Backend {
 
   // The stream GEMM's device scratch (counts, the ws form's partial sums) and its cluster.
   cuda::StreamGemmScratch stream_scratch() const {
-    return cuda::StreamGemmScratch{stream_flags_,    kStreamFlags,       static_cast<float*>(stream_ws_),
-                                   stream_ws_bytes_, stream_ws_cluster_, stream_ws_min_units_};
+    cuda::StreamGemmScratch sc{stream_flags_,    kStreamFlags,       static_cast<float*>(stream_ws_),
+                               stream_ws_bytes_, stream_ws_cluster_, stream_ws_min_units_};
+    sc.row_invariant = deterministic_;
+    sc.pad128 = stream_ws_pad128_;
+    return sc;
   }
 
   // gemm_lt once pack_ (or `ap`, when given) holds a's rows in w's 16-bit type (a itself is read only
@@ -2187,13 +2203,34 @@ class CudaBackend final : public Backend {
                       const void* ap = nullptr) {
     const int64_t M = out.rows(), N = out.cols(), K = a.cols();
     const void* const A = ap ? ap : pack_;
-    if (skinny_takes(a, w, out, ep)) {
+    auto skinny = [&] {
       const cuda::SkinnyGemmPlan plan = cuda::plan_skinny_gemm(N, K, sms_, sk_per_sm_);
       for (int64_t r = 0; r < M; r += cuda::kSkinnyGemmMaxRows) {  // one launch unless deterministic
         const int64_t m = std::min(cuda::kSkinnyGemmMaxRows, M - r);
         cuda::skinny_gemm(static_cast<const char*>(A) + r * K * 2, m, K, w.data, w.row_stride(), N, bias,
                           ep == Epilogue::kAddResidual, out.ptr<float>() + r * out.row_stride(),
                           out.row_stride(), plan, static_cast<float*>(sk_ws_), stream_);
+      }
+    };
+    if (skinny_takes(a, w, out, ep)) {
+      skinny();
+      return;
+    }
+    if (deterministic_ && stream_takes(a, w, out, ep)) {
+      // VV_CUDA_DETERMINISTIC_GEMM=ws: 128-row launches of the row-invariant ws form.
+      for (int64_t r = 0; r < M; r += cuda::kStreamGemmMaxRows) {
+        const int64_t m = std::min(cuda::kStreamGemmMaxRows, M - r);
+        if (cuda::stream_gemm_ws(static_cast<const char*>(A) + r * K * 2, m, K, w.data, w.row_stride(), N,
+                                 bias, ep == Epilogue::kAddResidual, out.ptr<float>() + r * out.row_stride(),
+                                 out.row_stride(), sms_, stream_scratch(), stream_))
+          continue;
+        if (r == 0 && skinny_fits(a, w, out, ep)) {  // this shape never runs on it: the skinny kernel
+          skinny();
+          return;
+        }
+        record_error("the deterministic ws GEMM refused N=" + std::to_string(N) + " K=" + std::to_string(K) +
+                     " at " + std::to_string(m) + " rows");
+        return;
       }
       return;
     }
@@ -2351,6 +2388,15 @@ class CudaBackend final : public Backend {
     const char* e = std::getenv("VV_CUDA_STREAM_WS_MIN_UNITS");
     const int n = e ? std::atoi(e) : 1;
     return n >= 1 && n <= 1024 ? n : 1;
+  }();
+  // VV_CUDA_DETERMINISTIC_GEMM=ws (deterministic mode, sm_90): the bf16 GEMMs on the ws form in its
+  // row-invariant settings instead of the skinny kernel (set at creation).
+  bool det_ws_ = false;
+  // VV_CUDA_STREAM_WS_PAD128=1: the ws form always in its 128-row form (row invariance without relying
+  // on wgmma's sums being independent of its N). An A/B knob.
+  bool stream_ws_pad128_ = [] {
+    const char* e = std::getenv("VV_CUDA_STREAM_WS_PAD128");
+    return e && std::string(e) == "1";
   }();
   // VV_CUDA_STREAM_GEMM_KIND=mma|wgmma|ws: the stream GEMM's compute; default wgmma on sm_90 (set at
   // creation; ws: the warp-specialised Hopper form).

@@ -861,7 +861,7 @@ bool launch_ws(const void* a, int M, int K, const void* w, int64_t ldw, int N, c
   if constexpr (CL > 1) {
     const int resident = max_active_clusters<NT, CL, SWIGLU>();
     if (resident <= 0) return false;
-    G = std::min<int64_t>(G, resident);
+    if (!scratch.row_invariant) G = std::min<int64_t>(G, resident);  // (else: the rest run after)
   }
   if (G <= 0) return false;
   bool split = false;
@@ -914,7 +914,7 @@ bool launch_ws_any(const void* a, int M, int K, const void* w, int64_t ldw, int 
                    cudaStream_t s) {
   // Clusters of 4 from 32 padded rows up: each CTA's part of a's rows must be whole 8-row swizzle atoms.
   if constexpr (NT >= 2) {
-    if (scratch.ws_cluster == 4)
+    if (scratch.ws_cluster == 4 && !scratch.row_invariant)
       return launch_ws<NT, 4, SWIGLU>(a, M, K, w, ldw, N, bias, accumulate, out, ldo, sms, scratch, s);
   }
   return scratch.ws_cluster >= 2
@@ -926,6 +926,8 @@ template <bool SWIGLU>
 bool launch_ws_rows(const void* a, int M, int K, const void* w, int64_t ldw, int N, const float* bias,
                     bool accumulate, void* out, int64_t ldo, int sms, const StreamGemmScratch& scratch,
                     cudaStream_t s) {
+  if (scratch.pad128)
+    return launch_ws_any<8, SWIGLU>(a, M, K, w, ldw, N, bias, accumulate, out, ldo, sms, scratch, s);
   return M <= 16   ? launch_ws_any<1, SWIGLU>(a, M, K, w, ldw, N, bias, accumulate, out, ldo, sms, scratch, s)
          : M <= 32 ? launch_ws_any<2, SWIGLU>(a, M, K, w, ldw, N, bias, accumulate, out, ldo, sms, scratch, s)
          : M <= 64
@@ -937,6 +939,15 @@ bool launch_ws_rows(const void* a, int M, int K, const void* w, int64_t ldw, int
 
 size_t stream_gemm_ws_bytes(int sms) {
   return static_cast<size_t>(8) * static_cast<size_t>(std::max(sms, 1)) * ws_slot_floats<8>() * sizeof(float);
+}
+
+bool stream_gemm_ws(const void* a, int64_t M, int64_t K, const void* w, int64_t ldw, int64_t N,
+                    const float* bias, bool accumulate, float* out, int64_t ldo, int sms,
+                    const StreamGemmScratch& scratch, cudaStream_t s) {
+  if (M <= 0 || N <= 0) return true;
+  if (M > kStreamGemmMaxRows) return false;
+  return launch_ws_rows<false>(a, static_cast<int>(M), static_cast<int>(K), w, ldw, static_cast<int>(N), bias,
+                               accumulate, out, ldo, sms, scratch, s);
 }
 
 bool stream_gemm_swiglu(const void* a, int64_t M, int64_t K, const void* w, int64_t ldw, int64_t I, void* out,

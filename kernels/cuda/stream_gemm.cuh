@@ -50,6 +50,13 @@ struct StreamGemmScratch {
   // a shape has few units, so that the partial sums of shared tiles (M × 256 floats a segment) stay
   // small against the weight bytes a run streams. 1: a run an SM whatever the shape.
   int ws_min_units = 1;
+  // Row-invariant (deterministic mode): the split over the grid and the cluster do not depend on the
+  // row count (no clamp to the clusters resident at once; clusters of 4 taken as 2), so a row's bits
+  // depend on its own values, the shape and the SM count only, provided wgmma's sums for one output do
+  // not depend on the instruction's N (the 16·NT padded rows; the gpu test checks it). pad128: every
+  // launch in the 128-row form (N = 128), which does not rely on that.
+  bool row_invariant = false;
+  bool pad128 = false;
 };
 size_t stream_gemm_ws_bytes(int sms);
 
@@ -59,6 +66,13 @@ size_t stream_gemm_ws_bytes(int sms);
 // reference's bf16 rounding of gate_up), out bf16 with row stride ldo: the down projection's operand.
 // The sums of a shared tile are added in a fixed order, as in the ws form. False (nothing launched)
 // without the scratch it needs or a tensor-map entry point.
+// The warp-specialised form alone (sm_90a; 1 ≤ M ≤ kStreamGemmMaxRows; stream_gemm_fits): the
+// contract of stream_gemm, and false (nothing launched) where it cannot run (its scratch, registers, a
+// tensor-map entry point) instead of another form.
+bool stream_gemm_ws(const void* a, int64_t M, int64_t K, const void* w, int64_t ldw, int64_t N,
+                    const float* bias, bool accumulate, float* out, int64_t ldo, int sms,
+                    const StreamGemmScratch& scratch, cudaStream_t s);
+
 bool stream_gemm_swiglu(const void* a, int64_t M, int64_t K, const void* w, int64_t ldw, int64_t I, void* out,
                         int64_t ldo, int sms, const StreamGemmScratch& scratch, cudaStream_t s);
 

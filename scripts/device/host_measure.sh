@@ -89,6 +89,8 @@
 # scripts/device/summarize.py DIR... prints every kept .json's figures per configuration (median of the
 # repeats, named <configuration>_r1, _r2, ...), for reading a call's results.
 #   deterministic  the same with --deterministic, and the curve's 1/64/128 points with it (its cost)
+#   detws        deterministic mode's GEMMs on the ws form: its gpu test, invariance, and the curve's points
+#                default / deterministic / deterministic on the ws form (its cost against both)
 # Usage: OUT=... scripts/device/host_measure.sh step...
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -504,6 +506,20 @@ for step in "$@"; do
         --audio 10 --tokens 32
       run curve_det $B/engine_loop_bench --preset 7b --device cuda --bf16 --deterministic --audio 30 \
         --tokens "$CURVE_TOKENS" --concurrency 1,64,128 ;;
+    detws)  # deterministic mode's GEMMs on the ws form (VV_CUDA_DETERMINISTIC_GEMM=ws): its gpu test, the
+      # invariance check with it, and the curve's $CURVE_N (1,64,128) points: default, deterministic
+      # (skinny GEMMs), deterministic on the ws form, in one call (the cost of each)
+      run detws_tests env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda --gtest_filter='CudaStreamGemm.Deterministic*'
+      run invariance_detws env VV_CUDA_DETERMINISTIC_GEMM=ws $B/engine_loop_bench --preset 7b --device cuda --bf16 \
+        --deterministic --invariance 8 --audio 10 --tokens 32
+      for cfg in plain det detws; do
+        denv=(VV_CUDA_NONE=1)
+        dflag=()
+        [ $cfg = plain ] || dflag=(--deterministic)
+        [ $cfg = detws ] && denv=(VV_CUDA_DETERMINISTIC_GEMM=ws)
+        run "curve_$cfg" env "${denv[@]}" $B/engine_loop_bench --preset 7b --device cuda --bf16 ${dflag[@]+"${dflag[@]}"} \
+          --audio 30 --tokens "$CURVE_TOKENS" --concurrency "${CURVE_N:-1,64,128}"
+      done ;;
     *) echo "unknown step $step" | tee -a "$OUT/steps.txt" ;;
   esac
 done

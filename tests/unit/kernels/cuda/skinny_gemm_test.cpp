@@ -381,6 +381,56 @@ TEST(CudaSkinnyGemm, RowsAreBitwiseIndependentOfRowCount) {
   }
 }
 
+// Deterministic mode with VV_CUDA_DETERMINISTIC_GEMM=ws (sm_90): the bf16 GEMMs on the ws form in its
+// row-invariant settings, in 128-row launches. Against the float64 reference over the stream GEMM's
+// cases, and each row's bits independent of the rows beside it (windows of 1..128 rows of a 200-row
+// launch, at another offset), by M (a launch's N = its padded rows) and with VV_CUDA_STREAM_WS_PAD128=1
+// (always N = 128).
+TEST(CudaStreamGemm, DeterministicWsRowsAreBitwiseIndependentOfRowCount) {
+  VV_CUDA_BACKEND_OR_SKIP(any, true);
+  cudaDeviceProp prop{};
+  ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+  if (!(prop.major == 9 && prop.minor == 0)) {
+    GTEST_SKIP() << "VV_CUDA_DETERMINISTIC_GEMM=ws is sm_90a code (" << prop.name << ")";
+  }
+  for (const char* pad : {"0", "1"}) {
+    SCOPED_TRACE(std::string("VV_CUDA_STREAM_WS_PAD128=") + pad);
+    auto be = cuda_backend_with({{"VV_CUDA_DETERMINISTIC", "1"},
+                                 {"VV_CUDA_DETERMINISTIC_GEMM", "ws"},
+                                 {"VV_CUDA_STREAM_WS_PAD128", pad},
+                                 {"VV_CUDA_PROFILE", "1"}},
+                                true);
+    ASSERT_TRUE(be.is_ok()) << be.status().to_string();
+    std::vector<SkCase> cases = stream_cases();
+    cases.push_back({200, 1031, 2056, true, true, 3});  // two launches of 128 and 72 rows
+    sk_check_cases(**be, cases, "gemm.stream_ws", 9700);
+    struct Shape {
+      int64_t N, K;
+    };
+    for (const Shape sh :
+         {Shape{3584, 3584}, Shape{4608, 3584}, Shape{3584, 18944}, Shape{37888, 3584}, Shape{300, 776}}) {
+      const int64_t M = 200;
+      HostMatrix a = random_matrix(M, sh.K, DType::kF32, 97, 1.0f);
+      HostMatrix w = random_matrix(sh.N, sh.K, DType::kBF16, 98, 0.05f);
+      HostMatrix bias = random_matrix(1, sh.N, DType::kF32, 99, 0.5f);
+      HostMatrix res = random_matrix(M, sh.N, DType::kF32, 100, 1.0f);
+      const std::vector<float> full = sk_run(**be, a, w, &bias, res, SkCase{M, sh.N, sh.K, true, true, 0});
+      for (const int64_t rows : {1, 2, 5, 16, 17, 64, 100, 128}) {
+        const int64_t first = (M - rows) / 3;  // a window of the rows, at another offset than in the full run
+        HostMatrix as = random_matrix(rows, sh.K, DType::kF32, 1, 1.0f);
+        HostMatrix rs = random_matrix(rows, sh.N, DType::kF32, 1, 1.0f);
+        std::memcpy(as.f32(), a.f32() + first * sh.K, static_cast<size_t>(rows * sh.K) * 4);
+        std::memcpy(rs.f32(), res.f32() + first * sh.N, static_cast<size_t>(rows * sh.N) * 4);
+        const std::vector<float> part =
+            sk_run(**be, as, w, &bias, rs, SkCase{rows, sh.N, sh.K, true, true, 0});
+        EXPECT_EQ(std::memcmp(part.data(), full.data() + first * sh.N, part.size() * 4), 0)
+            << "N=" << sh.N << " K=" << sh.K << ": rows " << first << ".." << first + rows - 1
+            << " alone differ from the same rows in a launch of " << M;
+      }
+    }
+  }
+}
+
 // The plan depends on N, K and the SM count only, covers K, and fits the preallocated partials.
 TEST(CudaSkinnyGemm, PlanCoversKAndFitsTheWorkspace) {
   for (const int per_sm : {1, 2, 4}) {
