@@ -114,7 +114,9 @@ run() {  # name command...
 }
 for step in "$@"; do
   case $step in
-    tests) run tests env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda --gtest_filter="${GTEST_FILTER:-*}" ;;
+    tests)  # (a hung kernel ends at $TESTS_TIMEOUT s, 400 by default, so the call's later steps still run)
+      run tests timeout "${TESTS_TIMEOUT:-400}" env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda \
+        --gtest_filter="${GTEST_FILTER:-*}" ;;
     testsgolden)  # the gpu suite in $SHARDS (3) gtest shards at once, make_golden.py --preset full beside
       # them, then gpu_full_golden: what `tests golden` checks, in about half the time
       run golden_make env PYTHONPATH=$VV_REF_PYTHONPATH python3 $VV_DEV/golden/make_golden.py --preset full \
@@ -372,7 +374,7 @@ for step in "$@"; do
       # table at $WS_ROWS (1,16,64,128) rows: cuBLASLt, the one-barrier form, the warp-specialised one with
       # clusters of two (a multicast), of one, of four, and with at least 12 units a run (WS_NCU=1: and
       # Nsight)
-      run streamws_tests env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda --gtest_filter='CudaStreamGemm*'
+      run streamws_tests timeout 300 env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda --gtest_filter='CudaStreamGemm*'
       for kind in lt wgmma ws ws1 ws4 ws12; do
         kenv=(VV_CUDA_NONE=1)
         [ $kind = lt ] || kenv=(VV_CUDA_STREAM_GEMM=1-128 VV_CUDA_STREAM_GEMM_KIND=${kind:0:2})
@@ -509,7 +511,8 @@ for step in "$@"; do
     detws)  # deterministic mode's GEMMs on the ws form (VV_CUDA_DETERMINISTIC_GEMM=ws): its gpu test, the
       # invariance check with it, and the curve's $CURVE_N (1,64,128) points: default, deterministic
       # (skinny GEMMs), deterministic on the ws form, in one call (the cost of each)
-      run detws_tests env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda --gtest_filter='CudaStreamGemm.Deterministic*'
+      run detws_tests timeout 300 env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda \
+        --gtest_filter='CudaStreamGemm.Deterministic*'
       run invariance_detws env VV_CUDA_DETERMINISTIC_GEMM=ws $B/engine_loop_bench --preset 7b --device cuda --bf16 \
         --deterministic --invariance 8 --audio 10 --tokens 32
       for cfg in plain det detws; do
