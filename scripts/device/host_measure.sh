@@ -114,8 +114,8 @@ run() {  # name command...
 }
 for step in "$@"; do
   case $step in
-    tests)  # (a hung kernel ends at $TESTS_TIMEOUT s, 400 by default, so the call's later steps still run)
-      run tests timeout "${TESTS_TIMEOUT:-400}" env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda \
+    tests)  # (a hung kernel ends at $TESTS_TIMEOUT s, 540 by default; set it lower so a call's later steps run)
+      run tests timeout "${TESTS_TIMEOUT:-540}" env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda \
         --gtest_filter="${GTEST_FILTER:-*}" ;;
     testsgolden)  # the gpu suite in $SHARDS (3) gtest shards at once, make_golden.py --preset full beside
       # them, then gpu_full_golden: what `tests golden` checks, in about half the time
