@@ -5,6 +5,7 @@
 // fusion, every output written, and really be fused (the profiler's table names the fused ops). Odd, prime
 // and production shapes, both rms_norm reduction orders (≤ 1024 and > 1024 columns), BF16 and F16 weights.
 // Labelled gpu: skipped with the reason where no GPU is usable.
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
