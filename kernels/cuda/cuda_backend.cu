@@ -1386,16 +1386,27 @@ class CudaBackend final : public Backend {
     const OpRec &rq = recs[i], &rk = recs[i + 1], &kw = recs[i + 2], &at = recs[i + 3];
     const Tensor& q = rq.out;
     const AttentionShape& sh = at.shape;
-    if (!at.rows.one_row_per_seq || q.rows() != at.rows.block_tables.rows() ||
-        flash_prefill_takes(q, at.cache, sh) || !decode_rows_fit(q, at.rows, at.cache))
+    // VV_CUDA_FUSE_TRACE=1: why a candidate is not fused (stderr; a diagnostic).
+    static const bool trace =
+        std::getenv("VV_CUDA_FUSE_TRACE") && std::string(std::getenv("VV_CUDA_FUSE_TRACE")) == "1";
+    auto no = [&](const char* why) -> size_t {
+      if (trace)
+        std::fprintf(stderr, "vibevoice: rope_attn not fused (%lld rows): %s\n",
+                     static_cast<long long>(q.rows()), why);
       return 0;
+    };
+    if (!at.rows.one_row_per_seq) return no("no one-row promise");
+    if (q.rows() != at.rows.block_tables.rows()) return no("rows != table rows");
+    if (flash_prefill_takes(q, at.cache, sh)) return no("flash takes it");
+    if (!decode_rows_fit(q, at.rows, at.cache)) return no("rows do not fit");
     const bool mma = decode_mma_takes(q, at.cache, sh);  // as run_decode_attention chooses
-    if (mma && !cuda::mma_decode_config().stream) return 0;
+    if (mma && !cuda::mma_decode_config().stream) return no("mma register kernel");
     const cuda::MmaDecodePlan pm =
         mma ? cuda::plan_mma_decode_attention(q.rows(), at.rows, sh, deterministic_) : cuda::MmaDecodePlan{};
     const cuda::DecodeAttentionPlan pd =
         mma ? cuda::DecodeAttentionPlan{} : cuda::plan_decode_attention(q.rows(), at.rows, sh, sms_);
-    if (!(mma ? pm.use : pd.use) || (mma ? pm.counters : pd.counters) > kDecAttnCounterSlots) return 0;
+    if (!(mma ? pm.use : pd.use)) return no("no plan");
+    if ((mma ? pm.counters : pd.counters) > kDecAttnCounterSlots) return no("counters");
     // With VV_CUDA_ATTN_PACK: the stream kernel also writes the o projection's operand (past discard(q)).
     size_t end = i + 5;
     std::vector<OpRec> gemms;
@@ -2375,12 +2386,13 @@ class CudaBackend final : public Backend {
   // The warp-specialised stream GEMM's partial sums (VV_CUDA_STREAM_GEMM_KIND=ws).
   void* stream_ws_ = nullptr;
   size_t stream_ws_bytes_ = 0;
-  // VV_CUDA_STREAM_WS_CLUSTER=1|4: its blocks each load all of a's rows, or fours of them share them
-  // (default 2: pairs of blocks share them through TMA multicast). An A/B knob.
+  // VV_CUDA_STREAM_WS_CLUSTER=2|4: pairs or fours of its blocks share a's rows through TMA multicast
+  // (default 1: each block loads them; on the H100 the clusters were slower at every shape, session 22).
+  // An A/B knob.
   int stream_ws_cluster_ = [] {
     const char* e = std::getenv("VV_CUDA_STREAM_WS_CLUSTER");
     const std::string v = e ? e : "";
-    return v == "1" ? 1 : v == "4" ? 4 : 2;
+    return v == "2" ? 2 : v == "4" ? 4 : 1;
   }();
   // VV_CUDA_STREAM_WS_MIN_UNITS=N (1..1024; default 1): its least 64-deep steps a run (fewer runs than
   // SMs on small shapes, smaller partial sums). An A/B knob.

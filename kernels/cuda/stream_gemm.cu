@@ -581,7 +581,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
           for (int j = 0; j < 2 * NT; ++j) {  // the chunk of the four values 4j..4j + 3 of half h
             if (j >= chunks) continue;
             float gs[4] = {0.f, 0.f, 0.f, 0.f}, us[4] = {0.f, 0.f, 0.f, 0.f};
-            for (int64_t b = b_first; b <= b_last; ++b) {
+#pragma unroll 4
+            for (int64_t b = b_first; b <= b_last; ++b) {  // (unrolled: several slots' loads in flight)
               const float4 pg =
                   __ldcg(reinterpret_cast<const float4*>(slot_of(b, 0) + (h * R + 4 * j) * 128));
               const float4 pu =
@@ -622,21 +623,23 @@ __global__ void __launch_bounds__(kWsThreads, 1)
           __threadfence();
           // Every segment's sums in cluster order, this one's too (from the workspace, so that the
           // order and the bits do not depend on which segment adds them up).
-          for (int64_t b = b_first; b <= b_last; ++b) {
-            const float* src = slot_of(b);
+          // Chunk by chunk, the slots' loads unrolled so that several are in flight (a tile of a small
+          // N has ~10 segments: one L2 latency each, in turn, was most of such a launch).
 #pragma unroll
-            for (int h = 0; h < 2; ++h)
+          for (int h = 0; h < 2; ++h)
 #pragma unroll
-              for (int e = 0; e < R; e += 4) {
-                if (e / 4 >= chunks) continue;
-                const float4 p = __ldcg(reinterpret_cast<const float4*>(src + (h * R + e) * 128));
+            for (int e = 0; e < R; e += 4) {
+              if (e / 4 >= chunks) continue;
+#pragma unroll 4
+              for (int64_t b = b_first; b <= b_last; ++b) {
+                const float4 p = __ldcg(reinterpret_cast<const float4*>(slot_of(b) + (h * R + e) * 128));
                 if (b == b_first) {
                   v[h][e] = p.x, v[h][e + 1] = p.y, v[h][e + 2] = p.z, v[h][e + 3] = p.w;
                 } else {
                   v[h][e] += p.x, v[h][e + 1] += p.y, v[h][e + 2] += p.z, v[h][e + 3] += p.w;
                 }
               }
-          }
+            }
         }
       }
       if (finish) {

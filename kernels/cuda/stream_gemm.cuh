@@ -42,10 +42,10 @@ struct StreamGemmScratch {
   size_t count_ints = 0;
   float* ws = nullptr;
   size_t ws_bytes = 0;
-  // The warp-specialised form's cluster: 2 = pairs of blocks share each stage's rows of a (each loads
-  // half and multicasts it to both), 4 = fours do (from 17 rows; 2 below), 1 = every block loads them
-  // all.
-  int ws_cluster = 2;
+  // The warp-specialised form's cluster: 1 = every block loads a's rows itself (the default: faster on
+  // the H100, session 22), 2 = pairs of blocks share each stage's rows of a (each loads half and
+  // multicasts it to both), 4 = fours do (from 17 rows; 2 below).
+  int ws_cluster = 1;
   // The warp-specialised form's least units (64-deep steps of one tile) a run: fewer runs than SMs when
   // a shape has few units, so that the partial sums of shared tiles (M × 256 floats a segment) stay
   // small against the weight bytes a run streams. 1: a run an SM whatever the shape.
