@@ -640,7 +640,7 @@ void expect_same_rope_attn(const RopeAttnOut& got, const RopeAttnOut& want, cons
   EXPECT_TRUE(got.vc == want.vc) << what << ": the V cache differs";
 }
 
-// Each case on a backend made with `env` (plus VV_CUDA_PROFILE=1) and the same with VV_CUDA_ROPE_ATTN=1:
+// Each case on a backend made with `env` (plus VV_CUDA_PROFILE=1) with VV_CUDA_ROPE_ATTN=0 and =1:
 // fused under `label` (empty: not fused), the ops' bits either way.
 struct RopeCase {
   AttnCase c;
@@ -652,7 +652,7 @@ void check_rope_attention(const std::vector<std::pair<const char*, const char*>>
   auto with = [&](bool fused) {
     std::vector<std::pair<const char*, const char*>> e = env;
     e.emplace_back("VV_CUDA_PROFILE", "1");
-    if (fused) e.emplace_back("VV_CUDA_ROPE_ATTN", "1");
+    e.emplace_back("VV_CUDA_ROPE_ATTN", fused ? "1" : "0");
     return cuda_backend_with(e, bf16);
   };
   auto plain = with(false);
@@ -725,7 +725,7 @@ TEST(CudaRopeAttention, DecodeStepRopeAndKvWriteInsideTheAttentionGiveTheOpsBits
 // The same under graph replay (no profiling, which keeps graphs off): 33 steps a flush, four flushes.
 TEST(CudaRopeAttention, FusedDecodeStepUnderGraphReplay) {
   VV_CUDA_BACKEND_OR_SKIP(any, true);
-  auto plain = bf16_backend_with({});
+  auto plain = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "0"}});
   ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
   auto fused = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}});
   ASSERT_TRUE(fused.is_ok()) << fused.status().to_string();
