@@ -623,23 +623,23 @@ __global__ void __launch_bounds__(kWsThreads, 1)
           __threadfence();
           // Every segment's sums in cluster order, this one's too (from the workspace, so that the
           // order and the bits do not depend on which segment adds them up).
-          // Chunk by chunk, the slots' loads unrolled so that several are in flight (a tile of a small
-          // N has ~10 segments: one L2 latency each, in turn, was most of such a launch).
+          // Slot by slot, each slot's address found once (segment_slot divides; chunk by chunk with
+          // the slots inner was slower on the H100, session 22: o at 64 rows 100 µs against 57).
+          for (int64_t b = b_first; b <= b_last; ++b) {
+            const float* src = slot_of(b);
 #pragma unroll
-          for (int h = 0; h < 2; ++h)
+            for (int h = 0; h < 2; ++h)
 #pragma unroll
-            for (int e = 0; e < R; e += 4) {
-              if (e / 4 >= chunks) continue;
-#pragma unroll 4
-              for (int64_t b = b_first; b <= b_last; ++b) {
-                const float4 p = __ldcg(reinterpret_cast<const float4*>(slot_of(b) + (h * R + e) * 128));
+              for (int e = 0; e < R; e += 4) {
+                if (e / 4 >= chunks) continue;
+                const float4 p = __ldcg(reinterpret_cast<const float4*>(src + (h * R + e) * 128));
                 if (b == b_first) {
                   v[h][e] = p.x, v[h][e + 1] = p.y, v[h][e + 2] = p.z, v[h][e + 3] = p.w;
                 } else {
                   v[h][e] += p.x, v[h][e + 1] += p.y, v[h][e + 2] += p.z, v[h][e + 3] += p.w;
                 }
               }
-            }
+          }
         }
       }
       if (finish) {
