@@ -583,8 +583,11 @@ class CudaBackend final : public Backend {
   }
   void discard(const Tensor& t) override {
     // Read by fuse_mlp_at and fuse_lt_operand_at (a norm output no one reads skips its f32 write);
-    // nothing is recorded for one row (the GEMV path fuses without it).
-    if ((!mlp_fuse_ && !lt_fuse_) || t.rows() < 2) return;
+    // at one row only the one right after an attention is recorded (the GEMV path fuses without the
+    // others): fuse_rope_attn_at needs to know that q is not read again (one-row decode steps too).
+    const bool after_attention =
+        rope_attn_ && !pending_rec_.empty() && pending_rec_.back().kind == OpRec::kAttention;
+    if (!after_attention && ((!mlp_fuse_ && !lt_fuse_) || t.rows() < 2)) return;
     Sig s(13);
     s << t;
     OpRec rec;
@@ -732,6 +735,7 @@ class CudaBackend final : public Backend {
       c.at = cuda::decode_attn_args(at.a, at.rows, at.cache, at.shape, o, ap, nullptr, nullptr, attn_lean_);
       c.attn = true;
       ++j;
+      while (j < recs.size() && recs[j].kind == OpRec::kDiscard) ++j;  // discard(q) launches nothing
     }
     while (c.phases < cuda::kMaxChainPhases && j < recs.size()) {
       cuda::DecodeGemv d;
