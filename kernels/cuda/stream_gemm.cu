@@ -14,10 +14,12 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <mutex>
 #include <set>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "kernels/cuda/mbarrier.cuh"
 #include "kernels/cuda/mma_util.cuh"
@@ -380,8 +382,18 @@ __host__ __device__ constexpr int ws_stages() {
 }
 template <int NT>
 constexpr size_t ws_smem_bytes() {
-  // the stages (1,024-aligned), 2·S mbarriers, one int per consumer warpgroup, 1,024 bytes of slack
-  return static_cast<size_t>(ws_stages<NT>()) * (kWsBN + 16 * NT) * 128 + 16 * 8 + 16 + 1024;
+  // the stages (1,024-aligned), 2·S mbarriers, one int per consumer warpgroup, the trace's 8 words,
+  // 1,024 bytes of slack
+  return static_cast<size_t>(ws_stages<NT>()) * (kWsBN + 16 * NT) * 128 + 16 * 8 + 16 + 64 + 1024;
+}
+// VV_CUDA_STREAM_WS_TRACE=2: words a block leaves for one traced launch (globaltimer ns): consumer thread
+// 0's entry, first stage landed, time waiting for stages, time in segment epilogues, end, segments;
+// the producer's time after its first weight loads and after its PDL wait.
+constexpr int kWsTraceWords = 8;
+__device__ __forceinline__ uint64_t ws_now() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
 }
 // The floats of one consumer warpgroup's partial sums (its 128 weight rows × 16·NT rows of a).
 template <int NT>
@@ -399,7 +411,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     stream_gemm_ws_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap,
                           int M, int N, int ksteps, int64_t units, const float* __restrict__ bias,
                           int accumulate, void* __restrict__ out_raw, int64_t ldo, float* __restrict__ ws,
-                          int* __restrict__ counts) {
+                          int* __restrict__ counts, unsigned long long* __restrict__ trace) {
 #ifdef VV_WGMMA
   constexpr int TILE = SWIGLU ? 128 : kWsBN;  // output columns a tile
   constexpr int S = ws_stages<NT>();
@@ -412,6 +424,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const uint32_t base = (raw + 1023) & ~1023u;  // stage s: W at base + s·kStage, X after it
   const uint32_t full = base + S * kStage, empty = full + 8 * S;
   int* last_flag = reinterpret_cast<int*>(smem_raw + (empty + 8 * S - raw));
+  // VV_CUDA_STREAM_WS_TRACE=2 (trace given): consumer thread 0's times, kept here (not in registers)
+  unsigned long long* tsm = reinterpret_cast<unsigned long long*>(smem_raw + (empty + 8 * S + 16 - raw));
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   // A cluster (CL consecutive blocks) walks one run of units; its CTA of rank r takes tile CL·p + r of
   // each unit's tile group p, and loads part r of a's rows for all of them.
@@ -461,7 +475,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         mbar::expect_tx(full + 8 * i, kStage);
         load_w(i, u0 + i);
       }
+      if (trace) trace[blockIdx.x * kWsTraceWords + 6] = ws_now();
       pdl_wait();
+      if (trace) trace[blockIdx.x * kWsTraceWords + 7] = ws_now();
       for (int i = 0; i < first; ++i) load_x(i, u0 + i);
       for (int i = S; i < n_units; ++i) {
         const int st = i % S;
@@ -487,11 +503,24 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         mbar::arrive(empty + 8 * st);
       }
     };
+    // VV_CUDA_STREAM_WS_TRACE=2 (trace given: one launch of a shape): thread 0's times (globaltimer ns):
+    // tsm[0] entry, [1] first stage landed, [2] waiting for stages, [3] in epilogues, [4] this
+    // epilogue's start, [5] segments.
+    // (Not at 128 rows: the accumulators and the sums leave no registers for it; it spilled more.)
+    const bool tracer = NT <= 4 && trace && tid == 0;
+    if (tracer) {
+      tsm[0] = ws_now();
+      tsm[1] = tsm[2] = tsm[3] = tsm[4] = tsm[5] = 0;
+    }
     pdl_wait();  // the epilogue reads `out` (accumulating) and the workspace the previous GEMM used
     pdl_trigger();
     float acc[2][R];
     // Segment by segment: [seg, end) is one tile group's units within this cluster's run.
     for (int64_t seg = u0; seg < u1;) {
+      if (tracer) {
+        if (tsm[4]) tsm[3] += ws_now() - tsm[4];  // the segment before's epilogue
+        ++tsm[5];
+      }
 #pragma unroll
       for (int h = 0; h < 2; ++h)
 #pragma unroll
@@ -501,7 +530,13 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       const int64_t end = segment_end(seg, u1, ksteps);
       for (int64_t u = seg; u < end; ++u) {
         const int i = static_cast<int>(u - u0), st = i % S;
+        if (tracer) tsm[6] = ws_now();
         mbar::wait_or_trap(full + 8 * st, static_cast<uint32_t>(i / S) & 1u);
+        if (tracer) {
+          const uint64_t t1 = ws_now();
+          tsm[2] += t1 - tsm[6];
+          if (!tsm[1]) tsm[1] = t1;
+        }
         const uint32_t w_addr = base + st * kStage + c * 128 * 128, x_addr = base + st * kStage + kWBytes;
         wgmma_fence();
 #pragma unroll
@@ -516,6 +551,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       }
       wgmma_wait<0>();
       release(static_cast<int>(end - 1 - u0) % S);
+      if (tracer) tsm[4] = ws_now();
       const int64_t u = end - 1;
       // The segment [seg, u] of this CTA's tile of group u / ksteps ends here. Its sums leave the
       // accumulators with the bias added (by the segment holding k = 0) in code every thread runs: a
@@ -664,12 +700,18 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         }
       }
     }
+    if (tracer) {
+      const uint64_t t_end = ws_now();
+      if (tsm[4]) tsm[3] += t_end - tsm[4];
+      unsigned long long* tr = trace + blockIdx.x * kWsTraceWords;
+      tr[0] = tsm[0], tr[1] = tsm[1], tr[2] = tsm[2], tr[3] = tsm[3], tr[4] = t_end, tr[5] = tsm[5];
+    }
   }
   // No CTA leaves while another of its cluster may still copy into it or arrive on its barriers.
   if constexpr (CL > 1) cluster_sync();
 #else
   (void)wmap, (void)xmap, (void)M, (void)N, (void)ksteps, (void)units, (void)bias, (void)accumulate,
-      (void)out_raw, (void)ldo, (void)ws, (void)counts;
+      (void)out_raw, (void)ldo, (void)ws, (void)counts, (void)trace;
   __trap();
 #endif
 }
@@ -811,6 +853,64 @@ void trace_ws_plan(int64_t N, int64_t K, int rows, int CL, bool swiglu, int64_t 
       static_cast<long long>(G), static_cast<double>(units) / static_cast<double>(G), shared.size());
 }
 
+// VV_CUDA_STREAM_WS_TRACE=2: the 20th launch of each shape of up to 64 rows (outside a graph capture) is
+// timed inside (kWsTraceWords a block) and summarised on stderr; the others run untraced. A diagnostic: the
+// report synchronises the stream.
+unsigned long long* ws_trace_take(int64_t N, int64_t K, int M, int64_t blocks, cudaStream_t s) {
+  static const bool on = [] {
+    const char* e = std::getenv("VV_CUDA_STREAM_WS_TRACE");
+    return e && std::string(e) == "2";
+  }();
+  if (!on || blocks > 1024 || M > 64) return nullptr;  // (the 128-row forms are not traced)
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(s, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) return nullptr;
+  static std::mutex mu;
+  static std::map<std::tuple<int64_t, int64_t, int>, int> launches;
+  static unsigned long long* buf = nullptr;
+  std::lock_guard<std::mutex> lock(mu);
+  if (++launches[{N, K, M}] != 20) return nullptr;
+  if (!buf && cudaMalloc(&buf, 1024 * kWsTraceWords * sizeof(unsigned long long)) != cudaSuccess) {
+    cudaGetLastError();
+    buf = nullptr;
+  }
+  return buf;
+}
+void ws_trace_report(const unsigned long long* trace, int64_t N, int64_t K, int M, int CL, bool swiglu,
+                     int64_t blocks, cudaStream_t s) {
+  std::vector<unsigned long long> w(static_cast<size_t>(blocks * kWsTraceWords));
+  if (cudaStreamSynchronize(s) != cudaSuccess ||
+      cudaMemcpy(w.data(), trace, w.size() * sizeof(w[0]), cudaMemcpyDeviceToHost) != cudaSuccess) {
+    cudaGetLastError();
+    return;
+  }
+  auto col = [&](int k) {
+    std::vector<double> v;
+    for (int64_t b = 0; b < blocks; ++b) v.push_back(static_cast<double>(w[b * kWsTraceWords + k]));
+    return v;
+  };
+  const std::vector<double> enter = col(0);
+  const double t0 = *std::min_element(enter.begin(), enter.end());
+  auto rel = [&](std::vector<double> v, bool from_t0) {  // µs, sorted
+    for (double& x : v) x = (from_t0 ? x - t0 : x) / 1e3;
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  auto med = [](const std::vector<double>& v) { return v[v.size() / 2]; };
+  const auto en = rel(enter, true), first = rel(col(1), true), wait = rel(col(2), false),
+             epi = rel(col(3), false), end = rel(col(4), true), segs = rel(col(5), false),
+             pw = rel(col(6), true), pd = rel(col(7), true);
+  std::fprintf(
+      stderr,
+      "vibevoice: ws trace N=%lld K=%lld M=%d CL=%d%s, %lld blocks (µs from the first block's "
+      "entry; median / max): entry %.2f / %.2f, producer's first weights issued %.2f / %.2f, its PDL "
+      "wait over %.2f / %.2f, first stage landed %.2f / %.2f, waiting for stages %.2f / %.2f, "
+      "epilogues %.2f / %.2f (%.0f segments a block, at most %.0f), end %.2f / %.2f (first %.2f)\n",
+      static_cast<long long>(N), static_cast<long long>(K), M, CL, swiglu ? " SwiGLU" : "",
+      static_cast<long long>(blocks), med(en), en.back(), med(pw), pw.back(), med(pd), pd.back(), med(first),
+      first.back(), med(wait), wait.back(), med(epi), epi.back(), med(segs) * 1e3, segs.back() * 1e3,
+      med(end), end.back(), end.front());
+}
+
 // The clusters of CL blocks that can be resident at once (cudaOccupancyMaxActiveClusters; 0 when the
 // query fails). Asked once per form: a process drives one kind of device.
 template <int NT, int CL, bool SWIGLU>
@@ -903,11 +1003,13 @@ bool launch_ws(const void* a, int M, int K, const void* w, int64_t ldw, int N, c
   }
   cfg.attrs = attr;
   cfg.numAttrs = n;
+  unsigned long long* trace = ws_trace_take(N, K, M, G * CL, s);
   if (cudaLaunchKernelEx(&cfg, kern, wmap, xmap, M, N, ksteps, units, bias, accumulate ? 1 : 0, out, ldo,
-                         scratch.ws, scratch.counts) != cudaSuccess) {
+                         scratch.ws, scratch.counts, trace) != cudaSuccess) {
     cudaGetLastError();  // (a refused launch: the caller takes another form)
     return false;
   }
+  if (trace) ws_trace_report(trace, N, K, M, CL, SWIGLU, G * CL, s);
   return true;
 }
 

@@ -372,17 +372,19 @@ for step in "$@"; do
         --device cuda --bf16 --audio 30 --tokens "$CURVE_TOKENS" --concurrency "${CURVE_N:-8,64,128}" ;;
     streamws)  # the warp-specialised stream GEMM (VV_CUDA_STREAM_GEMM_KIND=ws): its gpu tests, then the GEMM
       # table at $WS_ROWS (1,16,64,128) rows: cuBLASLt, the one-barrier form, the warp-specialised one with
-      # clusters of two (a multicast), of one, of four, and with at least 12 units a run (WS_NCU=1: and
+      # clusters of two (a multicast), of one, of four, and with at least 12 units a run ($WS_KINDS picks;
+      # ws1t: clusters of one with VV_CUDA_STREAM_WS_TRACE=2, where each launch's time goes; WS_NCU=1: and
       # Nsight)
       run streamws_tests timeout 300 env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda --gtest_filter='CudaStreamGemm*'
-      for kind in lt wgmma ws ws1 ws4 ws12; do
+      for kind in ${WS_KINDS:-lt wgmma ws ws1 ws4 ws12}; do  # (ws1t: ws1 with the in-kernel trace)
         kenv=(VV_CUDA_NONE=1)
         [ $kind = lt ] || kenv=(VV_CUDA_STREAM_GEMM=1-128 VV_CUDA_STREAM_GEMM_KIND=${kind:0:2})
         [ $kind = wgmma ] && kenv=(VV_CUDA_STREAM_GEMM=1-128 VV_CUDA_STREAM_GEMM_KIND=wgmma)
         [ $kind = ws1 ] && kenv+=(VV_CUDA_STREAM_WS_CLUSTER=1)
+        [ $kind = ws1t ] && kenv+=(VV_CUDA_STREAM_WS_CLUSTER=1 VV_CUDA_STREAM_WS_TRACE=2)
         [ $kind = ws4 ] && kenv+=(VV_CUDA_STREAM_WS_CLUSTER=4)
         [ $kind = ws12 ] && kenv+=(VV_CUDA_STREAM_WS_MIN_UNITS=12)
-        [ $kind = lt ] || kenv+=(VV_CUDA_STREAM_WS_TRACE=1)
+        [ $kind = lt ] || [ $kind = ws1t ] || kenv+=(VV_CUDA_STREAM_WS_TRACE=1)
         run "table_$kind" timeout 200 env "${kenv[@]}" $B/cuda_decode_bench --preset 7b --bf16 --table-only \
           --gemv-m "${WS_ROWS:-1,16,64,128}"
       done
