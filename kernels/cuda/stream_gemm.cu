@@ -611,33 +611,47 @@ __global__ void __launch_bounds__(kWsThreads, 1)
           continue;
         __threadfence();
         __nv_bfloat16* out = static_cast<__nv_bfloat16*>(out_raw);
+        // Half by half, CJ chunks at a time, slot by slot: the group's gate and up sums of a slot loaded
+        // at once (the chunks past M too: unwritten padding, added but never stored), so a slot costs one
+        // trip to L2 a group, not one a chunk (a load under a runtime branch is not hoisted: each waited
+        // for the one before). (Whole halves at once spilled at 64 and 128 rows.)
+        constexpr int CJ = 2 * NT < 4 ? 2 * NT : 4;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
 #pragma unroll
-          for (int j = 0; j < 2 * NT; ++j) {  // the chunk of the four values 4j..4j + 3 of half h
-            if (j >= chunks) continue;
-            float gs[4] = {0.f, 0.f, 0.f, 0.f}, us[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll 4
-            for (int64_t b = b_first; b <= b_last; ++b) {  // (unrolled: several slots' loads in flight)
-              const float4 pg =
-                  __ldcg(reinterpret_cast<const float4*>(slot_of(b, 0) + (h * R + 4 * j) * 128));
-              const float4 pu =
-                  __ldcg(reinterpret_cast<const float4*>(slot_of(b, 1) + (h * R + 4 * j) * 128));
-              if (b == b_first) {
-                gs[0] = pg.x, gs[1] = pg.y, gs[2] = pg.z, gs[3] = pg.w;
-                us[0] = pu.x, us[1] = pu.y, us[2] = pu.z, us[3] = pu.w;
-              } else {
-                gs[0] += pg.x, gs[1] += pg.y, gs[2] += pg.z, gs[3] += pg.w;
-                us[0] += pu.x, us[1] += pu.y, us[2] += pu.z, us[3] += pu.w;
+          for (int j0 = 0; j0 < 2 * NT; j0 += CJ) {
+            float4 gs[CJ], us[CJ];
+            for (int64_t b = b_first; b <= b_last; ++b) {
+              const float* pg = slot_of(b, 0) + (h * R + 4 * j0) * 128;
+              const float* pu = slot_of(b, 1) + (h * R + 4 * j0) * 128;
+              float4 lg[CJ], lu[CJ];
+#pragma unroll
+              for (int j = 0; j < CJ; ++j) {
+                lg[j] = __ldcg(reinterpret_cast<const float4*>(pg + 4 * j * 128));
+                lu[j] = __ldcg(reinterpret_cast<const float4*>(pu + 4 * j * 128));
+              }
+#pragma unroll
+              for (int j = 0; j < CJ; ++j) {
+                if (b == b_first) {
+                  gs[j] = lg[j], us[j] = lu[j];
+                } else {
+                  gs[j].x += lg[j].x, gs[j].y += lg[j].y, gs[j].z += lg[j].z, gs[j].w += lg[j].w;
+                  us[j].x += lu[j].x, us[j].y += lu[j].y, us[j].z += lu[j].z, us[j].w += lu[j].w;
+                }
               }
             }
 #pragma unroll
-            for (int r = 0; r < 4; ++r) {
-              const int n = nb + 64 * h + 8 * (r >> 1), m = 8 * j + 2 * q + (r & 1);
-              if (n >= N || m >= M) continue;
-              const float gv = __bfloat162float(__float2bfloat16(gs[r]));
-              const float uv = __bfloat162float(__float2bfloat16(us[r]));
-              out[static_cast<int64_t>(m) * ldo + n] = __float2bfloat16(gv / (1.0f + expf(-gv)) * uv);
+            for (int j = 0; j < CJ; ++j) {  // the chunk of the four values 4(j0 + j)..+3 of half h
+              const float ga[4] = {gs[j].x, gs[j].y, gs[j].z, gs[j].w};
+              const float ua[4] = {us[j].x, us[j].y, us[j].z, us[j].w};
+#pragma unroll
+              for (int r = 0; r < 4; ++r) {
+                const int n = nb + 64 * h + 8 * (r >> 1), m = 8 * (j0 + j) + 2 * q + (r & 1);
+                if (j0 + j >= chunks || n >= N || m >= M) continue;
+                const float gv = __bfloat162float(__float2bfloat16(ga[r]));
+                const float uv = __bfloat162float(__float2bfloat16(ua[r]));
+                out[static_cast<int64_t>(m) * ldo + n] = __float2bfloat16(gv / (1.0f + expf(-gv)) * uv);
+              }
             }
           }
         }
@@ -660,42 +674,48 @@ __global__ void __launch_bounds__(kWsThreads, 1)
           // Every segment's sums in cluster order, this one's too (from the workspace, so that the
           // order and the bits do not depend on which segment adds them up).
           // Slot by slot, each slot's address found once (segment_slot divides; chunk by chunk with
-          // the slots inner was slower on the H100, session 22: o at 64 rows 100 µs against 57).
+          // the slots inner was slower on the H100, session 22: o at 64 rows 100 µs against 57), and
+          // half by half all its chunks loaded at once, the ones past M too (unwritten padding, added
+          // but never stored): a load under a runtime branch is not hoisted, so each chunk waited for
+          // the one before, one L2 trip a chunk.
           for (int64_t b = b_first; b <= b_last; ++b) {
             const float* src = slot_of(b);
 #pragma unroll
-            for (int h = 0; h < 2; ++h)
+            for (int h = 0; h < 2; ++h) {
+              float4 p[R / 4];
+#pragma unroll
+              for (int e = 0; e < R; e += 4)
+                p[e / 4] = __ldcg(reinterpret_cast<const float4*>(src + (h * R + e) * 128));
 #pragma unroll
               for (int e = 0; e < R; e += 4) {
-                if (e / 4 >= chunks) continue;
-                const float4 p = __ldcg(reinterpret_cast<const float4*>(src + (h * R + e) * 128));
                 if (b == b_first) {
-                  v[h][e] = p.x, v[h][e + 1] = p.y, v[h][e + 2] = p.z, v[h][e + 3] = p.w;
+                  v[h][e] = p[e / 4].x, v[h][e + 1] = p[e / 4].y, v[h][e + 2] = p[e / 4].z,
+                  v[h][e + 3] = p[e / 4].w;
                 } else {
-                  v[h][e] += p.x, v[h][e + 1] += p.y, v[h][e + 2] += p.z, v[h][e + 3] += p.w;
+                  v[h][e] += p[e / 4].x, v[h][e + 1] += p[e / 4].y, v[h][e + 2] += p[e / 4].z,
+                      v[h][e + 3] += p[e / 4].w;
                 }
               }
+            }
           }
         }
       }
       if (finish) {
+        // Accumulating: a half's residual values are all loaded before its first store (a load after a
+        // store to the same array is not hoisted above it: one trip to memory a value).
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
+          float res[R];
 #pragma unroll
-          for (int r2 = 0; r2 < 2; ++r2) {
-            const int n = nb + 64 * h + 8 * r2;
-            if (n >= N) continue;
+          for (int e = 0; e < R; ++e) {
+            const int n = nb + 64 * h + 8 * ((e >> 1) & 1), m = 8 * (e >> 2) + 2 * q + (e & 1);
+            res[e] = accumulate && n < N && m < M ? out[static_cast<int64_t>(m) * ldo + n] : 0.f;
+          }
 #pragma unroll
-            for (int j = 0; j < 2 * NT; ++j) {
-#pragma unroll
-              for (int cc = 0; cc < 2; ++cc) {
-                const int m = 8 * j + 2 * q + cc;
-                if (m >= M) continue;
-                float* o = out + static_cast<int64_t>(m) * ldo + n;
-                const float r = v[h][4 * j + 2 * r2 + cc];
-                *o = accumulate ? *o + r : r;
-              }
-            }
+          for (int e = 0; e < R; ++e) {
+            const int n = nb + 64 * h + 8 * ((e >> 1) & 1), m = 8 * (e >> 2) + 2 * q + (e & 1);
+            if (n < N && m < M)
+              out[static_cast<int64_t>(m) * ldo + n] = accumulate ? res[e] + v[h][e] : v[h][e];
           }
         }
       }
