@@ -2207,6 +2207,7 @@ class CudaBackend final : public Backend {
   cuda::StreamGemmScratch stream_scratch() const {
     cuda::StreamGemmScratch sc{stream_flags_,    kStreamFlags,       static_cast<float*>(stream_ws_),
                                stream_ws_bytes_, stream_ws_cluster_, stream_ws_min_units_};
+    sc.ws_max_split = stream_ws_max_split_;
     sc.row_invariant = deterministic_;
     sc.pad128 = stream_ws_pad128_;
     return sc;
@@ -2400,6 +2401,11 @@ class CudaBackend final : public Backend {
   }();
   // VV_CUDA_STREAM_WS_MIN_UNITS=N (1..1024; default 1): its least 64-deep steps a run (fewer runs than
   // SMs on small shapes, smaller partial sums). An A/B knob.
+  int stream_ws_max_split_ = [] {  // VV_CUDA_STREAM_WS_MAX_SPLIT=N (0: none; 8 by default)
+    const char* e = std::getenv("VV_CUDA_STREAM_WS_MAX_SPLIT");
+    const int n = e ? std::atoi(e) : 8;
+    return n >= 0 && n <= 1024 ? n : 8;
+  }();
   int stream_ws_min_units_ = [] {
     const char* e = std::getenv("VV_CUDA_STREAM_WS_MIN_UNITS");
     const int n = e ? std::atoi(e) : 1;

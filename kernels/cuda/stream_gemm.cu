@@ -980,6 +980,7 @@ bool launch_ws(const void* a, int M, int K, const void* w, int64_t ldw, int N, c
   const int ksteps = (K + kBK - 1) / kBK;
   const int64_t units = groups * ksteps;
   int64_t G = std::min<int64_t>(units / std::max(scratch.ws_min_units, 1), std::max(sms, 1) / CL);
+  if (scratch.ws_max_split > 0) G = std::min<int64_t>(G, groups * scratch.ws_max_split);
   G = std::max<int64_t>(G, 1);
   if constexpr (CL > 1) {
     const int resident = max_active_clusters<NT, CL, SWIGLU>();

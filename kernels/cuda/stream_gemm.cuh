@@ -50,6 +50,10 @@ struct StreamGemmScratch {
   // a shape has few units, so that the partial sums of shared tiles (M × 256 floats a segment) stay
   // small against the weight bytes a run streams. 1: a run an SM whatever the shape.
   int ws_min_units = 1;
+  // The warp-specialised form's most segments a tile (its runs over the grid cut a tile into at most this
+  // many; 0: no bound): the grid shrinks to tiles × this on shapes with few tiles (the k/v projection's
+  // 2 tiles were cut 56 ways, then summed by one block slot after slot). Independent of the row count.
+  int ws_max_split = 8;
   // Row-invariant (deterministic mode): the split over the grid and the cluster do not depend on the
   // row count (no clamp to the clusters resident at once; clusters of 4 taken as 2), so a row's bits
   // depend on its own values, the shape and the SM count only, provided wgmma's sums for one output do
