@@ -675,27 +675,33 @@ __global__ void __launch_bounds__(kWsThreads, 1)
           // order and the bits do not depend on which segment adds them up).
           // Slot by slot, each slot's address found once (segment_slot divides; chunk by chunk with
           // the slots inner was slower on the H100, session 22: o at 64 rows 100 µs against 57), and
-          // half by half all its chunks loaded at once, the ones past M too (unwritten padding, added
-          // but never stored): a load under a runtime branch is not hoisted, so each chunk waited for
-          // the one before, one L2 trip a chunk.
+          // all its chunks loaded at once (both halves up to 64 rows), the ones past M too (unwritten
+          // padding, added but never stored): a load under a runtime branch is not hoisted, so each
+          // chunk waited for the one before, one L2 trip a chunk.
+          constexpr int HB =
+              NT <= 4 ? 2 : 1;  // halves loaded at once (both: one trip a slot; 128 rows spill)
           for (int64_t b = b_first; b <= b_last; ++b) {
             const float* src = slot_of(b);
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              float4 p[R / 4];
+            for (int h0 = 0; h0 < 2; h0 += HB) {
+              float4 p[HB][R / 4];
 #pragma unroll
-              for (int e = 0; e < R; e += 4)
-                p[e / 4] = __ldcg(reinterpret_cast<const float4*>(src + (h * R + e) * 128));
+              for (int hh = 0; hh < HB; ++hh)
 #pragma unroll
-              for (int e = 0; e < R; e += 4) {
-                if (b == b_first) {
-                  v[h][e] = p[e / 4].x, v[h][e + 1] = p[e / 4].y, v[h][e + 2] = p[e / 4].z,
-                  v[h][e + 3] = p[e / 4].w;
-                } else {
-                  v[h][e] += p[e / 4].x, v[h][e + 1] += p[e / 4].y, v[h][e + 2] += p[e / 4].z,
-                      v[h][e + 3] += p[e / 4].w;
+                for (int e = 0; e < R; e += 4)
+                  p[hh][e / 4] = __ldcg(reinterpret_cast<const float4*>(src + ((h0 + hh) * R + e) * 128));
+#pragma unroll
+              for (int hh = 0; hh < HB; ++hh)
+#pragma unroll
+                for (int e = 0; e < R; e += 4) {
+                  const float4 x = p[hh][e / 4];
+                  float* vv = &v[h0 + hh][e];
+                  if (b == b_first) {
+                    vv[0] = x.x, vv[1] = x.y, vv[2] = x.z, vv[3] = x.w;
+                  } else {
+                    vv[0] += x.x, vv[1] += x.y, vv[2] += x.z, vv[3] += x.w;
+                  }
                 }
-              }
             }
           }
         }
