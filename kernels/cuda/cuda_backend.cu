@@ -2399,13 +2399,15 @@ class CudaBackend final : public Backend {
     const std::string v = e ? e : "";
     return v == "2" ? 2 : v == "4" ? 4 : 1;
   }();
-  // VV_CUDA_STREAM_WS_MIN_UNITS=N (1..1024; default 1): its least 64-deep steps a run (fewer runs than
-  // SMs on small shapes, smaller partial sums). An A/B knob.
-  int stream_ws_max_split_ = [] {  // VV_CUDA_STREAM_WS_MAX_SPLIT=N (0: none; 8 by default)
+  // VV_CUDA_STREAM_WS_MAX_SPLIT=N (0..1024, 0: none; default 8): its most segments a tile (fewer runs
+  // than SMs on shapes with few tiles). An A/B knob.
+  int stream_ws_max_split_ = [] {
     const char* e = std::getenv("VV_CUDA_STREAM_WS_MAX_SPLIT");
     const int n = e ? std::atoi(e) : 8;
     return n >= 0 && n <= 1024 ? n : 8;
   }();
+  // VV_CUDA_STREAM_WS_MIN_UNITS=N (1..1024; default 1): its least 64-deep steps a run (fewer runs than
+  // SMs on small shapes, smaller partial sums). An A/B knob.
   int stream_ws_min_units_ = [] {
     const char* e = std::getenv("VV_CUDA_STREAM_WS_MIN_UNITS");
     const int n = e ? std::atoi(e) : 1;
