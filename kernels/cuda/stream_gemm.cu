@@ -916,14 +916,14 @@ void ws_trace_report(const unsigned long long* trace, int64_t N, int64_t K, int 
   };
   const std::vector<double> enter = col(0);
   const double t0 = *std::min_element(enter.begin(), enter.end());
-  auto rel = [&](std::vector<double> v, bool from_t0) {  // µs, sorted
-    for (double& x : v) x = (from_t0 ? x - t0 : x) / 1e3;
+  auto rel = [&](std::vector<double> v, bool from_t0, double unit = 1e3) {  // sorted; ns to µs by default
+    for (double& x : v) x = (from_t0 ? x - t0 : x) / unit;
     std::sort(v.begin(), v.end());
     return v;
   };
   auto med = [](const std::vector<double>& v) { return v[v.size() / 2]; };
   const auto en = rel(enter, true), first = rel(col(1), true), wait = rel(col(2), false),
-             epi = rel(col(3), false), end = rel(col(4), true), segs = rel(col(5), false),
+             epi = rel(col(3), false), end = rel(col(4), true), segs = rel(col(5), false, 1.0),
              pw = rel(col(6), true), pd = rel(col(7), true);
   std::fprintf(
       stderr,
@@ -933,8 +933,8 @@ void ws_trace_report(const unsigned long long* trace, int64_t N, int64_t K, int 
       "epilogues %.2f / %.2f (%.0f segments a block, at most %.0f), end %.2f / %.2f (first %.2f)\n",
       static_cast<long long>(N), static_cast<long long>(K), M, CL, swiglu ? " SwiGLU" : "",
       static_cast<long long>(blocks), med(en), en.back(), med(pw), pw.back(), med(pd), pd.back(), med(first),
-      first.back(), med(wait), wait.back(), med(epi), epi.back(), med(segs) * 1e3, segs.back() * 1e3,
-      med(end), end.back(), end.front());
+      first.back(), med(wait), wait.back(), med(epi), epi.back(), med(segs), segs.back(), med(end),
+      end.back(), end.front());
 }
 
 // The clusters of CL blocks that can be resident at once (cudaOccupancyMaxActiveClusters; 0 when the
