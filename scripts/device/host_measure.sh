@@ -376,7 +376,7 @@ for step in "$@"; do
       # ws1t: clusters of one with VV_CUDA_STREAM_WS_TRACE=2, where each launch's time goes; WS_NCU=1: and
       # Nsight)
       run streamws_tests timeout 300 env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda --gtest_filter='CudaStreamGemm*'
-      for kind in ${WS_KINDS:-lt wgmma ws ws1 ws4 ws12}; do  # (ws1t: ws1 with the in-kernel trace)
+      for kind in ${WS_KINDS:-lt wgmma ws ws1 ws4 ws12}; do
         kenv=(VV_CUDA_NONE=1)
         [ $kind = lt ] || kenv=(VV_CUDA_STREAM_GEMM=1-128 VV_CUDA_STREAM_GEMM_KIND=${kind:0:2})
         [ $kind = wgmma ] && kenv=(VV_CUDA_STREAM_GEMM=1-128 VV_CUDA_STREAM_GEMM_KIND=wgmma)
