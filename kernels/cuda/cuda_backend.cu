@@ -1067,6 +1067,16 @@ class CudaBackend final : public Backend {
       }
       if (swiglu) {
         void* act = static_cast<char*>(pack_) + act_off;
+        if (down_stream && stream_ws_mlp_) {  // VV_CUDA_STREAM_WS_MLP=1: both GEMMs in one launch
+          OpTimer timer(this, "gemm.stream_ws_mlp");
+          Tensor o = down.out;
+          if (cuda::stream_gemm_mlp(pack_, M, K, up.w.data, up.w.row_stride(), I, act, down.w.data,
+                                    down.w.row_stride(), o.ptr<float>(), o.row_stride(), sms_,
+                                    stream_scratch(), stream_)) {
+            launched("gemm");
+            return;
+          }
+        }
         bool ran;
         {
           OpTimer timer(this, "gemm.stream_ws_swiglu");
@@ -2398,6 +2408,12 @@ class CudaBackend final : public Backend {
     const char* e = std::getenv("VV_CUDA_STREAM_WS_CLUSTER");
     const std::string v = e ? e : "";
     return v == "2" ? 2 : v == "4" ? 4 : 1;
+  }();
+  // VV_CUDA_STREAM_WS_MLP=1: with the SwiGLU form taking gate_up and the ws form down, the two in one
+  // launch (stream_gemm_mlp: down's first weights load while gate_up finishes). Opt-in.
+  bool stream_ws_mlp_ = [] {
+    const char* e = std::getenv("VV_CUDA_STREAM_WS_MLP");
+    return e && std::string(e) == "1";
   }();
   // VV_CUDA_STREAM_WS_MAX_SPLIT=N (0..1024, 0: none; default 8): its most segments a tile (fewer runs
   // than SMs on shapes with few tiles). An A/B knob.

@@ -401,6 +401,367 @@ __host__ __device__ constexpr int64_t ws_slot_floats() {
   return 128 * 16 * NT;
 }
 
+// One GEMM of a warp-specialised launch: its operands' tensor maps, its shape, its split over the grid
+// and where its sums go. A launch runs one (stream_gemm_ws_kernel) or two in a row
+// (stream_gemm_mlp_kernel: gate_up with SwiGLU, then down).
+struct WsGemm {
+  const CUtensorMap* wmap;
+  const CUtensorMap* xmap;
+  int M, N, ksteps;
+  int64_t units, G;  // G: the runs (clusters) its units are cut into; clusters from G on sit it out
+  const float* bias;
+  int accumulate;
+  void* out;
+  int64_t ldo;
+  float* ws;    // its partial sums' slots
+  int* counts;  // its tiles' arrival counts
+};
+
+#ifdef VV_WGMMA
+// The producer (warp 8, lane 0) of one GEMM: cluster gi's run of units, a stage each, the ring's
+// position running on from the launch's unit i0 (an earlier GEMM of the launch had the units before).
+// The weights of the first stages (up to all S) are issued before `gate`, which waits for what the rows
+// of a depend on; their rows of a after it. Returns the ring position after this GEMM's units.
+template <int NT, int CL, bool SWIGLU, typename Gate>
+__device__ __forceinline__ int ws_produce(const WsGemm& p, int rank, int64_t gi, uint32_t base, uint32_t full,
+                                          uint32_t empty, int i0, Gate gate) {
+  constexpr int TILE = SWIGLU ? 128 : kWsBN;  // output columns a tile
+  constexpr int S = ws_stages<NT>();
+  constexpr int XR = 16 * NT, XPART = XR / CL;
+  constexpr uint32_t kWBytes = kWsBN * 128, kStage = kWBytes + XR * 128;
+  if (gi >= p.G) return i0;
+  const int64_t u0 = unit_begin(gi, p.G, p.units), u1 = unit_begin(gi + 1, p.G, p.units);
+  const int n = static_cast<int>(u1 - u0);
+  auto load_w = [&](int i, int64_t u) {
+    const int st = i % S;
+    const int k0 = static_cast<int>(u % p.ksteps) * kBK,
+              row = static_cast<int>((u / p.ksteps) * CL + rank) * TILE;
+    mbar::tma_load_2d(base + st * kStage, p.wmap, k0, row, full + 8 * st);
+    if constexpr (SWIGLU)
+      mbar::tma_load_2d(base + st * kStage + 128 * 128, p.wmap, k0, p.N + row, full + 8 * st);
+  };
+  auto load_x = [&](int i, int64_t u) {
+    const int st = i % S;
+    const uint32_t dst = base + st * kStage + kWBytes + rank * XPART * 128;
+    const int k0 = static_cast<int>(u % p.ksteps) * kBK;
+    if constexpr (CL > 1) {
+      mbar::tma_load_2d_multicast(dst, p.xmap, k0, rank * XPART, full + 8 * st, (1u << CL) - 1);
+    } else {
+      mbar::tma_load_2d(dst, p.xmap, k0, 0, full + 8 * st);
+    }
+  };
+  // Every consumer of the cluster is done with the stage unit i takes (this CTA's weights, everyone's a).
+  auto stage_free = [&](int i) {
+    if (i >= S) mbar::wait_or_trap(empty + 8 * (i % S), static_cast<uint32_t>(i / S - 1) & 1u);
+  };
+  // (A stage's bytes: its weight box and every CTA's part of a's rows.)
+  const int first = n < S ? n : S;
+  for (int j = 0; j < first; ++j) {
+    stage_free(i0 + j);
+    mbar::expect_tx(full + 8 * ((i0 + j) % S), kStage);
+    load_w(i0 + j, u0 + j);
+  }
+  gate();
+  for (int j = 0; j < first; ++j) load_x(i0 + j, u0 + j);
+  for (int j = S; j < n; ++j) {
+    stage_free(i0 + j);
+    mbar::expect_tx(full + 8 * ((i0 + j) % S), kStage);
+    load_w(i0 + j, u0 + j);
+    load_x(i0 + j, u0 + j);
+  }
+  return i0 + n;
+}
+
+// The consumers (warpgroup c takes weight rows [128c, 128c + 128) of each unit's tile) of one GEMM:
+// cluster gi's run of units from the launch's ring position i0, segment by segment, each segment's
+// sums left in the workspace, or added up and written by the segment that finishes its tile. With
+// SWIGLU and `finished` given (the MLP launch): a tile's finisher counts itself in on *finished once its
+// bf16 output is written and fenced for the async proxy (the next GEMM's TMA loads read it). tsm: the
+// trace's words (tracer: thread 0 keeps them). Returns the ring position after this GEMM's units.
+template <int NT, int CL, bool SWIGLU>
+__device__ __forceinline__ int ws_consume(const WsGemm& p, int rank, int64_t gi, uint32_t base, uint32_t full,
+                                          uint32_t empty, int i0, int* last_flag, unsigned long long* tsm,
+                                          bool tracer, int* finished) {
+  constexpr int TILE = SWIGLU ? 128 : kWsBN;  // output columns a tile
+  constexpr int S = ws_stages<NT>();
+  constexpr int XR = 16 * NT;
+  constexpr uint32_t kWBytes = kWsBN * 128, kStage = kWBytes + XR * 128;
+  constexpr int R = 8 * NT;  // accumulator floats per thread per 64-row half
+  if (gi >= p.G) return i0;
+  const int M = p.M, N = p.N, ksteps = p.ksteps;
+  const int64_t G = p.G, units = p.units;
+  const int64_t u0 = unit_begin(gi, G, units), u1 = unit_begin(gi + 1, G, units);
+  const int tid = threadIdx.x, lane = tid & 31;
+  const int c = tid >> 7, t = tid & 127, w4 = (tid >> 5) & 3, g = lane >> 2, q = lane & 3;
+  // Stage st is free again in this CTA: tell every producer of the cluster (each writes its part
+  // of a into it).
+  auto release = [&](int st) {
+    if (t != 0) return;
+    if constexpr (CL > 1) {
+#pragma unroll
+      for (int r = 0; r < CL; ++r) mbar::arrive_cluster(empty + 8 * st, static_cast<uint32_t>(r));
+    } else {
+      mbar::arrive(empty + 8 * st);
+    }
+  };
+  float acc[2][R];
+  // Segment by segment: [seg, end) is one tile group's units within this cluster's run.
+  for (int64_t seg = u0; seg < u1;) {
+    if (tracer) {
+      if (tsm[4]) tsm[3] += ws_now() - tsm[4];  // the segment before's epilogue
+      ++tsm[5];
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int e = 0; e < R; ++e) acc[h][e] = 0.f;
+    wgmma_fence_operands<R>(acc[0]);
+    wgmma_fence_operands<R>(acc[1]);
+    const int64_t end = segment_end(seg, u1, ksteps);
+    for (int64_t u = seg; u < end; ++u) {
+      const int i = i0 + static_cast<int>(u - u0), st = i % S;
+      if (tracer) tsm[6] = ws_now();
+      mbar::wait_or_trap(full + 8 * st, static_cast<uint32_t>(i / S) & 1u);
+      if (tracer) {
+        const uint64_t t1 = ws_now();
+        tsm[2] += t1 - tsm[6];
+        if (!tsm[1]) tsm[1] = t1;
+      }
+      const uint32_t w_addr = base + st * kStage + c * 128 * 128, x_addr = base + st * kStage + kWBytes;
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kBK / 16; ++kk) {  // 32 bytes of each 128-byte row per k16 step
+        const uint64_t db = sw128_desc(x_addr + 32 * kk);
+        wgmma_bf16<16 * NT>(acc[0], sw128_desc(w_addr + 32 * kk), db);
+        wgmma_bf16<16 * NT>(acc[1], sw128_desc(w_addr + 64 * 128 + 32 * kk), db);
+      }
+      wgmma_commit();
+      wgmma_wait<1>();  // the previous unit's wgmmas have retired: its stage is free
+      if (u > seg) release((i + S - 1) % S);
+    }
+    wgmma_wait<0>();
+    release((i0 + static_cast<int>(end - 1 - u0)) % S);
+    if (tracer) tsm[4] = ws_now();
+    const int64_t u = end - 1;
+    // The segment [seg, u] of this CTA's tile of group u / ksteps ends here. Its sums leave the
+    // accumulators with the bias added (by the segment holding k = 0) in code every thread runs: a
+    // read of a wgmma's registers under a thread-dependent branch makes the compiler serialize the
+    // wgmmas.
+    const int64_t group = u / ksteps, tile = group * CL + rank;
+    const bool whole = seg % ksteps == 0 && (u + 1) % ksteps == 0;
+    const int nb = static_cast<int>(tile) * TILE + (SWIGLU ? 0 : 128 * c) + 16 * w4 + g;
+    float v[2][R];
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int r2 = 0; r2 < 2; ++r2) {
+        const int n = nb + 64 * h + 8 * r2;
+        const float bv = p.bias && seg % ksteps == 0 && n < N ? p.bias[n] : 0.f;
+#pragma unroll
+        for (int j = 0; j < 2 * NT; ++j)
+#pragma unroll
+          for (int cc = 0; cc < 2; ++cc) v[h][4 * j + 2 * r2 + cc] = acc[h][4 * j + 2 * r2 + cc] + bv;
+      }
+    wgmma_fence_operands<R>(v[0]);  // here, not sunk into the branches below
+    wgmma_fence_operands<R>(v[1]);
+    seg = end;
+    // Chunk e / 4 of a thread's sums (four values, 4j..4j + 3 of a half) holds rows 8j..8j + 7 of a:
+    // the chunks past M are padding, neither written nor read.
+    const int chunks = (M + 7) / 8;
+    // Leaves this warpgroup's sums in `mine` (a float4 a thread per chunk of four) and counts it in
+    // on `counter`: true in the warpgroup whose arrival is the `arrivals`-th (which resets it).
+    auto leave_and_count = [&](float* mine, int* counter, int arrivals) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int e = 0; e < R; e += 4)
+          if (e / 4 < chunks)
+            __stcg(reinterpret_cast<float4*>(mine + (h * R + e) * 128),
+                   make_float4(v[h][e], v[h][e + 1], v[h][e + 2], v[h][e + 3]));
+      __threadfence();
+      asm volatile("bar.sync %0, 128;\n" ::"r"(1 + c) : "memory");
+      if (t == 0) {
+        const bool last = atomicAdd(counter, 1) == arrivals - 1;
+        if (last) *counter = 0;  // ready for the next launch
+        last_flag[c] = last ? 1 : 0;
+      }
+      asm volatile("bar.sync %0, 128;\n" ::"r"(1 + c) : "memory");
+      return last_flag[c] != 0;
+    };
+    if (tile * TILE >= N) continue;  // the last group's missing tile (an odd count): nothing to add
+    if constexpr (SWIGLU) {
+      // Both warpgroups' sums to the workspace (a slot for every segment, whole or not), counted in; the
+      // last of the tile's 2 × segments adds them up and writes silu(g)·u.
+      auto slot_of = [&](int64_t b, int cw) {
+        return p.ws + ((every_segment_slot(b, group) * CL + rank) * 2 + cw) * ws_slot_floats<NT>() + 4 * t;
+      };
+      const int64_t b_first = block_of(group * ksteps, G, units),
+                    b_last = block_of((group + 1) * ksteps - 1, G, units);
+      if (!leave_and_count(slot_of(gi, c), p.counts + tile, static_cast<int>(2 * (b_last - b_first + 1))))
+        continue;
+      __threadfence();
+      __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out);
+      // Half by half, CJ chunks at a time, slot by slot: the group's gate and up sums of a slot loaded
+      // at once (the chunks past M too: unwritten padding, added but never stored), so a slot costs one
+      // trip to L2 a group, not one a chunk (a load under a runtime branch is not hoisted: each waited
+      // for the one before). (Whole halves at once spilled at 64 and 128 rows.)
+      constexpr int CJ = 2 * NT < 4 ? 2 * NT : 4;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int j0 = 0; j0 < 2 * NT; j0 += CJ) {
+          float4 gs[CJ], us[CJ];
+          for (int64_t b = b_first; b <= b_last; ++b) {
+            const float* pg = slot_of(b, 0) + (h * R + 4 * j0) * 128;
+            const float* pu = slot_of(b, 1) + (h * R + 4 * j0) * 128;
+            float4 lg[CJ], lu[CJ];
+#pragma unroll
+            for (int j = 0; j < CJ; ++j) {
+              lg[j] = __ldcg(reinterpret_cast<const float4*>(pg + 4 * j * 128));
+              lu[j] = __ldcg(reinterpret_cast<const float4*>(pu + 4 * j * 128));
+            }
+#pragma unroll
+            for (int j = 0; j < CJ; ++j) {
+              if (b == b_first) {
+                gs[j] = lg[j], us[j] = lu[j];
+              } else {
+                gs[j].x += lg[j].x, gs[j].y += lg[j].y, gs[j].z += lg[j].z, gs[j].w += lg[j].w;
+                us[j].x += lu[j].x, us[j].y += lu[j].y, us[j].z += lu[j].z, us[j].w += lu[j].w;
+              }
+            }
+          }
+#pragma unroll
+          for (int j = 0; j < CJ; ++j) {  // the chunk of the four values 4(j0 + j)..+3 of half h
+            const float ga[4] = {gs[j].x, gs[j].y, gs[j].z, gs[j].w};
+            const float ua[4] = {us[j].x, us[j].y, us[j].z, us[j].w};
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+              const int n = nb + 64 * h + 8 * (r >> 1), m = 8 * (j0 + j) + 2 * q + (r & 1);
+              if (j0 + j >= chunks || n >= N || m >= M) continue;
+              const float gv = __bfloat162float(__float2bfloat16(ga[r]));
+              const float uv = __bfloat162float(__float2bfloat16(ua[r]));
+              out[static_cast<int64_t>(m) * p.ldo + n] = __float2bfloat16(gv / (1.0f + expf(-gv)) * uv);
+            }
+          }
+        }
+      }
+      if (finished) {
+        // The tile's output is written: visible at gpu scope and to the async proxy (the next GEMM's
+        // TMA loads), then counted in, once a tile.
+        __threadfence();
+        asm volatile("fence.proxy.async.global;\n" ::: "memory");
+        asm volatile("bar.sync %0, 128;\n" ::"r"(1 + c) : "memory");
+        if (t == 0) atomicAdd(finished, 1);
+      }
+      continue;
+    }
+    float* out = static_cast<float*>(p.out);
+    bool finish = whole;
+    if (!whole) {
+      // Cluster b's sums of this CTA's tile (a float4 a thread per chunk of four).
+      auto slot_of = [&](int64_t b) {
+        return p.ws +
+               ((segment_slot(b, group, G, units, ksteps) * CL + rank) * 2 + c) * ws_slot_floats<NT>() +
+               4 * t;
+      };
+      const int64_t b_first = block_of(group * ksteps, G, units),
+                    b_last = block_of((group + 1) * ksteps - 1, G, units);
+      finish = leave_and_count(slot_of(gi), p.counts + 2 * tile + c, static_cast<int>(b_last - b_first + 1));
+      if (finish) {
+        __threadfence();
+        // Every segment's sums in cluster order, this one's too (from the workspace, so that the
+        // order and the bits do not depend on which segment adds them up).
+        // Slot by slot, each slot's address found once (segment_slot divides; chunk by chunk with
+        // the slots inner was slower on the H100, session 22: o at 64 rows 100 µs against 57), and
+        // all its chunks loaded at once (both halves up to 64 rows), the ones past M too (unwritten
+        // padding, added but never stored): a load under a runtime branch is not hoisted, so each
+        // chunk waited for the one before, one L2 trip a chunk.
+        constexpr int HB = NT <= 4 ? 2 : 1;  // halves loaded at once (both: one trip a slot; 128 rows spill)
+        for (int64_t b = b_first; b <= b_last; ++b) {
+          const float* src = slot_of(b);
+#pragma unroll
+          for (int h0 = 0; h0 < 2; h0 += HB) {
+            float4 pp[HB][R / 4];
+#pragma unroll
+            for (int hh = 0; hh < HB; ++hh)
+#pragma unroll
+              for (int e = 0; e < R; e += 4)
+                pp[hh][e / 4] = __ldcg(reinterpret_cast<const float4*>(src + ((h0 + hh) * R + e) * 128));
+#pragma unroll
+            for (int hh = 0; hh < HB; ++hh)
+#pragma unroll
+              for (int e = 0; e < R; e += 4) {
+                const float4 x = pp[hh][e / 4];
+                float* vv = &v[h0 + hh][e];
+                if (b == b_first) {
+                  vv[0] = x.x, vv[1] = x.y, vv[2] = x.z, vv[3] = x.w;
+                } else {
+                  vv[0] += x.x, vv[1] += x.y, vv[2] += x.z, vv[3] += x.w;
+                }
+              }
+          }
+        }
+      }
+    }
+    if (finish) {
+      // Accumulating: a half's residual values are all loaded before its first store (a load after a
+      // store to the same array is not hoisted above it: one trip to memory a value).
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float res[R];
+#pragma unroll
+        for (int e = 0; e < R; ++e) {
+          const int n = nb + 64 * h + 8 * ((e >> 1) & 1), m = 8 * (e >> 2) + 2 * q + (e & 1);
+          res[e] = p.accumulate && n < N && m < M ? out[static_cast<int64_t>(m) * p.ldo + n] : 0.f;
+        }
+#pragma unroll
+        for (int e = 0; e < R; ++e) {
+          const int n = nb + 64 * h + 8 * ((e >> 1) & 1), m = 8 * (e >> 2) + 2 * q + (e & 1);
+          if (n < N && m < M)
+            out[static_cast<int64_t>(m) * p.ldo + n] = p.accumulate ? res[e] + v[h][e] : v[h][e];
+        }
+      }
+    }
+  }
+  return i0 + static_cast<int>(u1 - u0);
+}
+
+// The shared memory a ws launch lays out (stage s: W at base + s·kStage, X after it; then the S full
+// and S empty mbarriers, a flag a consumer warpgroup, the trace's words), its barriers initialised.
+template <int NT>
+struct WsSmem {
+  uint32_t base, full, empty;
+  int* last_flag;
+  unsigned long long* tsm;
+};
+template <int NT, int CL>
+__device__ __forceinline__ WsSmem<NT> ws_smem_setup(unsigned char* smem_raw) {
+  constexpr int S = ws_stages<NT>();
+  constexpr uint32_t kStage = (kWsBN + 16 * NT) * 128;
+  WsSmem<NT> m;
+  const uint32_t raw = smem_u32(smem_raw);
+  m.base = (raw + 1023) & ~1023u;
+  m.full = m.base + S * kStage;
+  m.empty = m.full + 8 * S;
+  m.last_flag = reinterpret_cast<int*>(smem_raw + (m.empty + 8 * S - raw));
+  m.tsm = reinterpret_cast<unsigned long long*>(smem_raw + (m.empty + 8 * S + 16 - raw));
+  if (threadIdx.x == 0) {
+    for (int st = 0; st < S; ++st) {
+      mbar::init1(m.full + 8 * st);
+      mbar::init(m.empty + 8 * st, 2 * CL);  // both consumer warpgroups of every CTA of the cluster
+    }
+    mbar::fence_init();
+  }
+  if constexpr (CL > 1) {
+    cluster_sync();  // every CTA's barriers exist before anyone arrives on them or copies into them
+  } else {
+    __syncthreads();
+  }
+  return m;
+}
+
+#endif  // VV_WGMMA
+
 // SWIGLU: w is gate_up [2N, K] (gate rows, then up rows); a unit's tile is gate rows [128p, 128p + 128)
 // (the first warpgroup's) and the same up rows (the second's), and the output is N columns of
 // silu(g)·u in bf16 (g and u rounded to bf16 first, as the reference's bf16 run does): the down
@@ -413,319 +774,45 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                           int accumulate, void* __restrict__ out_raw, int64_t ldo, float* __restrict__ ws,
                           int* __restrict__ counts, unsigned long long* __restrict__ trace) {
 #ifdef VV_WGMMA
-  constexpr int TILE = SWIGLU ? 128 : kWsBN;  // output columns a tile
-  constexpr int S = ws_stages<NT>();
-  constexpr int XR = 16 * NT, XPART = XR / CL;  // a's rows a stage; the part each CTA of a cluster loads
-  static_assert(XPART % 8 == 0, "a CTA's part of a's rows: whole 8-row (1,024-byte) swizzle atoms");
-  constexpr uint32_t kWBytes = kWsBN * 128, kXBytes = XR * 128, kStage = kWBytes + kXBytes;
-  constexpr int R = 8 * NT;  // accumulator floats per thread per 64-row half
+  static_assert((16 * NT / CL) % 8 == 0, "a CTA's part of a's rows: whole 8-row (1,024-byte) swizzle atoms");
   extern __shared__ unsigned char smem_raw[];
-  const uint32_t raw = smem_u32(smem_raw);
-  const uint32_t base = (raw + 1023) & ~1023u;  // stage s: W at base + s·kStage, X after it
-  const uint32_t full = base + S * kStage, empty = full + 8 * S;
-  int* last_flag = reinterpret_cast<int*>(smem_raw + (empty + 8 * S - raw));
-  // VV_CUDA_STREAM_WS_TRACE=2 (trace given): consumer thread 0's times, kept here (not in registers)
-  unsigned long long* tsm = reinterpret_cast<unsigned long long*>(smem_raw + (empty + 8 * S + 16 - raw));
+  const WsSmem<NT> sm = ws_smem_setup<NT, CL>(smem_raw);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   // A cluster (CL consecutive blocks) walks one run of units; its CTA of rank r takes tile CL·p + r of
   // each unit's tile group p, and loads part r of a's rows for all of them.
   const int rank = CL > 1 ? static_cast<int>(cluster_rank()) : 0;
-  const int64_t G = gridDim.x / CL, gi = blockIdx.x / CL;
-  const int64_t u0 = unit_begin(gi, G, units), u1 = unit_begin(gi + 1, G, units);
-  const int n_units = static_cast<int>(u1 - u0);
-
-  if (tid == 0) {
-    for (int st = 0; st < S; ++st) {
-      mbar::init1(full + 8 * st);
-      mbar::init(empty + 8 * st, 2 * CL);  // both consumer warpgroups of every CTA of the cluster
-    }
-    mbar::fence_init();
-  }
-  if constexpr (CL > 1) {
-    cluster_sync();  // every CTA's barriers exist before anyone arrives on them or copies into them
-  } else {
-    __syncthreads();
-  }
-
+  const int64_t gi = blockIdx.x / CL;
+  const WsGemm p{&wmap, &xmap,      M,       N,   ksteps, units, static_cast<int64_t>(gridDim.x / CL),
+                 bias,  accumulate, out_raw, ldo, ws,     counts};
   if (warp >= 8) {  // ---- the producer
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
     if (warp == 8 && lane == 0) {
-      auto load_w = [&](int st, int64_t u) {
-        const int k0 = static_cast<int>(u % ksteps) * kBK,
-                  row = static_cast<int>((u / ksteps) * CL + rank) * TILE;
-        mbar::tma_load_2d(base + st * kStage, &wmap, k0, row, full + 8 * st);
-        if constexpr (SWIGLU)
-          mbar::tma_load_2d(base + st * kStage + 128 * 128, &wmap, k0, N + row, full + 8 * st);
-      };
-      auto load_x = [&](int st, int64_t u) {
-        const uint32_t dst = base + st * kStage + kWBytes + rank * XPART * 128;
-        const int k0 = static_cast<int>(u % ksteps) * kBK;
-        if constexpr (CL > 1) {
-          mbar::tma_load_2d_multicast(dst, &xmap, k0, rank * XPART, full + 8 * st, (1u << CL) - 1);
-        } else {
-          mbar::tma_load_2d(dst, &xmap, k0, 0, full + 8 * st);
-        }
-      };
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&wmap)) : "memory");
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&xmap)) : "memory");
       // The weights do not depend on the previous kernel: the first stages' before waiting for it.
-      // (A stage's bytes: its weight box and every CTA's part of a's rows.)
-      const int first = n_units < S ? n_units : S;
-      for (int i = 0; i < first; ++i) {
-        mbar::expect_tx(full + 8 * i, kStage);
-        load_w(i, u0 + i);
-      }
-      if (trace) trace[blockIdx.x * kWsTraceWords + 6] = ws_now();
-      pdl_wait();
-      if (trace) trace[blockIdx.x * kWsTraceWords + 7] = ws_now();
-      for (int i = 0; i < first; ++i) load_x(i, u0 + i);
-      for (int i = S; i < n_units; ++i) {
-        const int st = i % S;
-        // Every consumer of the cluster is done with the stage (this CTA's weights, everyone's a).
-        mbar::wait_or_trap(empty + 8 * st, static_cast<uint32_t>(i / S - 1) & 1u);
-        mbar::expect_tx(full + 8 * st, kStage);
-        load_w(st, u0 + i);
-        load_x(st, u0 + i);
-      }
+      ws_produce<NT, CL, SWIGLU>(p, rank, gi, sm.base, sm.full, sm.empty, 0, [&] {
+        if (trace) trace[blockIdx.x * kWsTraceWords + 6] = ws_now();
+        pdl_wait();
+        if (trace) trace[blockIdx.x * kWsTraceWords + 7] = ws_now();
+      });
     }
   } else {
-    // ---- the consumers: warpgroup c takes weight rows [128c, 128c + 128) of each unit's tile
+    // ---- the consumers
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
-    const int c = tid >> 7, t = tid & 127, w4 = (tid >> 5) & 3, g = lane >> 2, q = lane & 3;
-    // Stage st is free again in this CTA: tell every producer of the cluster (each writes its part
-    // of a into it).
-    auto release = [&](int st) {
-      if (t != 0) return;
-      if constexpr (CL > 1) {
-#pragma unroll
-        for (int r = 0; r < CL; ++r) mbar::arrive_cluster(empty + 8 * st, static_cast<uint32_t>(r));
-      } else {
-        mbar::arrive(empty + 8 * st);
-      }
-    };
     // VV_CUDA_STREAM_WS_TRACE=2 (trace given: one launch of a shape): thread 0's times (globaltimer ns):
     // tsm[0] entry, [1] first stage landed, [2] waiting for stages, [3] in epilogues, [4] this
     // epilogue's start, [5] segments.
     // (Not at 128 rows: the accumulators and the sums leave no registers for it; it spilled more.)
     const bool tracer = NT <= 4 && trace && tid == 0;
+    unsigned long long* tsm = sm.tsm;
     if (tracer) {
       tsm[0] = ws_now();
       tsm[1] = tsm[2] = tsm[3] = tsm[4] = tsm[5] = 0;
     }
     pdl_wait();  // the epilogue reads `out` (accumulating) and the workspace the previous GEMM used
     pdl_trigger();
-    float acc[2][R];
-    // Segment by segment: [seg, end) is one tile group's units within this cluster's run.
-    for (int64_t seg = u0; seg < u1;) {
-      if (tracer) {
-        if (tsm[4]) tsm[3] += ws_now() - tsm[4];  // the segment before's epilogue
-        ++tsm[5];
-      }
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int e = 0; e < R; ++e) acc[h][e] = 0.f;
-      wgmma_fence_operands<R>(acc[0]);
-      wgmma_fence_operands<R>(acc[1]);
-      const int64_t end = segment_end(seg, u1, ksteps);
-      for (int64_t u = seg; u < end; ++u) {
-        const int i = static_cast<int>(u - u0), st = i % S;
-        if (tracer) tsm[6] = ws_now();
-        mbar::wait_or_trap(full + 8 * st, static_cast<uint32_t>(i / S) & 1u);
-        if (tracer) {
-          const uint64_t t1 = ws_now();
-          tsm[2] += t1 - tsm[6];
-          if (!tsm[1]) tsm[1] = t1;
-        }
-        const uint32_t w_addr = base + st * kStage + c * 128 * 128, x_addr = base + st * kStage + kWBytes;
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < kBK / 16; ++kk) {  // 32 bytes of each 128-byte row per k16 step
-          const uint64_t db = sw128_desc(x_addr + 32 * kk);
-          wgmma_bf16<16 * NT>(acc[0], sw128_desc(w_addr + 32 * kk), db);
-          wgmma_bf16<16 * NT>(acc[1], sw128_desc(w_addr + 64 * 128 + 32 * kk), db);
-        }
-        wgmma_commit();
-        wgmma_wait<1>();  // the previous unit's wgmmas have retired: its stage is free
-        if (u > seg) release((i + S - 1) % S);
-      }
-      wgmma_wait<0>();
-      release(static_cast<int>(end - 1 - u0) % S);
-      if (tracer) tsm[4] = ws_now();
-      const int64_t u = end - 1;
-      // The segment [seg, u] of this CTA's tile of group u / ksteps ends here. Its sums leave the
-      // accumulators with the bias added (by the segment holding k = 0) in code every thread runs: a
-      // read of a wgmma's registers under a thread-dependent branch makes the compiler serialize the
-      // wgmmas.
-      const int64_t group = u / ksteps, tile = group * CL + rank;
-      const bool whole = seg % ksteps == 0 && (u + 1) % ksteps == 0;
-      const int nb = static_cast<int>(tile) * TILE + (SWIGLU ? 0 : 128 * c) + 16 * w4 + g;
-      float v[2][R];
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int r2 = 0; r2 < 2; ++r2) {
-          const int n = nb + 64 * h + 8 * r2;
-          const float bv = bias && seg % ksteps == 0 && n < N ? bias[n] : 0.f;
-#pragma unroll
-          for (int j = 0; j < 2 * NT; ++j)
-#pragma unroll
-            for (int cc = 0; cc < 2; ++cc) v[h][4 * j + 2 * r2 + cc] = acc[h][4 * j + 2 * r2 + cc] + bv;
-        }
-      wgmma_fence_operands<R>(v[0]);  // here, not sunk into the branches below
-      wgmma_fence_operands<R>(v[1]);
-      seg = end;
-      // Chunk e / 4 of a thread's sums (four values, 4j..4j + 3 of a half) holds rows 8j..8j + 7 of a:
-      // the chunks past M are padding, neither written nor read.
-      const int chunks = (M + 7) / 8;
-      // Leaves this warpgroup's sums in `mine` (a float4 a thread per chunk of four) and counts it in
-      // on `counter`: true in the warpgroup whose arrival is the `arrivals`-th (which resets it).
-      auto leave_and_count = [&](float* mine, int* counter, int arrivals) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-#pragma unroll
-          for (int e = 0; e < R; e += 4)
-            if (e / 4 < chunks)
-              __stcg(reinterpret_cast<float4*>(mine + (h * R + e) * 128),
-                     make_float4(v[h][e], v[h][e + 1], v[h][e + 2], v[h][e + 3]));
-        __threadfence();
-        asm volatile("bar.sync %0, 128;\n" ::"r"(1 + c) : "memory");
-        if (t == 0) {
-          const bool last = atomicAdd(counter, 1) == arrivals - 1;
-          if (last) *counter = 0;  // ready for the next launch
-          last_flag[c] = last ? 1 : 0;
-        }
-        asm volatile("bar.sync %0, 128;\n" ::"r"(1 + c) : "memory");
-        return last_flag[c] != 0;
-      };
-      if (tile * TILE >= N) continue;  // the last group's missing tile (an odd count): nothing to add
-      if constexpr (SWIGLU) {
-        // Both warpgroups' sums to the workspace (a slot for every segment, whole or not), counted in; the
-        // last of the tile's 2 × segments adds them up and writes silu(g)·u.
-        auto slot_of = [&](int64_t b, int cw) {
-          return ws + ((every_segment_slot(b, group) * CL + rank) * 2 + cw) * ws_slot_floats<NT>() + 4 * t;
-        };
-        const int64_t b_first = block_of(group * ksteps, G, units),
-                      b_last = block_of((group + 1) * ksteps - 1, G, units);
-        if (!leave_and_count(slot_of(gi, c), counts + tile, static_cast<int>(2 * (b_last - b_first + 1))))
-          continue;
-        __threadfence();
-        __nv_bfloat16* out = static_cast<__nv_bfloat16*>(out_raw);
-        // Half by half, CJ chunks at a time, slot by slot: the group's gate and up sums of a slot loaded
-        // at once (the chunks past M too: unwritten padding, added but never stored), so a slot costs one
-        // trip to L2 a group, not one a chunk (a load under a runtime branch is not hoisted: each waited
-        // for the one before). (Whole halves at once spilled at 64 and 128 rows.)
-        constexpr int CJ = 2 * NT < 4 ? 2 * NT : 4;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-#pragma unroll
-          for (int j0 = 0; j0 < 2 * NT; j0 += CJ) {
-            float4 gs[CJ], us[CJ];
-            for (int64_t b = b_first; b <= b_last; ++b) {
-              const float* pg = slot_of(b, 0) + (h * R + 4 * j0) * 128;
-              const float* pu = slot_of(b, 1) + (h * R + 4 * j0) * 128;
-              float4 lg[CJ], lu[CJ];
-#pragma unroll
-              for (int j = 0; j < CJ; ++j) {
-                lg[j] = __ldcg(reinterpret_cast<const float4*>(pg + 4 * j * 128));
-                lu[j] = __ldcg(reinterpret_cast<const float4*>(pu + 4 * j * 128));
-              }
-#pragma unroll
-              for (int j = 0; j < CJ; ++j) {
-                if (b == b_first) {
-                  gs[j] = lg[j], us[j] = lu[j];
-                } else {
-                  gs[j].x += lg[j].x, gs[j].y += lg[j].y, gs[j].z += lg[j].z, gs[j].w += lg[j].w;
-                  us[j].x += lu[j].x, us[j].y += lu[j].y, us[j].z += lu[j].z, us[j].w += lu[j].w;
-                }
-              }
-            }
-#pragma unroll
-            for (int j = 0; j < CJ; ++j) {  // the chunk of the four values 4(j0 + j)..+3 of half h
-              const float ga[4] = {gs[j].x, gs[j].y, gs[j].z, gs[j].w};
-              const float ua[4] = {us[j].x, us[j].y, us[j].z, us[j].w};
-#pragma unroll
-              for (int r = 0; r < 4; ++r) {
-                const int n = nb + 64 * h + 8 * (r >> 1), m = 8 * (j0 + j) + 2 * q + (r & 1);
-                if (j0 + j >= chunks || n >= N || m >= M) continue;
-                const float gv = __bfloat162float(__float2bfloat16(ga[r]));
-                const float uv = __bfloat162float(__float2bfloat16(ua[r]));
-                out[static_cast<int64_t>(m) * ldo + n] = __float2bfloat16(gv / (1.0f + expf(-gv)) * uv);
-              }
-            }
-          }
-        }
-        continue;
-      }
-      float* out = static_cast<float*>(out_raw);
-      bool finish = whole;
-      if (!whole) {
-        // Cluster b's sums of this CTA's tile (a float4 a thread per chunk of four).
-        auto slot_of = [&](int64_t b) {
-          return ws +
-                 ((segment_slot(b, group, G, units, ksteps) * CL + rank) * 2 + c) * ws_slot_floats<NT>() +
-                 4 * t;
-        };
-        const int64_t b_first = block_of(group * ksteps, G, units),
-                      b_last = block_of((group + 1) * ksteps - 1, G, units);
-        finish = leave_and_count(slot_of(gi), counts + 2 * tile + c, static_cast<int>(b_last - b_first + 1));
-        if (finish) {
-          __threadfence();
-          // Every segment's sums in cluster order, this one's too (from the workspace, so that the
-          // order and the bits do not depend on which segment adds them up).
-          // Slot by slot, each slot's address found once (segment_slot divides; chunk by chunk with
-          // the slots inner was slower on the H100, session 22: o at 64 rows 100 µs against 57), and
-          // all its chunks loaded at once (both halves up to 64 rows), the ones past M too (unwritten
-          // padding, added but never stored): a load under a runtime branch is not hoisted, so each
-          // chunk waited for the one before, one L2 trip a chunk.
-          constexpr int HB =
-              NT <= 4 ? 2 : 1;  // halves loaded at once (both: one trip a slot; 128 rows spill)
-          for (int64_t b = b_first; b <= b_last; ++b) {
-            const float* src = slot_of(b);
-#pragma unroll
-            for (int h0 = 0; h0 < 2; h0 += HB) {
-              float4 p[HB][R / 4];
-#pragma unroll
-              for (int hh = 0; hh < HB; ++hh)
-#pragma unroll
-                for (int e = 0; e < R; e += 4)
-                  p[hh][e / 4] = __ldcg(reinterpret_cast<const float4*>(src + ((h0 + hh) * R + e) * 128));
-#pragma unroll
-              for (int hh = 0; hh < HB; ++hh)
-#pragma unroll
-                for (int e = 0; e < R; e += 4) {
-                  const float4 x = p[hh][e / 4];
-                  float* vv = &v[h0 + hh][e];
-                  if (b == b_first) {
-                    vv[0] = x.x, vv[1] = x.y, vv[2] = x.z, vv[3] = x.w;
-                  } else {
-                    vv[0] += x.x, vv[1] += x.y, vv[2] += x.z, vv[3] += x.w;
-                  }
-                }
-            }
-          }
-        }
-      }
-      if (finish) {
-        // Accumulating: a half's residual values are all loaded before its first store (a load after a
-        // store to the same array is not hoisted above it: one trip to memory a value).
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          float res[R];
-#pragma unroll
-          for (int e = 0; e < R; ++e) {
-            const int n = nb + 64 * h + 8 * ((e >> 1) & 1), m = 8 * (e >> 2) + 2 * q + (e & 1);
-            res[e] = accumulate && n < N && m < M ? out[static_cast<int64_t>(m) * ldo + n] : 0.f;
-          }
-#pragma unroll
-          for (int e = 0; e < R; ++e) {
-            const int n = nb + 64 * h + 8 * ((e >> 1) & 1), m = 8 * (e >> 2) + 2 * q + (e & 1);
-            if (n < N && m < M)
-              out[static_cast<int64_t>(m) * ldo + n] = accumulate ? res[e] + v[h][e] : v[h][e];
-          }
-        }
-      }
-    }
+    ws_consume<NT, CL, SWIGLU>(p, rank, gi, sm.base, sm.full, sm.empty, 0, sm.last_flag, tsm, tracer,
+                               nullptr);
     if (tracer) {
       const uint64_t t_end = ws_now();
       if (tsm[4]) tsm[3] += t_end - tsm[4];
@@ -738,6 +825,72 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 #else
   (void)wmap, (void)xmap, (void)M, (void)N, (void)ksteps, (void)units, (void)bias, (void)accumulate,
       (void)out_raw, (void)ldo, (void)ws, (void)counts, (void)trace;
+  __trap();
+#endif
+}
+
+// The MLP in one launch (VV_CUDA_STREAM_WS_MLP=1): gate_up with SwiGLU (up: the SWIGLU form's GEMM, its
+// bf16 output h), then down from h (down: accumulating into the residual, no bias), every block one
+// after the other on one ring of stages (clusters of one). Down's weights need nothing of gate_up, so a
+// block's producer issues down's first stages while its consumers finish gate_up and other blocks
+// still stream; only their rows of h wait, at a grid-wide count of gate_up's finished tiles
+// (gate[0]; gate[1] counts the producers that passed it, and the last resets both). Each GEMM keeps
+// its own split (its G), so the bits are those of the two launches one after the other. The count
+// needs every block of the grid resident at once: one block an SM, grid ≤ SMs.
+template <int NT>
+__global__ void __launch_bounds__(kWsThreads, 1)
+    stream_gemm_mlp_kernel(const __grid_constant__ CUtensorMap w1map,
+                           const __grid_constant__ CUtensorMap x1map,
+                           const __grid_constant__ CUtensorMap w2map,
+                           const __grid_constant__ CUtensorMap x2map, WsGemm up, WsGemm down, int up_tiles,
+                           int* __restrict__ gate) {
+#ifdef VV_WGMMA
+  extern __shared__ unsigned char smem_raw[];
+  const WsSmem<NT> sm = ws_smem_setup<NT, 1>(smem_raw);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int64_t gi = blockIdx.x;
+  up.wmap = &w1map, up.xmap = &x1map, down.wmap = &w2map, down.xmap = &x2map;
+  if (warp >= 8) {  // ---- the producer
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    if (warp == 8 && lane == 0) {
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&w1map)) : "memory");
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&x1map)) : "memory");
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&w2map)) : "memory");
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&x2map)) : "memory");
+      const int i = ws_produce<NT, 1, true>(up, 0, gi, sm.base, sm.full, sm.empty, 0, [] { pdl_wait(); });
+      ws_produce<NT, 1, false>(down, 0, gi, sm.base, sm.full, sm.empty, i, [&] {
+        // h is whole once every tile of gate_up has counted in (each after a gpu-scope and an async-proxy
+        // fence of its stores).
+        uint64_t t0 = 0;
+        for (int spins = 0;; ++spins) {
+          int n;
+          asm volatile("ld.acquire.gpu.b32 %0, [%1];\n" : "=r"(n) : "l"(gate) : "memory");
+          if (n >= up_tiles) break;
+          if (spins == 64) t0 = ws_now();
+          if (spins > 64) {
+            __nanosleep(64);
+            if (ws_now() - t0 > 2000000000ull) __trap();  // 2 s: a block that never ran (not resident)
+          }
+        }
+        if (atomicAdd(gate + 1, 1) == static_cast<int>(down.G) - 1) {  // the last producer to pass
+          gate[0] = 0;  // ready for the next launch: every other waiter has read its count
+          gate[1] = 0;
+        }
+        asm volatile("fence.proxy.async.global;\n" ::: "memory");  // h's rows through TMA from here
+      });
+    }
+  } else {
+    // ---- the consumers
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+    pdl_wait();  // gate_up's a and down's residual are the previous kernels'
+    pdl_trigger();
+    const int i =
+        ws_consume<NT, 1, true>(up, 0, gi, sm.base, sm.full, sm.empty, 0, sm.last_flag, nullptr, false, gate);
+    ws_consume<NT, 1, false>(down, 0, gi, sm.base, sm.full, sm.empty, i, sm.last_flag, nullptr, false,
+                             nullptr);
+  }
+#else
+  (void)w1map, (void)x1map, (void)w2map, (void)x2map, (void)up, (void)down, (void)up_tiles, (void)gate;
   __trap();
 #endif
 }
@@ -964,6 +1117,15 @@ int max_active_clusters() {
   return n;
 }
 
+// The runs (clusters) a ws launch cuts `units` (of `groups` tile groups) into: one a cluster slot
+// (`slots`: the SMs over the cluster size), fewer where the scratch's least units a run or most
+// segments a tile say so.
+int64_t ws_runs(int64_t units, int64_t groups, int slots, const StreamGemmScratch& scratch) {
+  int64_t G = std::min<int64_t>(units / std::max(scratch.ws_min_units, 1), std::max(slots, 1));
+  if (scratch.ws_max_split > 0) G = std::min<int64_t>(G, groups * scratch.ws_max_split);
+  return std::max<int64_t>(G, 1);
+}
+
 // N: the output's columns (SWIGLU: w has 2N rows). out: f32, or bf16 with SWIGLU.
 template <int NT, int CL, bool SWIGLU>
 bool launch_ws(const void* a, int M, int K, const void* w, int64_t ldw, int N, const float* bias,
@@ -985,9 +1147,7 @@ bool launch_ws(const void* a, int M, int K, const void* w, int64_t ldw, int N, c
   const int64_t tiles = (N + TILE - 1) / TILE, groups = (tiles + CL - 1) / CL;
   const int ksteps = (K + kBK - 1) / kBK;
   const int64_t units = groups * ksteps;
-  int64_t G = std::min<int64_t>(units / std::max(scratch.ws_min_units, 1), std::max(sms, 1) / CL);
-  if (scratch.ws_max_split > 0) G = std::min<int64_t>(G, groups * scratch.ws_max_split);
-  G = std::max<int64_t>(G, 1);
+  int64_t G = ws_runs(units, groups, sms / CL, scratch);
   if constexpr (CL > 1) {
     const int resident = max_active_clusters<NT, CL, SWIGLU>();
     if (resident <= 0) return false;
@@ -1067,6 +1227,73 @@ bool launch_ws_rows(const void* a, int M, int K, const void* w, int64_t ldw, int
              : launch_ws_any<8, SWIGLU>(a, M, K, w, ldw, N, bias, accumulate, out, ldo, sms, scratch, s);
 }
 
+// The MLP in one launch (stream_gemm_mlp_kernel): gate_up's and down's splits as their own launches
+// would take them (clusters of one), the grid the larger of the two (at most one block an SM: the
+// kernel's grid-wide count needs every block resident).
+template <int NT>
+bool launch_mlp(const void* a, int M, int K, const void* w1, int64_t ldw1, int I, void* h, const void* w2,
+                int64_t ldw2, float* out, int64_t ldo, int sms, const StreamGemmScratch& scratch,
+                cudaStream_t s) {
+  auto* kern = stream_gemm_mlp_kernel<NT>;
+  static const bool regs_ok = [kern] {  // (setmaxnreg: as launch_ws)
+    cudaFuncAttributes fa{};
+    const bool ok = cudaFuncGetAttributes(&fa, kern) == cudaSuccess && fa.numRegs == 168;
+    if (!ok) cudaGetLastError();
+    return ok;
+  }();
+  if (!regs_ok) return false;
+  allow_dynamic_smem(kern, ws_smem_bytes<NT>(), /*max_carveout=*/true);
+  const int64_t tiles1 = (I + 127) / 128, ks1 = (K + kBK - 1) / kBK, units1 = tiles1 * ks1;
+  const int64_t tiles2 = (K + kWsBN - 1) / kWsBN, ks2 = (I + kBK - 1) / kBK, units2 = tiles2 * ks2;
+  const int64_t G1 = ws_runs(units1, tiles1, sms, scratch), G2 = ws_runs(units2, tiles2, sms, scratch);
+  const int64_t grid = std::max(G1, G2);
+  if (grid > sms) return false;
+  bool split2 = false;
+  for (int64_t b = 1; b < G2 && !split2; ++b) split2 = stream_plan::unit_begin(b, G2, units2) % ks2 != 0;
+  // Slots: gate_up's (a segment each, both warpgroups), then down's (two a run where tiles are split);
+  // counts: gate_up's tiles, down's (two a tile), then the grid-wide count and its passes.
+  const int64_t slots1 = (tiles1 + G1) * 2, slots2 = split2 ? 2 * G2 * 2 : 0;
+  const int64_t count_need = tiles1 + 2 * tiles2 + 2;
+  if (!scratch.counts || static_cast<size_t>(count_need) > scratch.count_ints || !scratch.ws ||
+      (slots1 + slots2) * ws_slot_floats<NT>() * 4 > static_cast<int64_t>(scratch.ws_bytes))
+    return false;
+  CUtensorMap w1map, x1map, w2map, x2map;
+  if (!encode_map(&w1map, w1, 2 * int64_t{I}, K, ldw1, 128) || !encode_map(&x1map, a, M, K, K, 16 * NT) ||
+      !encode_map(&w2map, w2, K, I, ldw2, kWsBN) || !encode_map(&x2map, h, M, I, I, 16 * NT))
+    return false;
+  const WsGemm up{nullptr, nullptr, M, I,          static_cast<int>(ks1), units1, G1, nullptr,
+                  0,       h,       I, scratch.ws, scratch.counts};
+  const WsGemm down{nullptr,
+                    nullptr,
+                    M,
+                    K,
+                    static_cast<int>(ks2),
+                    units2,
+                    G2,
+                    nullptr,
+                    1,
+                    out,
+                    ldo,
+                    scratch.ws + slots1 * ws_slot_floats<NT>(),
+                    scratch.counts + tiles1};
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(grid));
+  cfg.blockDim = dim3(kWsThreads);
+  cfg.dynamicSmemBytes = ws_smem_bytes<NT>();
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  if (cudaLaunchKernelEx(&cfg, kern, w1map, x1map, w2map, x2map, up, down, static_cast<int>(tiles1),
+                         scratch.counts + tiles1 + 2 * tiles2) != cudaSuccess) {
+    cudaGetLastError();  // (a refused launch: the caller launches the two GEMMs)
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 size_t stream_gemm_ws_bytes(int sms) {
@@ -1088,6 +1315,21 @@ bool stream_gemm_swiglu(const void* a, int64_t M, int64_t K, const void* w, int6
   if (M > kStreamGemmMaxRows || 2 * I > (int64_t{1} << 30) || !scratch.counts || !scratch.ws) return false;
   return launch_ws_rows<true>(a, static_cast<int>(M), static_cast<int>(K), w, ldw, static_cast<int>(I),
                               nullptr, false, out, ldo, sms, scratch, s);
+}
+
+bool stream_gemm_mlp(const void* a, int64_t M, int64_t K, const void* w1, int64_t ldw1, int64_t I, void* h,
+                     const void* w2, int64_t ldw2, float* out, int64_t ldo, int sms,
+                     const StreamGemmScratch& scratch, cudaStream_t s) {
+  if (M <= 0 || I <= 0) return true;
+  if (M > kStreamGemmMaxRows || 2 * I > (int64_t{1} << 30) || K > (int64_t{1} << 30) ||
+      scratch.ws_cluster != 1 || scratch.row_invariant)
+    return false;
+  const int m = static_cast<int>(M), k = static_cast<int>(K), i = static_cast<int>(I);
+  if (scratch.pad128) return launch_mlp<8>(a, m, k, w1, ldw1, i, h, w2, ldw2, out, ldo, sms, scratch, s);
+  return M <= 16   ? launch_mlp<1>(a, m, k, w1, ldw1, i, h, w2, ldw2, out, ldo, sms, scratch, s)
+         : M <= 32 ? launch_mlp<2>(a, m, k, w1, ldw1, i, h, w2, ldw2, out, ldo, sms, scratch, s)
+         : M <= 64 ? launch_mlp<4>(a, m, k, w1, ldw1, i, h, w2, ldw2, out, ldo, sms, scratch, s)
+                   : launch_mlp<8>(a, m, k, w1, ldw1, i, h, w2, ldw2, out, ldo, sms, scratch, s);
 }
 
 bool stream_gemm_fits(int64_t M, int64_t K, const void* a, const void* w, int64_t ldw) {

@@ -80,6 +80,17 @@ bool stream_gemm_ws(const void* a, int64_t M, int64_t K, const void* w, int64_t 
 bool stream_gemm_swiglu(const void* a, int64_t M, int64_t K, const void* w, int64_t ldw, int64_t I, void* out,
                         int64_t ldo, int sms, const StreamGemmScratch& scratch, cudaStream_t s);
 
+// The MLP's two GEMMs in one launch of the warp-specialised form (sm_90a; VV_CUDA_STREAM_WS_MLP=1):
+// stream_gemm_swiglu(a, M, K, w1, ldw1, I, h, I, …) and then out += h · w2ᵀ (w2: down [K, I], out f32
+// [M, K] with row stride ldo), with the bits of those two launches one after the other (each GEMM keeps
+// its own split of the units over the grid). Down's first weight stages load while gate_up finishes;
+// its rows of h wait for a grid-wide count of gate_up's finished tiles, so every block of the grid
+// (at most one an SM) must be resident at once. False (nothing launched) where it cannot run: clusters
+// other than one, row-invariant scratch, too little scratch, the registers, a tensor-map entry point.
+bool stream_gemm_mlp(const void* a, int64_t M, int64_t K, const void* w1, int64_t ldw1, int64_t I, void* h,
+                     const void* w2, int64_t ldw2, float* out, int64_t ldo, int sms,
+                     const StreamGemmScratch& scratch, cudaStream_t s);
+
 // out[m, n] = (accumulate ? out[m, n] : 0) + Σ_k a[m, k] · w[n, k] + bias[n]; bias may be null.
 // `sms`: the device's SM count. `scratch`: as above (the one-barrier Hopper form uses its counts as
 // per-tile flags instead of zeroing `out` when it does not accumulate). Returns the form that ran

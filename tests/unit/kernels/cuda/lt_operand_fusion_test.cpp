@@ -567,6 +567,66 @@ TEST(CudaMlpFusion, WarpSpecialisedSwiGluUnderGraphReplayGivesTheEagerBits) {
   }
 }
 
+// VV_CUDA_STREAM_WS_MLP=1: the ws form's MLP (gate_up with SwiGLU, then down) as one launch gives the
+// bits of its two launches one after the other (each GEMM keeps its own split over the grid), launched
+// one by one and replayed from a graph (its grid-wide count of gate_up's finished tiles is left zero
+// after every launch, so a replay is a fresh run). Two decode rows, 37 odd rows with I % 128 != 0, and
+// the 7B's MLP at 64 and 128 rows.
+TEST(CudaMlpFusion, WarpSpecialisedMlpInOneLaunchGivesTheBitsOfItsTwoLaunches) {
+  VV_CUDA_BACKEND_OR_SKIP(any, true);
+  cudaDeviceProp prop{};
+  ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+  if (!(prop.major == 9 && prop.minor == 0)) {
+    GTEST_SKIP() << "the ws form is sm_90a code (" << prop.name << ")";
+  }
+  const std::vector<std::pair<const char*, const char*>> ws = {{"VV_CUDA_STREAM_GEMM", "2-128"},
+                                                               {"VV_CUDA_STREAM_GEMM_KIND", "ws"}};
+  auto with = [&](std::vector<std::pair<const char*, const char*>> extra) {
+    auto env = ws;
+    env.insert(env.end(), extra.begin(), extra.end());
+    return bf16_backend_with(env);
+  };
+  auto two = with({{"VV_CUDA_PROFILE", "1"}});
+  ASSERT_TRUE(two.is_ok()) << two.status().to_string();
+  auto one = with({{"VV_CUDA_PROFILE", "1"}, {"VV_CUDA_STREAM_WS_MLP", "1"}});
+  ASSERT_TRUE(one.is_ok()) << one.status().to_string();
+  auto one_graphs = with({{"VV_CUDA_STREAM_WS_MLP", "1"}});
+  ASSERT_TRUE(one_graphs.is_ok()) << one_graphs.status().to_string();
+  uint32_t seed = 2500;
+  for (const FuseCase& c :
+       {FuseCase{2, 136, 264, 136, 40, DType::kBF16}, FuseCase{37, 1032, 522, 1032, 264, DType::kBF16},
+        FuseCase{64, 3584, 18944, 3584, 512, DType::kBF16},
+        FuseCase{128, 3584, 18944, 3584, 512, DType::kBF16}}) {
+    const std::string what =
+        "M=" + std::to_string(c.M) + " H=" + std::to_string(c.H) + " I=" + std::to_string(c.I);
+    FuseData d = make_data(c, seed);
+    seed += 20;
+    (void)backend_profile_report(**two);
+    const std::vector<float> want = run_mlp(**two, c, d, true);
+    const std::string table2 = backend_profile_report(**two);
+    EXPECT_NE(table2.find("gemm.stream_ws_swiglu"), std::string::npos) << what << ": not on the ws form\n"
+                                                                       << table2;
+    (void)backend_profile_report(**one);
+    const std::vector<float> got = run_mlp(**one, c, d, true);
+    const std::string table1 = backend_profile_report(**one);
+    EXPECT_NE(table1.find("gemm.stream_ws_mlp"), std::string::npos) << what << ": not one launch\n" << table1;
+    EXPECT_EQ(table1.find("gemm.stream_ws_swiglu"), std::string::npos) << what << ": two launches\n"
+                                                                       << table1;
+    ASSERT_EQ(got.size(), want.size()) << what;
+    for (float f : got) ASSERT_TRUE(std::isfinite(f)) << what << ": x not finite";
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+        << what << ": one launch differs from its two";
+    if (c.M == 37 || c.M == 64) {
+      const std::vector<float> want_r = run_mlp_rounds(**two, c, d, 3, 33);
+      const std::vector<float> got_r = run_mlp_rounds(**one_graphs, c, d, 3, 33);
+      expect_replayed(**one_graphs);
+      ASSERT_EQ(got_r.size(), want_r.size()) << what;
+      EXPECT_EQ(std::memcmp(got_r.data(), want_r.data(), got_r.size() * sizeof(float)), 0)
+          << what << ": the replayed one-launch MLPs differ from the two launches one by one";
+    }
+  }
+}
+
 // VV_CUDA_ROPE_ATTN=1: a decode step's rope(q), rope(k), kv_write(k, v) and attention as one launch of a
 // decode attention kernel (the tensor-core stream kernel at 2+ rows in bf16 mode; the SIMT kernel at one
 // row, and at every row count in f32 mode). The op sequence as Qwen2Decoder::run_layer issues it (q copied
