@@ -404,9 +404,8 @@ __host__ __device__ constexpr int64_t ws_slot_floats() {
 // One GEMM of a warp-specialised launch: its operands' tensor maps, its shape, its split over the grid
 // and where its sums go. A launch runs one (stream_gemm_ws_kernel) or two in a row
 // (stream_gemm_mlp_kernel: gate_up with SwiGLU, then down).
+// Passed as a __grid_constant__ kernel parameter, so that its fields are read from the parameter bank.
 struct WsGemm {
-  const CUtensorMap* wmap;
-  const CUtensorMap* xmap;
   int M, N, ksteps;
   int64_t units, G;  // G: the runs (clusters) its units are cut into; clusters from G on sit it out
   const float* bias;
@@ -423,8 +422,9 @@ struct WsGemm {
 // The weights of the first stages (up to all S) are issued before `gate`, which waits for what the rows
 // of a depend on; their rows of a after it. Returns the ring position after this GEMM's units.
 template <int NT, int CL, bool SWIGLU, typename Gate>
-__device__ __forceinline__ int ws_produce(const WsGemm& p, int rank, int64_t gi, uint32_t base, uint32_t full,
-                                          uint32_t empty, int i0, Gate gate) {
+__device__ __forceinline__ int ws_produce(const WsGemm& p, const CUtensorMap* wmap, const CUtensorMap* xmap,
+                                          int rank, int64_t gi, uint32_t base, uint32_t full, uint32_t empty,
+                                          int i0, Gate gate) {
   constexpr int TILE = SWIGLU ? 128 : kWsBN;  // output columns a tile
   constexpr int S = ws_stages<NT>();
   constexpr int XR = 16 * NT, XPART = XR / CL;
@@ -436,18 +436,18 @@ __device__ __forceinline__ int ws_produce(const WsGemm& p, int rank, int64_t gi,
     const int st = i % S;
     const int k0 = static_cast<int>(u % p.ksteps) * kBK,
               row = static_cast<int>((u / p.ksteps) * CL + rank) * TILE;
-    mbar::tma_load_2d(base + st * kStage, p.wmap, k0, row, full + 8 * st);
+    mbar::tma_load_2d(base + st * kStage, wmap, k0, row, full + 8 * st);
     if constexpr (SWIGLU)
-      mbar::tma_load_2d(base + st * kStage + 128 * 128, p.wmap, k0, p.N + row, full + 8 * st);
+      mbar::tma_load_2d(base + st * kStage + 128 * 128, wmap, k0, p.N + row, full + 8 * st);
   };
   auto load_x = [&](int i, int64_t u) {
     const int st = i % S;
     const uint32_t dst = base + st * kStage + kWBytes + rank * XPART * 128;
     const int k0 = static_cast<int>(u % p.ksteps) * kBK;
     if constexpr (CL > 1) {
-      mbar::tma_load_2d_multicast(dst, p.xmap, k0, rank * XPART, full + 8 * st, (1u << CL) - 1);
+      mbar::tma_load_2d_multicast(dst, xmap, k0, rank * XPART, full + 8 * st, (1u << CL) - 1);
     } else {
-      mbar::tma_load_2d(dst, p.xmap, k0, 0, full + 8 * st);
+      mbar::tma_load_2d(dst, xmap, k0, 0, full + 8 * st);
     }
   };
   // Every consumer of the cluster is done with the stage unit i takes (this CTA's weights, everyone's a).
@@ -770,9 +770,7 @@ __device__ __forceinline__ WsSmem<NT> ws_smem_setup(unsigned char* smem_raw) {
 template <int NT, int CL, bool SWIGLU>
 __global__ void __launch_bounds__(kWsThreads, 1)
     stream_gemm_ws_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap,
-                          int M, int N, int ksteps, int64_t units, const float* __restrict__ bias,
-                          int accumulate, void* __restrict__ out_raw, int64_t ldo, float* __restrict__ ws,
-                          int* __restrict__ counts, unsigned long long* __restrict__ trace) {
+                          const __grid_constant__ WsGemm p, unsigned long long* __restrict__ trace) {
 #ifdef VV_WGMMA
   static_assert((16 * NT / CL) % 8 == 0, "a CTA's part of a's rows: whole 8-row (1,024-byte) swizzle atoms");
   extern __shared__ unsigned char smem_raw[];
@@ -782,15 +780,13 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   // each unit's tile group p, and loads part r of a's rows for all of them.
   const int rank = CL > 1 ? static_cast<int>(cluster_rank()) : 0;
   const int64_t gi = blockIdx.x / CL;
-  const WsGemm p{&wmap, &xmap,      M,       N,   ksteps, units, static_cast<int64_t>(gridDim.x / CL),
-                 bias,  accumulate, out_raw, ldo, ws,     counts};
   if (warp >= 8) {  // ---- the producer
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
     if (warp == 8 && lane == 0) {
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&wmap)) : "memory");
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&xmap)) : "memory");
       // The weights do not depend on the previous kernel: the first stages' before waiting for it.
-      ws_produce<NT, CL, SWIGLU>(p, rank, gi, sm.base, sm.full, sm.empty, 0, [&] {
+      ws_produce<NT, CL, SWIGLU>(p, &wmap, &xmap, rank, gi, sm.base, sm.full, sm.empty, 0, [&] {
         if (trace) trace[blockIdx.x * kWsTraceWords + 6] = ws_now();
         pdl_wait();
         if (trace) trace[blockIdx.x * kWsTraceWords + 7] = ws_now();
@@ -823,8 +819,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   // No CTA leaves while another of its cluster may still copy into it or arrive on its barriers.
   if constexpr (CL > 1) cluster_sync();
 #else
-  (void)wmap, (void)xmap, (void)M, (void)N, (void)ksteps, (void)units, (void)bias, (void)accumulate,
-      (void)out_raw, (void)ldo, (void)ws, (void)counts, (void)trace;
+  (void)wmap, (void)xmap, (void)p, (void)trace;
   __trap();
 #endif
 }
@@ -842,14 +837,13 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     stream_gemm_mlp_kernel(const __grid_constant__ CUtensorMap w1map,
                            const __grid_constant__ CUtensorMap x1map,
                            const __grid_constant__ CUtensorMap w2map,
-                           const __grid_constant__ CUtensorMap x2map, WsGemm up, WsGemm down, int up_tiles,
-                           int* __restrict__ gate) {
+                           const __grid_constant__ CUtensorMap x2map, const __grid_constant__ WsGemm up,
+                           const __grid_constant__ WsGemm down, int up_tiles, int* __restrict__ gate) {
 #ifdef VV_WGMMA
   extern __shared__ unsigned char smem_raw[];
   const WsSmem<NT> sm = ws_smem_setup<NT, 1>(smem_raw);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int64_t gi = blockIdx.x;
-  up.wmap = &w1map, up.xmap = &x1map, down.wmap = &w2map, down.xmap = &x2map;
   if (warp >= 8) {  // ---- the producer
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
     if (warp == 8 && lane == 0) {
@@ -857,8 +851,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&x1map)) : "memory");
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&w2map)) : "memory");
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&x2map)) : "memory");
-      const int i = ws_produce<NT, 1, true>(up, 0, gi, sm.base, sm.full, sm.empty, 0, [] { pdl_wait(); });
-      ws_produce<NT, 1, false>(down, 0, gi, sm.base, sm.full, sm.empty, i, [&] {
+      const int i = ws_produce<NT, 1, true>(up, &w1map, &x1map, 0, gi, sm.base, sm.full, sm.empty, 0,
+                                            [] { pdl_wait(); });
+      ws_produce<NT, 1, false>(down, &w2map, &x2map, 0, gi, sm.base, sm.full, sm.empty, i, [&] {
         // h is whole once every tile of gate_up has counted in (each after a gpu-scope and an async-proxy
         // fence of its stores).
         uint64_t t0 = 0;
@@ -1191,8 +1186,8 @@ bool launch_ws(const void* a, int M, int K, const void* w, int64_t ldw, int N, c
   cfg.attrs = attr;
   cfg.numAttrs = n;
   unsigned long long* trace = ws_trace_take(N, K, M, G * CL, s);
-  if (cudaLaunchKernelEx(&cfg, kern, wmap, xmap, M, N, ksteps, units, bias, accumulate ? 1 : 0, out, ldo,
-                         scratch.ws, scratch.counts, trace) != cudaSuccess) {
+  const WsGemm p{M, N, ksteps, units, G, bias, accumulate ? 1 : 0, out, ldo, scratch.ws, scratch.counts};
+  if (cudaLaunchKernelEx(&cfg, kern, wmap, xmap, p, trace) != cudaSuccess) {
     cudaGetLastError();  // (a refused launch: the caller takes another form)
     return false;
   }
@@ -1261,11 +1256,8 @@ bool launch_mlp(const void* a, int M, int K, const void* w1, int64_t ldw1, int I
   if (!encode_map(&w1map, w1, 2 * int64_t{I}, K, ldw1, 128) || !encode_map(&x1map, a, M, K, K, 16 * NT) ||
       !encode_map(&w2map, w2, K, I, ldw2, kWsBN) || !encode_map(&x2map, h, M, I, I, 16 * NT))
     return false;
-  const WsGemm up{nullptr, nullptr, M, I,          static_cast<int>(ks1), units1, G1, nullptr,
-                  0,       h,       I, scratch.ws, scratch.counts};
-  const WsGemm down{nullptr,
-                    nullptr,
-                    M,
+  const WsGemm up{M, I, static_cast<int>(ks1), units1, G1, nullptr, 0, h, I, scratch.ws, scratch.counts};
+  const WsGemm down{M,
                     K,
                     static_cast<int>(ks2),
                     units2,
