@@ -1449,6 +1449,7 @@ class CudaBackend final : public Backend {
         rp.ldv = w.w.row_stride();
         rp.kc = w.cache.k.data;
         rp.vc = w.cache.v.data;
+        rp.pre = attn_pre_;
         Tensor o = a.out;
         if (mma) {
           cuda::mma_decode_attention(a.a, a.rows, a.cache, a.shape, o, pm, partials, counters, stream_,
@@ -2549,6 +2550,9 @@ class CudaBackend final : public Backend {
       std::getenv("VV_CUDA_FFN_WG_PIPE") && std::string(std::getenv("VV_CUDA_FFN_WG_PIPE")) == "1";
   // VV_CUDA_ATTN_LEAN=1 (opt-in until run on a GPU): cuda::decode_attention's `lean`.
   bool attn_lean_ = std::getenv("VV_CUDA_ATTN_LEAN") && std::string(std::getenv("VV_CUDA_ATTN_LEAN")) == "1";
+  // VV_CUDA_ATTN_PRE=1: the fused SIMT decode attention (one-row bf16 steps) loads its block table's
+  // slots and its first round's old K and V rows before the PDL wait (DecodeRope::pre). Opt-in.
+  bool attn_pre_ = std::getenv("VV_CUDA_ATTN_PRE") && std::string(std::getenv("VV_CUDA_ATTN_PRE")) == "1";
   // The encoders' stage-0 and stage-1 blocks (and stage 2's with the wgmma FFN) as one kernel each
   // (conv_block); VV_CUDA_ENC_BLOCK=0 turns it off (A/B).
   bool enc_block_ =

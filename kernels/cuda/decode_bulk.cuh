@@ -12,6 +12,7 @@
 
 #include "kernels/cuda/convert.cuh"
 #include "kernels/cuda/decode_ops.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 namespace vv::cuda::dec {
 
@@ -373,9 +374,14 @@ constexpr int kAttnRound = kAttnWarps * kAttnKeysPerWarp;
 // blocks of the same grid, or by this one). kRope: A.rope's rotation of q as it is loaded, and the split
 // holding key L − 1 writes that key's k and v first (with kCg: the barrier after orders those stores
 // before every load of the cache in the block).
-template <typename CT, bool kCg, bool kRope = false>
+// kPre (with kRope; the caller has not waited for the kernel before): the block's reads of what that
+// kernel cannot have written — the row's position and sequence, its block table, the K and V rows of its
+// first round but for the new key L − 1 (written by this launch) — go before the PDL wait (pdl_wait and
+// pdl_trigger are called here). The same values, so the same bits.
+template <typename CT, bool kCg, bool kRope = false, bool kPre = false>
 __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int split, int kvh, int64_t r,
                                                   float* sm, float (&mls)[2][kAttnMaxG], int& last) {
+  static_assert(!kPre || kRope, "the early loads are the fused step's");
   const float* __restrict__ q = A.q;
   const int64_t ldq = A.ldq;
   const int32_t* __restrict__ row_seq = A.kv.row_seq;
@@ -407,6 +413,31 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
   const int nse = lean ? min(nsplit, (L + chunk - 1) / chunk) : nsplit;
   if (lean && nk == 0) return;
   const float* qr = q + r * ldq + static_cast<int64_t>(kvh) * G * D;
+  const int d0 = lane * 4;
+  const bool dl = d0 < D;
+  const int64_t hoff = static_cast<int64_t>(kvh) * D + d0;
+  // The V rows of the warp's first round, loaded with its K rows (lean: one trip to memory fewer when a
+  // split is one round, as up to 16,384 keys of table width) or before the wait (kPre, with the K rows).
+  float vpre[kAttnKeysPerWarp][4], kpre[kAttnKeysPerWarp][4];
+  if constexpr (kPre) {
+    for (int j = tid; j < nk; j += kAttnThreads) {
+      const int p = k0 + j;
+      slots[j] = static_cast<int64_t>(tables[seq * ldt + p / bs]) * bs + p % bs;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int u = 0; u < kAttnKeysPerWarp; ++u) {
+      const int j = warp * kAttnKeysPerWarp + u;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) kpre[u][e] = vpre[u][e] = 0.f;
+      if (dl && j < nk && k0 + j != L - 1) {
+        load4c<kCg>(kc + slots[j] * ldc + hoff, kpre[u]);
+        load4c<kCg>(vc + slots[j] * ldc + hoff, vpre[u]);
+      }
+    }
+    pdl_wait();  // q, the new k and v are the kernel before's
+    pdl_trigger();
+  }
   if constexpr (kRope) {
     static_assert(kCg, "the fused cache write needs the cache read through L2");
     const int half = D / 2;
@@ -425,34 +456,49 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
   } else {
     for (int i = tid; i < G * D; i += kAttnThreads) Qs[i] = ld_act<kCg>(qr + i);
   }
-  for (int j = tid; j < nk; j += kAttnThreads) {
-    const int p = k0 + j;
-    slots[j] = static_cast<int64_t>(tables[seq * ldt + p / bs]) * bs + p % bs;
+  if constexpr (!kPre) {
+    for (int j = tid; j < nk; j += kAttnThreads) {
+      const int p = k0 + j;
+      slots[j] = static_cast<int64_t>(tables[seq * ldt + p / bs]) * bs + p % bs;
+    }
   }
   __syncthreads();
-  const int d0 = lane * 4;
-  const bool dl = d0 < D;
-  const int64_t hoff = static_cast<int64_t>(kvh) * D + d0;
   float qv[kAttnMaxG][4];
 #pragma unroll
   for (int g = 0; g < kAttnMaxG; ++g)
 #pragma unroll
     for (int e = 0; e < 4; ++e) qv[g][e] = g < G && dl ? Qs[g * D + d0 + e] : 0.f;
-  // The V rows of the warp's first round are loaded with its K rows (one trip to memory fewer when a
-  // split is one round, as up to 16,384 keys of table width).
-  float vpre[kAttnKeysPerWarp][4];
+  if constexpr (kPre) {
+    // The new key's rows, written by this block before the barrier above.
 #pragma unroll
-  for (int u = 0; u < kAttnKeysPerWarp; ++u) {
-    const int j = warp * kAttnKeysPerWarp + u;
-    vpre[u][0] = vpre[u][1] = vpre[u][2] = vpre[u][3] = 0.f;
-    if (lean && dl && j < nk) load4c<kCg>(vc + slots[j] * ldc + hoff, vpre[u]);
+    for (int u = 0; u < kAttnKeysPerWarp; ++u) {
+      const int j = warp * kAttnKeysPerWarp + u;
+      if (dl && j < nk && k0 + j == L - 1) {
+        load4c<kCg>(kc + slots[j] * ldc + hoff, kpre[u]);
+        load4c<kCg>(vc + slots[j] * ldc + hoff, vpre[u]);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int u = 0; u < kAttnKeysPerWarp; ++u) {
+      const int j = warp * kAttnKeysPerWarp + u;
+      vpre[u][0] = vpre[u][1] = vpre[u][2] = vpre[u][3] = 0.f;
+      if (lean && dl && j < nk) load4c<kCg>(vc + slots[j] * ldc + hoff, vpre[u]);
+    }
   }
   for (int j0 = warp * kAttnKeysPerWarp; j0 < nk; j0 += kAttnRound) {
     float kf[kAttnKeysPerWarp][4];
+    if (kPre && j0 == warp * kAttnKeysPerWarp) {
 #pragma unroll
-    for (int u = 0; u < kAttnKeysPerWarp; ++u) {
-      kf[u][0] = kf[u][1] = kf[u][2] = kf[u][3] = 0.f;
-      if (dl && j0 + u < nk) load4c<kCg>(kc + slots[j0 + u] * ldc + hoff, kf[u]);
+      for (int u = 0; u < kAttnKeysPerWarp; ++u)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) kf[u][e] = kpre[u][e];
+    } else {
+#pragma unroll
+      for (int u = 0; u < kAttnKeysPerWarp; ++u) {
+        kf[u][0] = kf[u][1] = kf[u][2] = kf[u][3] = 0.f;
+        if (dl && j0 + u < nk) load4c<kCg>(kc + slots[j0 + u] * ldc + hoff, kf[u]);
+      }
     }
 #pragma unroll
     for (int u = 0; u < kAttnKeysPerWarp; ++u) {
@@ -492,7 +538,7 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
   for (int g = 0; g < kAttnMaxG; ++g) acc[g][0] = acc[g][1] = acc[g][2] = acc[g][3] = 0.f;
   for (int j0 = warp * kAttnKeysPerWarp; j0 < nk; j0 += kAttnRound) {
     float vf[kAttnKeysPerWarp][4];
-    if (lean && j0 == warp * kAttnKeysPerWarp) {
+    if ((lean || kPre) && j0 == warp * kAttnKeysPerWarp) {
 #pragma unroll
       for (int u = 0; u < kAttnKeysPerWarp; ++u)
 #pragma unroll

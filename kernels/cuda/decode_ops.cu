@@ -381,14 +381,18 @@ using dec::warp_max;
 
 // kRope: a.rope's fused rope and cache write; the cache is then read through L2 (cg loads: the new key's
 // row was written by this block).
-template <typename CT, bool kRope>
+// kPre (VV_CUDA_ATTN_PRE=1, with kRope): the block waits for the kernel before itself, after the loads
+// that do not depend on it (decode_attn_block).
+template <typename CT, bool kRope, bool kPre = false>
 __global__ void __launch_bounds__(kAttnThreads) decode_attn_kernel(const DecodeAttnArgs a) {
-  pdl_wait();
-  pdl_trigger();
+  if constexpr (!kPre) {
+    pdl_wait();
+    pdl_trigger();
+  }
   extern __shared__ float sm[];
   __shared__ float mls[2][kAttnMaxG];
   __shared__ int last;
-  decode_attn_block<CT, kRope, kRope>(a, blockIdx.x, blockIdx.y, blockIdx.z, sm, mls, last);
+  decode_attn_block<CT, kRope, kRope, kPre>(a, blockIdx.x, blockIdx.y, blockIdx.z, sm, mls, last);
 }
 
 // ---- Decode attention on the tensor cores ----------------------------------------------------
@@ -1454,7 +1458,7 @@ void decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer&
   if (n == 0) return;
   DecodeAttnArgs a = decode_attn_args(q, rows, cache, shape, out, p, ws, counters, lean);
   if (rope) a.rope = *rope;
-  const bool fused = a.rope.inv_freq != nullptr;
+  const bool fused = a.rope.inv_freq != nullptr, pre = fused && a.rope.pre;
   const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(shape.kv_heads),
                   static_cast<unsigned>(n));
   auto go = [&](auto* kern) {
@@ -1463,13 +1467,19 @@ void decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer&
   };
   switch (a.kv.ct) {
     case DType::kBF16:
-      fused ? go(decode_attn_kernel<__nv_bfloat16, true>) : go(decode_attn_kernel<__nv_bfloat16, false>);
+      pre     ? go(decode_attn_kernel<__nv_bfloat16, true, true>)
+      : fused ? go(decode_attn_kernel<__nv_bfloat16, true>)
+              : go(decode_attn_kernel<__nv_bfloat16, false>);
       break;
     case DType::kF16:
-      fused ? go(decode_attn_kernel<__half, true>) : go(decode_attn_kernel<__half, false>);
+      pre     ? go(decode_attn_kernel<__half, true, true>)
+      : fused ? go(decode_attn_kernel<__half, true>)
+              : go(decode_attn_kernel<__half, false>);
       break;
     default:
-      fused ? go(decode_attn_kernel<float, true>) : go(decode_attn_kernel<float, false>);
+      pre     ? go(decode_attn_kernel<float, true, true>)
+      : fused ? go(decode_attn_kernel<float, true>)
+              : go(decode_attn_kernel<float, false>);
       break;
   }
 }

@@ -108,6 +108,9 @@ struct DecodeRope {
   int64_t ldv = 0;
   void* kc = nullptr;  // the cache's K and V (the attention's own, writable)
   void* vc = nullptr;
+  // VV_CUDA_ATTN_PRE=1 (the SIMT kernel): what does not depend on the kernel before (the block table's
+  // slots, the first round's K and V rows of every key but the new one) is loaded before the PDL wait.
+  bool pre = false;
 };
 // decode_attention's operands (its kernel's and the chain's attention phase's).
 struct DecodeAttnArgs {
