@@ -897,6 +897,7 @@ class CudaBackend final : public Backend {
     d.wt = g0.w.dtype;
     d.sms = sms_;
     d.balance = gemv_balance_;
+    d.pair_rows = gemv_pair_;
     if (norm) {
       d.norm_w = norm->w.ptr<const float>();
       d.eps = norm->f;
@@ -927,8 +928,10 @@ class CudaBackend final : public Backend {
     if (!norm && d.count == 1 && !d.silu_out) return 0;  // a lone GEMM: run_gemm takes the same kernel
     d.bulk = gemv_bulk_ == 1 || (gemv_bulk_ == 3 && !d.silu_out);
     out.push_back([=, this] {
-      OpTimer timer(this, d.bulk && profiling_ && cuda::decode_gemv_bulk_takes(d) ? "decode_gemv.fused_bulk"
-                                                                                  : "decode_gemv.fused");
+      OpTimer timer(this, !profiling_                                 ? ""
+                          : d.bulk && cuda::decode_gemv_bulk_takes(d) ? "decode_gemv.fused_bulk"
+                          : d.pair_rows && cuda::decode_gemv_pairs(d) ? "decode_gemv.fused_paired"
+                                                                      : "decode_gemv.fused");
       cuda::decode_gemv(d, stream_);
       launched("decode_gemv");
     });
@@ -1572,6 +1575,7 @@ class CudaBackend final : public Backend {
       d.wt = w.dtype;
       d.sms = sms_;
       d.balance = gemv_balance_;
+      d.pair_rows = gemv_pair_;
       d.bulk = gemv_bulk_ != 0;
       d.count = 1;
       d.j[0].w = w.data;
@@ -2495,6 +2499,8 @@ class CudaBackend final : public Backend {
   bool conv_gemm_ =
       !(std::getenv("VV_CUDA_CONV_GEMM") && std::string(std::getenv("VV_CUDA_CONV_GEMM")) == "0");
   static constexpr int64_t kConvGemmMinRows = 2048;
+  // VV_CUDA_GEMV_PAIR=1 (opt-in until measured on a GPU): cuda::DecodeGemv::pair_rows.
+  bool gemv_pair_ = std::getenv("VV_CUDA_GEMV_PAIR") && std::string(std::getenv("VV_CUDA_GEMV_PAIR")) == "1";
   // VV_CUDA_GEMV_BALANCE=1 (opt-in until measured on a GPU): cuda::DecodeGemv::balance.
   bool gemv_balance_ =
       std::getenv("VV_CUDA_GEMV_BALANCE") && std::string(std::getenv("VV_CUDA_GEMV_BALANCE")) == "1";

@@ -54,9 +54,13 @@ constexpr int gemv_default_blocks(int R, bool norm) {
 
 // kBal (VV_CUDA_GEMV_BALANCE, no norm prologue): g.tpb tasks a block instead of one a warp, the
 // block's other warps idle, so that a launch of one round spreads its rows evenly over the SMs.
-template <typename WT, int R, bool kNorm, int U, bool kRoll, int kMinBlocks = 0, bool kBal = false>
+// kPair (R = 2, VV_CUDA_GEMV_PAIR): rows n and N/2 + n of a job without the SwiGLU epilogue, each stored
+// (with its bias, or added to with the residual epilogue) as the one-row form stores it.
+template <typename WT, int R, bool kNorm, int U, bool kRoll, int kMinBlocks = 0, bool kBal = false,
+          bool kPair = false>
 __global__ void __launch_bounds__(kGemvThreads, kMinBlocks > 0 ? kMinBlocks : gemv_default_blocks(R, kNorm))
     decode_gemv_kernel(const DecodeGemv g, int64_t tasks) {
+  static_assert(!kPair || R == 2, "pairs are two rows a warp");
   static_assert(!(kBal && kNorm), "the norm prologue needs every warp of the block");
   constexpr int V = sizeof(WT) == 4 ? 2 : 1;
   __shared__ float red[16];
@@ -168,7 +172,19 @@ __global__ void __launch_bounds__(kGemvThreads, kMinBlocks > 0 ? kMinBlocks : ge
     for (int r = 0; r < R; ++r) acc[r] = warp_sum(acc[r]);
     if (lane == 0) {
       const DecodeGemvJob& J = g.j[jx];
-      if constexpr (R == 2) {
+      if constexpr (kPair) {
+        const int64_t I = J.N / 2;
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int64_t row = n + r * I;
+          const float v = acc[r] + (J.bias ? J.bias[row] : 0.f);
+          if (J.ep == static_cast<int>(Epilogue::kAddResidual)) {
+            J.out[row] += v;
+          } else {
+            J.out[row] = v;
+          }
+        }
+      } else if constexpr (R == 2) {
         const int64_t I = J.N / 2;
         const float gv = acc[0] + (J.bias ? J.bias[n] : 0.f);
         const float uv = acc[1] + (J.bias ? J.bias[n + I] : 0.f);
@@ -200,11 +216,12 @@ bool gemv_roll() {
   return on;
 }
 
-template <typename WT, int R, bool kNorm, bool kRoll, int kMinBlocks = 0, bool kBal = false>
+template <typename WT, int R, bool kNorm, bool kRoll, int kMinBlocks = 0, bool kBal = false,
+          bool kPair = false>
 void launch_gemv_sched(const DecodeGemv& g, int64_t tasks, cudaStream_t s) {
   // Five blocks per SM (kMinBlocks = 5) hold half the loads in flight per warp.
   constexpr int U = (R == 1 && sizeof(WT) == 2 && kMinBlocks < 5) ? 8 : 4;
-  auto* kern = decode_gemv_kernel<WT, R, kNorm, U, kRoll, kMinBlocks, kBal>;
+  auto* kern = decode_gemv_kernel<WT, R, kNorm, U, kRoll, kMinBlocks, kBal, kPair>;
   static int per_sm = 0;  // blocks resident per SM, per instantiation
   if (per_sm == 0) {
     int b = 0;
@@ -270,9 +287,35 @@ void launch_gemv(const DecodeGemv& g, int64_t tasks, cudaStream_t s) {
   }
 }
 
+// Whether g's rows go two a warp (DecodeGemv::pair_rows): `tasks` one a row.
+bool pairs(const DecodeGemv& g, int64_t tasks) {
+  if (!g.pair_rows || g.silu_out || g.wt == DType::kF32 || !gemv_roll()) return false;
+  for (int i = 0; i < g.count; ++i)
+    if (g.j[i].N % 2 != 0) return false;
+  const bool norm = g.norm_w != nullptr;
+  const int64_t warps = static_cast<int64_t>(g.sms) * (kGemvThreads / 32);
+  return tasks > warps * gemv_default_blocks(1, norm) && tasks / 2 <= warps * gemv_default_blocks(2, norm);
+}
+
 template <typename WT>
 void dispatch_gemv(const DecodeGemv& g, int64_t tasks, cudaStream_t s) {
   const bool norm = g.norm_w != nullptr;
+  if constexpr (sizeof(WT) == 2) {
+    if (pairs(g, tasks)) {
+      DecodeGemv gp = g;
+      int64_t t = 0;
+      for (int i = 0; i < gp.count; ++i) {
+        gp.j[i].task_begin = t;
+        t += gp.j[i].N / 2;
+      }
+      if (norm) {
+        launch_gemv_sched<WT, 2, true, true, 0, false, true>(gp, t, s);
+      } else {
+        launch_gemv_sched<WT, 2, false, true, 0, false, true>(gp, t, s);
+      }
+      return;
+    }
+  }
   if (g.silu_out) {
     if (norm) {
       launch_gemv<WT, 2, true>(g, tasks, s);
@@ -1288,6 +1331,13 @@ bool decode_gemv_balances(const DecodeGemv& g) {
   int64_t tasks = 0;
   for (int i = 0; i < g.count; ++i) tasks += g.j[i].N;
   return balances(g, tasks);
+}
+
+bool decode_gemv_pairs(const DecodeGemv& g) {
+  int64_t tasks = 0;
+  for (int i = 0; i < g.count; ++i) tasks += g.j[i].N;
+  int xc = 0;
+  return !bulk_takes(g, &xc) && pairs(g, tasks);
 }
 
 void decode_gemv(DecodeGemv g, cudaStream_t s) {

@@ -60,6 +60,12 @@ struct DecodeGemv {
   // SM) instead of 8 (448 blocks; 52 SMs with a fourth block: 32 rows). A row's sum does not change.
   bool balance = false;
   int tpb = 0;  // set by the launch: rows a block where balance spreads them
+  // VV_CUDA_GEMV_PAIR=1: a launch without the SwiGLU epilogue whose rows need a second round of the
+  // warps resident at the default blocks per SM but fit one round two a warp (the fused norm + q/k/v:
+  // 4,608 rows against 3,168 warps), every job of an even row count, 16-bit weights, the rolled
+  // schedule: the warp that computes row n of a job also computes row N/2 + n (a row's sum keeps its
+  // order: the same bits).
+  bool pair_rows = false;
   // bulk (VV_CUDA_GEMV_BULK=1; the caller sets it only on sm_90): the weights stream through shared
   // memory by cp.async.bulk (decode_gemv_bulk_takes: 16-bit weights with contiguous rows, K a
   // multiple of 8 up to 24,576, or 8,192 with the norm prologue or the SwiGLU epilogue; 16-byte
@@ -69,6 +75,8 @@ struct DecodeGemv {
 void decode_gemv(DecodeGemv g, cudaStream_t s);
 // Whether decode_gemv takes the balanced launch for g (DecodeGemv::balance and its conditions).
 bool decode_gemv_balances(const DecodeGemv& g);
+// Whether decode_gemv pairs g's rows (DecodeGemv::pair_rows).
+bool decode_gemv_pairs(const DecodeGemv& g);
 // Whether decode_gemv streams g's weights by cp.async.bulk (DecodeGemv::bulk and its conditions).
 bool decode_gemv_bulk_takes(const DecodeGemv& g);
 

@@ -429,6 +429,57 @@ TEST(CudaDecodeFusion, BalancedGemvRowsChangeNoBit) {
   }
 }
 
+// VV_CUDA_GEMV_PAIR=1: the fused norm + q/k/v GEMV, whose rows need a second round of the resident
+// warps (the 7B's 4,608 against 3,168 on 132 SMs), computes two rows a warp (n and N/2 + n of each job)
+// in one round. A row's sum keeps its order: every output of the layer sequence must be the bits of
+// the default backend's, and the paired launch is seen in the profile at the 7B's shape (smaller
+// shapes fit one round unpaired and keep the default launch).
+TEST(CudaDecodeFusion, PairedGemvRowsChangeNoBit) {
+  { VV_CUDA_BACKEND_OR_SKIP(probe, false); }
+  auto plain_be = backend_with("VV_CUDA_GEMV_BULK", "0");
+  ASSERT_TRUE(plain_be.is_ok()) << plain_be.status().to_string();
+  Backend* plain = plain_be->get();
+  auto paired = cuda_backend_with({{"VV_CUDA_GEMV_PAIR", "1"}, {"VV_CUDA_GEMV_BULK", "0"}}, false);
+  ASSERT_TRUE(paired.is_ok()) << paired.status().to_string();
+  auto prof = cuda_backend_with(
+      {{"VV_CUDA_GEMV_PAIR", "1"}, {"VV_CUDA_GEMV_BULK", "0"}, {"VV_CUDA_PROFILE", "1"}}, false);
+  ASSERT_TRUE(prof.is_ok()) << prof.status().to_string();
+  cudaDeviceProp dp{};
+  ASSERT_EQ(cudaGetDeviceProperties(&dp, 0), cudaSuccess);
+  const std::vector<LayerCase> cases = {
+      {1032, 264, 7, 7, 24, DType::kF16, DType::kF32, 1000},         // fits one round: not paired
+      {3584, 18944, 28, 4, 128, DType::kBF16, DType::kBF16, 4099}};  // Qwen2.5-7B
+  uint32_t seed = 760;
+  for (const LayerCase& c : cases) {
+    const std::string what =
+        "H=" + std::to_string(c.H) + " I=" + std::to_string(c.I) + " " + dtype_name(c.wt);
+    LayerData d = make_data(c, seed);
+    seed += 20;
+    const LayerOut want = run_ops(*plain, c, d);
+    for (int rep = 0; rep < 2; ++rep) {
+      const LayerOut got = run_ops(**paired, c, d);
+      EXPECT_EQ(got.resid, want.resid) << what << ": the down projection's output differs";
+      EXPECT_EQ(got.q, want.q) << what << ": q differs";
+      EXPECT_EQ(got.m, want.m) << what << ": silu_mul differs";
+      EXPECT_EQ(got.kc, want.kc) << what << ": K cache differs";
+    }
+    (void)backend_profile_report(**prof);
+    const LayerOut pr = run_ops(**prof, c, d);
+    EXPECT_EQ(pr.q, want.q) << what << ": q differs (profiled)";
+    const std::string table = backend_profile_report(**prof);
+    // q/k/v rows of the layer (q heads + 2 × kv heads, each D wide) against the warps resident at 3
+    // blocks of 8 a SM: paired where they need two rounds and fit one paired.
+    const int64_t rows = int64_t{c.heads + 2 * c.kv_heads} * c.D,
+                  warps = int64_t{dp.multiProcessorCount} * 24;
+    if (rows > warps && rows / 2 <= warps) {
+      EXPECT_NE(table.find("decode_gemv.fused_paired"), std::string::npos) << what << ": not paired\n"
+                                                                           << table;
+    } else {
+      EXPECT_EQ(table.find("decode_gemv.fused_paired"), std::string::npos) << what << ": paired\n" << table;
+    }
+  }
+}
+
 // A decode step from one layer's o projection (or, with `attention`, its attention) to the next layer's
 // kv_write, as Qwen2Decoder::run_layer issues it: [attention,] o (+ residual), norm, gate_up, silu_mul,
 // down (+ residual), norm, q/k/v, rope, kv_write. VV_CUDA_DECODE_CHAIN=1 runs it as one decode_chain
