@@ -2499,8 +2499,9 @@ class CudaBackend final : public Backend {
   bool conv_gemm_ =
       !(std::getenv("VV_CUDA_CONV_GEMM") && std::string(std::getenv("VV_CUDA_CONV_GEMM")) == "0");
   static constexpr int64_t kConvGemmMinRows = 2048;
-  // VV_CUDA_GEMV_PAIR=1 (opt-in until measured on a GPU): cuda::DecodeGemv::pair_rows.
-  bool gemv_pair_ = std::getenv("VV_CUDA_GEMV_PAIR") && std::string(std::getenv("VV_CUDA_GEMV_PAIR")) == "1";
+  // cuda::DecodeGemv::pair_rows (the norm + q/k/v GEMV two rows a warp); VV_CUDA_GEMV_PAIR=0: off.
+  bool gemv_pair_ =
+      !(std::getenv("VV_CUDA_GEMV_PAIR") && std::string(std::getenv("VV_CUDA_GEMV_PAIR")) == "0");
   // VV_CUDA_GEMV_BALANCE=1 (opt-in until measured on a GPU): cuda::DecodeGemv::balance.
   bool gemv_balance_ =
       std::getenv("VV_CUDA_GEMV_BALANCE") && std::string(std::getenv("VV_CUDA_GEMV_BALANCE")) == "1";
@@ -2556,9 +2557,9 @@ class CudaBackend final : public Backend {
       std::getenv("VV_CUDA_FFN_WG_PIPE") && std::string(std::getenv("VV_CUDA_FFN_WG_PIPE")) == "1";
   // VV_CUDA_ATTN_LEAN=1 (opt-in until run on a GPU): cuda::decode_attention's `lean`.
   bool attn_lean_ = std::getenv("VV_CUDA_ATTN_LEAN") && std::string(std::getenv("VV_CUDA_ATTN_LEAN")) == "1";
-  // VV_CUDA_ATTN_PRE=1: the fused SIMT decode attention (one-row bf16 steps) loads its block table's
-  // slots and its first round's old K and V rows before the PDL wait (DecodeRope::pre). Opt-in.
-  bool attn_pre_ = std::getenv("VV_CUDA_ATTN_PRE") && std::string(std::getenv("VV_CUDA_ATTN_PRE")) == "1";
+  // The fused SIMT decode attention (one-row bf16 steps) loads its block table's slots and its first
+  // round's old K and V rows before the PDL wait (DecodeRope::pre); VV_CUDA_ATTN_PRE=0: after it.
+  bool attn_pre_ = !(std::getenv("VV_CUDA_ATTN_PRE") && std::string(std::getenv("VV_CUDA_ATTN_PRE")) == "0");
   // The encoders' stage-0 and stage-1 blocks (and stage 2's with the wgmma FFN) as one kernel each
   // (conv_block); VV_CUDA_ENC_BLOCK=0 turns it off (A/B).
   bool enc_block_ =

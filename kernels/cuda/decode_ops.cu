@@ -54,7 +54,7 @@ constexpr int gemv_default_blocks(int R, bool norm) {
 
 // kBal (VV_CUDA_GEMV_BALANCE, no norm prologue): g.tpb tasks a block instead of one a warp, the
 // block's other warps idle, so that a launch of one round spreads its rows evenly over the SMs.
-// kPair (R = 2, VV_CUDA_GEMV_PAIR): rows n and N/2 + n of a job without the SwiGLU epilogue, each stored
+// kPair (R = 2, DecodeGemv::pair_rows): rows n and N/2 + n of a job without the SwiGLU epilogue, each stored
 // (with its bias, or added to with the residual epilogue) as the one-row form stores it.
 template <typename WT, int R, bool kNorm, int U, bool kRoll, int kMinBlocks = 0, bool kBal = false,
           bool kPair = false>
@@ -424,7 +424,7 @@ using dec::warp_max;
 
 // kRope: a.rope's fused rope and cache write; the cache is then read through L2 (cg loads: the new key's
 // row was written by this block).
-// kPre (VV_CUDA_ATTN_PRE=1, with kRope): the block waits for the kernel before itself, after the loads
+// kPre (with kRope, unless VV_CUDA_ATTN_PRE=0): the block waits for the kernel before itself, after the loads
 // that do not depend on it (decode_attn_block).
 template <typename CT, bool kRope, bool kPre = false>
 __global__ void __launch_bounds__(kAttnThreads) decode_attn_kernel(const DecodeAttnArgs a) {

@@ -60,7 +60,7 @@ struct DecodeGemv {
   // SM) instead of 8 (448 blocks; 52 SMs with a fourth block: 32 rows). A row's sum does not change.
   bool balance = false;
   int tpb = 0;  // set by the launch: rows a block where balance spreads them
-  // VV_CUDA_GEMV_PAIR=1: a launch without the SwiGLU epilogue whose rows need a second round of the
+  // Unless VV_CUDA_GEMV_PAIR=0: a launch without the SwiGLU epilogue whose rows need a second round of the
   // warps resident at the default blocks per SM but fit one round two a warp (the fused norm + q/k/v:
   // 4,608 rows against 3,168 warps), every job of an even row count, 16-bit weights, the rolled
   // schedule: the warp that computes row n of a job also computes row N/2 + n (a row's sum keeps its
@@ -116,8 +116,9 @@ struct DecodeRope {
   int64_t ldv = 0;
   void* kc = nullptr;  // the cache's K and V (the attention's own, writable)
   void* vc = nullptr;
-  // VV_CUDA_ATTN_PRE=1 (the SIMT kernel): what does not depend on the kernel before (the block table's
-  // slots, the first round's K and V rows of every key but the new one) is loaded before the PDL wait.
+  // The SIMT kernel (unless VV_CUDA_ATTN_PRE=0): what does not depend on the kernel before (the block
+  // table's slots, the first round's K and V rows of every key but the new one) is loaded before the
+  // PDL wait.
   bool pre = false;
 };
 // decode_attention's operands (its kernel's and the chain's attention phase's).

@@ -429,20 +429,19 @@ TEST(CudaDecodeFusion, BalancedGemvRowsChangeNoBit) {
   }
 }
 
-// VV_CUDA_GEMV_PAIR=1: the fused norm + q/k/v GEMV, whose rows need a second round of the resident
-// warps (the 7B's 4,608 against 3,168 on 132 SMs), computes two rows a warp (n and N/2 + n of each job)
-// in one round. A row's sum keeps its order: every output of the layer sequence must be the bits of
-// the default backend's, and the paired launch is seen in the profile at the 7B's shape (smaller
-// shapes fit one round unpaired and keep the default launch).
+// The fused norm + q/k/v GEMV, whose rows need a second round of the resident warps (the 7B's 4,608
+// against 3,168 on 132 SMs), computes two rows a warp (n and N/2 + n of each job) in one round (the
+// default; VV_CUDA_GEMV_PAIR=0: a row a warp). A row's sum keeps its order: every output of the layer
+// sequence must be the bits of the unpaired backend's, and the paired launch is seen in the profile at
+// the 7B's shape (smaller shapes fit one round unpaired and keep the one-row launch).
 TEST(CudaDecodeFusion, PairedGemvRowsChangeNoBit) {
   { VV_CUDA_BACKEND_OR_SKIP(probe, false); }
-  auto plain_be = backend_with("VV_CUDA_GEMV_BULK", "0");
+  auto plain_be = cuda_backend_with({{"VV_CUDA_GEMV_PAIR", "0"}, {"VV_CUDA_GEMV_BULK", "0"}}, false);
   ASSERT_TRUE(plain_be.is_ok()) << plain_be.status().to_string();
   Backend* plain = plain_be->get();
-  auto paired = cuda_backend_with({{"VV_CUDA_GEMV_PAIR", "1"}, {"VV_CUDA_GEMV_BULK", "0"}}, false);
+  auto paired = backend_with("VV_CUDA_GEMV_BULK", "0");
   ASSERT_TRUE(paired.is_ok()) << paired.status().to_string();
-  auto prof = cuda_backend_with(
-      {{"VV_CUDA_GEMV_PAIR", "1"}, {"VV_CUDA_GEMV_BULK", "0"}, {"VV_CUDA_PROFILE", "1"}}, false);
+  auto prof = cuda_backend_with({{"VV_CUDA_GEMV_BULK", "0"}, {"VV_CUDA_PROFILE", "1"}}, false);
   ASSERT_TRUE(prof.is_ok()) << prof.status().to_string();
   cudaDeviceProp dp{};
   ASSERT_EQ(cudaGetDeviceProperties(&dp, 0), cudaSuccess);
@@ -457,7 +456,7 @@ TEST(CudaDecodeFusion, PairedGemvRowsChangeNoBit) {
     seed += 20;
     const LayerOut want = run_ops(*plain, c, d);
     for (int rep = 0; rep < 2; ++rep) {
-      const LayerOut got = run_ops(**paired, c, d);
+      const LayerOut got = run_ops(*paired->get(), c, d);
       EXPECT_EQ(got.resid, want.resid) << what << ": the down projection's output differs";
       EXPECT_EQ(got.q, want.q) << what << ": q differs";
       EXPECT_EQ(got.m, want.m) << what << ": silu_mul differs";

@@ -766,19 +766,20 @@ TEST(CudaRopeAttention, DecodeStepRopeAndKvWriteInsideTheAttentionGiveTheOpsBits
                        {{{28, 4, 128, 0, DType::kBF16, DType::kBF16, {600}}, true, simt},
                         {{28, 4, 128, 0, DType::kBF16, DType::kBF16, {20000}}, true, simt}},
                        1980);
-  // VV_CUDA_ATTN_PRE=1: the SIMT kernel's table slots and first-round K/V rows (all but the new key's)
-  // loaded before its PDL wait; one key split and several, the lean form too, f16 at head dim 64, f32 mode.
-  check_rope_attention({{"VV_CUDA_ATTN_PRE", "1"}}, true,
+  // VV_CUDA_ATTN_PRE=0: the SIMT kernel's table slots and first-round K/V rows (all but the new key's)
+  // loaded after its PDL wait, as before session 24 (the cases above load them before it); one key split
+  // and several, the lean form too, f16 at head dim 64, f32 mode.
+  check_rope_attention({{"VV_CUDA_ATTN_PRE", "0"}}, true,
                        {{{28, 4, 128, 0, DType::kBF16, DType::kBF16, {600}}, true, simt},
                         {{28, 4, 128, 0, DType::kBF16, DType::kBF16, {20000}}, true, simt},
                         {{14, 2, 64, 0, DType::kF16, DType::kBF16, {1}}, true, simt},
                         {{14, 2, 64, 0, DType::kF16, DType::kBF16, {65}}, true, simt}},
                        2030);
-  check_rope_attention({{"VV_CUDA_ATTN_PRE", "1"}, {"VV_CUDA_ATTN_LEAN", "1"}}, true,
+  check_rope_attention({{"VV_CUDA_ATTN_PRE", "0"}, {"VV_CUDA_ATTN_LEAN", "1"}}, true,
                        {{{28, 4, 128, 0, DType::kBF16, DType::kBF16, {600}}, true, simt},
                         {{28, 4, 128, 0, DType::kBF16, DType::kBF16, {20000}}, true, simt}},
                        2040);
-  check_rope_attention({{"VV_CUDA_ATTN_PRE", "1"}}, false,
+  check_rope_attention({{"VV_CUDA_ATTN_PRE", "0"}}, false,
                        {{{14, 2, 64, 0, DType::kF32, DType::kF32, {1, 2, 3000}}, true, simt}}, 2050);
   // With VV_CUDA_ATTN_PACK=1 (the default's pack in both): the stream kernel also writes the o projection's
   // bf16 operand; f16 weights keep the GEMM's own pack, one row the SIMT kernel.
@@ -809,14 +810,18 @@ TEST(CudaRopeAttention, FusedDecodeStepUnderGraphReplay) {
   const RopeAttnOut got = run_rope_attn(**fused, c, 2000, true, 4, 33);
   expect_replayed(**fused);
   expect_same_rope_attn(got, want, "under graph replay");
-  // One row a step (the SIMT kernel), with VV_CUDA_ATTN_PRE=1 too.
-  auto pre = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}, {"VV_CUDA_ATTN_PRE", "1"}});
-  ASSERT_TRUE(pre.is_ok()) << pre.status().to_string();
+  // One row a step (the SIMT kernel), its early loads (the default) and without them.
+  auto late = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}, {"VV_CUDA_ATTN_PRE", "0"}});
+  ASSERT_TRUE(late.is_ok()) << late.status().to_string();
   const AttnCase one{28, 4, 128, 0, DType::kBF16, DType::kBF16, {700}};
   const RopeAttnOut want1 = run_rope_attn(**plain, one, 2010, true, 4, 33);
-  const RopeAttnOut got1 = run_rope_attn(**pre, one, 2010, true, 4, 33);
-  expect_replayed(**pre);
-  expect_same_rope_attn(got1, want1, "one row under graph replay, VV_CUDA_ATTN_PRE=1");
+  for (Backend* be : {fused->get(), late->get()}) {
+    const RopeAttnOut got1 = run_rope_attn(*be, one, 2010, true, 4, 33);
+    expect_replayed(*be);
+    expect_same_rope_attn(
+        got1, want1,
+        be == fused->get() ? "one row under graph replay" : "one row under graph replay, VV_CUDA_ATTN_PRE=0");
+  }
 }
 
 }  // namespace
