@@ -1112,6 +1112,16 @@ int max_active_clusters() {
   return n;
 }
 
+// Whether a ws kernel was compiled to 168 registers a thread: the consumers' setmaxnreg.inc 232 takes
+// what the producer's dec 40 frees (the block's 384 × 168); with fewer (another compiler) it would wait
+// forever, so not this form then.
+bool ws_regs_ok(const void* kern) {
+  cudaFuncAttributes fa{};
+  const bool ok = cudaFuncGetAttributes(&fa, kern) == cudaSuccess && fa.numRegs == 168;
+  if (!ok) cudaGetLastError();
+  return ok;
+}
+
 // The runs (clusters) a ws launch cuts `units` (of `groups` tile groups) into: one a cluster slot
 // (`slots`: the SMs over the cluster size), fewer where the scratch's least units a run or most
 // segments a tile say so.
@@ -1127,14 +1137,7 @@ bool launch_ws(const void* a, int M, int K, const void* w, int64_t ldw, int N, c
                bool accumulate, void* out, int64_t ldo, int sms, const StreamGemmScratch& scratch,
                cudaStream_t s) {
   auto* kern = stream_gemm_ws_kernel<NT, CL, SWIGLU>;
-  // The consumers' setmaxnreg.inc 232 takes what the producer's dec 40 frees: the block's 384 × 168.
-  // With fewer registers (another compiler) it would wait forever: not this form then.
-  static const bool regs_ok = [kern] {
-    cudaFuncAttributes fa{};
-    const bool ok = cudaFuncGetAttributes(&fa, kern) == cudaSuccess && fa.numRegs == 168;
-    if (!ok) cudaGetLastError();
-    return ok;
-  }();
+  static const bool regs_ok = ws_regs_ok(reinterpret_cast<const void*>(kern));
   if (!regs_ok) return false;
   allow_dynamic_smem(kern, ws_smem_bytes<NT>(), /*max_carveout=*/true);
   // Units are (group of CL tiles, 64-deep step) pairs over G clusters, as many as can be resident.
@@ -1230,12 +1233,7 @@ bool launch_mlp(const void* a, int M, int K, const void* w1, int64_t ldw1, int I
                 int64_t ldw2, float* out, int64_t ldo, int sms, const StreamGemmScratch& scratch,
                 cudaStream_t s) {
   auto* kern = stream_gemm_mlp_kernel<NT>;
-  static const bool regs_ok = [kern] {  // (setmaxnreg: as launch_ws)
-    cudaFuncAttributes fa{};
-    const bool ok = cudaFuncGetAttributes(&fa, kern) == cudaSuccess && fa.numRegs == 168;
-    if (!ok) cudaGetLastError();
-    return ok;
-  }();
+  static const bool regs_ok = ws_regs_ok(reinterpret_cast<const void*>(kern));
   if (!regs_ok) return false;
   allow_dynamic_smem(kern, ws_smem_bytes<NT>(), /*max_carveout=*/true);
   const int64_t tiles1 = (I + 127) / 128, ks1 = (K + kBK - 1) / kBK, units1 = tiles1 * ks1;
