@@ -1576,7 +1576,7 @@ class CudaBackend final : public Backend {
       d.sms = sms_;
       d.balance = gemv_balance_;
       d.pair_rows = gemv_pair_;
-      d.bulk = gemv_bulk_ != 0;
+      d.bulk = gemv_bulk_ == 4 ? d.K >= kBulkLongK : gemv_bulk_ != 0;
       d.count = 1;
       d.j[0].w = w.data;
       d.j[0].ldw = w.row_stride();
@@ -2473,12 +2473,15 @@ class CudaBackend final : public Backend {
   // VV_CUDA_GEMV_BULK (opt-in; sm_90): one-row GEMVs stream their weights by cp.async.bulk where
   // cuda::DecodeGemv::bulk takes them. 1: every one; 3: every one, but gate_up is not paired with its
   // SwiGLU epilogue (silu_mul stays an op); 2: the lone ones only (batch-1's o and down), not the
-  // flush's fused launches (so an unfused step's q/k/v differ from a fused one's); 0 (default): none.
+  // flush's fused launches (so an unfused step's q/k/v differ from a fused one's); 4: the lone ones of
+  // kBulkLongK or more columns only (batch-1's down projection: rows of 37.9 KB a warp streams with 4 KB
+  // in flight on the default kernel), which are lone in fused and unfused steps alike; 0 (default): none.
   int gemv_bulk_ = [] {
     const char* v = std::getenv("VV_CUDA_GEMV_BULK");
     const std::string s = v ? v : "";
-    return s == "1" ? 1 : s == "2" ? 2 : s == "3" ? 3 : 0;
+    return s == "1" ? 1 : s == "2" ? 2 : s == "3" ? 3 : s == "4" ? 4 : 0;
   }();
+  static constexpr int64_t kBulkLongK = 8192;
   // VV_CUDA_DECODE_CHAIN=1 (opt-in; sm_90; sets VV_CUDA_GEMV_BULK=3, and is off where that variable is
   // set to anything else): a run of one-row GEMV launches
   // each reading what the one before wrote (a layer from its o projection to the next layer's q|k|v),

@@ -333,15 +333,17 @@ void check_layer_fusion(const char* sw, const char* value = "1") {
     // VV_CUDA_GEMV_BULK streams 16-bit weights on sm_90 by the bulk kernel: at 1 it pairs gate/up rows
     // with the SwiGLU epilogue and the down projection streams alone; at 3 gate_up streams unpaired and
     // silu_mul becomes the down projection's prologue.
-    const bool takes = sm90 && c.wt != DType::kF32 && bulk;
+    // At 4 only the lone GEMVs of 8,192 columns or more (the 7B's down projection) take it.
+    const bool long_only = bulk && std::string(value) == "4";
+    const bool takes = sm90 && c.wt != DType::kF32 && bulk && !long_only;
     const bool unpaired = takes && std::string(value) == "3";
+    const bool down_bulk = (takes && !unpaired) || (long_only && sm90 && c.wt != DType::kF32 && c.I >= 8192);
     EXPECT_EQ(table.find("silu_mul"), std::string::npos) << what << ": silu_mul not fused\n" << table;
     EXPECT_EQ(table.find("rms_norm"), std::string::npos) << what << ": rms_norm not fused\n" << table;
     if (bulk) {  // 16-bit weights, K a multiple of 8 up to 8,192 (all of them here): on sm_90 only
       EXPECT_EQ(table.find("decode_gemv.fused_bulk") != std::string::npos, takes) << what << "\n" << table;
-      EXPECT_EQ(table.find("decode_gemv.bulk") != std::string::npos, takes && !unpaired)
-          << what << " (down)\n"
-          << table;
+      EXPECT_EQ(table.find("decode_gemv.bulk") != std::string::npos, down_bulk) << what << " (down)\n"
+                                                                                << table;
       EXPECT_EQ(table.find("decode_gemv.silu_bulk") != std::string::npos, unpaired)
           << what << " (silu_mul + down)\n"
           << table;
@@ -382,6 +384,13 @@ TEST(CudaDecodeFusion, LayerOpSequenceWithBulkGemvsFusedEqualsUnfusedBitwise) {
 // activation load (its output still written).
 TEST(CudaDecodeFusion, LayerOpSequenceWithUnpairedBulkGemvsFusedEqualsUnfusedBitwise) {
   check_layer_fusion("VV_CUDA_GEMV_BULK", "3");
+}
+
+// VV_CUDA_GEMV_BULK=4: only the lone one-row GEMVs of 8,192 columns or more (the 7B's down projection)
+// on the bulk kernel; the fused launches and the shorter lone ones keep the default kernel, so fused and
+// unfused steps still agree bitwise (the down projection is lone in both).
+TEST(CudaDecodeFusion, LayerOpSequenceWithLongRowsOnTheBulkGemvFusedEqualsUnfusedBitwise) {
+  check_layer_fusion("VV_CUDA_GEMV_BULK", "4");
 }
 
 // VV_CUDA_GEMV_BALANCE=1: the lone one-row GEMVs (the layer's down projection with its residual;
