@@ -24,10 +24,10 @@ __device__ __forceinline__ void pdl_trigger() {
 // Whether launches carry the attribute: an sm_90+ device and VV_CUDA_PDL unset or not "0" (read once).
 bool pdl_enabled();
 
-// A launch with `attr` (null: none) as its one launch attribute.
+// A launch with `attr` (null: none) as its one launch attribute; cudaLaunchKernelEx's status.
 template <typename... KArgs, typename... Args>
-void launch_with(const cudaLaunchAttribute* attr, void (*kern)(KArgs...), dim3 grid, unsigned block,
-                 size_t smem, cudaStream_t s, Args... args) {
+cudaError_t launch_with(const cudaLaunchAttribute* attr, void (*kern)(KArgs...), dim3 grid, unsigned block,
+                        size_t smem, cudaStream_t s, Args... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = dim3(block);
@@ -37,15 +37,15 @@ void launch_with(const cudaLaunchAttribute* attr, void (*kern)(KArgs...), dim3 g
   if (attr) a[0] = *attr;
   cfg.attrs = a;
   cfg.numAttrs = attr ? 1 : 0;
-  cudaLaunchKernelEx(&cfg, kern, args...);
+  return cudaLaunchKernelEx(&cfg, kern, args...);
 }
 template <typename... KArgs, typename... Args>
-void launch_pdl(void (*kern)(KArgs...), dim3 grid, unsigned block, size_t smem, cudaStream_t s,
-                Args... args) {
+cudaError_t launch_pdl(void (*kern)(KArgs...), dim3 grid, unsigned block, size_t smem, cudaStream_t s,
+                       Args... args) {
   cudaLaunchAttribute attr;
   attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr.val.programmaticStreamSerializationAllowed = 1;
-  launch_with(pdl_enabled() ? &attr : nullptr, kern, grid, block, smem, s, args...);
+  return launch_with(pdl_enabled() ? &attr : nullptr, kern, grid, block, smem, s, args...);
 }
 template <typename... KArgs, typename... Args>
 void launch_pdl(void (*kern)(KArgs...), unsigned grid, unsigned block, cudaStream_t s, Args... args) {

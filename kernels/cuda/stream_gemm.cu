@@ -1266,18 +1266,9 @@ bool launch_mlp(const void* a, int M, int K, const void* w1, int64_t ldw1, int I
                     ldo,
                     scratch.ws + slots1 * ws_slot_floats<NT>(),
                     scratch.counts + tiles1};
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(grid));
-  cfg.blockDim = dim3(kWsThreads);
-  cfg.dynamicSmemBytes = ws_smem_bytes<NT>();
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl_enabled() ? 1 : 0;
-  if (cudaLaunchKernelEx(&cfg, kern, w1map, x1map, w2map, x2map, up, down, static_cast<int>(tiles1),
-                         scratch.counts + tiles1 + 2 * tiles2) != cudaSuccess) {
+  if (launch_pdl(kern, dim3(static_cast<unsigned>(grid)), kWsThreads, ws_smem_bytes<NT>(), s, w1map, x1map,
+                 w2map, x2map, up, down, static_cast<int>(tiles1),
+                 scratch.counts + tiles1 + 2 * tiles2) != cudaSuccess) {
     cudaGetLastError();  // (a refused launch: the caller launches the two GEMMs)
     return false;
   }

@@ -393,6 +393,21 @@ TEST(CudaDecodeFusion, LayerOpSequenceWithLongRowsOnTheBulkGemvFusedEqualsUnfuse
   check_layer_fusion("VV_CUDA_GEMV_BULK", "4");
 }
 
+// The layer sequence on `base`, and twice on `other`, whose launches may differ but not a row's sums:
+// the residual, q, silu_mul and the K cache bitwise equal to base's each time. Returns base's outputs.
+LayerOut same_layer_bits_twice(Backend& base, Backend& other, const LayerCase& c, LayerData& d,
+                               const std::string& what) {
+  const LayerOut want = run_ops(base, c, d);
+  for (int rep = 0; rep < 2; ++rep) {
+    const LayerOut got = run_ops(other, c, d);
+    EXPECT_EQ(got.resid, want.resid) << what << ": the down projection's output differs";
+    EXPECT_EQ(got.q, want.q) << what << ": q differs";
+    EXPECT_EQ(got.m, want.m) << what << ": silu_mul differs";
+    EXPECT_EQ(got.kc, want.kc) << what << ": K cache differs";
+  }
+  return want;
+}
+
 // VV_CUDA_GEMV_BALANCE=1: the lone one-row GEMVs (the layer's down projection with its residual;
 // o at the 7B) spread their rows over the resident blocks (7 rows a block at the 7B's 3,584). A row's
 // sum is the same: every output of the layer sequence must be the bits of the default backend's.
@@ -418,14 +433,7 @@ TEST(CudaDecodeFusion, BalancedGemvRowsChangeNoBit) {
         "H=" + std::to_string(c.H) + " I=" + std::to_string(c.I) + " " + dtype_name(c.wt);
     LayerData d = make_data(c, seed);
     seed += 20;
-    const LayerOut want = run_ops(*plain, c, d);
-    for (int rep = 0; rep < 2; ++rep) {
-      const LayerOut got = run_ops(**bal, c, d);
-      EXPECT_EQ(got.resid, want.resid) << what << ": the down projection's output differs";
-      EXPECT_EQ(got.q, want.q) << what << ": q differs";
-      EXPECT_EQ(got.m, want.m) << what << ": silu_mul differs";
-      EXPECT_EQ(got.kc, want.kc) << what << ": K cache differs";
-    }
+    const LayerOut want = same_layer_bits_twice(*plain, **bal, c, d, what);
     (void)backend_profile_report(**prof);
     const LayerOut pr = run_ops(**prof, c, d);
     EXPECT_EQ(pr.resid, want.resid) << what << ": the down projection's output differs (profiled)";
@@ -463,14 +471,7 @@ TEST(CudaDecodeFusion, PairedGemvRowsChangeNoBit) {
         "H=" + std::to_string(c.H) + " I=" + std::to_string(c.I) + " " + dtype_name(c.wt);
     LayerData d = make_data(c, seed);
     seed += 20;
-    const LayerOut want = run_ops(*plain, c, d);
-    for (int rep = 0; rep < 2; ++rep) {
-      const LayerOut got = run_ops(*paired->get(), c, d);
-      EXPECT_EQ(got.resid, want.resid) << what << ": the down projection's output differs";
-      EXPECT_EQ(got.q, want.q) << what << ": q differs";
-      EXPECT_EQ(got.m, want.m) << what << ": silu_mul differs";
-      EXPECT_EQ(got.kc, want.kc) << what << ": K cache differs";
-    }
+    const LayerOut want = same_layer_bits_twice(*plain, **paired, c, d, what);
     (void)backend_profile_report(**prof);
     const LayerOut pr = run_ops(**prof, c, d);
     EXPECT_EQ(pr.q, want.q) << what << ": q differs (profiled)";
