@@ -1421,7 +1421,8 @@ class CudaBackend final : public Backend {
     const cuda::MmaDecodePlan pm =
         mma ? cuda::plan_mma_decode_attention(q.rows(), at.rows, sh, deterministic_) : cuda::MmaDecodePlan{};
     const cuda::DecodeAttentionPlan pd =
-        mma ? cuda::DecodeAttentionPlan{} : cuda::plan_decode_attention(q.rows(), at.rows, sh, sms_);
+        mma ? cuda::DecodeAttentionPlan{}
+            : cuda::plan_decode_attention(q.rows(), at.rows, sh, sms_, attn_cluster_);
     if (!(mma ? pm.use : pd.use)) return no("no plan");
     if ((mma ? pm.counters : pd.counters) > kDecAttnCounterSlots) return no("counters");
     // With VV_CUDA_ATTN_PACK: the stream kernel also writes the o projection's operand (past discard(q)).
@@ -1437,12 +1438,6 @@ class CudaBackend final : public Backend {
       const bool pack = !gemms.empty();
       if (pack && !ensure_pack(static_cast<size_t>(a.out.rows() * a.out.cols()) * 2)) return;
       {
-        OpTimer timer(this, pack  ? "paged_attention.decode_mma_rope_pack"
-                            : mma ? "paged_attention.decode_mma_rope"
-                                  : "paged_attention.decode_rope");
-        unsigned* counters = nullptr;
-        float* partials = nullptr;
-        if (!decode_attention_ws(mma ? pm.ws_floats : pd.ws_floats, &counters, &partials)) return;
         cuda::DecodeRope rp;
         rp.inv_freq = inv_freq(r.f, r.head_dim);
         if (!rp.inv_freq) return;  // first use inside a capture: broken, run eagerly
@@ -1453,6 +1448,14 @@ class CudaBackend final : public Backend {
         rp.kc = w.cache.k.data;
         rp.vc = w.cache.v.data;
         rp.pre = attn_pre_;
+        OpTimer timer(this, pack  ? "paged_attention.decode_mma_rope_pack"
+                            : mma ? "paged_attention.decode_mma_rope"
+                            : cuda::decode_attention_clusters(pd, a.cache, &rp)
+                                ? "paged_attention.decode_rope_cluster"
+                                : "paged_attention.decode_rope");
+        unsigned* counters = nullptr;
+        float* partials = nullptr;
+        if (!decode_attention_ws(mma ? pm.ws_floats : pd.ws_floats, &counters, &partials)) return;
         Tensor o = a.out;
         if (mma) {
           cuda::mma_decode_attention(a.a, a.rows, a.cache, a.shape, o, pm, partials, counters, stream_,
@@ -1748,7 +1751,8 @@ class CudaBackend final : public Backend {
     const cuda::MmaDecodePlan pm =
         mma ? cuda::plan_mma_decode_attention(q.rows(), rows, shape, deterministic_) : cuda::MmaDecodePlan{};
     const cuda::DecodeAttentionPlan p =
-        mma ? cuda::DecodeAttentionPlan{} : cuda::plan_decode_attention(q.rows(), rows, shape, sms_);
+        mma ? cuda::DecodeAttentionPlan{}
+            : cuda::plan_decode_attention(q.rows(), rows, shape, sms_, attn_cluster_);
     if (!pm.use && !p.use) return false;
     if ((pm.use ? pm.counters : p.counters) > kDecAttnCounterSlots) return false;
     OpTimer timer(this, pack     ? "paged_attention.decode_mma_pack"
@@ -2563,6 +2567,10 @@ class CudaBackend final : public Backend {
   // The fused SIMT decode attention (one-row bf16 steps) loads its block table's slots and its first
   // round's old K and V rows before the PDL wait (DecodeRope::pre); VV_CUDA_ATTN_PRE=0: after it.
   bool attn_pre_ = !(std::getenv("VV_CUDA_ATTN_PRE") && std::string(std::getenv("VV_CUDA_ATTN_PRE")) == "0");
+  // VV_CUDA_ATTN_CLUSTER=1 (opt-in until measured): one-row steps' SIMT decode attention planned as at most
+  // 8 splits a kv head, run by the fused step as one cluster each (DecodeAttentionPlan::cluster).
+  bool attn_cluster_ =
+      std::getenv("VV_CUDA_ATTN_CLUSTER") && std::string(std::getenv("VV_CUDA_ATTN_CLUSTER")) == "1";
   // The encoders' stage-0 and stage-1 blocks (and stage 2's with the wgmma FFN) as one kernel each
   // (conv_block); VV_CUDA_ENC_BLOCK=0 turns it off (A/B).
   bool enc_block_ =

@@ -426,8 +426,9 @@ using dec::warp_max;
 // row was written by this block).
 // kPre (with kRope, unless VV_CUDA_ATTN_PRE=0): the block waits for the kernel before itself, after the loads
 // that do not depend on it (decode_attn_block).
-template <typename CT, bool kRope, bool kPre = false>
-__global__ void __launch_bounds__(kAttnThreads) decode_attn_kernel(const DecodeAttnArgs a) {
+// kClu (with kPre): launched as clusters of the splits (DecodeAttentionPlan::cluster).
+template <typename CT, bool kRope, bool kPre = false, bool kClu = false>
+__global__ void __launch_bounds__(kAttnThreads, kClu ? 2 : 1) decode_attn_kernel(const DecodeAttnArgs a) {
   if constexpr (!kPre) {
     pdl_wait();
     pdl_trigger();
@@ -435,7 +436,7 @@ __global__ void __launch_bounds__(kAttnThreads) decode_attn_kernel(const DecodeA
   extern __shared__ float sm[];
   __shared__ float mls[2][kAttnMaxG];
   __shared__ int last;
-  decode_attn_block<CT, kRope, kRope, kPre>(a, blockIdx.x, blockIdx.y, blockIdx.z, sm, mls, last);
+  decode_attn_block<CT, kRope, kRope, kPre, kClu>(a, blockIdx.x, blockIdx.y, blockIdx.z, sm, mls, last);
 }
 
 // ---- Decode attention on the tensor cores ----------------------------------------------------
@@ -1451,8 +1452,26 @@ void decode_argmax(const Tensor& logits, Tensor& out, void* ws, cudaStream_t s) 
              static_cast<const float*>(wsv), static_cast<const int32_t*>(wsi), R, out.ptr<int32_t>());
 }
 
+// Whether the current device has thread-block clusters (sm_90+), asked once.
+bool device_has_clusters() {
+  static const bool has = [] {
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    return major >= 9;
+  }();
+  return has;
+}
+
+// The cluster form's K and V rows take at most this much shared memory a block (with the rest, under the
+// 227 KB a block may have).
+constexpr size_t kAttnClusterKvBytes = 160 * 1024;
+
 DecodeAttentionPlan plan_decode_attention(int64_t n, const AttentionRows& rows, const AttentionShape& shape,
-                                          int sms) {
+                                          int sms, bool cluster) {
   DecodeAttentionPlan p;
   const int G = shape.kv_heads > 0 ? shape.heads / shape.kv_heads : 0;
   if (n < 1 || n > kDecodeAttentionMaxRows || G < 1 || G > kAttnMaxG || shape.head_dim > kAttnMaxHeadDim ||
@@ -1465,6 +1484,17 @@ DecodeAttentionPlan plan_decode_attention(int64_t n, const AttentionRows& rows, 
   if (max_keys > 256 * chunk) chunk = ((max_keys + 255) / 256 + kAttnRound - 1) / kAttnRound * kAttnRound;
   const int64_t pairs = n * shape.kv_heads;
   const int64_t D = shape.head_dim;
+  // The cluster form: at most kAttnClusterMax splits of whole rounds, their K and V rows (16-bit) in
+  // shared memory; more than one split (one merges nothing).
+  if (cluster && n == 1 && D % 8 == 0 && device_has_clusters()) {
+    const int64_t c =
+        ((max_keys + kAttnClusterMax - 1) / kAttnClusterMax + kAttnRound - 1) / kAttnRound * kAttnRound;
+    const auto kv = static_cast<size_t>(c * D * 2 * 2);
+    if (kv <= kAttnClusterKvBytes && (max_keys + c - 1) / c > 1) {
+      chunk = c;
+      p.kv_smem = kv;
+    }
+  }
   p.use = true;
   p.chunk = static_cast<int>(chunk);
   p.splits = static_cast<int>((max_keys + chunk - 1) / chunk);
@@ -1473,7 +1503,15 @@ DecodeAttentionPlan plan_decode_attention(int64_t n, const AttentionRows& rows, 
   p.counters = p.splits > 1 ? static_cast<size_t>(pairs) : 0;
   p.smem = static_cast<size_t>(G * D * (1 + kAttnWarps) + G * p.pstride) * sizeof(float) +
            static_cast<size_t>(chunk) * sizeof(int64_t);
+  if (p.kv_smem > 0) p.cluster = p.splits;
   return p;
+}
+
+bool decode_attention_clusters(const DecodeAttentionPlan& p, const KvLayer& cache, const DecodeRope* rope) {
+  const auto a16 = [](const void* x) { return reinterpret_cast<uintptr_t>(x) % 16 == 0; };
+  return p.cluster > 1 && p.cluster <= kAttnClusterMax && rope && rope->inv_freq && rope->pre &&
+         (cache.k.dtype == DType::kBF16 || cache.k.dtype == DType::kF16) && cache.k.row_stride() % 8 == 0 &&
+         a16(cache.k.data) && a16(cache.v.data) && device_has_clusters();
 }
 
 DecodeAttnArgs decode_attn_args(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
@@ -1515,6 +1553,16 @@ void decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer&
     allow_dynamic_smem(kern, p.smem);  // what this launch needs (< 48 KB at 65,536 keys of the 7B)
     launch_pdl(kern, grid, kAttnThreads, p.smem, s, a);
   };
+  if (decode_attention_clusters(p, cache, rope)) {
+    auto clu = [&](auto* kern) {
+      const size_t smem = p.smem + p.kv_smem;
+      allow_dynamic_smem(kern, smem);
+      launch_pdl_cluster(kern, grid, static_cast<unsigned>(p.cluster), kAttnThreads, smem, s, a);
+    };
+    a.kv.ct == DType::kBF16 ? clu(decode_attn_kernel<__nv_bfloat16, true, true, true>)
+                            : clu(decode_attn_kernel<__half, true, true, true>);
+    return;
+  }
   switch (a.kv.ct) {
     case DType::kBF16:
       pre     ? go(decode_attn_kernel<__nv_bfloat16, true, true>)

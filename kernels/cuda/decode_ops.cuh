@@ -231,13 +231,25 @@ void decode_argmax(const Tensor& logits, Tensor& out, void* ws, cudaStream_t s);
 // rows are loaded with its K rows, and the merge issues 4 splits' loads for all of a thread's outputs
 // at once; each output's sum keeps the split order, so the bits are those without it.
 constexpr int64_t kDecodeAttentionMaxRows = 256;
+// cluster (VV_CUDA_ATTN_CLUSTER=1; plan_decode_attention's `cluster`): a one-row step's splits (at most
+// kAttnClusterMax, each of several 64-key rounds) form one thread-block cluster per kv head. The block
+// copies its split's K and V rows (all but the new key's) into shared memory with cp.async before its PDL
+// wait, and the cluster merges the splits through distributed shared memory (each block a slice of the
+// outputs, the splits in split order with the ws merge's arithmetic) instead of ws, a counter and the
+// last block's reads. The plan's chunk is then also what every other kernel taking the plan uses, so a
+// kernel without the cluster form (no rope fusion, no early loads, an f32 cache, no sm_90) gives the
+// same bits. kv_smem: the K and V rows' shared memory (16-bit cache), beyond smem.
+constexpr int kAttnClusterMax = 8;
 struct DecodeAttentionPlan {
   bool use = false;
   int splits = 1, chunk = 64, pstride = 64;
-  size_t ws_floats = 0, counters = 0, smem = 0;
+  int cluster = 0;  // splits a cluster (> 1), or 0: merged through ws
+  size_t ws_floats = 0, counters = 0, smem = 0, kv_smem = 0;
 };
 DecodeAttentionPlan plan_decode_attention(int64_t n, const AttentionRows& rows, const AttentionShape& shape,
-                                          int sms);
+                                          int sms, bool cluster = false);
+// Whether decode_attention runs p's cluster form for this cache and rope (DecodeAttentionPlan::cluster).
+bool decode_attention_clusters(const DecodeAttentionPlan& p, const KvLayer& cache, const DecodeRope* rope);
 // rope (null: none): DecodeRope.
 void decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
                       const AttentionShape& shape, Tensor& out, const DecodeAttentionPlan& p, float* ws,
