@@ -1462,7 +1462,7 @@ class CudaBackend final : public Backend {
                                      pack ? pack_ : nullptr, &rp);
         } else {
           cuda::decode_attention(a.a, a.rows, a.cache, a.shape, o, pd, partials, counters, attn_lean_,
-                                 stream_, &rp);
+                                 stream_, &rp, attn_wide_merge_);
         }
         launched("paged_attention");
       }
@@ -1764,7 +1764,8 @@ class CudaBackend final : public Backend {
     if (pm.use) {
       cuda::mma_decode_attention(q, rows, cache, shape, out, pm, partials, counters, stream_, pack);
     } else {
-      cuda::decode_attention(q, rows, cache, shape, out, p, partials, counters, attn_lean_, stream_);
+      cuda::decode_attention(q, rows, cache, shape, out, p, partials, counters, attn_lean_, stream_, nullptr,
+                             attn_wide_merge_);
     }
     launched("paged_attention");
     return true;
@@ -2474,16 +2475,17 @@ class CudaBackend final : public Backend {
   int sms_ = 132;
   size_t smem_optin_ = 227 * 1024;  // a block's shared memory (cudaDeviceProp::sharedMemPerBlockOptin)
   size_t l2_bytes_ = 0;
-  // VV_CUDA_GEMV_BULK (opt-in; sm_90): one-row GEMVs stream their weights by cp.async.bulk where
+  // VV_CUDA_GEMV_BULK (sm_90): one-row GEMVs stream their weights by cp.async.bulk where
   // cuda::DecodeGemv::bulk takes them. 1: every one; 3: every one, but gate_up is not paired with its
   // SwiGLU epilogue (silu_mul stays an op); 2: the lone ones only (batch-1's o and down), not the
   // flush's fused launches (so an unfused step's q/k/v differ from a fused one's); 4: the lone ones of
   // kBulkLongK or more columns only (batch-1's down projection: rows of 37.9 KB a warp streams with 4 KB
-  // in flight on the default kernel), which are lone in fused and unfused steps alike; 0 (default): none.
+  // in flight on the default kernel), which are lone in fused and unfused steps alike (the default since
+  // session 25: +0.8 % at batch 1 on an H100); 0: none.
   int gemv_bulk_ = [] {
     const char* v = std::getenv("VV_CUDA_GEMV_BULK");
     const std::string s = v ? v : "";
-    return s == "1" ? 1 : s == "2" ? 2 : s == "3" ? 3 : s == "4" ? 4 : 0;
+    return s == "0" ? 0 : s == "1" ? 1 : s == "2" ? 2 : s == "3" ? 3 : 4;
   }();
   static constexpr int64_t kBulkLongK = 8192;
   // VV_CUDA_DECODE_CHAIN=1 (opt-in; sm_90; sets VV_CUDA_GEMV_BULK=3, and is off where that variable is
@@ -2564,6 +2566,10 @@ class CudaBackend final : public Backend {
       std::getenv("VV_CUDA_FFN_WG_PIPE") && std::string(std::getenv("VV_CUDA_FFN_WG_PIPE")) == "1";
   // VV_CUDA_ATTN_LEAN=1 (opt-in until run on a GPU): cuda::decode_attention's `lean`.
   bool attn_lean_ = std::getenv("VV_CUDA_ATTN_LEAN") && std::string(std::getenv("VV_CUDA_ATTN_LEAN")) == "1";
+  // VV_CUDA_ATTN_WIDE_MERGE=1 (opt-in until measured): cuda::decode_attention's `wide_merge` (the SIMT
+  // kernel's last block loads 4 splits for all of a thread's outputs at once, not one output at a time).
+  bool attn_wide_merge_ =
+      std::getenv("VV_CUDA_ATTN_WIDE_MERGE") && std::string(std::getenv("VV_CUDA_ATTN_WIDE_MERGE")) == "1";
   // The fused SIMT decode attention (one-row bf16 steps) loads its block table's slots and its first
   // round's old K and V rows before the PDL wait (DecodeRope::pre); VV_CUDA_ATTN_PRE=0: after it.
   bool attn_pre_ = !(std::getenv("VV_CUDA_ATTN_PRE") && std::string(std::getenv("VV_CUDA_ATTN_PRE")) == "0");

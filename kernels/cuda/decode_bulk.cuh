@@ -737,7 +737,7 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
     if (lane == 0) mls[1][g] = l;
   }
   __syncthreads();
-  if (!lean) {  // one output at a time, 4 splits' loads in flight
+  if (!lean && !A.wide_merge) {  // one output at a time, 4 splits' loads in flight
     for (int i = tid; i < G * D; i += kAttnThreads) {
       const int g = i / D;
       float a = 0.f;

@@ -216,6 +216,21 @@ bool gemv_roll() {
   return on;
 }
 
+// VV_CUDA_GEMV_CARVEOUT=N (0..100; opt-in until measured): the one-row GEMV kernels' preferred shared
+// memory carveout (cudaFuncAttributePreferredSharedMemoryCarveout, percent). The GEMVs need none, so by
+// default an SM running them may be configured with less shared memory than the decode attention after
+// them asks for, whose blocks then wait for the SM to drain instead of starting their early loads beside
+// the GEMV's last blocks. -1 (unset): the driver's choice.
+int gemv_carveout() {
+  static const int v = [] {
+    const char* e = std::getenv("VV_CUDA_GEMV_CARVEOUT");
+    if (!e || !*e) return -1;
+    const int x = std::atoi(e);
+    return x >= 0 && x <= 100 ? x : -1;
+  }();
+  return v;
+}
+
 template <typename WT, int R, bool kNorm, bool kRoll, int kMinBlocks = 0, bool kBal = false,
           bool kPair = false>
 void launch_gemv_sched(const DecodeGemv& g, int64_t tasks, cudaStream_t s) {
@@ -224,6 +239,9 @@ void launch_gemv_sched(const DecodeGemv& g, int64_t tasks, cudaStream_t s) {
   auto* kern = decode_gemv_kernel<WT, R, kNorm, U, kRoll, kMinBlocks, kBal, kPair>;
   static int per_sm = 0;  // blocks resident per SM, per instantiation
   if (per_sm == 0) {
+    if (gemv_carveout() >= 0 && cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                     gemv_carveout()) != cudaSuccess)
+      cudaGetLastError();
     int b = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kern, kGemvThreads, 0) != cudaSuccess) {
       cudaGetLastError();
@@ -1516,7 +1534,7 @@ bool decode_attention_clusters(const DecodeAttentionPlan& p, const KvLayer& cach
 
 DecodeAttnArgs decode_attn_args(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
                                 const AttentionShape& shape, Tensor& out, const DecodeAttentionPlan& p,
-                                float* ws, unsigned* counters, bool lean) {
+                                float* ws, unsigned* counters, bool lean, bool wide_merge) {
   DecodeAttnArgs a;
   a.q = q.ptr<const float>();
   a.ldq = q.row_stride();
@@ -1535,16 +1553,18 @@ DecodeAttnArgs decode_attn_args(const Tensor& q, const AttentionRows& rows, cons
   a.ws = ws;
   a.counters = counters;
   a.lean = lean;
+  a.wide_merge = wide_merge;
   a.smem = p.smem;
   return a;
 }
 
 void decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
                       const AttentionShape& shape, Tensor& out, const DecodeAttentionPlan& p, float* ws,
-                      unsigned* counters, bool lean, cudaStream_t s, const DecodeRope* rope) {
+                      unsigned* counters, bool lean, cudaStream_t s, const DecodeRope* rope,
+                      bool wide_merge) {
   const int64_t n = q.rows();
   if (n == 0) return;
-  DecodeAttnArgs a = decode_attn_args(q, rows, cache, shape, out, p, ws, counters, lean);
+  DecodeAttnArgs a = decode_attn_args(q, rows, cache, shape, out, p, ws, counters, lean, wide_merge);
   if (rope) a.rope = *rope;
   const bool fused = a.rope.inv_freq != nullptr, pre = fused && a.rope.pre;
   const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(shape.kv_heads),

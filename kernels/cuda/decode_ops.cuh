@@ -136,6 +136,7 @@ struct DecodeAttnArgs {
   float* ws = nullptr;
   unsigned* counters = nullptr;
   bool lean = false;
+  bool wide_merge = false;  // decode_attention's wide_merge
   size_t smem = 0;  // the block's dynamic shared memory (DecodeAttentionPlan::smem)
   DecodeRope rope;  // decode_attention's rope (the chain's attention phase: none)
 };
@@ -229,7 +230,9 @@ void decode_argmax(const Tensor& logits, Tensor& out, void* ws, cudaStream_t s);
 // is false otherwise. ws: ws_floats floats; counters: `counters` zeroed unsigned ints (left zeroed).
 // `lean`: splits past a row's length leave at once and stay out of its merge, a warp's first-round V
 // rows are loaded with its K rows, and the merge issues 4 splits' loads for all of a thread's outputs
-// at once; each output's sum keeps the split order, so the bits are those without it.
+// at once; each output's sum keeps the split order, so the bits are those without it. `wide_merge`
+// (VV_CUDA_ATTN_WIDE_MERGE=1): that merge, over every split as without `lean` (the others add zeros),
+// and nothing else of `lean`: the same bits.
 constexpr int64_t kDecodeAttentionMaxRows = 256;
 // cluster (VV_CUDA_ATTN_CLUSTER=1; plan_decode_attention's `cluster`): a one-row step's splits (at most
 // kAttnClusterMax, each of several 64-key rounds) form one thread-block cluster per kv head. The block
@@ -253,11 +256,12 @@ bool decode_attention_clusters(const DecodeAttentionPlan& p, const KvLayer& cach
 // rope (null: none): DecodeRope.
 void decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
                       const AttentionShape& shape, Tensor& out, const DecodeAttentionPlan& p, float* ws,
-                      unsigned* counters, bool lean, cudaStream_t s, const DecodeRope* rope = nullptr);
+                      unsigned* counters, bool lean, cudaStream_t s, const DecodeRope* rope = nullptr,
+                      bool wide_merge = false);
 // decode_attention's operands as its kernel takes them.
 DecodeAttnArgs decode_attn_args(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
                                 const AttentionShape& shape, Tensor& out, const DecodeAttentionPlan& p,
-                                float* ws, unsigned* counters, bool lean);
+                                float* ws, unsigned* counters, bool lean, bool wide_merge = false);
 
 // Decode attention on the tensor cores (bf16 mode; decode_attention.h says which shapes): one warp
 // per unit of kMmaDecodeChunk keys of one (row, kv head), the GQA group as the M side of m16n8k16

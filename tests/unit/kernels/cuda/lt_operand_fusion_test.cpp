@@ -822,6 +822,50 @@ TEST(CudaRopeAttention, DecodeStepRopeAndKvWriteInsideTheAttentionGiveTheOpsBits
                        2010);
 }
 
+// VV_CUDA_ATTN_WIDE_MERGE=1: the SIMT decode attention's last block merges the splits with 4 splits' loads
+// for all of a thread's outputs in flight (the lean form's merge, over every split): the bits of the
+// default merge, fused and not, eagerly and replayed, in bf16 and f32 modes (one key split, 2, 10 and
+// 20 of them, past the table's 256-split limit, f16 at head dim 64, several rows in f32 mode).
+TEST(CudaRopeAttention, WideMergeGivesTheDefaultMergesBits) {
+  VV_CUDA_BACKEND_OR_SKIP(any, true);
+  for (const bool bf16 : {true, false}) {
+    auto base = cuda_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}}, bf16);
+    ASSERT_TRUE(base.is_ok()) << base.status().to_string();
+    auto wide = cuda_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}, {"VV_CUDA_ATTN_WIDE_MERGE", "1"}}, bf16);
+    ASSERT_TRUE(wide.is_ok()) << wide.status().to_string();
+    auto wide_ops = cuda_backend_with({{"VV_CUDA_ROPE_ATTN", "0"}, {"VV_CUDA_ATTN_WIDE_MERGE", "1"}}, bf16);
+    ASSERT_TRUE(wide_ops.is_ok()) << wide_ops.status().to_string();
+    const std::vector<AttnCase> cases =
+        bf16 ? std::vector<AttnCase>{{28, 4, 128, 0, DType::kBF16, DType::kBF16, {60}},
+                                     {28, 4, 128, 0, DType::kBF16, DType::kBF16, {65}},
+                                     {28, 4, 128, 0, DType::kBF16, DType::kBF16, {613}},
+                                     {28, 4, 128, 0, DType::kBF16, DType::kBF16, {1279}},
+                                     {28, 4, 128, 0, DType::kBF16, DType::kBF16, {20011}},
+                                     {14, 2, 64, 0, DType::kF16, DType::kBF16, {701}}}
+             : std::vector<AttnCase>{{14, 2, 64, 0, DType::kF32, DType::kF32, {1, 2, 3000}},
+                                     {28, 4, 128, 0, DType::kF32, DType::kF32, {997}}};
+    uint32_t seed = 2100;
+    for (const AttnCase& c : cases) {
+      const std::string what = std::to_string(c.lens.back()) + " keys, " + std::to_string(c.heads) + "/" +
+                               std::to_string(c.kv_heads) + "x" + std::to_string(c.D) +
+                               (bf16 ? ", bf16 mode" : ", f32 mode");
+      const RopeAttnOut want = run_rope_attn(**base, c, seed, true);
+      expect_same_rope_attn(run_rope_attn(**wide, c, seed, true), want, what + ", fused");
+      expect_same_rope_attn(run_rope_attn(**wide_ops, c, seed, true), want, what + ", the ops");
+      seed += 10;
+    }
+  }
+  auto base = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}});
+  ASSERT_TRUE(base.is_ok()) << base.status().to_string();
+  auto wide = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}, {"VV_CUDA_ATTN_WIDE_MERGE", "1"}});
+  ASSERT_TRUE(wide.is_ok()) << wide.status().to_string();
+  const AttnCase one{28, 4, 128, 0, DType::kBF16, DType::kBF16, {1279}};
+  const RopeAttnOut want = run_rope_attn(**base, one, 2190, true, 4, 33);
+  const RopeAttnOut got = run_rope_attn(**wide, one, 2190, true, 4, 33);
+  expect_replayed(**wide);
+  expect_same_rope_attn(got, want, "1279 keys under graph replay");
+}
+
 // The same under graph replay (no profiling, which keeps graphs off): 33 steps a flush, four flushes.
 TEST(CudaRopeAttention, FusedDecodeStepUnderGraphReplay) {
   VV_CUDA_BACKEND_OR_SKIP(any, true);
