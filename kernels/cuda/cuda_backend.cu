@@ -1579,7 +1579,10 @@ class CudaBackend final : public Backend {
       d.sms = sms_;
       d.balance = gemv_balance_;
       d.pair_rows = gemv_pair_;
-      d.bulk = gemv_bulk_ == 4 ? d.K >= kBulkLongK : gemv_bulk_ != 0;
+      d.bulk = gemv_bulk_ == 4 ? d.K >= kBulkLongK
+               : gemv_bulk_ == 5
+                   ? d.K >= kBulkLongK || ep == Epilogue::kAddResidual || out.cols() >= kBulkWideN
+                   : gemv_bulk_ != 0;
       d.count = 1;
       d.j[0].w = w.data;
       d.j[0].ldw = w.row_stride();
@@ -2485,9 +2488,13 @@ class CudaBackend final : public Backend {
   int gemv_bulk_ = [] {
     const char* v = std::getenv("VV_CUDA_GEMV_BULK");
     const std::string s = v ? v : "";
-    return s == "0" ? 0 : s == "1" ? 1 : s == "2" ? 2 : s == "3" ? 3 : 4;
+    return s == "0" ? 0 : s == "1" ? 1 : s == "2" ? 2 : s == "3" ? 3 : s == "5" ? 5 : 4;
   }();
+  // 5 (opt-in until measured): 4's, and the other GEMVs that are lone in fused and unfused steps alike: those
+  // adding into a residual (batch-1's o and down) and those of kBulkWideN rows or more (the LM head; a
+  // layer's widest, gate_up, is 37,888 rows at the 7B and is paired with its SwiGLU when fused).
   static constexpr int64_t kBulkLongK = 8192;
+  static constexpr int64_t kBulkWideN = 65536;
   // VV_CUDA_DECODE_CHAIN=1 (opt-in; sm_90; sets VV_CUDA_GEMV_BULK=3, and is off where that variable is
   // set to anything else): a run of one-row GEMV launches
   // each reading what the one before wrote (a layer from its o projection to the next layer's q|k|v),

@@ -66,6 +66,8 @@
 #   batch        batched decode steps alone (cuda_decode_bench --batch-bench): $BATCH_ROWS (1,64,128) rows at
 #                $BATCH_CTX (400) positions with each of $BATCH_CFGS, against the weights + K/V bound
 #   ncubatch     Nsight Compute: every kernel of 64-row decode steps ($NCU_ENV as ncudecode's)
+#   ncugemvsec   Nsight Compute sections (speed of light, memory, occupancy, launch, warp states, scheduler) of
+#                6 consecutive batch-1 decode launches of the default GEMV kernel (q/k/v, o, gate_up)
 #   ncuattnb     Nsight Compute sections (stalls, memory, source counters) of the batched decode attention
 #                at $BATCH_ROWS (128) rows, context $BATCH_CTX (400)
 #   ncudecodebulk  ncudecode with VV_CUDA_GEMV_BULK=1
@@ -429,6 +431,15 @@ for step in "$@"; do
         --launch-count 3 --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
         --section Occupancy --section MemoryWorkloadAnalysis --section LaunchStats --section SourceCounters \
         $B/cuda_decode_bench --preset 7b --bf16 --no-gemv --prompt 1024 --tokens 4 --enc-audio 1 --job-audio 1 \
+        --job-tokens 1 ;;
+    ncugemvsec)  # why batch-1's default-kernel GEMVs (norm + q/k/v paired, o, norm + gate_up + SwiGLU) stream
+      # below the copy rate: Nsight sections of 6 consecutive launches of decode_gemv_kernel in the decode
+      # steps (85 a token with the LM head; the 7B's down is on the bulk kernel), after a 64-row prompt
+      NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+      run ncugemvsec timeout 240 env ${NCU_ENV:-VV_CUDA_NONE=1} $NCU --clock-control none --kernel-name decode_gemv_kernel \
+        --launch-skip 172 --launch-count 6 --section SpeedOfLight --section MemoryWorkloadAnalysis \
+        --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
+        $B/cuda_decode_bench --preset 7b --bf16 --no-gemv --prompt 64 --tokens 6 --enc-audio 1 --job-audio 1 \
         --job-tokens 1 ;;
     ncuattnb)  # why the batched decode attention streams K/V at half the copy bandwidth (issue 13; H100,
       # session 18: 996 µs of a 64-row step, 1.53 TB/s): Nsight sections of a few launches of the mma stream
