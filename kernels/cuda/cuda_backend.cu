@@ -898,6 +898,7 @@ class CudaBackend final : public Backend {
     d.sms = sms_;
     d.balance = gemv_balance_;
     d.pair_rows = gemv_pair_;
+    d.deep = gemv_deep_;
     if (norm) {
       d.norm_w = norm->w.ptr<const float>();
       d.eps = norm->f;
@@ -928,10 +929,11 @@ class CudaBackend final : public Backend {
     if (!norm && d.count == 1 && !d.silu_out) return 0;  // a lone GEMM: run_gemm takes the same kernel
     d.bulk = gemv_bulk_ == 1 || (gemv_bulk_ == 3 && !d.silu_out);
     out.push_back([=, this] {
-      OpTimer timer(this, !profiling_                                 ? ""
-                          : d.bulk && cuda::decode_gemv_bulk_takes(d) ? "decode_gemv.fused_bulk"
-                          : d.pair_rows && cuda::decode_gemv_pairs(d) ? "decode_gemv.fused_paired"
-                                                                      : "decode_gemv.fused");
+      OpTimer timer(this, !profiling_                                   ? ""
+                          : d.bulk && cuda::decode_gemv_bulk_takes(d)   ? "decode_gemv.fused_bulk"
+                          : d.pair_rows && cuda::decode_gemv_pairs(d)   ? "decode_gemv.fused_paired"
+                          : d.deep && d.silu_out && d.wt != DType::kF32 ? "decode_gemv.fused_deep"
+                                                                        : "decode_gemv.fused");
       cuda::decode_gemv(d, stream_);
       launched("decode_gemv");
     });
@@ -2518,6 +2520,9 @@ class CudaBackend final : public Backend {
   // cuda::DecodeGemv::pair_rows (the norm + q/k/v GEMV two rows a warp); VV_CUDA_GEMV_PAIR=0: off.
   bool gemv_pair_ =
       !(std::getenv("VV_CUDA_GEMV_PAIR") && std::string(std::getenv("VV_CUDA_GEMV_PAIR")) == "0");
+  // VV_CUDA_GEMV_DEEP=1 (opt-in until measured): cuda::DecodeGemv::deep (the fused gate_up + SwiGLU GEMV
+  // with twice the loads in flight a warp, at 2 blocks an SM).
+  bool gemv_deep_ = std::getenv("VV_CUDA_GEMV_DEEP") && std::string(std::getenv("VV_CUDA_GEMV_DEEP")) == "1";
   // VV_CUDA_GEMV_BALANCE=1 (opt-in until measured on a GPU): cuda::DecodeGemv::balance.
   bool gemv_balance_ =
       std::getenv("VV_CUDA_GEMV_BALANCE") && std::string(std::getenv("VV_CUDA_GEMV_BALANCE")) == "1";

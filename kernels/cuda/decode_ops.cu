@@ -234,8 +234,9 @@ int gemv_carveout() {
 template <typename WT, int R, bool kNorm, bool kRoll, int kMinBlocks = 0, bool kBal = false,
           bool kPair = false>
 void launch_gemv_sched(const DecodeGemv& g, int64_t tasks, cudaStream_t s) {
-  // Five blocks per SM (kMinBlocks = 5) hold half the loads in flight per warp.
-  constexpr int U = (R == 1 && sizeof(WT) == 2 && kMinBlocks < 5) ? 8 : 4;
+  // Five blocks per SM (kMinBlocks = 5) hold half the loads in flight per warp; two blocks of two rows a
+  // warp (DecodeGemv::deep) twice as many.
+  constexpr int U = sizeof(WT) == 2 && ((R == 1 && kMinBlocks < 5) || (R == 2 && kMinBlocks == 2)) ? 8 : 4;
   auto* kern = decode_gemv_kernel<WT, R, kNorm, U, kRoll, kMinBlocks, kBal, kPair>;
   static int per_sm = 0;  // blocks resident per SM, per instantiation
   if (per_sm == 0) {
@@ -330,6 +331,16 @@ void dispatch_gemv(const DecodeGemv& g, int64_t tasks, cudaStream_t s) {
         launch_gemv_sched<WT, 2, true, true, 0, false, true>(gp, t, s);
       } else {
         launch_gemv_sched<WT, 2, false, true, 0, false, true>(gp, t, s);
+      }
+      return;
+    }
+  }
+  if constexpr (sizeof(WT) == 2) {
+    if (g.silu_out && g.deep && gemv_roll()) {
+      if (norm) {
+        launch_gemv_sched<WT, 2, true, true, 2>(g, tasks, s);
+      } else {
+        launch_gemv_sched<WT, 2, false, true, 2>(g, tasks, s);
       }
       return;
     }

@@ -66,6 +66,11 @@ struct DecodeGemv {
   // schedule: the warp that computes row n of a job also computes row N/2 + n (a row's sum keeps its
   // order: the same bits).
   bool pair_rows = false;
+  // deep (VV_CUDA_GEMV_DEEP=1): the SwiGLU-paired launch (gate_up with silu_out, 16-bit weights, the rolled
+  // schedule) with 8 chunks in flight a lane instead of 4, at 2 blocks an SM instead of 3: 8 KB a warp,
+  // 128 KB an SM in flight against 92 KB. A row's sum keeps its order (lane-strided chunks, ascending):
+  // the same bits.
+  bool deep = false;
   // bulk (VV_CUDA_GEMV_BULK=1; the caller sets it only on sm_90): the weights stream through shared
   // memory by cp.async.bulk (decode_gemv_bulk_takes: 16-bit weights with contiguous rows, K a
   // multiple of 8 up to 24,576, or 8,192 with the norm prologue or the SwiGLU epilogue; 16-byte

@@ -499,6 +499,36 @@ TEST(CudaDecodeFusion, PairedGemvRowsChangeNoBit) {
   }
 }
 
+// VV_CUDA_GEMV_DEEP=1: the fused gate_up + SwiGLU GEMV (16-bit weights) with 8 chunks in flight a lane at
+// 2 blocks an SM: every output of the layer sequence the default's bits (odd widths, f16, the 7B).
+TEST(CudaDecodeFusion, DeepSwiGluGemvChangesNoBit) {
+  { VV_CUDA_BACKEND_OR_SKIP(probe, false); }
+  auto plain = backend_with("VV_CUDA_NONE", "1");
+  ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
+  auto deep = backend_with("VV_CUDA_GEMV_DEEP", "1");
+  ASSERT_TRUE(deep.is_ok()) << deep.status().to_string();
+  auto prof = cuda_backend_with({{"VV_CUDA_GEMV_DEEP", "1"}, {"VV_CUDA_PROFILE", "1"}}, false);
+  ASSERT_TRUE(prof.is_ok()) << prof.status().to_string();
+  const std::vector<LayerCase> cases = {
+      {136, 40, 3, 1, 8, DType::kBF16, DType::kBF16, 37},            // fewer rows than warps
+      {1032, 264, 7, 7, 24, DType::kF16, DType::kF32, 1000},         // f16 weights, K > 1,024
+      {3584, 18944, 28, 4, 128, DType::kBF16, DType::kBF16, 4099}};  // Qwen2.5-7B
+  uint32_t seed = 780;
+  for (const LayerCase& c : cases) {
+    const std::string what =
+        "H=" + std::to_string(c.H) + " I=" + std::to_string(c.I) + " " + dtype_name(c.wt);
+    LayerData d = make_data(c, seed);
+    seed += 20;
+    const LayerOut want = same_layer_bits_twice(**plain, **deep, c, d, what);
+    (void)backend_profile_report(**prof);
+    const LayerOut pr = run_ops(**prof, c, d);
+    EXPECT_EQ(pr.m, want.m) << what << ": silu_mul differs (profiled)";
+    EXPECT_EQ(pr.gu, want.gu) << what << ": gate_up differs (profiled)";
+    const std::string table = backend_profile_report(**prof);
+    EXPECT_NE(table.find("decode_gemv.fused_deep"), std::string::npos) << what << ": not deep\n" << table;
+  }
+}
+
 // A decode step from one layer's o projection (or, with `attention`, its attention) to the next layer's
 // kv_write, as Qwen2Decoder::run_layer issues it: [attention,] o (+ residual), norm, gate_up, silu_mul,
 // down (+ residual), norm, q/k/v, rope, kv_write. VV_CUDA_DECODE_CHAIN=1 runs it as one decode_chain
