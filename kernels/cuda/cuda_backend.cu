@@ -898,7 +898,6 @@ class CudaBackend final : public Backend {
     d.sms = sms_;
     d.balance = gemv_balance_;
     d.pair_rows = gemv_pair_;
-    d.deep = gemv_deep_;
     if (norm) {
       d.norm_w = norm->w.ptr<const float>();
       d.eps = norm->f;
@@ -929,11 +928,11 @@ class CudaBackend final : public Backend {
     if (!norm && d.count == 1 && !d.silu_out) return 0;  // a lone GEMM: run_gemm takes the same kernel
     d.bulk = gemv_bulk_ == 1 || (gemv_bulk_ == 3 && !d.silu_out);
     out.push_back([=, this] {
-      OpTimer timer(this, !profiling_                                   ? ""
-                          : d.bulk && cuda::decode_gemv_bulk_takes(d)   ? "decode_gemv.fused_bulk"
-                          : d.pair_rows && cuda::decode_gemv_pairs(d)   ? "decode_gemv.fused_paired"
-                          : d.deep && d.silu_out && d.wt != DType::kF32 ? "decode_gemv.fused_deep"
-                                                                        : "decode_gemv.fused");
+      OpTimer timer(this, !profiling_                                 ? ""
+                          : d.bulk && cuda::decode_gemv_bulk_takes(d) ? "decode_gemv.fused_bulk"
+                          : d.pair_rows && cuda::decode_gemv_pairs(d)
+                              ? (d.balance ? "decode_gemv.fused_paired_balanced" : "decode_gemv.fused_paired")
+                              : "decode_gemv.fused");
       cuda::decode_gemv(d, stream_);
       launched("decode_gemv");
     });
@@ -1423,8 +1422,7 @@ class CudaBackend final : public Backend {
     const cuda::MmaDecodePlan pm =
         mma ? cuda::plan_mma_decode_attention(q.rows(), at.rows, sh, deterministic_) : cuda::MmaDecodePlan{};
     const cuda::DecodeAttentionPlan pd =
-        mma ? cuda::DecodeAttentionPlan{}
-            : cuda::plan_decode_attention(q.rows(), at.rows, sh, sms_, attn_cluster_);
+        mma ? cuda::DecodeAttentionPlan{} : cuda::plan_decode_attention(q.rows(), at.rows, sh, sms_);
     if (!(mma ? pm.use : pd.use)) return no("no plan");
     if ((mma ? pm.counters : pd.counters) > kDecAttnCounterSlots) return no("counters");
     // With VV_CUDA_ATTN_PACK: the stream kernel also writes the o projection's operand (past discard(q)).
@@ -1440,6 +1438,12 @@ class CudaBackend final : public Backend {
       const bool pack = !gemms.empty();
       if (pack && !ensure_pack(static_cast<size_t>(a.out.rows() * a.out.cols()) * 2)) return;
       {
+        OpTimer timer(this, pack  ? "paged_attention.decode_mma_rope_pack"
+                            : mma ? "paged_attention.decode_mma_rope"
+                                  : "paged_attention.decode_rope");
+        unsigned* counters = nullptr;
+        float* partials = nullptr;
+        if (!decode_attention_ws(mma ? pm.ws_floats : pd.ws_floats, &counters, &partials)) return;
         cuda::DecodeRope rp;
         rp.inv_freq = inv_freq(r.f, r.head_dim);
         if (!rp.inv_freq) return;  // first use inside a capture: broken, run eagerly
@@ -1450,14 +1454,6 @@ class CudaBackend final : public Backend {
         rp.kc = w.cache.k.data;
         rp.vc = w.cache.v.data;
         rp.pre = attn_pre_;
-        OpTimer timer(this, pack  ? "paged_attention.decode_mma_rope_pack"
-                            : mma ? "paged_attention.decode_mma_rope"
-                            : cuda::decode_attention_clusters(pd, a.cache, &rp)
-                                ? "paged_attention.decode_rope_cluster"
-                                : "paged_attention.decode_rope");
-        unsigned* counters = nullptr;
-        float* partials = nullptr;
-        if (!decode_attention_ws(mma ? pm.ws_floats : pd.ws_floats, &counters, &partials)) return;
         Tensor o = a.out;
         if (mma) {
           cuda::mma_decode_attention(a.a, a.rows, a.cache, a.shape, o, pm, partials, counters, stream_,
@@ -1581,10 +1577,7 @@ class CudaBackend final : public Backend {
       d.sms = sms_;
       d.balance = gemv_balance_;
       d.pair_rows = gemv_pair_;
-      d.bulk = gemv_bulk_ == 4 ? d.K >= kBulkLongK
-               : gemv_bulk_ == 5
-                   ? d.K >= kBulkLongK || ep == Epilogue::kAddResidual || out.cols() >= kBulkWideN
-                   : gemv_bulk_ != 0;
+      d.bulk = gemv_bulk_ == 4 ? d.K >= kBulkLongK : gemv_bulk_ != 0;
       d.count = 1;
       d.j[0].w = w.data;
       d.j[0].ldw = w.row_stride();
@@ -1756,8 +1749,7 @@ class CudaBackend final : public Backend {
     const cuda::MmaDecodePlan pm =
         mma ? cuda::plan_mma_decode_attention(q.rows(), rows, shape, deterministic_) : cuda::MmaDecodePlan{};
     const cuda::DecodeAttentionPlan p =
-        mma ? cuda::DecodeAttentionPlan{}
-            : cuda::plan_decode_attention(q.rows(), rows, shape, sms_, attn_cluster_);
+        mma ? cuda::DecodeAttentionPlan{} : cuda::plan_decode_attention(q.rows(), rows, shape, sms_);
     if (!pm.use && !p.use) return false;
     if ((pm.use ? pm.counters : p.counters) > kDecAttnCounterSlots) return false;
     OpTimer timer(this, pack     ? "paged_attention.decode_mma_pack"
@@ -2486,17 +2478,13 @@ class CudaBackend final : public Backend {
   // flush's fused launches (so an unfused step's q/k/v differ from a fused one's); 4: the lone ones of
   // kBulkLongK or more columns only (batch-1's down projection: rows of 37.9 KB a warp streams with 4 KB
   // in flight on the default kernel), which are lone in fused and unfused steps alike (the default since
-  // session 25: +0.8 % at batch 1 on an H100); 0: none.
+  // session 25); 0: none.
   int gemv_bulk_ = [] {
     const char* v = std::getenv("VV_CUDA_GEMV_BULK");
     const std::string s = v ? v : "";
-    return s == "0" ? 0 : s == "1" ? 1 : s == "2" ? 2 : s == "3" ? 3 : s == "5" ? 5 : 4;
+    return s == "0" ? 0 : s == "1" ? 1 : s == "2" ? 2 : s == "3" ? 3 : 4;
   }();
-  // 5 (opt-in until measured): 4's, and the other GEMVs that are lone in fused and unfused steps alike: those
-  // adding into a residual (batch-1's o and down) and those of kBulkWideN rows or more (the LM head; a
-  // layer's widest, gate_up, is 37,888 rows at the 7B and is paired with its SwiGLU when fused).
   static constexpr int64_t kBulkLongK = 8192;
-  static constexpr int64_t kBulkWideN = 65536;
   // VV_CUDA_DECODE_CHAIN=1 (opt-in; sm_90; sets VV_CUDA_GEMV_BULK=3, and is off where that variable is
   // set to anything else): a run of one-row GEMV launches
   // each reading what the one before wrote (a layer from its o projection to the next layer's q|k|v),
@@ -2520,9 +2508,6 @@ class CudaBackend final : public Backend {
   // cuda::DecodeGemv::pair_rows (the norm + q/k/v GEMV two rows a warp); VV_CUDA_GEMV_PAIR=0: off.
   bool gemv_pair_ =
       !(std::getenv("VV_CUDA_GEMV_PAIR") && std::string(std::getenv("VV_CUDA_GEMV_PAIR")) == "0");
-  // VV_CUDA_GEMV_DEEP=1 (opt-in until measured): cuda::DecodeGemv::deep (the fused gate_up + SwiGLU GEMV
-  // with twice the loads in flight a warp, at 2 blocks an SM).
-  bool gemv_deep_ = std::getenv("VV_CUDA_GEMV_DEEP") && std::string(std::getenv("VV_CUDA_GEMV_DEEP")) == "1";
   // VV_CUDA_GEMV_BALANCE=1 (opt-in until measured on a GPU): cuda::DecodeGemv::balance.
   bool gemv_balance_ =
       std::getenv("VV_CUDA_GEMV_BALANCE") && std::string(std::getenv("VV_CUDA_GEMV_BALANCE")) == "1";
@@ -2578,17 +2563,13 @@ class CudaBackend final : public Backend {
       std::getenv("VV_CUDA_FFN_WG_PIPE") && std::string(std::getenv("VV_CUDA_FFN_WG_PIPE")) == "1";
   // VV_CUDA_ATTN_LEAN=1 (opt-in until run on a GPU): cuda::decode_attention's `lean`.
   bool attn_lean_ = std::getenv("VV_CUDA_ATTN_LEAN") && std::string(std::getenv("VV_CUDA_ATTN_LEAN")) == "1";
-  // VV_CUDA_ATTN_WIDE_MERGE=1 (opt-in until measured): cuda::decode_attention's `wide_merge` (the SIMT
-  // kernel's last block loads 4 splits for all of a thread's outputs at once, not one output at a time).
+  // VV_CUDA_ATTN_WIDE_MERGE=1 (opt-in): cuda::decode_attention's `wide_merge` (the SIMT kernel's last block
+  // loads 4 splits for all of a thread's outputs at once, not one output at a time).
   bool attn_wide_merge_ =
       std::getenv("VV_CUDA_ATTN_WIDE_MERGE") && std::string(std::getenv("VV_CUDA_ATTN_WIDE_MERGE")) == "1";
   // The fused SIMT decode attention (one-row bf16 steps) loads its block table's slots and its first
   // round's old K and V rows before the PDL wait (DecodeRope::pre); VV_CUDA_ATTN_PRE=0: after it.
   bool attn_pre_ = !(std::getenv("VV_CUDA_ATTN_PRE") && std::string(std::getenv("VV_CUDA_ATTN_PRE")) == "0");
-  // VV_CUDA_ATTN_CLUSTER=1 (opt-in until measured): one-row steps' SIMT decode attention planned as at most
-  // 8 splits a kv head, run by the fused step as one cluster each (DecodeAttentionPlan::cluster).
-  bool attn_cluster_ =
-      std::getenv("VV_CUDA_ATTN_CLUSTER") && std::string(std::getenv("VV_CUDA_ATTN_CLUSTER")) == "1";
   // The encoders' stage-0 and stage-1 blocks (and stage 2's with the wgmma FFN) as one kernel each
   // (conv_block); VV_CUDA_ENC_BLOCK=0 turns it off (A/B).
   bool enc_block_ =

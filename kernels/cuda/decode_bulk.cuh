@@ -12,7 +12,6 @@
 
 #include "kernels/cuda/convert.cuh"
 #include "kernels/cuda/decode_ops.cuh"
-#include "kernels/cuda/mma_util.cuh"
 #include "kernels/cuda/pdl.cuh"
 
 namespace vv::cuda::dec {
@@ -362,86 +361,6 @@ constexpr int kAttnMaxG = 8;
 constexpr int kAttnKeysPerWarp = 8;  // a warp's keys per round: their loads are in flight together
 constexpr int kAttnRound = kAttnWarps * kAttnKeysPerWarp;
 
-// kClu's cache rows: key j of the split from the shared-memory copy, or (the new key, which this launch
-// writes after the copies were issued) from the cache itself through L2.
-template <bool kCg, typename CT>
-__device__ __forceinline__ void staged4(const CT* st, const CT* cache, int j, bool fresh,
-                                        const int64_t* slots, int64_t ldc, int64_t hoff, int D, int d0,
-                                        float* f) {
-  if (fresh) {
-    load4c<kCg>(cache + slots[j] * ldc + hoff, f);
-  } else {
-    load4(st + static_cast<int64_t>(j) * D + d0, f);
-  }
-}
-
-// A float at the same shared-memory offset as p in block `rank` of this cluster (sm_90).
-__device__ __forceinline__ float ld_cluster(const float* p, uint32_t rank) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const auto a = static_cast<uint32_t>(__cvta_generic_to_shared(p));
-  uint32_t ra;
-  float v;
-  asm("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(ra) : "r"(a), "r"(rank));
-  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(ra) : "memory");
-  return v;
-#else
-  (void)p, (void)rank;
-  __trap();
-  return 0.f;
-#endif
-}
-__device__ __forceinline__ void cluster_barrier() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
-#else
-  __trap();
-#endif
-}
-
-// The cluster form's merge (decode_attn_block's kClu): block `split` of the cluster (its rank) left its
-// partial [G][D] in part and its (max, sum) per head in mls; each block takes outputs [split·per,
-// (split + 1)·per) of the G·D, with the ws merge's arithmetic and order: per head the maximum over the
-// splits (lanes over splits), the weights e^(m_s − M) (0 for a split without keys) and Σ l_s·e_s (lanes,
-// then the xor tree), then Σ_s part_s·e_s in split order over the fmaf chain, divided by that sum. wsm:
-// this block's scratch, G·(nse + 1) floats.
-__device__ __forceinline__ void cluster_merge(const float* part, const float (&mls)[2][kAttnMaxG], float* wsm,
-                                              float* orow, int G, int D, int nse, int split) {
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  cluster_barrier();  // every split's partial and (max, sum) are in place, and this block's red is free
-  float* es = wsm;    // [G][nse]
-  float* lsum = wsm + G * nse;  // [G]
-  for (int g = warp; g < G; g += kAttnWarps) {
-    float mx = -INFINITY;
-    for (int sp = lane; sp < nse; sp += 32) mx = fmaxf(mx, ld_cluster(&mls[0][g], static_cast<uint32_t>(sp)));
-    mx = warp_max(mx);
-    float l = 0.f;
-    for (int sp = lane; sp < nse; sp += 32) {
-      const float ls = ld_cluster(&mls[1][g], static_cast<uint32_t>(sp));
-      const float e = ls > 0.f ? expf(ld_cluster(&mls[0][g], static_cast<uint32_t>(sp)) - mx) : 0.f;
-      es[g * nse + sp] = e;
-      l += ls * e;
-    }
-    l = warp_sum(l);
-    if (lane == 0) lsum[g] = l;
-  }
-  __syncthreads();
-  const int per = (G * D + nse - 1) / nse;
-  const int i1 = min(G * D, (split + 1) * per);
-  for (int i = split * per + tid; i < i1; i += kAttnThreads) {
-    const int g = i / D;
-    float x[kAttnClusterMax];
-#pragma unroll
-    for (int sp = 0; sp < kAttnClusterMax; ++sp)
-      x[sp] = sp < nse ? ld_cluster(part + i, static_cast<uint32_t>(sp)) : 0.f;
-    float a = 0.f;
-#pragma unroll
-    for (int sp = 0; sp < kAttnClusterMax; ++sp)
-      if (sp < nse) a = fmaf(x[sp], es[g * nse + sp], a);
-    orow[i] = a / lsum[g];
-  }
-  cluster_barrier();  // no block leaves while another may still read its shared memory
-}
-
 // Decode attention: block (key split s, kv head, row r) takes the split's keys in rounds of 64: warp w
 // loads the K slices of its 8 keys (lanes over 4-dim slices) and scores them for the G query heads
 // of the kv head (warp sums); after the split's softmax, the same warp accumulates p·V of its keys
@@ -459,16 +378,10 @@ __device__ __forceinline__ void cluster_merge(const float* part, const float (&m
 // kernel cannot have written — the row's position and sequence, its block table, the K and V rows of its
 // first round but for the new key L − 1 (written by this launch) — go before the PDL wait (pdl_wait and
 // pdl_trigger are called here). The same values, so the same bits.
-// kClu (with kPre; sm_90, launched as clusters of the splits: DecodeAttentionPlan::cluster): every K and V
-// row of the split but the new key's is copied into shared memory (after the slots, [chunk][D] each)
-// before the wait, and the splits are merged through the cluster's shared memory (cluster_merge) with
-// the ws merge's arithmetic in the same order: the bits of the kernel without it at the same chunk.
-template <typename CT, bool kCg, bool kRope = false, bool kPre = false, bool kClu = false>
+template <typename CT, bool kCg, bool kRope = false, bool kPre = false>
 __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int split, int kvh, int64_t r,
                                                   float* sm, float (&mls)[2][kAttnMaxG], int& last) {
   static_assert(!kPre || kRope, "the early loads are the fused step's");
-  static_assert(!kClu || (kPre && sizeof(CT) == 2),
-                "the cluster form is the early-load form's, 16-bit cache");
   const float* __restrict__ q = A.q;
   const int64_t ldq = A.ldq;
   const int32_t* __restrict__ row_seq = A.kv.row_seq;
@@ -483,15 +396,13 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
   float* __restrict__ out = A.out;
   float* ws = A.ws;
   unsigned* counters = A.counters;
-  const bool lean = !kClu && A.lean;  // every block of a cluster takes part in its merge
+  const bool lean = A.lean;
   const int nsplit = A.splits;
   const int G = heads / kv_heads;
   float* Qs = sm;                                                 // [G][D]
   float* red = Qs + G * D;                                        // [warps][G][D]
   float* Ps = red + kAttnWarps * G * D;                           // [G][pstride]
   int64_t* slots = reinterpret_cast<int64_t*>(Ps + G * pstride);  // [chunk]; the offset is even
-  CT* Kst = reinterpret_cast<CT*>(slots + chunk);                 // kClu: [chunk][D]
-  CT* Vst = Kst + static_cast<int64_t>(chunk) * D;                // kClu: [chunk][D]
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int32_t seq = row_seq[r];
   const int L = row_pos[r] + 1;
@@ -514,27 +425,14 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
       slots[j] = static_cast<int64_t>(tables[seq * ldt + p / bs]) * bs + p % bs;
     }
     __syncthreads();
-    if constexpr (kClu) {
-      // The split's K and V rows in 16-byte pieces (D / 8 a row), all in flight before the wait.
-      const int cpr = D / 8;
-      for (int x = tid; x < nk * cpr; x += kAttnThreads) {
-        const int j = x / cpr, c = x - j * cpr;
-        if (k0 + j == L - 1) continue;
-        const int64_t off = slots[j] * ldc + static_cast<int64_t>(kvh) * D + 8 * c;
-        mma::cp_async16(Kst + j * D + 8 * c, kc + off);
-        mma::cp_async16(Vst + j * D + 8 * c, vc + off);
-      }
-      mma::cp_async_commit();
-    } else {
 #pragma unroll
-      for (int u = 0; u < kAttnKeysPerWarp; ++u) {
-        const int j = warp * kAttnKeysPerWarp + u;
+    for (int u = 0; u < kAttnKeysPerWarp; ++u) {
+      const int j = warp * kAttnKeysPerWarp + u;
 #pragma unroll
-        for (int e = 0; e < 4; ++e) kpre[u][e] = vpre[u][e] = 0.f;
-        if (dl && j < nk && k0 + j != L - 1) {
-          load4c<kCg>(kc + slots[j] * ldc + hoff, kpre[u]);
-          load4c<kCg>(vc + slots[j] * ldc + hoff, vpre[u]);
-        }
+      for (int e = 0; e < 4; ++e) kpre[u][e] = vpre[u][e] = 0.f;
+      if (dl && j < nk && k0 + j != L - 1) {
+        load4c<kCg>(kc + slots[j] * ldc + hoff, kpre[u]);
+        load4c<kCg>(vc + slots[j] * ldc + hoff, vpre[u]);
       }
     }
     pdl_wait();  // q, the new k and v are the kernel before's
@@ -564,14 +462,13 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
       slots[j] = static_cast<int64_t>(tables[seq * ldt + p / bs]) * bs + p % bs;
     }
   }
-  if constexpr (kClu) mma::cp_async_wait<0>();  // this thread's copies; the barrier makes them everyone's
   __syncthreads();
   float qv[kAttnMaxG][4];
 #pragma unroll
   for (int g = 0; g < kAttnMaxG; ++g)
 #pragma unroll
     for (int e = 0; e < 4; ++e) qv[g][e] = g < G && dl ? Qs[g * D + d0 + e] : 0.f;
-  if constexpr (kPre && !kClu) {
+  if constexpr (kPre) {
     // The new key's rows, written by this block before the barrier above.
 #pragma unroll
     for (int u = 0; u < kAttnKeysPerWarp; ++u) {
@@ -591,14 +488,7 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
   }
   for (int j0 = warp * kAttnKeysPerWarp; j0 < nk; j0 += kAttnRound) {
     float kf[kAttnKeysPerWarp][4];
-    if constexpr (kClu) {
-#pragma unroll
-      for (int u = 0; u < kAttnKeysPerWarp; ++u) {
-        kf[u][0] = kf[u][1] = kf[u][2] = kf[u][3] = 0.f;
-        if (dl && j0 + u < nk)
-          staged4<kCg>(Kst, kc, j0 + u, k0 + j0 + u == L - 1, slots, ldc, hoff, D, d0, kf[u]);
-      }
-    } else if (kPre && j0 == warp * kAttnKeysPerWarp) {
+    if (kPre && j0 == warp * kAttnKeysPerWarp) {
 #pragma unroll
       for (int u = 0; u < kAttnKeysPerWarp; ++u)
 #pragma unroll
@@ -648,14 +538,7 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
   for (int g = 0; g < kAttnMaxG; ++g) acc[g][0] = acc[g][1] = acc[g][2] = acc[g][3] = 0.f;
   for (int j0 = warp * kAttnKeysPerWarp; j0 < nk; j0 += kAttnRound) {
     float vf[kAttnKeysPerWarp][4];
-    if constexpr (kClu) {
-#pragma unroll
-      for (int u = 0; u < kAttnKeysPerWarp; ++u) {
-        vf[u][0] = vf[u][1] = vf[u][2] = vf[u][3] = 0.f;
-        if (dl && j0 + u < nk)
-          staged4<kCg>(Vst, vc, j0 + u, k0 + j0 + u == L - 1, slots, ldc, hoff, D, d0, vf[u]);
-      }
-    } else if ((lean || kPre) && j0 == warp * kAttnKeysPerWarp) {
+    if ((lean || kPre) && j0 == warp * kAttnKeysPerWarp) {
 #pragma unroll
       for (int u = 0; u < kAttnKeysPerWarp; ++u)
 #pragma unroll
@@ -696,17 +579,11 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
     for (int w = 0; w < kAttnWarps; ++w) a += red[w * G * D + i];
     if (nse == 1) {
       orow[i] = a / mls[1][i / D];
-    } else if constexpr (kClu) {
-      Qs[i] = a;  // q is in registers since the scores: the block's partial, read by the cluster
     } else {
       wacc[i] = a;
     }
   }
   if (nse == 1) return;
-  if constexpr (kClu) {
-    cluster_merge(Qs, mls, red, orow, G, D, nse, split);
-    return;
-  }
   float* wml = ws + n * kv_heads * nsplit * G * D + (pair * nsplit + split) * G * 2;
   if (tid < G) {
     wml[tid * 2] = mls[0][tid];
@@ -748,12 +625,18 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
     }
     return;
   }
-  // Lean: each thread's outputs (i = tid + 256·o, up to 8 of them) over 4 splits at a time, their loads
-  // in flight together; each output's sum in split order.
+  // Lean (or wide_merge): each thread's outputs (i = tid + 256·o, up to 8 of them) over 4 splits at a
+  // time, their loads in flight together; each output's sum in split order. An output's row of split
+  // weights (its head's, (i / D)·pstride) once, not per split (a division by the run-time D each).
   constexpr int kOut = kAttnMaxG * 256 / kAttnThreads;
   float a[kOut];
+  int prow[kOut];
 #pragma unroll
-  for (int o = 0; o < kOut; ++o) a[o] = 0.f;
+  for (int o = 0; o < kOut; ++o) {
+    a[o] = 0.f;
+    const int i = tid + o * kAttnThreads;
+    prow[o] = i < G * D ? (i / D) * pstride : 0;
+  }
   for (int sp0 = 0; sp0 < nse; sp0 += 4) {
     float x[4][kOut];
 #pragma unroll
@@ -769,7 +652,7 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
 #pragma unroll
         for (int o = 0; o < kOut; ++o) {
           const int i = tid + o * kAttnThreads;
-          if (i < G * D) a[o] = fmaf(x[u][o], Ps[(i / D) * pstride + sp0 + u], a[o]);
+          if (i < G * D) a[o] = fmaf(x[u][o], Ps[prow[o] + sp0 + u], a[o]);
         }
       }
     }

@@ -52,8 +52,9 @@ constexpr int gemv_default_blocks(int R, bool norm) {
   return R == 1 && !norm ? 4 : 3;
 }
 
-// kBal (VV_CUDA_GEMV_BALANCE, no norm prologue): g.tpb tasks a block instead of one a warp, the
-// block's other warps idle, so that a launch of one round spreads its rows evenly over the SMs.
+// kBal (VV_CUDA_GEMV_BALANCE): g.tpb tasks a block instead of one a warp, the block's other warps idle
+// (with the norm prologue they take part in it first), so that a launch of one round spreads its rows
+// evenly over the SMs.
 // kPair (R = 2, DecodeGemv::pair_rows): rows n and N/2 + n of a job without the SwiGLU epilogue, each stored
 // (with its bias, or added to with the residual epilogue) as the one-row form stores it.
 template <typename WT, int R, bool kNorm, int U, bool kRoll, int kMinBlocks = 0, bool kBal = false,
@@ -61,7 +62,6 @@ template <typename WT, int R, bool kNorm, int U, bool kRoll, int kMinBlocks = 0,
 __global__ void __launch_bounds__(kGemvThreads, kMinBlocks > 0 ? kMinBlocks : gemv_default_blocks(R, kNorm))
     decode_gemv_kernel(const DecodeGemv g, int64_t tasks) {
   static_assert(!kPair || R == 2, "pairs are two rows a warp");
-  static_assert(!(kBal && kNorm), "the norm prologue needs every warp of the block");
   constexpr int V = sizeof(WT) == 4 ? 2 : 1;
   __shared__ float red[16];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -216,33 +216,14 @@ bool gemv_roll() {
   return on;
 }
 
-// VV_CUDA_GEMV_CARVEOUT=N (0..100; opt-in until measured): the one-row GEMV kernels' preferred shared
-// memory carveout (cudaFuncAttributePreferredSharedMemoryCarveout, percent). The GEMVs need none, so by
-// default an SM running them may be configured with less shared memory than the decode attention after
-// them asks for, whose blocks then wait for the SM to drain instead of starting their early loads beside
-// the GEMV's last blocks. -1 (unset): the driver's choice.
-int gemv_carveout() {
-  static const int v = [] {
-    const char* e = std::getenv("VV_CUDA_GEMV_CARVEOUT");
-    if (!e || !*e) return -1;
-    const int x = std::atoi(e);
-    return x >= 0 && x <= 100 ? x : -1;
-  }();
-  return v;
-}
-
 template <typename WT, int R, bool kNorm, bool kRoll, int kMinBlocks = 0, bool kBal = false,
           bool kPair = false>
 void launch_gemv_sched(const DecodeGemv& g, int64_t tasks, cudaStream_t s) {
-  // Five blocks per SM (kMinBlocks = 5) hold half the loads in flight per warp; two blocks of two rows a
-  // warp (DecodeGemv::deep) twice as many.
-  constexpr int U = sizeof(WT) == 2 && ((R == 1 && kMinBlocks < 5) || (R == 2 && kMinBlocks == 2)) ? 8 : 4;
+  // Five blocks per SM (kMinBlocks = 5) hold half the loads in flight per warp.
+  constexpr int U = (R == 1 && sizeof(WT) == 2 && kMinBlocks < 5) ? 8 : 4;
   auto* kern = decode_gemv_kernel<WT, R, kNorm, U, kRoll, kMinBlocks, kBal, kPair>;
   static int per_sm = 0;  // blocks resident per SM, per instantiation
   if (per_sm == 0) {
-    if (gemv_carveout() >= 0 && cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                                     gemv_carveout()) != cudaSuccess)
-      cudaGetLastError();
     int b = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kern, kGemvThreads, 0) != cudaSuccess) {
       cudaGetLastError();
@@ -320,7 +301,7 @@ template <typename WT>
 void dispatch_gemv(const DecodeGemv& g, int64_t tasks, cudaStream_t s) {
   const bool norm = g.norm_w != nullptr;
   if constexpr (sizeof(WT) == 2) {
-    if (pairs(g, tasks)) {
+    if (pairs(g, tasks)) {  // (balanced too with DecodeGemv::balance)
       DecodeGemv gp = g;
       int64_t t = 0;
       for (int i = 0; i < gp.count; ++i) {
@@ -328,19 +309,11 @@ void dispatch_gemv(const DecodeGemv& g, int64_t tasks, cudaStream_t s) {
         t += gp.j[i].N / 2;
       }
       if (norm) {
-        launch_gemv_sched<WT, 2, true, true, 0, false, true>(gp, t, s);
+        g.balance ? launch_gemv_sched<WT, 2, true, true, 0, true, true>(gp, t, s)
+                  : launch_gemv_sched<WT, 2, true, true, 0, false, true>(gp, t, s);
       } else {
-        launch_gemv_sched<WT, 2, false, true, 0, false, true>(gp, t, s);
-      }
-      return;
-    }
-  }
-  if constexpr (sizeof(WT) == 2) {
-    if (g.silu_out && g.deep && gemv_roll()) {
-      if (norm) {
-        launch_gemv_sched<WT, 2, true, true, 2>(g, tasks, s);
-      } else {
-        launch_gemv_sched<WT, 2, false, true, 2>(g, tasks, s);
+        g.balance ? launch_gemv_sched<WT, 2, false, true, 0, true, true>(gp, t, s)
+                  : launch_gemv_sched<WT, 2, false, true, 0, false, true>(gp, t, s);
       }
       return;
     }
@@ -455,9 +428,8 @@ using dec::warp_max;
 // row was written by this block).
 // kPre (with kRope, unless VV_CUDA_ATTN_PRE=0): the block waits for the kernel before itself, after the loads
 // that do not depend on it (decode_attn_block).
-// kClu (with kPre): launched as clusters of the splits (DecodeAttentionPlan::cluster).
-template <typename CT, bool kRope, bool kPre = false, bool kClu = false>
-__global__ void __launch_bounds__(kAttnThreads, kClu ? 2 : 1) decode_attn_kernel(const DecodeAttnArgs a) {
+template <typename CT, bool kRope, bool kPre = false>
+__global__ void __launch_bounds__(kAttnThreads) decode_attn_kernel(const DecodeAttnArgs a) {
   if constexpr (!kPre) {
     pdl_wait();
     pdl_trigger();
@@ -465,7 +437,7 @@ __global__ void __launch_bounds__(kAttnThreads, kClu ? 2 : 1) decode_attn_kernel
   extern __shared__ float sm[];
   __shared__ float mls[2][kAttnMaxG];
   __shared__ int last;
-  decode_attn_block<CT, kRope, kRope, kPre, kClu>(a, blockIdx.x, blockIdx.y, blockIdx.z, sm, mls, last);
+  decode_attn_block<CT, kRope, kRope, kPre>(a, blockIdx.x, blockIdx.y, blockIdx.z, sm, mls, last);
 }
 
 // ---- Decode attention on the tensor cores ----------------------------------------------------
@@ -1481,26 +1453,8 @@ void decode_argmax(const Tensor& logits, Tensor& out, void* ws, cudaStream_t s) 
              static_cast<const float*>(wsv), static_cast<const int32_t*>(wsi), R, out.ptr<int32_t>());
 }
 
-// Whether the current device has thread-block clusters (sm_90+), asked once.
-bool device_has_clusters() {
-  static const bool has = [] {
-    int dev = 0, major = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
-      cudaGetLastError();
-      return false;
-    }
-    return major >= 9;
-  }();
-  return has;
-}
-
-// The cluster form's K and V rows take at most this much shared memory a block (with the rest, under the
-// 227 KB a block may have).
-constexpr size_t kAttnClusterKvBytes = 160 * 1024;
-
 DecodeAttentionPlan plan_decode_attention(int64_t n, const AttentionRows& rows, const AttentionShape& shape,
-                                          int sms, bool cluster) {
+                                          int sms) {
   DecodeAttentionPlan p;
   const int G = shape.kv_heads > 0 ? shape.heads / shape.kv_heads : 0;
   if (n < 1 || n > kDecodeAttentionMaxRows || G < 1 || G > kAttnMaxG || shape.head_dim > kAttnMaxHeadDim ||
@@ -1513,17 +1467,6 @@ DecodeAttentionPlan plan_decode_attention(int64_t n, const AttentionRows& rows, 
   if (max_keys > 256 * chunk) chunk = ((max_keys + 255) / 256 + kAttnRound - 1) / kAttnRound * kAttnRound;
   const int64_t pairs = n * shape.kv_heads;
   const int64_t D = shape.head_dim;
-  // The cluster form: at most kAttnClusterMax splits of whole rounds, their K and V rows (16-bit) in
-  // shared memory; more than one split (one merges nothing).
-  if (cluster && n == 1 && D % 8 == 0 && device_has_clusters()) {
-    const int64_t c =
-        ((max_keys + kAttnClusterMax - 1) / kAttnClusterMax + kAttnRound - 1) / kAttnRound * kAttnRound;
-    const auto kv = static_cast<size_t>(c * D * 2 * 2);
-    if (kv <= kAttnClusterKvBytes && (max_keys + c - 1) / c > 1) {
-      chunk = c;
-      p.kv_smem = kv;
-    }
-  }
   p.use = true;
   p.chunk = static_cast<int>(chunk);
   p.splits = static_cast<int>((max_keys + chunk - 1) / chunk);
@@ -1532,15 +1475,7 @@ DecodeAttentionPlan plan_decode_attention(int64_t n, const AttentionRows& rows, 
   p.counters = p.splits > 1 ? static_cast<size_t>(pairs) : 0;
   p.smem = static_cast<size_t>(G * D * (1 + kAttnWarps) + G * p.pstride) * sizeof(float) +
            static_cast<size_t>(chunk) * sizeof(int64_t);
-  if (p.kv_smem > 0) p.cluster = p.splits;
   return p;
-}
-
-bool decode_attention_clusters(const DecodeAttentionPlan& p, const KvLayer& cache, const DecodeRope* rope) {
-  const auto a16 = [](const void* x) { return reinterpret_cast<uintptr_t>(x) % 16 == 0; };
-  return p.cluster > 1 && p.cluster <= kAttnClusterMax && rope && rope->inv_freq && rope->pre &&
-         (cache.k.dtype == DType::kBF16 || cache.k.dtype == DType::kF16) && cache.k.row_stride() % 8 == 0 &&
-         a16(cache.k.data) && a16(cache.v.data) && device_has_clusters();
 }
 
 DecodeAttnArgs decode_attn_args(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
@@ -1584,16 +1519,6 @@ void decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer&
     allow_dynamic_smem(kern, p.smem);  // what this launch needs (< 48 KB at 65,536 keys of the 7B)
     launch_pdl(kern, grid, kAttnThreads, p.smem, s, a);
   };
-  if (decode_attention_clusters(p, cache, rope)) {
-    auto clu = [&](auto* kern) {
-      const size_t smem = p.smem + p.kv_smem;
-      allow_dynamic_smem(kern, smem);
-      launch_pdl_cluster(kern, grid, static_cast<unsigned>(p.cluster), kAttnThreads, smem, s, a);
-    };
-    a.kv.ct == DType::kBF16 ? clu(decode_attn_kernel<__nv_bfloat16, true, true, true>)
-                            : clu(decode_attn_kernel<__half, true, true, true>);
-    return;
-  }
   switch (a.kv.ct) {
     case DType::kBF16:
       pre     ? go(decode_attn_kernel<__nv_bfloat16, true, true>)

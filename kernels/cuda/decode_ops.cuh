@@ -57,7 +57,10 @@ struct DecodeGemv {
   // balance (VV_CUDA_GEMV_BALANCE=1): a one-row-per-warp launch without the norm prologue whose rows
   // fit the resident warps in one round (batch-1's o and down: 3,584 rows) takes as many rows a
   // block as spread them evenly over the resident blocks (7 a block in 512 blocks: at most 28 rows an
-  // SM) instead of 8 (448 blocks; 52 SMs with a fourth block: 32 rows). A row's sum does not change.
+  // SM) instead of 8 (448 blocks; 52 SMs with a fourth block: 32 rows); and so does the paired launch
+  // (pair_rows: the 7B's fused norm + q/k/v, 2,304 pairs in 384 blocks of 6 warps, 2-3 an SM, instead of
+  // 288 blocks of 8: 24 SMs with 24 warps against 16 on the others; Nsight, H100: 25.3 µs for 33 MB, 0.73
+  // waves, 40 % of DRAM peak). A row's sum does not change.
   bool balance = false;
   int tpb = 0;  // set by the launch: rows a block where balance spreads them
   // Unless VV_CUDA_GEMV_PAIR=0: a launch without the SwiGLU epilogue whose rows need a second round of the
@@ -66,11 +69,6 @@ struct DecodeGemv {
   // schedule: the warp that computes row n of a job also computes row N/2 + n (a row's sum keeps its
   // order: the same bits).
   bool pair_rows = false;
-  // deep (VV_CUDA_GEMV_DEEP=1): the SwiGLU-paired launch (gate_up with silu_out, 16-bit weights, the rolled
-  // schedule) with 8 chunks in flight a lane instead of 4, at 2 blocks an SM instead of 3: 8 KB a warp,
-  // 128 KB an SM in flight against 92 KB. A row's sum keeps its order (lane-strided chunks, ascending):
-  // the same bits.
-  bool deep = false;
   // bulk (VV_CUDA_GEMV_BULK=1; the caller sets it only on sm_90): the weights stream through shared
   // memory by cp.async.bulk (decode_gemv_bulk_takes: 16-bit weights with contiguous rows, K a
   // multiple of 8 up to 24,576, or 8,192 with the norm prologue or the SwiGLU epilogue; 16-byte
@@ -239,25 +237,13 @@ void decode_argmax(const Tensor& logits, Tensor& out, void* ws, cudaStream_t s);
 // (VV_CUDA_ATTN_WIDE_MERGE=1): that merge, over every split as without `lean` (the others add zeros),
 // and nothing else of `lean`: the same bits.
 constexpr int64_t kDecodeAttentionMaxRows = 256;
-// cluster (VV_CUDA_ATTN_CLUSTER=1; plan_decode_attention's `cluster`): a one-row step's splits (at most
-// kAttnClusterMax, each of several 64-key rounds) form one thread-block cluster per kv head. The block
-// copies its split's K and V rows (all but the new key's) into shared memory with cp.async before its PDL
-// wait, and the cluster merges the splits through distributed shared memory (each block a slice of the
-// outputs, the splits in split order with the ws merge's arithmetic) instead of ws, a counter and the
-// last block's reads. The plan's chunk is then also what every other kernel taking the plan uses, so a
-// kernel without the cluster form (no rope fusion, no early loads, an f32 cache, no sm_90) gives the
-// same bits. kv_smem: the K and V rows' shared memory (16-bit cache), beyond smem.
-constexpr int kAttnClusterMax = 8;
 struct DecodeAttentionPlan {
   bool use = false;
   int splits = 1, chunk = 64, pstride = 64;
-  int cluster = 0;  // splits a cluster (> 1), or 0: merged through ws
-  size_t ws_floats = 0, counters = 0, smem = 0, kv_smem = 0;
+  size_t ws_floats = 0, counters = 0, smem = 0;
 };
 DecodeAttentionPlan plan_decode_attention(int64_t n, const AttentionRows& rows, const AttentionShape& shape,
-                                          int sms, bool cluster = false);
-// Whether decode_attention runs p's cluster form for this cache and rope (DecodeAttentionPlan::cluster).
-bool decode_attention_clusters(const DecodeAttentionPlan& p, const KvLayer& cache, const DecodeRope* rope);
+                                          int sms);
 // rope (null: none): DecodeRope.
 void decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
                       const AttentionShape& shape, Tensor& out, const DecodeAttentionPlan& p, float* ws,

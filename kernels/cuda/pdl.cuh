@@ -47,26 +47,6 @@ cudaError_t launch_pdl(void (*kern)(KArgs...), dim3 grid, unsigned block, size_t
   attr.val.programmaticStreamSerializationAllowed = 1;
   return launch_with(pdl_enabled() ? &attr : nullptr, kern, grid, block, smem, s, args...);
 }
-// launch_pdl's launch as clusters of `cluster` blocks along x (sm_90+; grid.x a multiple of it).
-template <typename... KArgs, typename... Args>
-cudaError_t launch_pdl_cluster(void (*kern)(KArgs...), dim3 grid, unsigned cluster, unsigned block,
-                               size_t smem, cudaStream_t s, Args... args) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(block);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = s;
-  cudaLaunchAttribute a[2];
-  a[0].id = cudaLaunchAttributeClusterDimension;
-  a[0].val.clusterDim.x = cluster;
-  a[0].val.clusterDim.y = 1;
-  a[0].val.clusterDim.z = 1;
-  a[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  a[1].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = a;
-  cfg.numAttrs = pdl_enabled() ? 2 : 1;
-  return cudaLaunchKernelEx(&cfg, kern, args...);
-}
 template <typename... KArgs, typename... Args>
 void launch_pdl(void (*kern)(KArgs...), unsigned grid, unsigned block, cudaStream_t s, Args... args) {
   launch_pdl(kern, dim3(grid), block, 0, s, args...);

@@ -410,13 +410,6 @@ std::vector<int> lens64() {
 }
 
 // The profile report of a backend whose flushes were captured: at least one replayed.
-// The device's compute capability as 10·major + minor (0 when it cannot be asked).
-int device_sm() {
-  cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) return 0;
-  return prop.major * 10 + prop.minor;
-}
-
 void expect_replayed(Backend& be) {
   const std::string report = backend_profile_report(be);
   const size_t at = report.find("flushes: ");
@@ -797,24 +790,6 @@ TEST(CudaRopeAttention, DecodeStepRopeAndKvWriteInsideTheAttentionGiveTheOpsBits
                         {{28, 4, 128, 264, DType::kBF16, DType::kF16, {5, 600, 1031}}, true, mma},
                         {{28, 4, 128, 136, DType::kBF16, DType::kBF16, {600}}, true, simt}},
                        1990);
-  // VV_CUDA_ATTN_CLUSTER=1: one-row steps planned as at most 8 splits of whole rounds a kv head, the fused
-  // step's attention as one cluster of them (sm_90: the K and V rows in shared memory, the merge through
-  // the cluster's), against the ops on the same plan (the kernel without clusters): 2, 5 and 8 splits of
-  // one to three rounds, the new key in the first or the last split, head dims 128 and 64, bf16 and f16
-  // caches; one split (nothing to merge) and 20,000 keys (past the shared memory) keep the default form.
-  if (device_sm() >= 90) {
-    const char* clu = "paged_attention.decode_rope_cluster";
-    check_rope_attention({{"VV_CUDA_ATTN_CLUSTER", "1"}}, true,
-                         {{{28, 4, 128, 0, DType::kBF16, DType::kBF16, {600}}, true, clu},
-                          {{28, 4, 128, 0, DType::kBF16, DType::kBF16, {1300}}, true, clu},
-                          {{28, 4, 128, 0, DType::kBF16, DType::kBF16, {1531}}, true, clu},
-                          {{28, 4, 128, 0, DType::kF16, DType::kBF16, {65}}, true, clu},
-                          {{14, 2, 64, 0, DType::kF16, DType::kBF16, {700}}, true, clu},
-                          {{28, 4, 128, 136, DType::kBF16, DType::kBF16, {997}}, true, clu},
-                          {{28, 4, 128, 0, DType::kBF16, DType::kBF16, {1}}, true, simt},
-                          {{28, 4, 128, 0, DType::kBF16, DType::kBF16, {20000}}, true, simt}},
-                         2060);
-  }
   check_rope_attention({}, false,  // f32 mode: the SIMT kernel at every row count
                        {{{28, 4, 128, 0, DType::kF32, DType::kF32, lens37}, true, simt},
                         {{14, 2, 64, 0, DType::kF32, DType::kF32, {1, 2, 3000}}, true, simt},
@@ -890,17 +865,6 @@ TEST(CudaRopeAttention, FusedDecodeStepUnderGraphReplay) {
     expect_same_rope_attn(
         got1, want1,
         be == fused->get() ? "one row under graph replay" : "one row under graph replay, VV_CUDA_ATTN_PRE=0");
-  }
-  // The cluster form (sm_90) replayed, against the ops on its plan (the same chunk).
-  if (device_sm() >= 90) {
-    auto plain_c = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "0"}, {"VV_CUDA_ATTN_CLUSTER", "1"}});
-    ASSERT_TRUE(plain_c.is_ok()) << plain_c.status().to_string();
-    auto clu = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}, {"VV_CUDA_ATTN_CLUSTER", "1"}});
-    ASSERT_TRUE(clu.is_ok()) << clu.status().to_string();
-    const RopeAttnOut want_c = run_rope_attn(**plain_c, one, 2020, true, 4, 33);
-    const RopeAttnOut got_c = run_rope_attn(**clu, one, 2020, true, 4, 33);
-    expect_replayed(**clu);
-    expect_same_rope_attn(got_c, want_c, "one row under graph replay, VV_CUDA_ATTN_CLUSTER=1");
   }
 }
 
