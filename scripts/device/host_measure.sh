@@ -17,7 +17,8 @@
 #                Nsight sections of one 4K-chunk launch of each of $FLASH_NCU (wg wgp wgf wgfl; "none": none)
 #   prefillchunk the 4,096-row prefill in chunks of 1,024, 2,048, 4,096 rows (cuda_decode_bench --chunk)
 #   b1opt        batch-1 decode opt-ins ($B1_CFGS: by default none, VV_CUDA_GEMV_BULK=1, =3, VV_CUDA_ATTN_LEAN=1,
-#                =3 with the lean attention; $B1_REPS rounds, interleaved; 1,024-row prompt), after their gpu tests
+#                =3 with the lean attention; $B1_REPS rounds, interleaved, every other round in reverse order;
+#                1,024-row prompt), after their gpu tests
 #                and the one-row GEMM table with and without the bulk GEMV (B1_TABLES=0 skips those two)
 #   ncugemv      Nsight Compute of the one-row GEMM table's GEMV launches (every shape: duration, DRAM
 #                bytes and throughput, grid, achieved occupancy), with the default GEMV and with VV_CUDA_GEMV_BULK=1
@@ -198,9 +199,16 @@ for step in "$@"; do
           --bf16 --table-only --gemv-m 1
       fi
       # B1_CFGS: ';'-separated configurations (default: the five below, session 16's opt-ins); B1_REPS rounds (2)
+      # The order of the configurations is reversed every other round (A B, B A, ...): one warm H100 spread
+      # four runs of one configuration over ±3 % in session 25, drifting within a call.
       IFS=';' read -ra b1cfgs <<<"${B1_CFGS:-plain;VV_CUDA_GEMV_BULK=1;VV_CUDA_GEMV_BULK=3;VV_CUDA_ATTN_LEAN=1;VV_CUDA_GEMV_BULK=3 VV_CUDA_ATTN_LEAN=1}"
       for i in $(seq "${B1_REPS:-2}"); do
-        for cfg in "${b1cfgs[@]}"; do
+        b1order=("${b1cfgs[@]}")
+        if ((i % 2 == 0)); then
+          b1order=()
+          for ((k = ${#b1cfgs[@]} - 1; k >= 0; --k)); do b1order+=("${b1cfgs[k]}"); done
+        fi
+        for cfg in "${b1order[@]}"; do
           read -ra kv <<<"${cfg/plain/VV_CUDA_NONE=1}"
           run "decode_${cfg//[^A-Za-z0-9]/_}_r$i" env "${kv[@]}" $B/cuda_decode_bench --preset 7b --bf16 --no-gemv \
             --tokens 256 --enc-audio 1 --job-audio 1 --job-tokens 1
