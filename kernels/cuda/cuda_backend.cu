@@ -2564,7 +2564,7 @@ class CudaBackend final : public Backend {
   // VV_CUDA_ATTN_LEAN=1 (opt-in until run on a GPU): cuda::decode_attention's `lean`.
   bool attn_lean_ = std::getenv("VV_CUDA_ATTN_LEAN") && std::string(std::getenv("VV_CUDA_ATTN_LEAN")) == "1";
   // VV_CUDA_ATTN_WIDE_MERGE=1 (opt-in): cuda::decode_attention's `wide_merge` (the SIMT kernel's last block
-  // loads 4 splits for all of a thread's outputs at once, not one output at a time).
+  // loads 8 splits for all of a thread's outputs at once, not one output at a time).
   bool attn_wide_merge_ =
       std::getenv("VV_CUDA_ATTN_WIDE_MERGE") && std::string(std::getenv("VV_CUDA_ATTN_WIDE_MERGE")) == "1";
   // The fused SIMT decode attention (one-row bf16 steps) loads its block table's slots and its first

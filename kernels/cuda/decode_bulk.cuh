@@ -625,10 +625,13 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
     }
     return;
   }
-  // Lean (or wide_merge): each thread's outputs (i = tid + 256·o, up to 8 of them) over 4 splits at a
-  // time, their loads in flight together; each output's sum in split order. An output's row of split
-  // weights (its head's, (i / D)·pstride) once, not per split (a division by the run-time D each).
-  constexpr int kOut = kAttnMaxG * 256 / kAttnThreads;
+  // Lean (or wide_merge): each thread's outputs (i = tid + 256·o: G·D ≤ 1,024, so up to 4 of them) over
+  // kSp splits at a time, their loads in flight together; each output's sum in split order. An output's
+  // row of split weights (its head's, (i / D)·pstride) once, not per split (a division by the run-time D
+  // each).
+  constexpr int kOut = kAttnMaxG * kAttnMaxHeadDim / kAttnThreads;
+  constexpr int kSp = 8;
+  static_assert(kOut * kAttnThreads >= kAttnMaxG * kAttnMaxHeadDim, "every output has a thread");
   float a[kOut];
   int prow[kOut];
 #pragma unroll
@@ -637,17 +640,17 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
     const int i = tid + o * kAttnThreads;
     prow[o] = i < G * D ? (i / D) * pstride : 0;
   }
-  for (int sp0 = 0; sp0 < nse; sp0 += 4) {
-    float x[4][kOut];
+  for (int sp0 = 0; sp0 < nse; sp0 += kSp) {
+    float x[kSp][kOut];
 #pragma unroll
-    for (int u = 0; u < 4; ++u)
+    for (int u = 0; u < kSp; ++u)
 #pragma unroll
       for (int o = 0; o < kOut; ++o) {
         const int i = tid + o * kAttnThreads;
         x[u][o] = sp0 + u < nse && i < G * D ? __ldcg(pacc + static_cast<int64_t>(sp0 + u) * G * D + i) : 0.f;
       }
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
+    for (int u = 0; u < kSp; ++u) {
       if (sp0 + u < nse) {
 #pragma unroll
         for (int o = 0; o < kOut; ++o) {

@@ -232,7 +232,7 @@ void decode_argmax(const Tensor& logits, Tensor& out, void* ws, cudaStream_t s);
 // kDecodeAttentionMaxRows rows, GQA groups up to 8 and head_dim up to 128 (a multiple of 4); `use`
 // is false otherwise. ws: ws_floats floats; counters: `counters` zeroed unsigned ints (left zeroed).
 // `lean`: splits past a row's length leave at once and stay out of its merge, a warp's first-round V
-// rows are loaded with its K rows, and the merge issues 4 splits' loads for all of a thread's outputs
+// rows are loaded with its K rows, and the merge issues 8 splits' loads for all of a thread's outputs
 // at once; each output's sum keeps the split order, so the bits are those without it. `wide_merge`
 // (VV_CUDA_ATTN_WIDE_MERGE=1): that merge, over every split as without `lean` (the others add zeros),
 // and nothing else of `lean`: the same bits.
