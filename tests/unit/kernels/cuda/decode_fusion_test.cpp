@@ -408,6 +408,16 @@ LayerOut same_layer_bits_twice(Backend& base, Backend& other, const LayerCase& c
   return want;
 }
 
+// Whether c's fused norm + q/k/v GEMV goes two rows a warp on device 0 (cuda::decode_gemv_pairs at
+// the default's 3 blocks of 8 warps an SM): its rows (q heads + 2 × kv heads, each D wide), 16-bit
+// weights, need a second round of the resident warps and fit one round paired.
+bool qkv_rows_pair(const LayerCase& c) {
+  cudaDeviceProp dp{};
+  if (cudaGetDeviceProperties(&dp, 0) != cudaSuccess) return false;
+  const int64_t rows = int64_t{c.heads + 2 * c.kv_heads} * c.D, warps = int64_t{dp.multiProcessorCount} * 24;
+  return c.wt != DType::kF32 && rows > warps && rows / 2 <= warps;
+}
+
 // VV_CUDA_GEMV_BALANCE=1: the lone one-row GEMVs (the layer's down projection with its residual;
 // o at the 7B) spread their rows over the resident blocks (7 rows a block at the 7B's 3,584), and so
 // does the 7B's paired norm + q/k/v (6 pairs a block). A row's sum is the same: every output of the
@@ -423,9 +433,6 @@ TEST(CudaDecodeFusion, BalancedGemvRowsChangeNoBit) {
   auto prof = cuda_backend_with(
       {{"VV_CUDA_GEMV_BALANCE", "1"}, {"VV_CUDA_GEMV_BULK", "0"}, {"VV_CUDA_PROFILE", "1"}}, false);
   ASSERT_TRUE(prof.is_ok()) << prof.status().to_string();
-  cudaDeviceProp dp{};
-  ASSERT_EQ(cudaGetDeviceProperties(&dp, 0), cudaSuccess);
-  const int sms = dp.multiProcessorCount;
   const std::vector<LayerCase> cases = {
       {136, 40, 3, 1, 8, DType::kBF16, DType::kBF16, 37},            // fewer rows than blocks
       {1032, 264, 7, 7, 24, DType::kF16, DType::kF32, 1000},         // f16 weights
@@ -443,10 +450,8 @@ TEST(CudaDecodeFusion, BalancedGemvRowsChangeNoBit) {
     EXPECT_EQ(pr.resid, want.resid) << what << ": the down projection's output differs (profiled)";
     const std::string table = backend_profile_report(**prof);
     EXPECT_NE(table.find("decode_gemv.balanced"), std::string::npos) << what << ": not balanced\n" << table;
-    // The fused norm + q/k/v balanced too where its rows go two a warp (PairedGemvRowsChangeNoBit's
-    // condition: the 7B's 4,608 rows need a second round of the warps resident at 3 blocks an SM).
-    const int64_t qkv_rows = int64_t{c.heads + 2 * c.kv_heads} * c.D, warps = int64_t{sms} * 24;
-    if (c.wt != DType::kF32 && qkv_rows > warps && qkv_rows / 2 <= warps) {
+    // The fused norm + q/k/v balanced too where its rows go two a warp (the 7B's 4,608).
+    if (qkv_rows_pair(c)) {
       EXPECT_NE(table.find("decode_gemv.fused_paired_balanced"), std::string::npos)
           << what << ": the paired q/k/v not balanced\n"
           << table;
@@ -472,8 +477,6 @@ TEST(CudaDecodeFusion, PairedGemvRowsChangeNoBit) {
   ASSERT_TRUE(paired.is_ok()) << paired.status().to_string();
   auto prof = cuda_backend_with({{"VV_CUDA_GEMV_BULK", "0"}, {"VV_CUDA_PROFILE", "1"}}, false);
   ASSERT_TRUE(prof.is_ok()) << prof.status().to_string();
-  cudaDeviceProp dp{};
-  ASSERT_EQ(cudaGetDeviceProperties(&dp, 0), cudaSuccess);
   const std::vector<LayerCase> cases = {
       {1032, 264, 7, 7, 24, DType::kF16, DType::kF32, 1000},         // fits one round: not paired
       {3584, 18944, 28, 4, 128, DType::kBF16, DType::kBF16, 4099}};  // Qwen2.5-7B
@@ -488,11 +491,7 @@ TEST(CudaDecodeFusion, PairedGemvRowsChangeNoBit) {
     const LayerOut pr = run_ops(**prof, c, d);
     EXPECT_EQ(pr.q, want.q) << what << ": q differs (profiled)";
     const std::string table = backend_profile_report(**prof);
-    // q/k/v rows of the layer (q heads + 2 × kv heads, each D wide) against the warps resident at 3
-    // blocks of 8 a SM: paired where they need two rounds and fit one paired.
-    const int64_t rows = int64_t{c.heads + 2 * c.kv_heads} * c.D,
-                  warps = int64_t{dp.multiProcessorCount} * 24;
-    if (rows > warps && rows / 2 <= warps) {
+    if (qkv_rows_pair(c)) {
       EXPECT_NE(table.find("decode_gemv.fused_paired"), std::string::npos) << what << ": not paired\n"
                                                                            << table;
     } else {
