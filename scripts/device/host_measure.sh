@@ -99,7 +99,9 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/vvout}
 mkdir -p "$OUT"
-scripts/device/host_build.sh >"$OUT/build.log" 2>&1 || { cat "$OUT/build.log"; exit 1; }
+# HM_TARGETS: build only these targets (default: host_build.sh's gpu tests and benches)
+# shellcheck disable=SC2086
+scripts/device/host_build.sh ${HM_TARGETS-} >"$OUT/build.log" 2>&1 || { cat "$OUT/build.log"; exit 1; }
 . scripts/device/host_env.sh
 B=/tmp/vvbuild/tests
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,memory.used,temperature.gpu --format=csv >"$OUT/gpu.txt" 2>&1
