@@ -200,7 +200,6 @@ class CudaBackend final : public Backend {
     b->smem_optin_ = prop.sharedMemPerBlockOptin;
     b->l2_bytes_ = static_cast<size_t>(std::max(prop.l2CacheSize, 0));
     if (prop.major < 9) b->l2_prefetch_ = 0;  // cp.async.bulk.prefetch is sm_90+
-    if (prop.major < 9) b->attn_l2_ = false;
     if (prop.major < 9) b->gemv_bulk_ = 0;    // so is cp.async.bulk
     if (prop.major < 9) b->chain_ = false;    // the chain is the bulk GEMV's
     // An explicit VV_CUDA_GEMV_BULK other than 3 asks for other one-row GEMVs: no chain then.
@@ -1393,57 +1392,6 @@ class CudaBackend final : public Backend {
            sh.kv_heads == kw.shape.kv_heads && !overlap_rows(at.out, q);
   }
 
-  // VV_CUDA_ATTN_L2=1 (sm_90, the fused SIMT attention of one-row steps with VV_CUDA_ATTN_PRE): the
-  // attention's blocks prefetch into L2, right after their PDL wait, the o projection's weights (the
-  // GEMM at recs[j], past discards, when it reads the attention's output) and, with
-  // VV_CUDA_ATTN_L2_NEXT_KB=N, the first N/2 KB of each half of the GEMM after o's norm (gate_up: its
-  // GEMV pairs row n with row I + n, so both halves' first rows are its warps' first round). Weights
-  // over half the L2 in all are not prefetched. Unlike VV_CUDA_L2_PREFETCH (a kernel of its own before
-  // the attention, in the chain of dependent launches), no launch is added. No result changes.
-  struct AttnL2Weights {
-    const char* p[cuda::DecodeRope::kL2Ranges] = {};
-    size_t bytes[cuda::DecodeRope::kL2Ranges] = {};
-  };
-  AttnL2Weights attn_l2_weights(const std::vector<OpRec>& recs, size_t j, const Tensor& attn_out) const {
-    AttnL2Weights l2;
-    if (!attn_l2_) return l2;
-    auto skip = [&](size_t k) {
-      while (k < recs.size() && recs[k].kind == OpRec::kDiscard) ++k;
-      return k;
-    };
-    auto wbytes = [](const Tensor& w) {
-      return static_cast<size_t>(w.rows()) * static_cast<size_t>(w.row_stride()) * dtype_size(w.dtype);
-    };
-    j = skip(j);
-    if (j >= recs.size() || recs[j].kind != OpRec::kGemm || recs[j].a.data != attn_out.data) return l2;
-    const size_t budget = l2_bytes_ / 2;
-    size_t used = std::min(wbytes(recs[j].w), budget) & ~static_cast<size_t>(15);
-    l2.p[0] = static_cast<const char*>(recs[j].w.data);
-    l2.bytes[0] = used;
-    size_t k = skip(j + 1);
-    if (attn_l2_next_kb_ == 0 || k >= recs.size() || recs[k].kind != OpRec::kRmsNorm) return l2;
-    const size_t n = skip(k + 1);
-    if (n >= recs.size() || recs[n].kind != OpRec::kGemm || recs[n].a.data != recs[k].out.data) return l2;
-    const Tensor& w = recs[n].w;
-    const size_t half = wbytes(w) / 2;
-    const size_t each =
-        std::min({attn_l2_next_kb_ * 1024 / 2, half, (budget - used) / 2}) & ~static_cast<size_t>(15);
-    const size_t half_off =
-        static_cast<size_t>(w.rows() / 2) * static_cast<size_t>(w.row_stride()) * dtype_size(w.dtype);
-    if (each == 0 || w.rows() % 2 != 0 || half_off % 16 != 0) return l2;
-    l2.p[1] = static_cast<const char*>(w.data);
-    l2.p[2] = static_cast<const char*>(w.data) + half_off;
-    l2.bytes[1] = l2.bytes[2] = each;
-    return l2;
-  }
-  static void attn_l2_ranges(const AttnL2Weights& l2, cuda::DecodeRope& rp) {
-    for (int i = 0; i < cuda::DecodeRope::kL2Ranges; ++i) {
-      const bool ok = l2.p[i] && reinterpret_cast<uintptr_t>(l2.p[i]) % 16 == 0;
-      rp.l2p[i] = ok ? l2.p[i] : nullptr;
-      rp.l2bytes[i] = ok ? l2.bytes[i] : 0;
-    }
-  }
-
   // Unless VV_CUDA_ROPE_ATTN=0: rope(q), rope(k), kv_write(k, v), paged_attention(q),
   // discard(q) of a call with one row per sequence (AttentionRows::one_row_per_seq) that a decode attention
   // kernel takes (the tensor-core stream kernel, or the SIMT one: one-row steps, f32 mode): one launch
@@ -1486,15 +1434,13 @@ class CudaBackend final : public Backend {
       if (!gemms.empty()) end = e;
     }
     const OpRec r = rq, k = rk, w = kw, a = at;
-    const AttnL2Weights l2w = mma ? AttnL2Weights{} : attn_l2_weights(recs, end, at.out);
     out.push_back([=, this] {
       const bool pack = !gemms.empty();
       if (pack && !ensure_pack(static_cast<size_t>(a.out.rows() * a.out.cols()) * 2)) return;
       {
-        OpTimer timer(this, pack                    ? "paged_attention.decode_mma_rope_pack"
-                            : mma                   ? "paged_attention.decode_mma_rope"
-                            : l2w.p[0] && attn_pre_ ? "paged_attention.decode_rope_l2"
-                                                    : "paged_attention.decode_rope");
+        OpTimer timer(this, pack  ? "paged_attention.decode_mma_rope_pack"
+                            : mma ? "paged_attention.decode_mma_rope"
+                                  : "paged_attention.decode_rope");
         unsigned* counters = nullptr;
         float* partials = nullptr;
         if (!decode_attention_ws(mma ? pm.ws_floats : pd.ws_floats, &counters, &partials)) return;
@@ -1508,7 +1454,6 @@ class CudaBackend final : public Backend {
         rp.kc = w.cache.k.data;
         rp.vc = w.cache.v.data;
         rp.pre = attn_pre_;
-        if (rp.pre && !mma) attn_l2_ranges(l2w, rp);
         Tensor o = a.out;
         if (mma) {
           cuda::mma_decode_attention(a.a, a.rows, a.cache, a.shape, o, pm, partials, counters, stream_,
@@ -2622,12 +2567,6 @@ class CudaBackend final : public Backend {
   // loads 8 splits for all of a thread's outputs at once, not one output at a time).
   bool attn_wide_merge_ =
       std::getenv("VV_CUDA_ATTN_WIDE_MERGE") && std::string(std::getenv("VV_CUDA_ATTN_WIDE_MERGE")) == "1";
-  // VV_CUDA_ATTN_L2=1 / VV_CUDA_ATTN_L2_NEXT_KB=N (opt-in): attn_l2_weights.
-  bool attn_l2_ = std::getenv("VV_CUDA_ATTN_L2") && std::string(std::getenv("VV_CUDA_ATTN_L2")) == "1";
-  size_t attn_l2_next_kb_ = [] {
-    const char* e = std::getenv("VV_CUDA_ATTN_L2_NEXT_KB");
-    return e ? static_cast<size_t>(std::max(std::atoll(e), 0LL)) : size_t{0};
-  }();
   // The fused SIMT decode attention (one-row bf16 steps) loads its block table's slots and its first
   // round's old K and V rows before the PDL wait (DecodeRope::pre); VV_CUDA_ATTN_PRE=0: after it.
   bool attn_pre_ = !(std::getenv("VV_CUDA_ATTN_PRE") && std::string(std::getenv("VV_CUDA_ATTN_PRE")) == "0");

@@ -378,35 +378,6 @@ constexpr int kAttnRound = kAttnWarps * kAttnKeysPerWarp;
 // kernel cannot have written — the row's position and sequence, its block table, the K and V rows of its
 // first round but for the new key L − 1 (written by this launch) — go before the PDL wait (pdl_wait and
 // pdl_trigger are called here). The same values, so the same bits.
-// The launch's share of rope's L2 prefetch ranges (DecodeRope::l2p): 16 KB pieces over the grid's
-// threads, one cp.async.bulk.prefetch.L2 each (sm_90; elsewhere nothing).
-__device__ __forceinline__ void l2_prefetch_ranges(const DecodeRope& rope) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  constexpr size_t kPiece = 16 * 1024;
-  const size_t threads = static_cast<size_t>(gridDim.x) * gridDim.y * gridDim.z * blockDim.x;
-  const size_t t =
-      ((static_cast<size_t>(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x) * blockDim.x +
-      threadIdx.x;
-  size_t base = 0;  // pieces of the ranges before
-#pragma unroll 1
-  for (int i = 0; i < DecodeRope::kL2Ranges; ++i) {
-    const size_t bytes = rope.l2bytes[i];
-    const size_t pieces = (bytes + kPiece - 1) / kPiece;
-    // this thread's pieces g ≡ t (mod threads) of the concatenated ranges
-    size_t g = t >= base ? t - base : (threads - (base - t) % threads) % threads;
-    for (; g < pieces; g += threads) {
-      const size_t off = g * kPiece;
-      const unsigned len = static_cast<unsigned>(bytes - off < kPiece ? bytes - off : kPiece);
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(rope.l2p[i] + off), "r"(len)
-                   : "memory");
-    }
-    base += pieces;
-  }
-#else
-  (void)rope;
-#endif
-}
-
 template <typename CT, bool kCg, bool kRope = false, bool kPre = false>
 __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int split, int kvh, int64_t r,
                                                   float* sm, float (&mls)[2][kAttnMaxG], int& last) {
@@ -466,7 +437,6 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
     }
     pdl_wait();  // q, the new k and v are the kernel before's
     pdl_trigger();
-    l2_prefetch_ranges(A.rope);
   }
   if constexpr (kRope) {
     static_assert(kCg, "the fused cache write needs the cache read through L2");

@@ -123,13 +123,6 @@ struct DecodeRope {
   // table's slots, the first round's K and V rows of every key but the new one) is loaded before the
   // PDL wait.
   bool pre = false;
-  // With pre (VV_CUDA_ATTN_L2): weights of the launches after the attention (the o projection's, the
-  // start of each half of gate_up's) that its blocks prefetch into L2 right after their PDL wait, when
-  // the GEMV before has read its last weights and HBM would idle through the attention's latency.
-  // Nothing read or written changes. p[i] 16-byte aligned, bytes[i] a multiple of 16.
-  static constexpr int kL2Ranges = 3;
-  const char* l2p[kL2Ranges] = {};
-  size_t l2bytes[kL2Ranges] = {};
 };
 // decode_attention's operands (its kernel's and the chain's attention phase's).
 struct DecodeAttnArgs {

@@ -366,7 +366,6 @@ struct AttnCase {
   DType cache_t, wt;
   std::vector<int> lens;
   int64_t out_pad = 0;  // the attention output's row stride less its columns
-  int64_t I = 0;        // > 0 (with H > 0): rms_norm of the o projection's output, then gate_up [2I, H]
 };
 
 // One sequence a row, row r at position lens[r] − 1 over its own blocks (scattered over the pool), a
@@ -638,7 +637,6 @@ TEST(CudaMlpFusion, WarpSpecialisedMlpInOneLaunchGivesTheBitsOfItsTwoLaunches) {
 // split and several (and its lean form), head dims 64 and 128, bf16, f16 and f32 caches.
 struct RopeAttnOut {
   std::vector<float> attn, k, x;  // x: the o projection's output (c.H > 0)
-  std::vector<float> gu;          // gate_up's output (c.I > 0)
   std::vector<uint8_t> kc, vc;
 };
 
@@ -664,12 +662,6 @@ RopeAttnOut run_rope_attn(Backend& be, const AttnCase& c, uint32_t seed, bool on
       random_matrix(std::max<int64_t>(c.H, 1), qd, c.wt, seed + 5, 1.0f / std::sqrt(static_cast<float>(qd)));
   HostMatrix x = random_matrix(M, std::max<int64_t>(c.H, 1), DType::kF32, seed + 6);
   DeviceMatrix dw = to_device(be, wo), dx = to_device(be, x);
-  // c.I > 0: the MLP's start after it (rms_norm, gate_up), as the decoder issues them.
-  const int64_t H1 = std::max<int64_t>(c.H, 1), I2 = 2 * std::max<int64_t>(c.I, 1);
-  HostMatrix wn = random_matrix(1, H1, DType::kF32, seed + 7);
-  HostMatrix wgu = random_matrix(I2, H1, c.wt, seed + 8, 1.0f / std::sqrt(static_cast<float>(H1)));
-  DeviceMatrix dwn = to_device(be, wn), dwgu = to_device(be, wgu), dn = poisoned(be, M, H1),
-               dgu = poisoned(be, M, I2);
   const AttentionShape shape{c.heads, c.kv_heads, c.D, 1.0f / std::sqrt(static_cast<float>(c.D))};
   const float theta = 1e6f;
   be.synchronize();
@@ -682,15 +674,10 @@ RopeAttnOut run_rope_attn(Backend& be, const AttnCase& c, uint32_t seed, bool on
       be.paged_attention(dq.t, rows, cache, shape, attn.t);
       be.discard(dq.t);
       if (c.H > 0) be.gemm(attn.t, dw.t, nullptr, dx.t, Epilogue::kAddResidual);
-      if (c.H > 0 && c.I > 0) {
-        be.rms_norm(dx.t, Tensor::vector(dwn.buf.data(), DType::kF32, H1), 1e-6f, dn.t);
-        be.gemm(dn.t, dwgu.t, nullptr, dgu.t, Epilogue::kNone);
-      }
     }
     be.synchronize();
   }
   RopeAttnOut o;
-  if (c.I > 0) o.gu = download_f32(be, dgu.t);
   o.attn = download_f32(be, attn.t);
   o.x = download_f32(be, dx.t);
   o.k = download_f32(be, dk.t);
@@ -711,7 +698,6 @@ void expect_same_rope_attn(const RopeAttnOut& got, const RopeAttnOut& want, cons
   EXPECT_TRUE(got.kc == want.kc) << what << ": the K cache differs";
   EXPECT_TRUE(got.x == want.x) << what << ": the o projection's output differs";
   EXPECT_TRUE(got.vc == want.vc) << what << ": the V cache differs";
-  EXPECT_TRUE(got.gu == want.gu) << what << ": gate_up's output differs";
 }
 
 // Each case on a backend made with `env` (plus VV_CUDA_PROFILE=1) with VV_CUDA_ROPE_ATTN=0 and =1:
@@ -853,63 +839,6 @@ TEST(CudaRopeAttention, WideMergeGivesTheDefaultMergesBits) {
   const RopeAttnOut got = run_rope_attn(**wide, one, 2190, true, 4, 33);
   expect_replayed(**wide);
   expect_same_rope_attn(got, want, "1279 keys under graph replay");
-}
-
-// VV_CUDA_ATTN_L2=1 (sm_90; with VV_CUDA_ATTN_L2_NEXT_KB, gate_up's start too): the fused one-row SIMT
-// attention's blocks prefetch the o projection's weights into L2 after their PDL wait. A hint: every
-// output (attention, caches, o's, gate_up's) keeps the bits of the run without it, eagerly and under
-// graph replay. On sm_90 the profile names the prefetching launch (the o GEMM was found); elsewhere,
-// and for batched steps (the stream kernel), it does not.
-TEST(CudaRopeAttention, L2PrefetchInsideTheAttentionChangesNoBit) {
-  VV_CUDA_BACKEND_OR_SKIP(any, true);
-  cudaDeviceProp prop{};
-  const bool sm90 = cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major >= 9;
-  auto base = cuda_backend_with({{"VV_CUDA_PROFILE", "1"}}, true);
-  ASSERT_TRUE(base.is_ok()) << base.status().to_string();
-  const std::vector<std::vector<std::pair<const char*, const char*>>> envs = {
-      {{"VV_CUDA_ATTN_L2", "1"}},
-      {{"VV_CUDA_ATTN_L2", "1"}, {"VV_CUDA_ATTN_L2_NEXT_KB", "4096"}},
-      {{"VV_CUDA_ATTN_L2", "1"}, {"VV_CUDA_ATTN_L2_NEXT_KB", "100000000"}},  // capped at half the L2
-      {{"VV_CUDA_ATTN_L2", "1"}, {"VV_CUDA_ATTN_L2_NEXT_KB", "4096"}, {"VV_CUDA_ATTN_LEAN", "1"}}};
-  const std::vector<AttnCase> cases = {
-      {28, 4, 128, 3584, DType::kBF16, DType::kBF16, {1279}, 0, 9472},     // the 7B's o, a quarter of its
-                                                                           // gate_up
-      {28, 4, 128, 3584, DType::kBF16, DType::kBF16, {5}, 0, 18944},       // one split, the 7B's gate_up
-      {14, 2, 64, 896, DType::kF16, DType::kBF16, {701}, 0, 4861},         // odd I
-      {12, 3, 128, 1000, DType::kBF16, DType::kBF16, {20011}, 0, 0},       // o alone (no MLP after)
-      {28, 4, 128, 3584, DType::kBF16, DType::kBF16, lens64(), 0, 9472}};  // batched: not taken
-  uint32_t seed = 2300;
-  for (const auto& env : envs) {
-    std::vector<std::pair<const char*, const char*>> e = env;
-    e.emplace_back("VV_CUDA_PROFILE", "1");
-    auto l2 = cuda_backend_with(e, true);
-    ASSERT_TRUE(l2.is_ok()) << l2.status().to_string();
-    for (const AttnCase& c : cases) {
-      std::string what = std::to_string(c.lens.size()) + " rows, " + std::to_string(c.lens.back()) +
-                         " keys, " + std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) + "x" +
-                         std::to_string(c.D) + ", I " + std::to_string(c.I);
-      for (const auto& [var, value] : env) what += std::string(", ") + var + "=" + value;
-      (void)backend_profile_report(**base);
-      const RopeAttnOut want = run_rope_attn(**base, c, seed, true);
-      (void)backend_profile_report(**l2);
-      expect_same_rope_attn(run_rope_attn(**l2, c, seed, true), want, what);
-      const std::string table = backend_profile_report(**l2);
-      const bool one_row = c.lens.size() == 1;
-      EXPECT_EQ(table.find("paged_attention.decode_rope_l2") != std::string::npos, sm90 && one_row)
-          << what << "\n"
-          << table;
-      seed += 10;
-    }
-  }
-  // Graph replay (no profiling): 33 steps a flush, four flushes.
-  auto plain = bf16_backend_with({});
-  auto l2 = bf16_backend_with({{"VV_CUDA_ATTN_L2", "1"}, {"VV_CUDA_ATTN_L2_NEXT_KB", "8192"}});
-  ASSERT_TRUE(plain.is_ok() && l2.is_ok());
-  const AttnCase one{28, 4, 128, 3584, DType::kBF16, DType::kBF16, {700}, 0, 18944};
-  const RopeAttnOut want = run_rope_attn(**plain, one, 2390, true, 4, 33);
-  const RopeAttnOut got = run_rope_attn(**l2, one, 2390, true, 4, 33);
-  expect_replayed(**l2);
-  expect_same_rope_attn(got, want, "one row with the L2 prefetch under graph replay");
 }
 
 // The same under graph replay (no profiling, which keeps graphs off): 33 steps a flush, four flushes.
