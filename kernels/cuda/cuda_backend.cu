@@ -2563,10 +2563,10 @@ class CudaBackend final : public Backend {
       std::getenv("VV_CUDA_FFN_WG_PIPE") && std::string(std::getenv("VV_CUDA_FFN_WG_PIPE")) == "1";
   // VV_CUDA_ATTN_LEAN=1 (opt-in until run on a GPU): cuda::decode_attention's `lean`.
   bool attn_lean_ = std::getenv("VV_CUDA_ATTN_LEAN") && std::string(std::getenv("VV_CUDA_ATTN_LEAN")) == "1";
-  // VV_CUDA_ATTN_WIDE_MERGE=1 (opt-in): cuda::decode_attention's `wide_merge` (the SIMT kernel's last block
-  // loads 8 splits for all of a thread's outputs at once, not one output at a time).
+  // cuda::decode_attention's `wide_merge` (the SIMT kernel's last block loads 8 splits for all of a
+  // thread's outputs at once, not one output at a time); VV_CUDA_ATTN_WIDE_MERGE=0 turns it off (A/B).
   bool attn_wide_merge_ =
-      std::getenv("VV_CUDA_ATTN_WIDE_MERGE") && std::string(std::getenv("VV_CUDA_ATTN_WIDE_MERGE")) == "1";
+      !(std::getenv("VV_CUDA_ATTN_WIDE_MERGE") && std::string(std::getenv("VV_CUDA_ATTN_WIDE_MERGE")) == "0");
   // The fused SIMT decode attention (one-row bf16 steps) loads its block table's slots and its first
   // round's old K and V rows before the PDL wait (DecodeRope::pre); VV_CUDA_ATTN_PRE=0: after it.
   bool attn_pre_ = !(std::getenv("VV_CUDA_ATTN_PRE") && std::string(std::getenv("VV_CUDA_ATTN_PRE")) == "0");

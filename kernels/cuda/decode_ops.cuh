@@ -234,8 +234,8 @@ void decode_argmax(const Tensor& logits, Tensor& out, void* ws, cudaStream_t s);
 // `lean`: splits past a row's length leave at once and stay out of its merge, a warp's first-round V
 // rows are loaded with its K rows, and the merge issues 8 splits' loads for all of a thread's outputs
 // at once; each output's sum keeps the split order, so the bits are those without it. `wide_merge`
-// (VV_CUDA_ATTN_WIDE_MERGE=1): that merge, over every split as without `lean` (the others add zeros),
-// and nothing else of `lean`: the same bits.
+// (the backend's default; VV_CUDA_ATTN_WIDE_MERGE=0 turns it off): that merge, over every split as without
+// `lean` (the others add zeros), and nothing else of `lean`: the same bits.
 constexpr int64_t kDecodeAttentionMaxRows = 256;
 struct DecodeAttentionPlan {
   bool use = false;

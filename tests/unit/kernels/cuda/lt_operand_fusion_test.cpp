@@ -797,14 +797,15 @@ TEST(CudaRopeAttention, DecodeStepRopeAndKvWriteInsideTheAttentionGiveTheOpsBits
                        2010);
 }
 
-// VV_CUDA_ATTN_WIDE_MERGE=1: the SIMT decode attention's last block merges the splits with 4 splits' loads
+// The wide merge (the default since session 26; VV_CUDA_ATTN_WIDE_MERGE=0 gives the merge of one output at
+// a time, the base here): the SIMT decode attention's last block merges the splits with 8 splits' loads
 // for all of a thread's outputs in flight (the lean form's merge, over every split): the bits of the
-// default merge, fused and not, eagerly and replayed, in bf16 and f32 modes (one key split, 2, 10 and
+// one-output merge, fused and not, eagerly and replayed, in bf16 and f32 modes (one key split, 2, 10 and
 // 20 of them, past the table's 256-split limit, f16 at head dim 64, several rows in f32 mode).
-TEST(CudaRopeAttention, WideMergeGivesTheDefaultMergesBits) {
+TEST(CudaRopeAttention, WideMergeGivesTheOneOutputMergesBits) {
   VV_CUDA_BACKEND_OR_SKIP(any, true);
   for (const bool bf16 : {true, false}) {
-    auto base = cuda_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}}, bf16);
+    auto base = cuda_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}, {"VV_CUDA_ATTN_WIDE_MERGE", "0"}}, bf16);
     ASSERT_TRUE(base.is_ok()) << base.status().to_string();
     auto wide = cuda_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}, {"VV_CUDA_ATTN_WIDE_MERGE", "1"}}, bf16);
     ASSERT_TRUE(wide.is_ok()) << wide.status().to_string();
@@ -830,9 +831,9 @@ TEST(CudaRopeAttention, WideMergeGivesTheDefaultMergesBits) {
       seed += 10;
     }
   }
-  auto base = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}});
+  auto base = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}, {"VV_CUDA_ATTN_WIDE_MERGE", "0"}});
   ASSERT_TRUE(base.is_ok()) << base.status().to_string();
-  auto wide = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}, {"VV_CUDA_ATTN_WIDE_MERGE", "1"}});
+  auto wide = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}});  // the default: the wide merge
   ASSERT_TRUE(wide.is_ok()) << wide.status().to_string();
   const AttnCase one{28, 4, 128, 0, DType::kBF16, DType::kBF16, {1279}};
   const RopeAttnOut want = run_rope_attn(**base, one, 2190, true, 4, 33);
