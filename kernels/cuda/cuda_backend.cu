@@ -238,7 +238,7 @@ class CudaBackend final : public Backend {
     if ((b->stream_rows_.second >= b->stream_rows_.first || b->det_ws_) &&
         b->compute_ == CudaCompute::kBF16) {
       if (cudaMalloc(&b->stream_flags_, kStreamFlags * sizeof(int)) != cudaSuccess ||
-          cudaMemset(b->stream_flags_, 0, kStreamFlags * sizeof(int)) != cudaSuccess) {
+          cudaMemsetAsync(b->stream_flags_, 0, kStreamFlags * sizeof(int), b->stream_) != cudaSuccess) {
         return internal_error("CUDA backend: cannot allocate the stream GEMM's tile flags");
       }
       if (b->stream_kind_ == cuda::StreamGemmKind::kWarpSpec) {
@@ -1948,7 +1948,13 @@ class CudaBackend final : public Backend {
     for (int i = 0; i < half; ++i) h[i] = 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(head_dim));
     float* d = nullptr;
     check(cudaMalloc(&d, sizeof(float) * std::max(half, 1)), "cudaMalloc inv_freq");
-    check(cudaMemcpy(d, h.data(), sizeof(float) * half, cudaMemcpyHostToDevice), "upload inv_freq");
+    // On this backend's stream, so ordered before the kernels that read it. (A cudaMemcpy from pageable
+    // memory runs on the legacy stream, which a non-blocking stream does not wait for, and may return
+    // before its DMA has landed: the first rope of a new head dim then read a partial table. Seen in
+    // session 26 as q, k and the K cache, and nothing else, differing in two gpu tests run as shards
+    // beside each other.) Pageable sources are staged before the call returns, so h may go.
+    check(cudaMemcpyAsync(d, h.data(), sizeof(float) * half, cudaMemcpyHostToDevice, stream_),
+          "upload inv_freq");
     inv_freq_[key] = d;
     return d;
   }
