@@ -296,8 +296,10 @@ TEST(CudaStreamGemm, SwiGluFormMatchesReferenceAndRepeatsItsBits) {
     ASSERT_EQ(cudaMalloc(&da, a.size() * 2), cudaSuccess);
     ASSERT_EQ(cudaMalloc(&dw, w.size() * 2), cudaSuccess);
     ASSERT_EQ(cudaMalloc(&dout, static_cast<size_t>(c.M * ldo) * 2), cudaSuccess);
-    ASSERT_EQ(cudaMemcpy(da, a.data(), a.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
-    ASSERT_EQ(cudaMemcpy(dw, w.data(), w.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    // On the test's (non-blocking) stream: a cudaMemcpy from pageable memory may return before its DMA
+    // lands, and the legacy stream it runs on orders nothing on this one.
+    ASSERT_EQ(cudaMemcpyAsync(da, a.data(), a.size() * 2, cudaMemcpyHostToDevice, stream), cudaSuccess);
+    ASSERT_EQ(cudaMemcpyAsync(dw, w.data(), w.size() * 2, cudaMemcpyHostToDevice, stream), cudaSuccess);
     std::vector<uint16_t> first;
     for (const int cluster : {2, 1, 4}) {
       for (int run = 0; run < 2; ++run) {
