@@ -73,6 +73,11 @@
 #                at $BATCH_ROWS (128) rows, context $BATCH_CTX (400)
 #   ncudecodebulk  ncudecode with VV_CUDA_GEMV_BULK=1
 #   ncuencsrc    Nsight Compute: instruction mix, stall reasons and hot SASS of the encoders' block kernels
+#   ktrace       every kernel of batch-1 decode steps and of batched steps ($KT_ROWS: 64,128 rows at context
+#                400) as it ran in the graph (CUPTI; cuda_decode_bench --kernel-trace): what each kernel adds to
+#                a step, its duration and its start under the one before (PDL); $KT_ENV: switches for all runs.
+#                Runs the batch-1 trace twice, the second started before the warm-up (--kernel-trace-early,
+#                in case CUPTI misses graphs captured before it starts)
 #   ncudecode    Nsight Compute: every kernel's duration, in order, of a short prefill and 12 batch-1 decode
 #                tokens (the last ~175 rows are one token's kernels, each alone: the step's sum without gaps);
 #                $NCU_ENV: the environment it runs with (e.g. VV_CUDA_DECODE_CHAIN=1)
@@ -461,6 +466,15 @@ for step in "$@"; do
         --section MemoryWorkloadAnalysis_Tables --section LaunchStats --section SourceCounters \
         $B/cuda_decode_bench --preset 7b --bf16 --no-gemv --batch-bench --batch-rows "${BATCH_ROWS:-128}" \
         --batch-ctx "${BATCH_CTX:-400}" --batch-steps 2 ;;
+    ktrace)
+      read -ra ktenv <<<"${KT_ENV:-VV_CUDA_NONE=1}"
+      run ktrace_b1 env "${ktenv[@]}" $B/cuda_decode_bench --preset 7b --bf16 --no-gemv --tokens 64 --enc-audio 1 \
+        --job-audio 1 --job-tokens 1 --kernel-trace 32 --kernel-trace-all
+      run ktrace_b1_early env "${ktenv[@]}" $B/cuda_decode_bench --preset 7b --bf16 --no-gemv --tokens 64 \
+        --enc-audio 1 --job-audio 1 --job-tokens 1 --kernel-trace 32 --kernel-trace-early
+      run ktrace_batch env "${ktenv[@]}" $B/cuda_decode_bench --preset 7b --bf16 --no-gemv --batch-bench \
+        --batch-rows "${KT_ROWS:-64,128}" --batch-ctx 400 --batch-steps 16 --kernel-trace 16 --kernel-trace-all
+      grep -h '^ktrace.*\(steps of\|recorded\|adds summed\| x  adds\)' "$OUT"/ktrace_*.log | tee -a "$OUT/steps.txt" ;;
     ncudecode)
       NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
       run ncudecode timeout 240 env ${NCU_ENV:-VV_CUDA_NONE=1} $NCU --clock-control none --cache-control none --metrics gpu__time_duration.sum \

@@ -10,6 +10,12 @@
 //                     [--attn-layers 4]
 //   cuda_decode_bench --batch-bench [--batch-rows 64,128] [--batch-ctx 400] [--batch-steps 64] [--bf16]
 //                     [--no-gemv] [--batch-no-prefill]
+//   [--kernel-trace N] [--kernel-trace-all] [--kernel-trace-early] [--kernel-trace-gap-us 8]
+//   (batch 1 and --batch-bench)
+// --kernel-trace N: after the timed decode (batch 1, and each --batch-bench row count), N more steps with
+// every kernel recorded as it ran (CUPTI, kernels/device/kernel_trace.h): a step kernel by kernel, what
+// each one adds to its wall time, PDL overlaps included. The timed figures are taken without it, unless
+// --kernel-trace-early starts it before the warm-up (for a tracer that misses graphs captured before it).
 // --table-only stops after the GEMM table. --attn-bench times the decode attention alone (see attn_bench) and
 // nothing else. --batch-bench times batched decode steps alone (after the copy and the GEMM table): N
 // sequences of --batch-ctx positions each, then --batch-steps steps of one row per sequence (the
@@ -29,6 +35,7 @@
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/runner/device_runner.h"
 #include "kernels/device/backend_factory.h"
+#include "kernels/device/kernel_trace.h"
 
 namespace {
 
@@ -59,9 +66,46 @@ struct Args {
   std::vector<int64_t> batch_rows{64, 128};
   int64_t batch_ctx = 400;
   int batch_steps = 64;
+  int kernel_trace = 0;             // --kernel-trace N: a second, traced run of N decode steps (0: none)
+  bool kernel_trace_all = false;    // --kernel-trace-all: every kernel position of a step, not only the sums
+  double kernel_trace_gap_us = 8;   // --kernel-trace-gap-us: GPU idle time that separates two steps
+  bool kernel_trace_early = false;  // --kernel-trace-early: the trace starts before the warm-up (graphs
+                                    // captured while it records), and the timed steps are traced too
   bool batch_prefill = true;  // --batch-no-prefill: the cache's context left as allocated (for Nsight runs:
                               // a decode step reads the same bytes whatever they hold)
 };
+
+// --kernel-trace: trace_begin starts recording every kernel (a tracer that cannot start says why and the
+// bench goes on without it); trace_end stops it and prints the per-step report.
+bool trace_begin(const Args& a, const std::string& title) {
+  if (a.kernel_trace <= 0) return false;
+  std::string why;
+  if (vv::kernel_trace_start(&why)) return true;
+  std::printf("ktrace %s: no kernel trace: %s\n", title.c_str(), why.c_str());
+  return false;
+}
+void trace_end(const Args& a, const std::string& title, bool started) {
+  if (!started) return;
+  uint64_t dropped = 0;
+  const std::vector<vv::KernelSpan> spans = vv::kernel_trace_stop(&dropped);
+  const auto gap = static_cast<uint64_t>(a.kernel_trace_gap_us * 1e3);
+  size_t in_graphs = 0;
+  for (const vv::KernelSpan& k : spans) in_graphs += k.graph_node != 0;
+  std::printf("%s", vv::trace_report(vv::trace_steps(spans, gap), title, a.kernel_trace_all).c_str());
+  std::printf("ktrace %s: %zu kernels recorded (%zu launched from graphs), %llu dropped%s\n", title.c_str(),
+              spans.size(), in_graphs, static_cast<unsigned long long>(dropped),
+              a.kernel_trace_early ? "; the timed figures above were taken with the trace on" : "");
+}
+// N more steps (`steps` runs them) traced, after the timed ones; with --kernel-trace-early the trace began
+// before the warm-up (`early`: trace_begin's answer then) and covers the timed steps too.
+template <typename Fn>
+bool traced(const Args& a, const std::string& title, bool early, Fn steps) {
+  if (a.kernel_trace <= 0) return true;
+  const bool started = a.kernel_trace_early ? early : trace_begin(a, title);
+  const bool ok = steps();
+  trace_end(a, title, started);
+  return ok;
+}
 
 std::vector<int64_t> parse_list(const std::string& v) {  // "1,2,4"
   std::vector<int64_t> out;
@@ -238,7 +282,7 @@ int batch_bench(const Args& a, vv::Runner& r, const vv::Checkpoint& ckpt, double
     const int64_t ctx = a.batch_ctx;
     bool ok = true;
     for (int64_t s = 0; s < n && ok; ++s) {
-      ok = r.kv().reserve(blocks[s], ctx + a.batch_steps + 16).is_ok();
+      ok = r.kv().reserve(blocks[s], ctx + a.batch_steps + a.kernel_trace + 16).is_ok();
       for (int64_t p = 0; p < ctx && ok && a.batch_prefill; p += 1024) {
         vv::StepPlan plan;
         vv::SequenceRows rows;
@@ -276,12 +320,20 @@ int batch_bench(const Args& a, vv::Runner& r, const vv::Checkpoint& ckpt, double
       return true;
     };
     int64_t pos = ctx;
+    const std::string trace_title = "batched decode " + std::to_string(n) + " rows";
+    const bool early = a.kernel_trace_early && trace_begin(a, trace_title);
     for (int i = 0; i < 8 && ok; ++i) ok = step(pos++);
     const std::string warm = vv::backend_profile_report(r.backend());  // resets the per-op profile
     (void)warm;
     const auto t = Clock::now();
     for (int i = 0; i < a.batch_steps && ok; ++i) ok = step(pos++);
     const double sec = seconds_since(t);
+    if (!ok) return 1;
+    ok = traced(a, trace_title, early, [&] {
+      bool fine = true;
+      for (int i = 0; i < a.kernel_trace && fine; ++i) fine = step(pos++);
+      return fine;
+    });
     if (!ok) return 1;
     const std::string rep = vv::backend_profile_report(r.backend());
     if (!rep.empty()) std::printf("per-op time, %lld rows:\n%s", static_cast<long long>(n), rep.c_str());
@@ -357,6 +409,14 @@ int main(int argc, char** argv) {
       a.batch_steps = std::max(1, std::stoi(next()));
     else if (k == "--batch-no-prefill")
       a.batch_prefill = false;
+    else if (k == "--kernel-trace")
+      a.kernel_trace = std::max(0, std::stoi(next()));
+    else if (k == "--kernel-trace-all")
+      a.kernel_trace_all = true;
+    else if (k == "--kernel-trace-early")
+      a.kernel_trace_early = true;
+    else if (k == "--kernel-trace-gap-us")
+      a.kernel_trace_gap_us = std::max(0.0, std::stod(next()));
   }
   const vv::ModelSpec spec = a.preset == "tiny" ? vv::tiny_spec() : vv::qwen7b_asr_spec();
   if (a.attn_bench) return attn_bench(a, spec);
@@ -369,7 +429,8 @@ int main(int argc, char** argv) {
   std::printf("random %s checkpoint: %.1f s\n", a.preset.c_str(), seconds_since(t0));
   const int64_t job_frames = static_cast<int64_t>(a.job_audio_s * 24000) / spec.acoustic.hop();
   vv::RunnerOptions ro;
-  ro.kv_positions = std::max<int64_t>(a.prompt + a.tokens, job_frames + 64 + a.job_tokens) + 64;
+  ro.kv_positions =
+      std::max<int64_t>(a.prompt + a.tokens + a.kernel_trace, job_frames + 64 + a.job_tokens) + 64;
   ro.max_rows = static_cast<int>(std::max<int64_t>(1024, a.chunk));
   ro.prefill_chunk = static_cast<int>(a.chunk);
   ro.max_seqs = 4;
@@ -378,7 +439,7 @@ int main(int argc, char** argv) {
     const int64_t most = std::max<int64_t>(1, *std::max_element(a.batch_rows.begin(), a.batch_rows.end()));
     ro.max_seqs = static_cast<int>(most);
     ro.max_rows = static_cast<int>(std::max<int64_t>(1024, most));
-    ro.kv_positions = most * (a.batch_ctx + a.batch_steps + 32) + 64;
+    ro.kv_positions = most * (a.batch_ctx + a.batch_steps + a.kernel_trace + 32) + 64;
   }
   vv::BackendOptions bo;
   bo.gpu_bf16_gemm = a.bf16;
@@ -523,16 +584,20 @@ int main(int argc, char** argv) {
   profile("warm-up");
   std::vector<double> pre_runs;
   for (int i = 0; i < 3; ++i) {
-    pre_runs.push_back(run_prefill(a.prompt, nullptr, ids, a.tokens + 8));
+    pre_runs.push_back(run_prefill(a.prompt, nullptr, ids, a.tokens + 8 + a.kernel_trace));
     if (i < 2) r.kv().release(blocks);  // the last run's cache is the decode's context
   }
   std::sort(pre_runs.begin(), pre_runs.end());
   const double pre_s = pre_runs[1];
   profile("prefill (3 runs)");
+  const bool early = a.kernel_trace_early && trace_begin(a, "decode batch 1");
   run_decode(a.prompt, 8);
   profile("decode warm-up");
   const double dec_s = run_decode(a.prompt + 8, a.tokens);
   profile("decode");
+  if (!traced(a, "decode batch 1", early,
+              [&] { return run_decode(a.prompt + 8 + a.tokens, a.kernel_trace) >= 0; }))
+    return 1;
   r.kv().release(blocks);
   const double bytes_per_token = [&] {
     double b = 0;

@@ -1,0 +1,42 @@
+// Every GPU kernel's execution span as it ran, and a per-step report of them: a measuring aid for the
+// benches (`cuda_decode_bench --kernel-trace`). Nsight Compute times kernels one at a time, which hides
+// what graph replay and programmatic dependent launch (PDL) change; this shows a step as it ran, kernel by
+// kernel, and what each kernel adds to the step's wall time. On CUDA builds the spans come from CUPTI
+// (kernels/cuda/kernel_trace.h, loaded on first use); elsewhere the start fails with the reason.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace vv {
+
+struct KernelSpan {
+  std::string name;  // demangled
+  uint64_t start_ns = 0, end_ns = 0;
+  uint32_t device = 0, stream = 0;
+  uint64_t graph_node = 0;  // 0: not launched from a graph
+};
+
+// Starts recording every kernel on every GPU (one recording at a time in a process). False, with the
+// reason in *error, where it cannot (no CUDA in this build, CUPTI not loadable, another profiler attached).
+bool kernel_trace_start(std::string* error);
+// Stops the recording; every kernel since the start, by start time. *dropped: records the tracer lost.
+std::vector<KernelSpan> kernel_trace_stop(uint64_t* dropped = nullptr);
+
+// The spans (by start time) cut into steps wherever the GPU idled more than gap_ns between the latest end
+// so far and the next start; only the steps with the most common kernel count are kept (warm-ups and
+// captures differ).
+struct TraceStep {
+  std::vector<KernelSpan> kernels;  // by start time
+};
+std::vector<TraceStep> trace_steps(const std::vector<KernelSpan>& spans, uint64_t gap_ns);
+
+// A report of such steps (lines start with "ktrace"). For each kernel position of a step, medians over the
+// steps of: its duration; what it adds to the step (its end less the latest end before it in the step,
+// 0 when it ends earlier); its start against that latest end (negative: it began under the kernels before
+// it, as PDL and graph branches allow). Then the same summed by kernel name, in order of first appearance.
+// per_kernel: the line of every position too (else only the sums by name).
+std::string trace_report(const std::vector<TraceStep>& steps, const std::string& title, bool per_kernel);
+
+}  // namespace vv
