@@ -2,7 +2,8 @@
 // records: kernels inside CUDA graphs and kernels that a programmatic dependent launch overlaps keep their
 // own start and end). The collector behind vv::kernel_trace_start (kernels/device/kernel_trace.h, where the
 // report is). CUPTI is loaded with dlopen on the first start, so nothing links it and a binary without it
-// still runs. No CUDA types here.
+// still runs. No CUDA types here: every build includes this header (for TracedKernel); only CUDA builds
+// define its functions.
 #pragma once
 
 #include <cstdint>

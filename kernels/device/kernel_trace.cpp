@@ -4,10 +4,6 @@
 #include <cstdio>
 #include <map>
 
-#if VV_HAVE_CUDA
-#include "kernels/cuda/kernel_trace.h"
-#endif
-
 namespace vv {
 
 bool kernel_trace_start(std::string* error) {
@@ -23,16 +19,7 @@ std::vector<KernelSpan> kernel_trace_stop(uint64_t* dropped) {
   std::vector<KernelSpan> out;
   if (dropped) *dropped = 0;
 #if VV_HAVE_CUDA
-  for (cuda::TracedKernel& k : cuda::cupti_trace_stop(dropped)) {
-    KernelSpan s;
-    s.name = std::move(k.name);
-    s.start_ns = k.start_ns;
-    s.end_ns = k.end_ns;
-    s.device = k.device;
-    s.stream = k.stream;
-    s.graph_node = k.graph_node;
-    out.push_back(std::move(s));
-  }
+  out = cuda::cupti_trace_stop(dropped);
 #endif
   std::sort(out.begin(), out.end(),
             [](const KernelSpan& a, const KernelSpan& b) { return a.start_ns < b.start_ns; });

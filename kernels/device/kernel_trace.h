@@ -9,14 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/kernel_trace.h"  // plain C++: the span type, whatever the build
+
 namespace vv {
 
-struct KernelSpan {
-  std::string name;  // demangled
-  uint64_t start_ns = 0, end_ns = 0;
-  uint32_t device = 0, stream = 0;
-  uint64_t graph_node = 0;  // 0: not launched from a graph
-};
+// A kernel's name (demangled), start and end (ns), device, stream and graph node (0: not from a graph).
+using KernelSpan = cuda::TracedKernel;
 
 // Starts recording every kernel on every GPU (one recording at a time in a process). False, with the
 // reason in *error, where it cannot (no CUDA in this build, CUPTI not loadable, another profiler attached).
