@@ -474,7 +474,8 @@ for step in "$@"; do
         --enc-audio 1 --job-audio 1 --job-tokens 1 --kernel-trace 32 --kernel-trace-early
       run ktrace_batch env "${ktenv[@]}" $B/cuda_decode_bench --preset 7b --bf16 --no-gemv --batch-bench \
         --batch-rows "${KT_ROWS:-64,128}" --batch-ctx 400 --batch-steps 16 --kernel-trace 16 --kernel-trace-all
-      grep -h '^ktrace.*\(steps of\|recorded\|adds summed\| x  adds\)' "$OUT"/ktrace_*.log | tee -a "$OUT/steps.txt" ;;
+      grep -h '^ktrace.*\(steps of\|recorded\|adds summed\| x  adds\|traced steps\)' "$OUT"/ktrace_*.log |
+        tee -a "$OUT/steps.txt" ;;
     ncudecode)
       NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
       run ncudecode timeout 240 env ${NCU_ENV:-VV_CUDA_NONE=1} $NCU --clock-control none --cache-control none --metrics gpu__time_duration.sum \
