@@ -468,9 +468,10 @@ for step in "$@"; do
         --batch-ctx "${BATCH_CTX:-400}" --batch-steps 2 ;;
     ktrace)
       read -ra ktenv <<<"${KT_ENV:-VV_CUDA_NONE=1}"
-      run ktrace_b1 env "${ktenv[@]}" $B/cuda_decode_bench --preset 7b --bf16 --no-gemv --tokens 64 --enc-audio 1 \
+      # 224 + 32 tokens: the cache reserved (and so the attention's table and splits) as b1opt's 256 tokens
+      run ktrace_b1 env "${ktenv[@]}" $B/cuda_decode_bench --preset 7b --bf16 --no-gemv --tokens 224 --enc-audio 1 \
         --job-audio 1 --job-tokens 1 --kernel-trace 32 --kernel-trace-all
-      run ktrace_b1_early env "${ktenv[@]}" $B/cuda_decode_bench --preset 7b --bf16 --no-gemv --tokens 64 \
+      run ktrace_b1_early env "${ktenv[@]}" $B/cuda_decode_bench --preset 7b --bf16 --no-gemv --tokens 224 \
         --enc-audio 1 --job-audio 1 --job-tokens 1 --kernel-trace 32 --kernel-trace-early
       run ktrace_batch env "${ktenv[@]}" $B/cuda_decode_bench --preset 7b --bf16 --no-gemv --batch-bench \
         --batch-rows "${KT_ROWS:-64,128}" --batch-ctx 400 --batch-steps 16 --kernel-trace 16 --kernel-trace-all
