@@ -2488,7 +2488,8 @@ class CudaBackend final : public Backend {
   // in flight on the default kernel), which are lone in fused and unfused steps alike (the default since
   // session 25); 6: those and the lone ones adding into the residual (batch-1's o projection, which
   // then streams its whole weights into shared memory under the attention with VV_CUDA_GEMV_BULK_KB at
-  // 180; lone in fused and unfused steps alike, as q/k/v, which carry a bias, are not); 0: none.
+  // 180; lone in fused and unfused steps alike, and q/k/v, which do not add into the residual, stay off
+  // it in both); 0: none.
   int gemv_bulk_ = [] {
     const char* v = std::getenv("VV_CUDA_GEMV_BULK");
     const std::string s = v ? v : "";
