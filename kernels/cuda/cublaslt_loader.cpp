@@ -1,6 +1,6 @@
 #include "kernels/cuda/cublaslt_loader.h"
 
-#include <dlfcn.h>
+#include "kernels/cuda/dl_library.h"
 
 namespace vv::cuda {
 namespace {
@@ -13,27 +13,18 @@ struct Loaded {
 
 template <typename F>
 bool bind(void* lib, const char* name, F& fn, std::string& error) {
-  fn = reinterpret_cast<F>(dlsym(lib, name));
-  if (!fn && error.empty()) error = std::string("symbol ") + name + " missing from cuBLASLt";
-  return fn != nullptr;
+  return dl_bind(lib, name, fn, "cuBLASLt", error);
 }
 
 const Loaded& loaded() {
   static const Loaded l = [] {
     Loaded r;
     const std::string major = std::to_string(CUBLAS_VER_MAJOR);
-    const std::string names[] = {"libcublasLt.so." + major, std::string(VV_CUDA_LIBRARY_DIR) + "/libcublasLt.so." + major,
-                                 "libcublasLt.so"};
-    void* lib = nullptr;
-    for (const std::string& n : names) {
-      lib = dlopen(n.c_str(), RTLD_NOW | RTLD_LOCAL);
-      if (lib) break;
-    }
-    if (!lib) {
-      const char* e = dlerror();
-      r.error = "cannot load libcublasLt.so." + major + (e ? std::string(": ") + e : std::string());
-      return r;
-    }
+    void* lib =
+        dl_open_first({"libcublasLt.so." + major,
+                       std::string(VV_CUDA_LIBRARY_DIR) + "/libcublasLt.so." + major, "libcublasLt.so"},
+                      "libcublasLt.so." + major, &r.error);
+    if (!lib) return r;
     CublasLtApi& a = r.api;
     bool ok = bind(lib, "cublasLtCreate", a.create, r.error);
     ok &= bind(lib, "cublasLtDestroy", a.destroy, r.error);

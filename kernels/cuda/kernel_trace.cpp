@@ -1,12 +1,12 @@
 #include "kernels/cuda/kernel_trace.h"
 
 #include <cxxabi.h>
-#include <dlfcn.h>
 
 #include <cstdlib>
 #include <memory>
 #include <mutex>
-#include <type_traits>
+
+#include "kernels/cuda/dl_library.h"
 
 #if __has_include(<cupti.h>)
 #include <cupti.h>
@@ -50,18 +50,9 @@ const Cupti& cupti() {
     for (const char* sub : {"/", "/../extras/CUPTI/lib64/", "/../../extras/CUPTI/lib64/"})
       names.push_back(std::string(VV_CUDA_LIBRARY_DIR) + sub + "libcupti.so." + major);
 #endif
-    void* lib = nullptr;
-    for (const std::string& n : names)
-      if ((lib = dlopen(n.c_str(), RTLD_NOW | RTLD_LOCAL))) break;
-    if (!lib) {
-      const char* e = dlerror();
-      r.error = "cannot load libcupti.so." + major + (e ? std::string(": ") + e : std::string());
-      return r;
-    }
-    auto bind = [&](const char* name, auto& fn) {
-      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
-      if (!fn && r.error.empty()) r.error = std::string("symbol ") + name + " missing from CUPTI";
-    };
+    void* lib = dl_open_first(names, "libcupti.so." + major, &r.error);
+    if (!lib) return r;
+    auto bind = [&](const char* name, auto& fn) { dl_bind(lib, name, fn, "CUPTI", r.error); };
     bind("cuptiActivityEnable", r.enable);
     bind("cuptiActivityDisable", r.disable);
     bind("cuptiActivityRegisterCallbacks", r.register_callbacks);
