@@ -1577,9 +1577,7 @@ class CudaBackend final : public Backend {
       d.sms = sms_;
       d.balance = gemv_balance_;
       d.pair_rows = gemv_pair_;
-      d.bulk = gemv_bulk_ == 4   ? d.K >= kBulkLongK
-               : gemv_bulk_ == 6 ? d.K >= kBulkLongK || ep == Epilogue::kAddResidual
-                                 : gemv_bulk_ != 0;
+      d.bulk = gemv_bulk_ == 4 ? d.K >= kBulkLongK : gemv_bulk_ != 0;
       d.count = 1;
       d.j[0].w = w.data;
       d.j[0].ldw = w.row_stride();
@@ -2486,14 +2484,11 @@ class CudaBackend final : public Backend {
   // flush's fused launches (so an unfused step's q/k/v differ from a fused one's); 4: the lone ones of
   // kBulkLongK or more columns only (batch-1's down projection: rows of 37.9 KB a warp streams with 4 KB
   // in flight on the default kernel), which are lone in fused and unfused steps alike (the default since
-  // session 25); 6: those and the lone ones adding into the residual (batch-1's o projection, which
-  // then streams its whole weights into shared memory under the attention with VV_CUDA_GEMV_BULK_KB at
-  // 180; lone in fused and unfused steps alike, and q/k/v, which do not add into the residual, stay off
-  // it in both); 0: none.
+  // session 25); 0: none.
   int gemv_bulk_ = [] {
     const char* v = std::getenv("VV_CUDA_GEMV_BULK");
     const std::string s = v ? v : "";
-    return s == "0" ? 0 : s == "1" ? 1 : s == "2" ? 2 : s == "3" ? 3 : s == "6" ? 6 : 4;
+    return s == "0" ? 0 : s == "1" ? 1 : s == "2" ? 2 : s == "3" ? 3 : 4;
   }();
   static constexpr int64_t kBulkLongK = 8192;
   // VV_CUDA_DECODE_CHAIN=1 (opt-in; sm_90; sets VV_CUDA_GEMV_BULK=3, and is off where that variable is

@@ -334,13 +334,10 @@ void check_layer_fusion(const char* sw, const char* value = "1") {
     // with the SwiGLU epilogue and the down projection streams alone; at 3 gate_up streams unpaired and
     // silu_mul becomes the down projection's prologue.
     // At 4 only the lone GEMVs of 8,192 columns or more (the 7B's down projection) take it.
-    // At 6 those and the lone ones adding into the residual (here the down projection) take it.
-    const bool long_only = bulk && (std::string(value) == "4" || std::string(value) == "6");
-    const bool residual_too = bulk && std::string(value) == "6";
+    const bool long_only = bulk && std::string(value) == "4";
     const bool takes = sm90 && c.wt != DType::kF32 && bulk && !long_only;
     const bool unpaired = takes && std::string(value) == "3";
-    const bool down_bulk =
-        (takes && !unpaired) || (long_only && sm90 && c.wt != DType::kF32 && (c.I >= 8192 || residual_too));
+    const bool down_bulk = (takes && !unpaired) || (long_only && sm90 && c.wt != DType::kF32 && c.I >= 8192);
     EXPECT_EQ(table.find("silu_mul"), std::string::npos) << what << ": silu_mul not fused\n" << table;
     EXPECT_EQ(table.find("rms_norm"), std::string::npos) << what << ": rms_norm not fused\n" << table;
     if (bulk) {  // 16-bit weights, K a multiple of 8 up to 8,192 (all of them here): on sm_90 only
@@ -394,14 +391,6 @@ TEST(CudaDecodeFusion, LayerOpSequenceWithUnpairedBulkGemvsFusedEqualsUnfusedBit
 // unfused steps still agree bitwise (the down projection is lone in both).
 TEST(CudaDecodeFusion, LayerOpSequenceWithLongRowsOnTheBulkGemvFusedEqualsUnfusedBitwise) {
   check_layer_fusion("VV_CUDA_GEMV_BULK", "4");
-}
-
-// VV_CUDA_GEMV_BULK=6: the lone one-row GEMVs that add into the residual on the bulk kernel too (the down
-// projection here, at every width; the o projection in
-// CudaRopeAttention.OProjectionOnTheBulkKernelAfterTheFusedAttention). They are lone in fused and unfused
-// steps alike, so the two still agree bitwise.
-TEST(CudaDecodeFusion, LayerOpSequenceWithResidualGemvsOnTheBulkKernelFusedEqualsUnfusedBitwise) {
-  check_layer_fusion("VV_CUDA_GEMV_BULK", "6");
 }
 
 // The layer sequence on `base`, and twice on `other`, whose launches may differ but not a row's sums:

@@ -842,36 +842,6 @@ TEST(CudaRopeAttention, WideMergeGivesTheOneOutputMergesBits) {
   expect_same_rope_attn(got, want, "1279 keys under graph replay");
 }
 
-// VV_CUDA_GEMV_BULK=6: the o projection after the fused one-row attention (a lone one-row GEMV adding into
-// the residual) on the bulk kernel, which issues its weight stages before its PDL wait, so under the
-// attention. It is lone in the ops one by one too: their bits, eagerly and under graph replay (the 7B's
-// shapes, a narrow o, f16 cache at head dim 64); on sm_90 the profile shows the bulk launch.
-TEST(CudaRopeAttention, OProjectionOnTheBulkKernelAfterTheFusedAttention) {
-  VV_CUDA_BACKEND_OR_SKIP(any, true);
-  const char* simt = "paged_attention.decode_rope";
-  check_rope_attention({{"VV_CUDA_GEMV_BULK", "6"}}, true,
-                       {{{28, 4, 128, 3584, DType::kBF16, DType::kBF16, {1279}}, true, simt},
-                        {{28, 4, 128, 136, DType::kBF16, DType::kBF16, {600}}, true, simt},
-                        {{14, 2, 64, 896, DType::kF16, DType::kBF16, {65}}, true, simt}},
-                       2400);
-  cudaDeviceProp prop{};
-  const bool sm90 = cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major >= 9;
-  auto prof = cuda_backend_with({{"VV_CUDA_GEMV_BULK", "6"}, {"VV_CUDA_PROFILE", "1"}}, true);
-  ASSERT_TRUE(prof.is_ok()) << prof.status().to_string();
-  const AttnCase one{28, 4, 128, 3584, DType::kBF16, DType::kBF16, {700}};
-  (void)backend_profile_report(**prof);
-  (void)run_rope_attn(**prof, one, 2450, true);
-  const std::string table = backend_profile_report(**prof);
-  EXPECT_EQ(table.find("decode_gemv.bulk") != std::string::npos, sm90) << table;
-  auto ops = bf16_backend_with({{"VV_CUDA_GEMV_BULK", "6"}, {"VV_CUDA_ROPE_ATTN", "0"}});
-  auto fused = bf16_backend_with({{"VV_CUDA_GEMV_BULK", "6"}});
-  ASSERT_TRUE(ops.is_ok() && fused.is_ok());
-  const RopeAttnOut want = run_rope_attn(**ops, one, 2460, true, 4, 33);
-  const RopeAttnOut got = run_rope_attn(**fused, one, 2460, true, 4, 33);
-  expect_replayed(**fused);
-  expect_same_rope_attn(got, want, "one row, o on the bulk kernel, under graph replay");
-}
-
 // The same under graph replay (no profiling, which keeps graphs off): 33 steps a flush, four flushes.
 TEST(CudaRopeAttention, FusedDecodeStepUnderGraphReplay) {
   VV_CUDA_BACKEND_OR_SKIP(any, true);
