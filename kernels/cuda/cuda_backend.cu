@@ -209,6 +209,11 @@ class CudaBackend final : public Backend {
     if (cudaStreamCreateWithFlags(&b->stream_, cudaStreamNonBlocking) != cudaSuccess) {
       return internal_error("CUDA backend: cannot create a stream on device " + std::to_string(o.device));
     }
+    // VV_CUDA_ATTN_STAMPS=1 (a probe): one sink a process, on the first device that asks for it.
+    if (const char* st = std::getenv("VV_CUDA_ATTN_STAMPS");
+        st && std::string(st) == "1" &&
+        !cuda::attn_stamp_sink(&b->stamp_recs_, &b->stamp_count_, &b->stamp_cap_))
+      return internal_error("CUDA backend: cannot allocate the records of VV_CUDA_ATTN_STAMPS");
     if (b->chain_) {  // zeroed on the stream the chain runs on, so ordered before its first launch
       if (cudaMalloc(&b->chain_bar_, 2 * sizeof(unsigned)) != cudaSuccess ||
           cudaMemsetAsync(b->chain_bar_, 0, 2 * sizeof(unsigned), b->stream_) != cudaSuccess)
@@ -1454,6 +1459,10 @@ class CudaBackend final : public Backend {
         rp.kc = w.cache.k.data;
         rp.vc = w.cache.v.data;
         rp.pre = attn_pre_;
+        rp.trig_pre = attn_trig_pre_;
+        rp.stamp_recs = stamp_recs_;
+        rp.stamp_count = stamp_count_;
+        rp.stamp_cap = stamp_cap_;
         Tensor o = a.out;
         if (mma) {
           cuda::mma_decode_attention(a.a, a.rows, a.cache, a.shape, o, pm, partials, counters, stream_,
@@ -2576,6 +2585,15 @@ class CudaBackend final : public Backend {
   // The fused SIMT decode attention (one-row bf16 steps) loads its block table's slots and its first
   // round's old K and V rows before the PDL wait (DecodeRope::pre); VV_CUDA_ATTN_PRE=0: after it.
   bool attn_pre_ = !(std::getenv("VV_CUDA_ATTN_PRE") && std::string(std::getenv("VV_CUDA_ATTN_PRE")) == "0");
+  // With attn_pre_: the rotation's cosines and sines before the PDL wait too, and the new key's rows to the
+  // block's scores through shared memory (DecodeRope::trig_pre); VV_CUDA_ATTN_TRIG_PRE=0: neither (A/B).
+  bool attn_trig_pre_ =
+      !(std::getenv("VV_CUDA_ATTN_TRIG_PRE") && std::string(std::getenv("VV_CUDA_ATTN_TRIG_PRE")) == "0");
+  // VV_CUDA_ATTN_STAMPS=1 (a probe): the fused SIMT decode attention stamps its blocks' stages
+  // (cuda::attn_stamps_take); the sink is allocated in create.
+  cuda::AttnStamp* stamp_recs_ = nullptr;
+  unsigned* stamp_count_ = nullptr;
+  unsigned stamp_cap_ = 0;
   // The encoders' stage-0 and stage-1 blocks (and stage 2's with the wgmma FFN) as one kernel each
   // (conv_block); VV_CUDA_ENC_BLOCK=0 turns it off (A/B).
   bool enc_block_ =

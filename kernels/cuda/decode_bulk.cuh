@@ -291,27 +291,45 @@ __device__ __forceinline__ void rope_kv_item(const RopeKvArgs& a, int64_t i) {
 // DecodeRope's cache write: threads first, first + stride, ... (within one warp or one block) rotate row
 // r's new k of kv head kvh at position p (in place in rp.k) and write it and v into the cache slot of p,
 // with rope_kv_item's arithmetic. tab: the row's block table.
+// With `cs` (DecodeRope::trig_pre): the cosine and sine of frequency `first` came with the call (taken
+// before the PDL wait), `slot` is p's cache slot, and the values as the cache holds them also go to fwd[f]
+// (k) and fwd[D + f] (v) in shared memory, for the block's own scores.
 template <typename CT>
 __device__ __forceinline__ void rope_kv_row(const DecodeRope& rp, int64_t r, int kvh, int p,
                                             const int32_t* tab, int bs, int64_t ldc, int D, int first,
-                                            int stride) {
+                                            int stride, bool cs = false, float c0 = 0.f, float s0 = 0.f,
+                                            int64_t slot = 0, float* fwd = nullptr) {
   const int half = D / 2;
   float* kr = rp.k + r * rp.ldk + static_cast<int64_t>(kvh) * D;
   const float* vr = rp.v + r * rp.ldv + static_cast<int64_t>(kvh) * D;
-  const int64_t off = (static_cast<int64_t>(tab[p / bs]) * bs + p % bs) * ldc + static_cast<int64_t>(kvh) * D;
+  const int64_t off =
+      (cs ? slot : static_cast<int64_t>(tab[p / bs]) * bs + p % bs) * ldc + static_cast<int64_t>(kvh) * D;
   CT* kc = static_cast<CT*>(rp.kc) + off;
   CT* vc = static_cast<CT*>(rp.vc) + off;
   for (int f = first; f < half; f += stride) {
-    const float phi = static_cast<float>(p) * rp.inv_freq[f];
-    const float c = cosf(phi), s = sinf(phi);
+    float c, s;
+    if (cs && f == first) {
+      c = c0, s = s0;
+    } else {
+      const float phi = static_cast<float>(p) * rp.inv_freq[f];
+      c = cosf(phi), s = sinf(phi);
+    }
     float y1, y2;
     rope_rotate(kr[f], kr[f + half], c, s, y1, y2);
     kr[f] = y1;
     kr[f + half] = y2;
-    kc[f] = from_f32<CT>(y1);
-    kc[f + half] = from_f32<CT>(y2);
-    vc[f] = from_f32<CT>(vr[f]);
-    vc[f + half] = from_f32<CT>(vr[f + half]);
+    const CT k1 = from_f32<CT>(y1), k2 = from_f32<CT>(y2);
+    const CT v1 = from_f32<CT>(vr[f]), v2 = from_f32<CT>(vr[f + half]);
+    kc[f] = k1;
+    kc[f + half] = k2;
+    vc[f] = v1;
+    vc[f + half] = v2;
+    if (fwd) {
+      fwd[f] = to_f32(k1);
+      fwd[f + half] = to_f32(k2);
+      fwd[D + f] = to_f32(v1);
+      fwd[D + f + half] = to_f32(v2);
+    }
   }
 }
 
@@ -378,10 +396,54 @@ constexpr int kAttnRound = kAttnWarps * kAttnKeysPerWarp;
 // kernel cannot have written — the row's position and sequence, its block table, the K and V rows of its
 // first round but for the new key L − 1 (written by this launch) — go before the PDL wait (pdl_wait and
 // pdl_trigger are called here). The same values, so the same bits.
-template <typename CT, bool kCg, bool kRope = false, bool kPre = false>
+// kStamp (with kPre): thread 0 stamps the block's stages (DecodeRope's stamp sink; AttnStamp says which).
+template <bool kOn>
+struct AttnStageClock {
+  __device__ __forceinline__ void start() {}
+  __device__ __forceinline__ void mark(int) {}
+  __device__ __forceinline__ void finish(const DecodeRope&, int, int, bool) {}
+};
+template <>
+struct AttnStageClock<true> {
+  long long c0 = 0;
+  unsigned long long g0 = 0;
+  uint32_t clk[8] = {};
+  __device__ __forceinline__ static unsigned long long global_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+  }
+  __device__ __forceinline__ void start() {
+    if (threadIdx.x == 0) {
+      c0 = clock64();
+      g0 = global_ns();
+    }
+  }
+  __device__ __forceinline__ void mark(int i) {
+    if (threadIdx.x == 0) clk[i] = static_cast<uint32_t>(clock64() - c0);
+  }
+  __device__ __forceinline__ void finish(const DecodeRope& rp, int split, int kvh, bool merged) {
+    if (threadIdx.x != 0 || !rp.stamp_recs) return;
+    clk[7] = static_cast<uint32_t>(clock64() - c0);
+    const unsigned long long g1 = global_ns();
+    AttnStamp& o = rp.stamp_recs[atomicAdd(rp.stamp_count, 1u) % rp.stamp_cap];
+    o.gt_start = g0;
+    o.gt_end = g1;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) o.clk[i] = clk[i];
+    o.split = static_cast<uint32_t>(split);
+    o.kv_head = static_cast<uint32_t>(kvh);
+    o.merged = merged ? 1u : 0u;
+  }
+};
+
+template <typename CT, bool kCg, bool kRope = false, bool kPre = false, bool kStamp = false>
 __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int split, int kvh, int64_t r,
                                                   float* sm, float (&mls)[2][kAttnMaxG], int& last) {
   static_assert(!kPre || kRope, "the early loads are the fused step's");
+  static_assert(!kStamp || kPre, "the stamps are the fused step's");
+  AttnStageClock<kStamp> clk;
+  clk.start();
   const float* __restrict__ q = A.q;
   const int64_t ldq = A.ldq;
   const int32_t* __restrict__ row_seq = A.kv.row_seq;
@@ -419,7 +481,18 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
   // The V rows of the warp's first round, loaded with its K rows (lean: one trip to memory fewer when a
   // split is one round, as up to 16,384 keys of table width) or before the wait (kPre, with the K rows).
   float vpre[kAttnKeysPerWarp][4], kpre[kAttnKeysPerWarp][4];
+  // DecodeRope::trig_pre: thread tid's cosine and sine of frequency tid % (D/2), which is the frequency of
+  // every rotation it makes below when D/2 divides the block (q's items tid + 256·k, the new key's tid).
+  const bool trig = kPre && A.rope.trig_pre && kAttnThreads % (D / 2) == 0;
+  float tc = 0.f, ts = 0.f;
+  __shared__ float
+      fwd[kPre ? 2 * kAttnMaxHeadDim : 1];  // trig: the new key's k and v as the cache holds them
   if constexpr (kPre) {
+    if (trig) {
+      const float phi = static_cast<float>(L - 1) * A.rope.inv_freq[tid % (D / 2)];
+      tc = cosf(phi);
+      ts = sinf(phi);
+    }
     for (int j = tid; j < nk; j += kAttnThreads) {
       const int p = k0 + j;
       slots[j] = static_cast<int64_t>(tables[seq * ldt + p / bs]) * bs + p % bs;
@@ -435,8 +508,10 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
         load4c<kCg>(vc + slots[j] * ldc + hoff, vpre[u]);
       }
     }
+    clk.mark(0);
     pdl_wait();  // q, the new k and v are the kernel before's
     pdl_trigger();
+    clk.mark(1);
   }
   if constexpr (kRope) {
     static_assert(kCg, "the fused cache write needs the cache read through L2");
@@ -444,15 +519,25 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
     const float pf = static_cast<float>(L - 1);
     for (int i = tid; i < G * half; i += kAttnThreads) {
       const int g = i / half, f = i - g * half;
-      const float phi = pf * A.rope.inv_freq[f];
+      float c = tc, sn = ts;
+      if (!trig) {
+        const float phi = pf * A.rope.inv_freq[f];
+        c = cosf(phi);
+        sn = sinf(phi);
+      }
       float y1, y2;
-      rope_rotate(ld_act<kCg>(qr + g * D + f), ld_act<kCg>(qr + g * D + f + half), cosf(phi), sinf(phi), y1,
-                  y2);
+      rope_rotate(ld_act<kCg>(qr + g * D + f), ld_act<kCg>(qr + g * D + f + half), c, sn, y1, y2);
       Qs[g * D + f] = y1;
       Qs[g * D + f + half] = y2;
     }
-    if (nk > 0 && k0 + nk == L)
-      rope_kv_row<CT>(A.rope, r, kvh, L - 1, tables + seq * ldt, bs, ldc, D, tid, kAttnThreads);
+    if (nk > 0 && k0 + nk == L) {
+      if (trig) {  // (kPre: slots[] holds the split's slots)
+        rope_kv_row<CT>(A.rope, r, kvh, L - 1, nullptr, bs, ldc, D, tid, kAttnThreads, true, tc, ts,
+                        slots[nk - 1], fwd);
+      } else {
+        rope_kv_row<CT>(A.rope, r, kvh, L - 1, tables + seq * ldt, bs, ldc, D, tid, kAttnThreads);
+      }
+    }
   } else {
     for (int i = tid; i < G * D; i += kAttnThreads) Qs[i] = ld_act<kCg>(qr + i);
   }
@@ -463,6 +548,7 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
     }
   }
   __syncthreads();
+  clk.mark(2);
   float qv[kAttnMaxG][4];
 #pragma unroll
   for (int g = 0; g < kAttnMaxG; ++g)
@@ -474,8 +560,16 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
     for (int u = 0; u < kAttnKeysPerWarp; ++u) {
       const int j = warp * kAttnKeysPerWarp + u;
       if (dl && j < nk && k0 + j == L - 1) {
-        load4c<kCg>(kc + slots[j] * ldc + hoff, kpre[u]);
-        load4c<kCg>(vc + slots[j] * ldc + hoff, vpre[u]);
+        if (trig) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            kpre[u][e] = fwd[d0 + e];
+            vpre[u][e] = fwd[D + d0 + e];
+          }
+        } else {
+          load4c<kCg>(kc + slots[j] * ldc + hoff, kpre[u]);
+          load4c<kCg>(vc + slots[j] * ldc + hoff, vpre[u]);
+        }
       }
     }
   } else {
@@ -516,6 +610,7 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
     }
   }
   __syncthreads();
+  clk.mark(3);
   for (int g = warp; g < G; g += kAttnWarps) {
     float mx = -INFINITY;
     for (int j = lane; j < nk; j += 32) mx = fmaxf(mx, Ps[g * pstride + j]);
@@ -533,6 +628,7 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
     }
   }
   __syncthreads();
+  clk.mark(4);
   float acc[kAttnMaxG][4];
 #pragma unroll
   for (int g = 0; g < kAttnMaxG; ++g) acc[g][0] = acc[g][1] = acc[g][2] = acc[g][3] = 0.f;
@@ -571,6 +667,7 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
             make_float4(acc[g][0], acc[g][1], acc[g][2], acc[g][3]);
   }
   __syncthreads();
+  clk.mark(5);
   float* orow = out + r * ldo + static_cast<int64_t>(kvh) * G * D;
   const int64_t pair = r * kv_heads + kvh;
   float* wacc = ws + (pair * nsplit + split) * G * D;
@@ -583,7 +680,11 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
       wacc[i] = a;
     }
   }
-  if (nse == 1) return;
+  if (nse == 1) {
+    clk.mark(6);
+    clk.finish(A.rope, split, kvh, false);
+    return;
+  }
   float* wml = ws + n * kv_heads * nsplit * G * D + (pair * nsplit + split) * G * 2;
   if (tid < G) {
     wml[tid * 2] = mls[0][tid];
@@ -593,7 +694,11 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
   __syncthreads();
   if (tid == 0) last = atomicAdd(&counters[pair], 1u) == static_cast<unsigned>(nse - 1);
   __syncthreads();
-  if (!last) return;
+  clk.mark(6);
+  if (!last) {
+    clk.finish(A.rope, split, kvh, false);
+    return;
+  }
   __threadfence();
   if (tid == 0) counters[pair] = 0;  // ready for the next launch
   const float* pacc = ws + pair * nsplit * G * D;
@@ -623,6 +728,7 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
         a = fmaf(__ldcg(pacc + static_cast<int64_t>(sp) * G * D + i), Ps[g * pstride + sp], a);
       orow[i] = a / mls[1][g];
     }
+    clk.finish(A.rope, split, kvh, true);
     return;
   }
   // Lean (or wide_merge): each thread's outputs (i = tid + 256·o: G·D ≤ 1,024, so up to 4 of them) over
@@ -665,6 +771,7 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
     const int i = tid + o * kAttnThreads;
     if (i < G * D) orow[i] = a[o] / mls[1][i / D];
   }
+  clk.finish(A.rope, split, kvh, true);
 }
 
 }  // namespace vv::cuda::dec

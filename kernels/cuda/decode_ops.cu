@@ -15,6 +15,7 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "kernels/cuda/convert.cuh"
 #include "kernels/cuda/decode_attention.h"
@@ -428,7 +429,8 @@ using dec::warp_max;
 // row was written by this block).
 // kPre (with kRope, unless VV_CUDA_ATTN_PRE=0): the block waits for the kernel before itself, after the loads
 // that do not depend on it (decode_attn_block).
-template <typename CT, bool kRope, bool kPre = false>
+// kStamp (with kPre): DecodeRope's stamp sink records each block's stages (VV_CUDA_ATTN_STAMPS, a probe).
+template <typename CT, bool kRope, bool kPre = false, bool kStamp = false>
 __global__ void __launch_bounds__(kAttnThreads) decode_attn_kernel(const DecodeAttnArgs a) {
   if constexpr (!kPre) {
     pdl_wait();
@@ -437,7 +439,7 @@ __global__ void __launch_bounds__(kAttnThreads) decode_attn_kernel(const DecodeA
   extern __shared__ float sm[];
   __shared__ float mls[2][kAttnMaxG];
   __shared__ int last;
-  decode_attn_block<CT, kRope, kRope, kPre>(a, blockIdx.x, blockIdx.y, blockIdx.z, sm, mls, last);
+  decode_attn_block<CT, kRope, kRope, kPre, kStamp>(a, blockIdx.x, blockIdx.y, blockIdx.z, sm, mls, last);
 }
 
 // ---- Decode attention on the tensor cores ----------------------------------------------------
@@ -1513,6 +1515,7 @@ void decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer&
   DecodeAttnArgs a = decode_attn_args(q, rows, cache, shape, out, p, ws, counters, lean, wide_merge);
   if (rope) a.rope = *rope;
   const bool fused = a.rope.inv_freq != nullptr, pre = fused && a.rope.pre;
+  const bool stamp = pre && a.rope.stamp_recs != nullptr;
   const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(shape.kv_heads),
                   static_cast<unsigned>(n));
   auto go = [&](auto* kern) {
@@ -1521,7 +1524,8 @@ void decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer&
   };
   switch (a.kv.ct) {
     case DType::kBF16:
-      pre     ? go(decode_attn_kernel<__nv_bfloat16, true, true>)
+      stamp   ? go(decode_attn_kernel<__nv_bfloat16, true, true, true>)
+      : pre   ? go(decode_attn_kernel<__nv_bfloat16, true, true>)
       : fused ? go(decode_attn_kernel<__nv_bfloat16, true>)
               : go(decode_attn_kernel<__nv_bfloat16, false>);
       break;
@@ -1536,6 +1540,60 @@ void decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer&
               : go(decode_attn_kernel<float, false>);
       break;
   }
+}
+
+namespace {
+
+struct StampSink {
+  AttnStamp* recs = nullptr;
+  unsigned* count = nullptr;
+  unsigned cap = 0;
+};
+StampSink& stamp_sink_slot() {
+  static StampSink s;
+  return s;
+}
+
+}  // namespace
+
+bool attn_stamp_sink(AttnStamp** recs, unsigned** count, unsigned* cap) {
+  StampSink& s = stamp_sink_slot();
+  if (!s.recs) {
+    constexpr unsigned kCap = 32768;
+    void* r = nullptr;
+    void* c = nullptr;
+    if (cudaMalloc(&r, sizeof(AttnStamp) * kCap) != cudaSuccess ||
+        cudaMalloc(&c, sizeof(unsigned)) != cudaSuccess ||
+        cudaMemset(c, 0, sizeof(unsigned)) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) {
+      cudaFree(r);
+      cudaFree(c);
+      (void)cudaGetLastError();
+      return false;
+    }
+    s.recs = static_cast<AttnStamp*>(r);
+    s.count = static_cast<unsigned*>(c);
+    s.cap = kCap;
+  }
+  *recs = s.recs;
+  *count = s.count;
+  *cap = s.cap;
+  return true;
+}
+
+std::vector<AttnStamp> attn_stamps_take() {
+  StampSink& s = stamp_sink_slot();
+  std::vector<AttnStamp> out;
+  unsigned n = 0;
+  if (!s.recs || cudaDeviceSynchronize() != cudaSuccess ||
+      cudaMemcpy(&n, s.count, sizeof n, cudaMemcpyDeviceToHost) != cudaSuccess)
+    return out;
+  out.resize(std::min(n, s.cap));
+  if (!out.empty() &&
+      cudaMemcpy(out.data(), s.recs, sizeof(AttnStamp) * out.size(), cudaMemcpyDeviceToHost) != cudaSuccess)
+    out.clear();
+  (void)cudaMemset(s.count, 0, sizeof(unsigned));
+  (void)cudaDeviceSynchronize();
+  return out;
 }
 
 namespace {

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "kernels/backend.h"
+#include "kernels/cuda/kernel_trace.h"
 
 namespace vv::cuda {
 
@@ -123,7 +124,19 @@ struct DecodeRope {
   // table's slots, the first round's K and V rows of every key but the new one) is loaded before the
   // PDL wait.
   bool pre = false;
+  // With `pre`: the rotation's cosines and sines are taken before the PDL wait too (the position and the
+  // frequency table do not depend on the kernel before), and the new key's rows reach the block's own
+  // scores through shared memory, not back from the cache (VV_CUDA_ATTN_TRIG_PRE=0: neither). Same bits.
+  bool trig_pre = false;
+  // VV_CUDA_ATTN_STAMPS=1 (a probe; with `pre`, bf16 cache): each block's thread 0 stamps its stages into
+  // recs[atomicAdd(count, 1) % cap] (AttnStamp, kernel_trace.h). recs null: no stamps.
+  AttnStamp* stamp_recs = nullptr;
+  unsigned* stamp_count = nullptr;
+  unsigned stamp_cap = 0;
 };
+// The stamp sink of VV_CUDA_ATTN_STAMPS (allocated on the current device on the first call; call it outside
+// graph capture). False where it cannot be allocated.
+bool attn_stamp_sink(AttnStamp** recs, unsigned** count, unsigned* cap);
 // decode_attention's operands (its kernel's and the chain's attention phase's).
 struct DecodeAttnArgs {
   const float* q = nullptr;

@@ -26,4 +26,22 @@ bool cupti_trace_start(std::string* error);
 // Records CUPTI dropped (full buffers) are counted in *dropped.
 std::vector<TracedKernel> cupti_trace_stop(uint64_t* dropped);
 
+// One block of the fused one-row SIMT decode attention, stamped by its thread 0 (VV_CUDA_ATTN_STAMPS=1 at
+// the backend's creation, a probe): the global timer (ns) at the block's start and end, and the SM clock
+// (cycles since the start) at each stage:
+//   0 its loads of the old K and V rows issued, 1 its PDL wait over (the q/k/v GEMV finished),
+//   2 q rotated in shared memory (and, in the split of the newest key, that key written to the cache),
+//   3 the scores, 4 the softmax, 5 P·V summed over the warps, 6 its partial stored and counted (one
+//   split: the output written), 7 the end (the split merge, for the block that counted last).
+struct AttnStamp {
+  uint64_t gt_start = 0, gt_end = 0;
+  uint32_t clk[8] = {};
+  uint32_t split = 0, kv_head = 0;
+  uint32_t merged = 0;  // 1: this block merged the splits
+  uint32_t pad = 0;
+};
+// Every stamp recorded since the last take (at most the newest 32,768 blocks), then none. Empty where the
+// probe is off or nothing ran.
+std::vector<AttnStamp> attn_stamps_take();
+
 }  // namespace vv::cuda

@@ -26,6 +26,14 @@ std::vector<KernelSpan> kernel_trace_stop(uint64_t* dropped) {
   return out;
 }
 
+std::vector<AttnStamp> attn_stamps_take() {
+#if VV_HAVE_CUDA
+  return cuda::attn_stamps_take();
+#else
+  return {};
+#endif
+}
+
 std::vector<TraceStep> trace_steps(const std::vector<KernelSpan>& spans, uint64_t gap_ns) {
   std::vector<TraceStep> steps;
   uint64_t last_end = 0;  // the latest end in the current step
@@ -142,6 +150,103 @@ std::string trace_report(const std::vector<TraceStep>& steps, const std::string&
   std::snprintf(line, sizeof line,
                 "ktrace adds summed %.1f us (the step's span but for the sums of medians)\n", total_adds);
   out += line;
+  return out;
+}
+
+std::string attn_stamps_report(const std::vector<AttnStamp>& stamps, uint64_t gap_ns) {
+  std::vector<AttnStamp> v;
+  double ns = 0, cyc = 0;
+  for (const AttnStamp& a : stamps) {
+    if (a.gt_end < a.gt_start || a.clk[7] == 0) continue;  // unwritten
+    v.push_back(a);
+    ns += static_cast<double>(a.gt_end - a.gt_start);
+    cyc += a.clk[7];
+  }
+  if (v.empty() || ns <= 0) return "astamp: no stamps recorded\n";
+  const double ghz = cyc / ns;  // cycles a ns
+  std::sort(v.begin(), v.end(),
+            [](const AttnStamp& a, const AttnStamp& b) { return a.gt_start < b.gt_start; });
+  std::vector<std::vector<AttnStamp>> launches;
+  for (const AttnStamp& a : v) {
+    if (launches.empty() || a.gt_start > launches.back().front().gt_start + gap_ns) launches.emplace_back();
+    launches.back().push_back(a);
+  }
+  std::map<size_t, size_t> counts;
+  for (const auto& l : launches) ++counts[l.size()];
+  size_t mode = 0, best = 0;
+  for (const auto& [n, c] : counts)
+    if (c > best || (c == best && n > mode)) mode = n, best = c;
+  // A block's stage i time (ns, on the global timer's axis).
+  auto at = [&](const AttnStamp& a, int i) { return static_cast<double>(a.gt_start) + a.clk[i] / ghz; };
+  std::vector<double> starts, releases, first_arrival, last_arrival, merge_start, end, merge_len;
+  std::vector<std::vector<double>> stage(8);
+  size_t kept = 0, merged_blocks = 0;
+  for (const auto& l : launches) {
+    if (l.size() != mode) continue;
+    ++kept;
+    double s0 = 1e300, s1 = -1e300, w0 = 1e300, w1 = -1e300, a0 = 1e300, a1 = -1e300, e = -1e300, m0 = -1,
+           me = -1;
+    for (const AttnStamp& a : l) {
+      s0 = std::min(s0, static_cast<double>(a.gt_start));
+      s1 = std::max(s1, static_cast<double>(a.gt_start));
+      w0 = std::min(w0, at(a, 1));
+      w1 = std::max(w1, at(a, 1));
+      a0 = std::min(a0, at(a, 6));
+      a1 = std::max(a1, at(a, 6));
+      e = std::max(e, static_cast<double>(a.gt_end));
+      if (a.merged) {
+        m0 = at(a, 6);
+        me = at(a, 7);
+        ++merged_blocks;
+      }
+      stage[0].push_back(a.clk[0] / ghz * 1e-3);
+      for (int i = 1; i < 7; ++i)
+        stage[i].push_back((static_cast<double>(a.clk[i]) - a.clk[i - 1]) / ghz * 1e-3);
+      if (a.merged) stage[7].push_back((static_cast<double>(a.clk[7]) - a.clk[6]) / ghz * 1e-3);
+    }
+    // Against the first release (the q/k/v GEMV's end as the blocks see it), us
+    starts.push_back((s1 - s0) * 1e-3);
+    releases.push_back((w1 - w0) * 1e-3);
+    first_arrival.push_back((a0 - w0) * 1e-3);
+    last_arrival.push_back((a1 - w0) * 1e-3);
+    if (m0 >= 0) {
+      merge_start.push_back((m0 - w0) * 1e-3);
+      merge_len.push_back((me - m0) * 1e-3);
+    }
+    end.push_back((e - w0) * 1e-3);
+  }
+  std::string out;
+  char line[512];
+  std::snprintf(
+      line, sizeof line,
+      "astamp %zu blocks stamped, %zu launches of %zu blocks kept (of %zu); SM clock from the stamps %.3f "
+      "GHz; %zu merging blocks\n",
+      v.size(), kept, mode, launches.size(), ghz, merged_blocks);
+  out += line;
+  std::snprintf(
+      line, sizeof line,
+      "astamp a launch (medians, us; 0 = its first block's PDL release): blocks started within %.2f, "
+      "released within %.2f; first block counted in at %.2f, last at %.2f; merge from %.2f for %.2f; "
+      "last block ended at %.2f\n",
+      median(starts), median(releases), median(first_arrival), median(last_arrival), median(merge_start),
+      median(merge_len), median(end));
+  out += line;
+  static const char* names[8] = {"loads issued (from the block's start)",
+                                 "PDL wait",
+                                 "q rotated (+ the new key written)",
+                                 "scores",
+                                 "softmax",
+                                 "P.V and the warps' sum",
+                                 "partial stored and counted",
+                                 "merge (merging blocks)"};
+  for (int i = 0; i < 8; ++i) {
+    std::vector<double> s = stage[i];
+    std::sort(s.begin(), s.end());
+    const double p90 = s.empty() ? 0 : s[std::min(s.size() - 1, s.size() * 9 / 10)];
+    std::snprintf(line, sizeof line, "astamp stage %d  median %8.3f us  p90 %8.3f us  %s\n", i,
+                  median(stage[i]), p90, names[i]);
+    out += line;
+  }
   return out;
 }
 

@@ -37,4 +37,17 @@ std::vector<TraceStep> trace_steps(const std::vector<KernelSpan>& spans, uint64_
 // per_kernel: the line of every position too (else only the sums by name).
 std::string trace_report(const std::vector<TraceStep>& steps, const std::string& title, bool per_kernel);
 
+// The fused one-row decode attention's stage stamps (VV_CUDA_ATTN_STAMPS=1 at the backend's creation; what
+// each stage is: cuda::AttnStamp). attn_stamps_take: the records since the last take (none without CUDA or
+// the probe).
+using AttnStamp = cuda::AttnStamp;
+std::vector<AttnStamp> attn_stamps_take();
+// A report of such records (lines start with "astamp"): the SM clock from the records' own global-timer and
+// cycle spans; the blocks cut into launches where a block starts more than gap_ns after the first block of
+// the launch (only the launches of the most common block count are kept); then medians over the launches
+// of the launch's time line from its first PDL release (its blocks' start spread, the releases' spread,
+// the last block's arrival at the split counter, the merge, the launch's end), and medians over every
+// block of each stage's duration.
+std::string attn_stamps_report(const std::vector<AttnStamp>& stamps, uint64_t gap_ns);
+
 }  // namespace vv

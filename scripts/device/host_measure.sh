@@ -78,6 +78,8 @@
 #                a step, its duration and its start under the one before (PDL); $KT_ENV: switches for all runs.
 #                Runs the batch-1 trace twice, the second started before the warm-up (--kernel-trace-early,
 #                in case CUPTI misses graphs captured before it starts)
+#   astamps      the fused one-row attention's blocks stage by stage as they ran in the graph (VV_CUDA_ATTN_STAMPS=1;
+#                cuda_decode_bench's "astamp" lines): with each of $AS_CFGS (plain;VV_CUDA_ATTN_TRIG_PRE=0)
 #   ncudecode    Nsight Compute: every kernel's duration, in order, of a short prefill and 12 batch-1 decode
 #                tokens (the last ~175 rows are one token's kernels, each alone: the step's sum without gaps);
 #                $NCU_ENV: the environment it runs with (e.g. VV_CUDA_DECODE_CHAIN=1)
@@ -477,6 +479,16 @@ for step in "$@"; do
         --batch-rows "${KT_ROWS:-64,128}" --batch-ctx 400 --batch-steps 16 --kernel-trace 16 --kernel-trace-all
       grep -h '^ktrace.*\(steps of\|recorded\|adds summed\| x  adds\|traced steps\)' "$OUT"/ktrace_*.log |
         tee -a "$OUT/steps.txt" ;;
+    astamps)  # the fused one-row attention's blocks stage by stage in the graph (VV_CUDA_ATTN_STAMPS=1: cuda_decode_bench's
+      # "astamp" lines) with each of $AS_CFGS (';'-separated; 'plain' = none; default: plain and VV_CUDA_ATTN_TRIG_PRE=0)
+      IFS=';' read -ra ascfgs <<<"${AS_CFGS:-plain;VV_CUDA_ATTN_TRIG_PRE=0}"
+      for cfg in "${ascfgs[@]}"; do
+        read -ra kv <<<"${cfg/plain/VV_CUDA_NONE=1}"
+        name="astamps_${cfg//[^A-Za-z0-9]/_}"
+        run "$name" env "${kv[@]}" VV_CUDA_ATTN_STAMPS=1 $B/cuda_decode_bench --preset 7b --bf16 --no-gemv --tokens 256 \
+          --enc-audio 1 --job-audio 1 --job-tokens 1
+        grep -h '^astamp' "$OUT/$name.log" | sed "s/^/$name /" | tee -a "$OUT/steps.txt"
+      done ;;
     ncudecode)
       NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
       run ncudecode timeout 240 env ${NCU_ENV:-VV_CUDA_NONE=1} $NCU --clock-control none --cache-control none --metrics gpu__time_duration.sum \

@@ -16,6 +16,8 @@
 // every kernel recorded as it ran (CUPTI, kernels/device/kernel_trace.h): a step kernel by kernel, what
 // each one adds to its wall time, PDL overlaps included. The timed figures are taken without it, unless
 // --kernel-trace-early starts it before the warm-up (for a tracer that misses graphs captured before it).
+// VV_CUDA_ATTN_STAMPS=1: the timed batch-1 decode's attention blocks, stage by stage (lines "astamp",
+// vv::attn_stamps_report; the newest 32,768 blocks, launches cut at 50 us).
 // --table-only stops after the GEMM table. --attn-bench times the decode attention alone (see attn_bench) and
 // nothing else. --batch-bench times batched decode steps alone (after the copy and the GEMM table): N
 // sequences of --batch-ctx positions each, then --batch-steps steps of one row per sequence (the
@@ -598,8 +600,11 @@ int main(int argc, char** argv) {
   const bool early = a.kernel_trace_early && trace_begin(a, "decode batch 1");
   run_decode(a.prompt, 8);
   profile("decode warm-up");
+  (void)vv::attn_stamps_take();  // the warm-up's and the prefill's blocks go
   const double dec_s = run_decode(a.prompt + 8, a.tokens);
   profile("decode");
+  if (const char* st = std::getenv("VV_CUDA_ATTN_STAMPS"); st && std::string(st) == "1")
+    std::printf("%s", vv::attn_stamps_report(vv::attn_stamps_take(), 50000).c_str());
   if (!traced(a, "decode batch 1", early,
               [&] { return run_decode(a.prompt + 8 + a.tokens, a.kernel_trace) >= 0; }))
     return 1;

@@ -80,6 +80,48 @@ TEST(KernelTrace, ReportGivesEachKernelsAddsDurationAndStart) {
   EXPECT_NE(trace_report({}, "none", true).find("no steps"), std::string::npos);
 }
 
+// The attention's stage stamps (VV_CUDA_ATTN_STAMPS) on made-up records at a 2 GHz clock: three launches
+// 200 us apart of 4 blocks (2 kv heads x 2 splits; the last block starts 0.2 us late and merges), one stray
+// block (a launch of 1, dropped) and one unwritten record (ignored).
+TEST(KernelTrace, AttentionStampsReportTheLaunchTimeLineAndEachStage) {
+  std::vector<AttnStamp> st;
+  for (uint64_t t0 : {100'000u, 300'000u, 500'000u}) {
+    for (uint32_t b = 0; b < 4; ++b) {
+      AttnStamp a;
+      a.gt_start = t0 + (b == 3 ? 200 : 0);
+      const uint32_t clk[8] = {2000, 10000, 12000, 14000, 15000, 16000, 18000, b == 3 ? 22000u : 18000u};
+      for (int i = 0; i < 8; ++i) a.clk[i] = clk[i];
+      a.gt_end = a.gt_start + a.clk[7] / 2;
+      a.split = b % 2;
+      a.kv_head = b / 2;
+      a.merged = b == 3;
+      st.push_back(a);
+    }
+  }
+  AttnStamp stray = st.front();
+  stray.gt_start = 1'000'000;
+  stray.gt_end = stray.gt_start + 9000;
+  st.push_back(stray);
+  st.push_back(AttnStamp{});  // never written
+  const std::string r = attn_stamps_report(st, 50'000);
+  EXPECT_NE(r.find("astamp 13 blocks stamped, 3 launches of 4 blocks kept (of 4); SM clock from the stamps "
+                   "2.000 GHz; 3 merging blocks"),
+            std::string::npos)
+      << r;
+  // Against the first release (start + 5 us): starts and releases 0.2 us apart, the counter reached 4 us
+  // after the first release and 4.2 after it by the late block, which merges for 2 us and ends at 6.2.
+  EXPECT_NE(
+      r.find("blocks started within 0.20, released within 0.20; first block counted in at 4.00, last at "
+             "4.20; merge from 4.20 for 2.00; last block ended at 6.20"),
+      std::string::npos)
+      << r;
+  for (const char* stage :
+       {"stage 0  median    1.000 us", "stage 1  median    4.000 us", "stage 2  median    1.000 us",
+        "stage 4  median    0.500 us", "stage 6  median    1.000 us", "stage 7  median    2.000 us"})
+    EXPECT_NE(r.find(stage), std::string::npos) << stage << "\n" << r;
+  EXPECT_NE(attn_stamps_report({}, 50'000).find("no stamps"), std::string::npos);
+}
+
 // Where a trace cannot be taken (no CUDA in the build, no GPU or driver, CUPTI absent), the start says why
 // and a stop returns nothing; where it can, a stop without kernels returns none.
 TEST(KernelTrace, StartSaysWhyItCannotTrace) {

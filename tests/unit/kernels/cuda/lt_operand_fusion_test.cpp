@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "kernels/device/kernel_trace.h"
 #include "tests/unit/kernels/cuda/cuda_test_util.h"
 
 namespace vv::test {
@@ -840,6 +841,75 @@ TEST(CudaRopeAttention, WideMergeGivesTheOneOutputMergesBits) {
   const RopeAttnOut got = run_rope_attn(**wide, one, 2190, true, 4, 33);
   expect_replayed(**wide);
   expect_same_rope_attn(got, want, "1279 keys under graph replay");
+}
+
+// DecodeRope::trig_pre (the default; VV_CUDA_ATTN_TRIG_PRE=0 is the base here): the fused one-row attention
+// takes its rotation's cosines and sines before the PDL wait and the new key's rows from shared memory, and
+// VV_CUDA_ATTN_STAMPS=1 stamps its blocks' stages. Neither changes a bit, against the base and the ops one by
+// one (one key split, 2, 20 and 313 of them, f16 at head dim 64, head dim 80 whose 40 frequencies do not
+// divide the block: the late rotation there), eagerly and replayed; the stamps cover every block of every
+// launch, one merging block a (launch, kv head), each block's stages in order.
+TEST(CudaRopeAttention, EarlyTrigonometryAndStampsGiveTheOpsBits) {
+  VV_CUDA_BACKEND_OR_SKIP(any, true);
+  auto base = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}, {"VV_CUDA_ATTN_TRIG_PRE", "0"}});
+  ASSERT_TRUE(base.is_ok()) << base.status().to_string();
+  auto ops = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "0"}});
+  ASSERT_TRUE(ops.is_ok()) << ops.status().to_string();
+  auto trig = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}});
+  ASSERT_TRUE(trig.is_ok()) << trig.status().to_string();
+  auto stamped = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}, {"VV_CUDA_ATTN_STAMPS", "1"}});
+  ASSERT_TRUE(stamped.is_ok()) << stamped.status().to_string();
+  const std::vector<AttnCase> cases = {{28, 4, 128, 0, DType::kBF16, DType::kBF16, {60}},
+                                       {28, 4, 128, 0, DType::kBF16, DType::kBF16, {65}},
+                                       {28, 4, 128, 0, DType::kBF16, DType::kBF16, {1279}},
+                                       {28, 4, 128, 0, DType::kBF16, DType::kBF16, {20011}},
+                                       {14, 2, 64, 0, DType::kF16, DType::kBF16, {701}},
+                                       {12, 4, 80, 0, DType::kBF16, DType::kBF16, {333}}};
+  uint32_t seed = 2700;
+  for (const AttnCase& c : cases) {
+    const std::string what = std::to_string(c.lens.back()) + " keys, " + std::to_string(c.heads) + "/" +
+                             std::to_string(c.kv_heads) + "x" + std::to_string(c.D);
+    const RopeAttnOut want = run_rope_attn(**base, c, seed, true);
+    expect_same_rope_attn(run_rope_attn(**trig, c, seed, true), want, what + ", early trigonometry");
+    expect_same_rope_attn(run_rope_attn(**ops, c, seed, true), want, what + ", the ops");
+    (void)vv::attn_stamps_take();
+    expect_same_rope_attn(run_rope_attn(**stamped, c, seed, true), want, what + ", stamped");
+    const std::vector<vv::AttnStamp> st = vv::attn_stamps_take();
+    if (c.cache_t != DType::kBF16) {  // the probe stamps the bf16 cache's kernel only
+      EXPECT_TRUE(st.empty()) << what;
+    } else {
+      // One launch: every kv head the same splits 0..n−1 once each (n: the table's width in splits, at
+      // least the keys' splits of 64 up to 16,384 keys).
+      ASSERT_FALSE(st.empty()) << what;
+      ASSERT_EQ(st.size() % c.kv_heads, 0u) << what;
+      const size_t splits = st.size() / c.kv_heads;
+      if (c.lens.back() <= 16384) {
+        EXPECT_GE(splits, static_cast<size_t>(c.lens.back() + 63) / 64) << what;
+      }
+      std::vector<int> seen(st.size(), 0);
+      size_t merged = 0;
+      for (const vv::AttnStamp& a : st) {
+        ASSERT_LT(a.split, splits) << what;
+        ASSERT_LT(a.kv_head, static_cast<uint32_t>(c.kv_heads)) << what;
+        ++seen[a.kv_head * splits + a.split];
+        merged += a.merged;
+        EXPECT_GE(a.gt_end, a.gt_start) << what;
+        for (int i = 1; i < 8; ++i) EXPECT_LE(a.clk[i - 1], a.clk[i]) << what << ": stage " << i;
+      }
+      EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), static_cast<long>(seen.size()))
+          << what << ": a block once";
+      EXPECT_EQ(merged, splits > 1 ? static_cast<size_t>(c.kv_heads) : 0) << what << ": merging blocks";
+    }
+    seed += 10;
+  }
+  const AttnCase one{28, 4, 128, 0, DType::kBF16, DType::kBF16, {1279}};
+  const RopeAttnOut want = run_rope_attn(**base, one, 2790, true, 4, 33);
+  (void)vv::attn_stamps_take();
+  const RopeAttnOut got = run_rope_attn(**stamped, one, 2790, true, 4, 33);
+  expect_replayed(**stamped);
+  expect_same_rope_attn(got, want, "1279 keys under graph replay, stamped");
+  EXPECT_FALSE(vv::attn_stamps_take().empty()) << "no stamps under graph replay";
+  expect_same_rope_attn(run_rope_attn(**trig, one, 2790, true, 4, 33), want, "1279 keys under graph replay");
 }
 
 // The same under graph replay (no profiling, which keeps graphs off): 33 steps a flush, four flushes.
