@@ -430,8 +430,11 @@ using dec::warp_max;
 // kPre (with kRope, unless VV_CUDA_ATTN_PRE=0): the block waits for the kernel before itself, after the loads
 // that do not depend on it (decode_attn_block).
 // kStamp (with kPre): DecodeRope's stamp sink records each block's stages (VV_CUDA_ATTN_STAMPS, a probe).
+// At most 184 registers (256 threads, no spill; the compiler's own choice for the fused form was 204): the
+// block then leaves 18,432 of an SM's 65,536 registers, room for one block of the o projection's GEMV (64
+// registers × 256 threads), which PDL launches while the attention runs.
 template <typename CT, bool kRope, bool kPre = false, bool kStamp = false>
-__global__ void __launch_bounds__(kAttnThreads) decode_attn_kernel(const DecodeAttnArgs a) {
+__global__ void __maxnreg__(184) decode_attn_kernel(const DecodeAttnArgs a) {
   if constexpr (!kPre) {
     pdl_wait();
     pdl_trigger();
@@ -1482,7 +1485,7 @@ DecodeAttentionPlan plan_decode_attention(int64_t n, const AttentionRows& rows, 
 
 DecodeAttnArgs decode_attn_args(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
                                 const AttentionShape& shape, Tensor& out, const DecodeAttentionPlan& p,
-                                float* ws, unsigned* counters, bool lean, bool wide_merge) {
+                                float* ws, unsigned* counters, bool lean, bool wide_merge, bool xpose) {
   DecodeAttnArgs a;
   a.q = q.ptr<const float>();
   a.ldq = q.row_stride();
@@ -1502,17 +1505,18 @@ DecodeAttnArgs decode_attn_args(const Tensor& q, const AttentionRows& rows, cons
   a.counters = counters;
   a.lean = lean;
   a.wide_merge = wide_merge;
+  a.xpose = xpose;
   a.smem = p.smem;
   return a;
 }
 
 void decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
                       const AttentionShape& shape, Tensor& out, const DecodeAttentionPlan& p, float* ws,
-                      unsigned* counters, bool lean, cudaStream_t s, const DecodeRope* rope,
-                      bool wide_merge) {
+                      unsigned* counters, bool lean, cudaStream_t s, const DecodeRope* rope, bool wide_merge,
+                      bool xpose) {
   const int64_t n = q.rows();
   if (n == 0) return;
-  DecodeAttnArgs a = decode_attn_args(q, rows, cache, shape, out, p, ws, counters, lean, wide_merge);
+  DecodeAttnArgs a = decode_attn_args(q, rows, cache, shape, out, p, ws, counters, lean, wide_merge, xpose);
   if (rope) a.rope = *rope;
   const bool fused = a.rope.inv_freq != nullptr, pre = fused && a.rope.pre;
   const bool stamp = pre && a.rope.stamp_recs != nullptr;
