@@ -414,14 +414,16 @@ __device__ __forceinline__ void unpack4(const Raw4<CT>& u, float* f) {
   load4(reinterpret_cast<const CT*>(&u), f);
 }
 
-// One step of the scores' transposing butterfly (decode_attn_block): 2·kC values a lane to kC, at xor
-// distance kC / 2; a lane keeps the upper half where its bit of that distance is set.
-template <int kC>
-__device__ __forceinline__ void xpose_stage(float (&x)[32], int lane) {
-  const bool up = (lane & (kC / 2)) != 0;
+// One step of the scores' transposing butterfly (decode_attn_block): 2·kKeep values a lane to kKeep, at xor
+// distance kDist; a lane keeps the upper half where its bit of that distance is set, and adds its partner's
+// copies of them to its own (own value first, as warp_sum).
+template <int kKeep, int kDist, int N>
+__device__ __forceinline__ void xpose_stage(float (&x)[N], int lane) {
+  static_assert(2 * kKeep <= N, "the values of the step");
+  const bool up = (lane & kDist) != 0;
 #pragma unroll
-  for (int i = 0; i < kC; ++i)
-    x[i] = (up ? x[i + kC] : x[i]) + __shfl_xor_sync(0xffffffffu, up ? x[i] : x[i + kC], kC / 2);
+  for (int i = 0; i < kKeep; ++i)
+    x[i] = (up ? x[i + kKeep] : x[i]) + __shfl_xor_sync(0xffffffffu, up ? x[i] : x[i + kKeep], kDist);
 }
 
 // kStamp (with kPre): thread 0 stamps the block's stages (DecodeRope's stamp sink; AttnStamp says which).
@@ -618,36 +620,35 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
       }
     }
     if (A.xpose) {
-      // The warp's 8 keys × 8 heads of lane partials (k = 8u + g), summed over the lanes by a transposing
-      // butterfly: at each of warp_sum's xor distances a lane keeps half of its values and adds its
-      // partner's copies of them (own value first, as warp_sum), so each score has warp_sum's operands in
-      // its order (the same bits) for 62 shuffles a warp instead of 5 a score. The first distance goes
-      // with the products, so 32 values live at a time; lane L ends with k = 2L and 2L + 1.
-      static_assert(kAttnKeysPerWarp == 8 && kAttnMaxG == 8, "the butterfly's 64 values");
-      float x[32];
+      // The warp's 8 keys × 8 heads of lane partials, summed over the lanes by a transposing butterfly in two
+      // halves of 4 keys (k = 8(u − 4h) + g): at each of warp_sum's xor distances a lane keeps half of its
+      // values and adds its partner's copies of them, so each score has warp_sum's operands in its order
+      // (the same bits), 31 shuffles a half instead of 5 a score. The first distance goes with the
+      // products, so at most 16 values live; lane L ends with k = L of each half.
+      static_assert(kAttnKeysPerWarp == 8 && kAttnMaxG == 8, "two halves of 32 values");
       const bool up16 = (lane & 16) != 0;
 #pragma unroll
-      for (int i = 0; i < 32; ++i) {
-        const int u = i / 8, g = i % 8;
-        float lo = qv[g][0] * kf[u][0];
-        lo = fmaf(qv[g][1], kf[u][1], lo);
-        lo = fmaf(qv[g][2], kf[u][2], lo);
-        lo = fmaf(qv[g][3], kf[u][3], lo);
-        float hi = qv[g][0] * kf[u + 4][0];
-        hi = fmaf(qv[g][1], kf[u + 4][1], hi);
-        hi = fmaf(qv[g][2], kf[u + 4][2], hi);
-        hi = fmaf(qv[g][3], kf[u + 4][3], hi);
-        x[i] = (up16 ? hi : lo) + __shfl_xor_sync(0xffffffffu, up16 ? lo : hi, 16);
-      }
-      xpose_stage<16>(x, lane);
-      xpose_stage<8>(x, lane);
-      xpose_stage<4>(x, lane);
-      xpose_stage<2>(x, lane);
-      const int u = lane >> 2;
+      for (int h = 0; h < 2; ++h) {
+        float x[16];
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int g = (2 * lane + i) & 7;
-        if (g < G && j0 + u < nk) Ps[g * pstride + j0 + u] = x[i] * scale;
+        for (int i = 0; i < 16; ++i) {
+          const int g = i % 8, ua = 4 * h + i / 8, ub = ua + 2;
+          float lo = qv[g][0] * kf[ua][0];
+          lo = fmaf(qv[g][1], kf[ua][1], lo);
+          lo = fmaf(qv[g][2], kf[ua][2], lo);
+          lo = fmaf(qv[g][3], kf[ua][3], lo);
+          float hi = qv[g][0] * kf[ub][0];
+          hi = fmaf(qv[g][1], kf[ub][1], hi);
+          hi = fmaf(qv[g][2], kf[ub][2], hi);
+          hi = fmaf(qv[g][3], kf[ub][3], hi);
+          x[i] = (up16 ? hi : lo) + __shfl_xor_sync(0xffffffffu, up16 ? lo : hi, 16);
+        }
+        xpose_stage<8, 8>(x, lane);
+        xpose_stage<4, 4>(x, lane);
+        xpose_stage<2, 2>(x, lane);
+        xpose_stage<1, 1>(x, lane);
+        const int u = 4 * h + (lane >> 3), g = lane & 7;
+        if (g < G && j0 + u < nk) Ps[g * pstride + j0 + u] = x[0] * scale;
       }
     } else {  // VV_CUDA_ATTN_XPOSE=0: a warp_sum a score
 #pragma unroll

@@ -430,11 +430,14 @@ using dec::warp_max;
 // kPre (with kRope, unless VV_CUDA_ATTN_PRE=0): the block waits for the kernel before itself, after the loads
 // that do not depend on it (decode_attn_block).
 // kStamp (with kPre): DecodeRope's stamp sink records each block's stages (VV_CUDA_ATTN_STAMPS, a probe).
-// At most 184 registers (256 threads, no spill; the compiler's own choice for the fused form was 204): the
-// block then leaves 18,432 of an SM's 65,536 registers, room for one block of the o projection's GEMV (64
-// registers × 256 threads), which PDL launches while the attention runs.
+// At most 160 registers (256 threads; no spill in the fused bf16 form): the block's 40,960 registers leave
+// room for one block of the norm + q/k/v GEMV before it (80 × 256 = 20,480), which is still running where
+// PDL starts the attention, so the attention's blocks start and issue their K/V loads under the GEMV's
+// tail. Capped at 184, no block fitted beside two GEMV blocks' last one: every block started after the
+// GEMV (stamps: starts within 1.0 µs instead of 12.3) and batch-1 decode fell to 162 tok/s from 170 (H100,
+// session 27).
 template <typename CT, bool kRope, bool kPre = false, bool kStamp = false>
-__global__ void __maxnreg__(184) decode_attn_kernel(const DecodeAttnArgs a) {
+__global__ void __maxnreg__(160) decode_attn_kernel(const DecodeAttnArgs a) {
   if constexpr (!kPre) {
     pdl_wait();
     pdl_trigger();
