@@ -78,6 +78,8 @@
 #                a step, its duration and its start under the one before (PDL); $KT_ENV: switches for all runs.
 #                Runs the batch-1 trace twice, the second started before the warm-up (--kernel-trace-early,
 #                in case CUPTI misses graphs captured before it starts)
+#   b1ab         batch-1 decode of this snapshot against a base commit's (prepare.sh --base REV), both built here,
+#                $B1_REPS rounds interleaved, every other one reversed (decode_head_rN, decode_base_rN)
 #   astamps      the fused one-row attention's blocks stage by stage as they ran in the graph (VV_CUDA_ATTN_STAMPS=1;
 #                cuda_decode_bench's "astamp" lines): with each of $AS_CFGS (plain;VV_CUDA_ATTN_TRIG_PRE=0)
 #   ncudecode    Nsight Compute: every kernel's duration, in order, of a short prefill and 12 batch-1 decode
@@ -479,6 +481,31 @@ for step in "$@"; do
         --batch-rows "${KT_ROWS:-64,128}" --batch-ctx 400 --batch-steps 16 --kernel-trace 16 --kernel-trace-all
       grep -h '^ktrace.*\(steps of\|recorded\|adds summed\| x  adds\|traced steps\)' "$OUT"/ktrace_*.log |
         tee -a "$OUT/steps.txt" ;;
+    b1ab)  # batch-1 decode of this snapshot against a base commit's (.device/base.tar.gz: prepare.sh --base REV), both built
+      # here (the base's cuda_decode_bench into /tmp/vvbuild_base), $B1_REPS rounds interleaved, every other one reversed
+      if [ ! -f "$VV_DEV/base.tar.gz" ]; then
+        echo "b1ab: no .device/base.tar.gz (scripts/device/prepare.sh --base REV)" | tee -a "$OUT/steps.txt"
+      else
+        t0=$SECONDS
+        rm -rf /tmp/vvbase && mkdir -p /tmp/vvbase && tar -xzf "$VV_DEV/base.tar.gz" -C /tmp/vvbase &&
+          cp -r tests/data /tmp/vvbase/tests/
+        if cmake -S /tmp/vvbase -B /tmp/vvbuild_base -G Ninja -U '__pkg_config_*' -DCMAKE_BUILD_TYPE=Release \
+          -DVV_WITH_CUDA=ON -DVV_CUDA_ARCHS=90a -DCMAKE_CUDA_ARCHITECTURES=90a >"$OUT/b1ab_build.log" 2>&1 &&
+          cmake --build /tmp/vvbuild_base -j 16 --target cuda_decode_bench >>"$OUT/b1ab_build.log" 2>&1; then
+          echo "b1ab base $(cat "$VV_DEV/base.rev") built in $((SECONDS - t0))s" | tee -a "$OUT/steps.txt"
+          for i in $(seq "${B1_REPS:-2}"); do
+            ab=(head base)
+            ((i % 2 == 0)) && ab=(base head)
+            for w in "${ab[@]}"; do
+              bin=$B/cuda_decode_bench
+              [ "$w" = base ] && bin=/tmp/vvbuild_base/tests/cuda_decode_bench
+              run "decode_${w}_r$i" $bin --preset 7b --bf16 --no-gemv --tokens 256 --enc-audio 1 --job-audio 1 --job-tokens 1
+            done
+          done
+        else
+          echo "b1ab: the base did not build (b1ab_build.log)" | tee -a "$OUT/steps.txt"
+        fi
+      fi ;;
     astamps)  # the fused one-row attention's blocks stage by stage in the graph (VV_CUDA_ATTN_STAMPS=1: cuda_decode_bench's
       # "astamp" lines) with each of $AS_CFGS (';'-separated; 'plain' = none; default: plain and VV_CUDA_ATTN_TRIG_PRE=0)
       IFS=';' read -ra ascfgs <<<"${AS_CFGS:-plain;VV_CUDA_ATTN_TRIG_PRE=0}"

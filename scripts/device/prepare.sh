@@ -6,7 +6,7 @@
 #   .device/golden/   make_golden.py, bench_reference.py, decode_roofline.py, tokenizer.json, data/
 #   .device/src.tar.gz, .device/src.rev   the committed tree at HEAD (so that a run measures a commit,
 #                     not whatever is half-edited in the working tree), made again on every call
-# Usage: scripts/device/prepare.sh [--src-only]
+# Usage: scripts/device/prepare.sh [--src-only] [--base REV]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 shared=${VV_SHARED_DIR:-../shared}
@@ -28,6 +28,16 @@ if [ "${1:-}" != --src-only ]; then
   cp -r "$shared"/golden/data .device/golden/
   cp "$shared"/device/decode_roofline.py .device/golden/
 fi
+# --base REV (after the other arguments): REV's tree too, as .device/base.tar.gz (host_measure.sh b1ab builds it beside)
+for ((i = 1; i <= $#; ++i)); do
+  if [ "${!i}" = --base ]; then
+    j=$((i + 1))
+    rev=$(git rev-parse --short "${!j}")
+    git archive "$rev" -- . ':!tests/data' | gzip -1 > .device/base.tar.gz
+    echo "$rev" > .device/base.rev
+    echo "base snapshot: $rev"
+  fi
+done
 git archive HEAD -- . ':!tests/data' | gzip -1 > .device/src.tar.gz
 git rev-parse --short HEAD > .device/src.rev
 du -sh .device | cut -f1 | sed 's/^/.device: /'
