@@ -1469,7 +1469,7 @@ class CudaBackend final : public Backend {
                                      pack ? pack_ : nullptr, &rp);
         } else {
           cuda::decode_attention(a.a, a.rows, a.cache, a.shape, o, pd, partials, counters, attn_lean_,
-                                 stream_, &rp, attn_wide_merge_, attn_xpose_);
+                                 stream_, &rp, attn_wide_merge_);
         }
         launched("paged_attention");
       }
@@ -1771,7 +1771,7 @@ class CudaBackend final : public Backend {
       cuda::mma_decode_attention(q, rows, cache, shape, out, pm, partials, counters, stream_, pack);
     } else {
       cuda::decode_attention(q, rows, cache, shape, out, p, partials, counters, attn_lean_, stream_, nullptr,
-                             attn_wide_merge_, attn_xpose_);
+                             attn_wide_merge_);
     }
     launched("paged_attention");
     return true;
@@ -2585,10 +2585,6 @@ class CudaBackend final : public Backend {
   // The fused SIMT decode attention (one-row bf16 steps) loads its block table's slots and its first
   // round's old K and V rows before the PDL wait (DecodeRope::pre); VV_CUDA_ATTN_PRE=0: after it.
   bool attn_pre_ = !(std::getenv("VV_CUDA_ATTN_PRE") && std::string(std::getenv("VV_CUDA_ATTN_PRE")) == "0");
-  // cuda::decode_attention's `xpose` (the SIMT block's scores by a transposing butterfly, the merge's loads
-  // in one trip up to 24 splits; the same bits); VV_CUDA_ATTN_XPOSE=0: as before (A/B).
-  bool attn_xpose_ =
-      !(std::getenv("VV_CUDA_ATTN_XPOSE") && std::string(std::getenv("VV_CUDA_ATTN_XPOSE")) == "0");
   // With attn_pre_: the rotation's cosines and sines before the PDL wait too, and the new key's rows to the
   // block's scores through shared memory (DecodeRope::trig_pre); VV_CUDA_ATTN_TRIG_PRE=0: neither (A/B).
   bool attn_trig_pre_ =

@@ -9,7 +9,6 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
-#include <type_traits>
 
 #include "kernels/cuda/convert.cuh"
 #include "kernels/cuda/decode_ops.cuh"
@@ -299,7 +298,7 @@ template <typename CT>
 __device__ __forceinline__ void rope_kv_row(const DecodeRope& rp, int64_t r, int kvh, int p,
                                             const int32_t* tab, int bs, int64_t ldc, int D, int first,
                                             int stride, bool cs = false, float c0 = 0.f, float s0 = 0.f,
-                                            int64_t slot = 0, CT* fwd = nullptr) {
+                                            int64_t slot = 0, float* fwd = nullptr) {
   const int half = D / 2;
   float* kr = rp.k + r * rp.ldk + static_cast<int64_t>(kvh) * D;
   const float* vr = rp.v + r * rp.ldv + static_cast<int64_t>(kvh) * D;
@@ -326,10 +325,10 @@ __device__ __forceinline__ void rope_kv_row(const DecodeRope& rp, int64_t r, int
     vc[f] = v1;
     vc[f + half] = v2;
     if (fwd) {
-      fwd[f] = k1;
-      fwd[f + half] = k2;
-      fwd[D + f] = v1;
-      fwd[D + f + half] = v2;
+      fwd[f] = to_f32(k1);
+      fwd[f + half] = to_f32(k2);
+      fwd[D + f] = to_f32(v1);
+      fwd[D + f + half] = to_f32(v2);
     }
   }
 }
@@ -397,35 +396,6 @@ constexpr int kAttnRound = kAttnWarps * kAttnKeysPerWarp;
 // kernel cannot have written — the row's position and sequence, its block table, the K and V rows of its
 // first round but for the new key L − 1 (written by this launch) — go before the PDL wait (pdl_wait and
 // pdl_trigger are called here). The same values, so the same bits.
-// Four consecutive cache values as loaded (their bits: 8 bytes of 16-bit values, 16 of f32), held so until
-// used (half the registers of f32 for a 16-bit cache) and then widened as load4 widens them.
-template <typename CT>
-using Raw4 = std::conditional_t<sizeof(CT) == 2, uint2, float4>;
-template <bool kCg, typename CT>
-__device__ __forceinline__ Raw4<CT> load_raw4(const CT* p) {
-  if constexpr (kCg) {
-    return __ldcg(reinterpret_cast<const Raw4<CT>*>(p));
-  } else {
-    return *reinterpret_cast<const Raw4<CT>*>(p);
-  }
-}
-template <typename CT>
-__device__ __forceinline__ void unpack4(const Raw4<CT>& u, float* f) {
-  load4(reinterpret_cast<const CT*>(&u), f);
-}
-
-// One step of the scores' transposing butterfly (decode_attn_block): 2·kKeep values a lane to kKeep, at xor
-// distance kDist; a lane keeps the upper half where its bit of that distance is set, and adds its partner's
-// copies of them to its own (own value first, as warp_sum).
-template <int kKeep, int kDist, int N>
-__device__ __forceinline__ void xpose_stage(float (&x)[N], int lane) {
-  static_assert(2 * kKeep <= N, "the values of the step");
-  const bool up = (lane & kDist) != 0;
-#pragma unroll
-  for (int i = 0; i < kKeep; ++i)
-    x[i] = (up ? x[i + kKeep] : x[i]) + __shfl_xor_sync(0xffffffffu, up ? x[i] : x[i + kKeep], kDist);
-}
-
 // kStamp (with kPre): thread 0 stamps the block's stages (DecodeRope's stamp sink; AttnStamp says which).
 template <bool kOn>
 struct AttnStageClock {
@@ -510,14 +480,13 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
   const int64_t hoff = static_cast<int64_t>(kvh) * D + d0;
   // The V rows of the warp's first round, loaded with its K rows (lean: one trip to memory fewer when a
   // split is one round, as up to 16,384 keys of table width) or before the wait (kPre, with the K rows).
-  Raw4<CT> vpre[kAttnKeysPerWarp], kpre[kAttnKeysPerWarp];
+  float vpre[kAttnKeysPerWarp][4], kpre[kAttnKeysPerWarp][4];
   // DecodeRope::trig_pre: thread tid's cosine and sine of frequency tid % (D/2), which is the frequency of
   // every rotation it makes below when D/2 divides the block (q's items tid + 256·k, the new key's tid).
   const bool trig = kPre && A.rope.trig_pre && kAttnThreads % (D / 2) == 0;
   float tc = 0.f, ts = 0.f;
-  // trig: the new key's k and v as the cache holds them
-  __shared__ alignas(16) unsigned char fwd_raw[kPre ? 2 * kAttnMaxHeadDim * sizeof(CT) : 16];
-  CT* fwd = reinterpret_cast<CT*>(fwd_raw);
+  __shared__ float
+      fwd[kPre ? 2 * kAttnMaxHeadDim : 1];  // trig: the new key's k and v as the cache holds them
   if constexpr (kPre) {
     if (trig) {
       const float phi = static_cast<float>(L - 1) * A.rope.inv_freq[tid % (D / 2)];
@@ -532,10 +501,11 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
 #pragma unroll
     for (int u = 0; u < kAttnKeysPerWarp; ++u) {
       const int j = warp * kAttnKeysPerWarp + u;
-      kpre[u] = vpre[u] = Raw4<CT>{};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) kpre[u][e] = vpre[u][e] = 0.f;
       if (dl && j < nk && k0 + j != L - 1) {
-        kpre[u] = load_raw4<kCg>(kc + slots[j] * ldc + hoff);
-        vpre[u] = load_raw4<kCg>(vc + slots[j] * ldc + hoff);
+        load4c<kCg>(kc + slots[j] * ldc + hoff, kpre[u]);
+        load4c<kCg>(vc + slots[j] * ldc + hoff, vpre[u]);
       }
     }
     clk.mark(0);
@@ -591,11 +561,14 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
       const int j = warp * kAttnKeysPerWarp + u;
       if (dl && j < nk && k0 + j == L - 1) {
         if (trig) {
-          kpre[u] = *reinterpret_cast<const Raw4<CT>*>(fwd + d0);
-          vpre[u] = *reinterpret_cast<const Raw4<CT>*>(fwd + D + d0);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            kpre[u][e] = fwd[d0 + e];
+            vpre[u][e] = fwd[D + d0 + e];
+          }
         } else {
-          kpre[u] = load_raw4<kCg>(kc + slots[j] * ldc + hoff);
-          vpre[u] = load_raw4<kCg>(vc + slots[j] * ldc + hoff);
+          load4c<kCg>(kc + slots[j] * ldc + hoff, kpre[u]);
+          load4c<kCg>(vc + slots[j] * ldc + hoff, vpre[u]);
         }
       }
     }
@@ -603,15 +576,17 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
 #pragma unroll
     for (int u = 0; u < kAttnKeysPerWarp; ++u) {
       const int j = warp * kAttnKeysPerWarp + u;
-      vpre[u] = Raw4<CT>{};
-      if (lean && dl && j < nk) vpre[u] = load_raw4<kCg>(vc + slots[j] * ldc + hoff);
+      vpre[u][0] = vpre[u][1] = vpre[u][2] = vpre[u][3] = 0.f;
+      if (lean && dl && j < nk) load4c<kCg>(vc + slots[j] * ldc + hoff, vpre[u]);
     }
   }
   for (int j0 = warp * kAttnKeysPerWarp; j0 < nk; j0 += kAttnRound) {
     float kf[kAttnKeysPerWarp][4];
     if (kPre && j0 == warp * kAttnKeysPerWarp) {
 #pragma unroll
-      for (int u = 0; u < kAttnKeysPerWarp; ++u) unpack4<CT>(kpre[u], kf[u]);
+      for (int u = 0; u < kAttnKeysPerWarp; ++u)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) kf[u][e] = kpre[u][e];
     } else {
 #pragma unroll
       for (int u = 0; u < kAttnKeysPerWarp; ++u) {
@@ -619,50 +594,17 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
         if (dl && j0 + u < nk) load4c<kCg>(kc + slots[j0 + u] * ldc + hoff, kf[u]);
       }
     }
-    if (A.xpose) {
-      // The warp's 8 keys × 8 heads of lane partials, summed over the lanes by a transposing butterfly in two
-      // halves of 4 keys (k = 8(u − 4h) + g): at each of warp_sum's xor distances a lane keeps half of its
-      // values and adds its partner's copies of them, so each score has warp_sum's operands in its order
-      // (the same bits), 31 shuffles a half instead of 5 a score. The first distance goes with the
-      // products, so at most 16 values live; lane L ends with k = L of each half.
-      static_assert(kAttnKeysPerWarp == 8 && kAttnMaxG == 8, "two halves of 32 values");
-      const bool up16 = (lane & 16) != 0;
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float x[16];
+    for (int u = 0; u < kAttnKeysPerWarp; ++u) {
 #pragma unroll
-        for (int i = 0; i < 16; ++i) {
-          const int g = i % 8, ua = 4 * h + i / 8, ub = ua + 2;
-          float lo = qv[g][0] * kf[ua][0];
-          lo = fmaf(qv[g][1], kf[ua][1], lo);
-          lo = fmaf(qv[g][2], kf[ua][2], lo);
-          lo = fmaf(qv[g][3], kf[ua][3], lo);
-          float hi = qv[g][0] * kf[ub][0];
-          hi = fmaf(qv[g][1], kf[ub][1], hi);
-          hi = fmaf(qv[g][2], kf[ub][2], hi);
-          hi = fmaf(qv[g][3], kf[ub][3], hi);
-          x[i] = (up16 ? hi : lo) + __shfl_xor_sync(0xffffffffu, up16 ? lo : hi, 16);
-        }
-        xpose_stage<8, 8>(x, lane);
-        xpose_stage<4, 4>(x, lane);
-        xpose_stage<2, 2>(x, lane);
-        xpose_stage<1, 1>(x, lane);
-        const int u = 4 * h + (lane >> 3), g = lane & 7;
-        if (g < G && j0 + u < nk) Ps[g * pstride + j0 + u] = x[0] * scale;
-      }
-    } else {  // VV_CUDA_ATTN_XPOSE=0: a warp_sum a score
-#pragma unroll
-      for (int u = 0; u < kAttnKeysPerWarp; ++u) {
-#pragma unroll
-        for (int g = 0; g < kAttnMaxG; ++g) {
-          if (g < G) {
-            float sc = qv[g][0] * kf[u][0];
-            sc = fmaf(qv[g][1], kf[u][1], sc);
-            sc = fmaf(qv[g][2], kf[u][2], sc);
-            sc = fmaf(qv[g][3], kf[u][3], sc);
-            sc = warp_sum(sc);
-            if (lane == 0 && j0 + u < nk) Ps[g * pstride + j0 + u] = sc * scale;
-          }
+      for (int g = 0; g < kAttnMaxG; ++g) {
+        if (g < G) {
+          float sc = qv[g][0] * kf[u][0];
+          sc = fmaf(qv[g][1], kf[u][1], sc);
+          sc = fmaf(qv[g][2], kf[u][2], sc);
+          sc = fmaf(qv[g][3], kf[u][3], sc);
+          sc = warp_sum(sc);
+          if (lane == 0 && j0 + u < nk) Ps[g * pstride + j0 + u] = sc * scale;
         }
       }
     }
@@ -694,7 +636,9 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
     float vf[kAttnKeysPerWarp][4];
     if ((lean || kPre) && j0 == warp * kAttnKeysPerWarp) {
 #pragma unroll
-      for (int u = 0; u < kAttnKeysPerWarp; ++u) unpack4<CT>(vpre[u], vf[u]);
+      for (int u = 0; u < kAttnKeysPerWarp; ++u)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) vf[u][e] = vpre[u][e];
     } else {
 #pragma unroll
       for (int u = 0; u < kAttnKeysPerWarp; ++u) {
@@ -759,67 +703,23 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
   if (tid == 0) counters[pair] = 0;  // ready for the next launch
   const float* pacc = ws + pair * nsplit * G * D;
   const float* pml = ws + n * kv_heads * nsplit * G * D + pair * nsplit * G * 2;
-  // The wide merge's outputs: i = tid + 256·o (G·D ≤ 1,024, so up to 4 of them), and (xpose) the first kSp
-  // splits' partials of them, loaded together with the split maxima and sums below (one trip to L2 for
-  // both up to kSp splits; they do not depend on the weights).
-  constexpr int kOut = kAttnMaxG * kAttnMaxHeadDim / kAttnThreads;
-  constexpr int kSp = 12;
-  static_assert(kOut * kAttnThreads >= kAttnMaxG * kAttnMaxHeadDim, "every output has a thread");
-  const bool wide = lean || A.wide_merge;
-  float x[kSp][kOut];
-  auto load_partials = [&](int sp0, int nsp) {
-#pragma unroll
-    for (int u = 0; u < kSp; ++u)
-#pragma unroll
-      for (int o = 0; o < kOut; ++o) {
-        const int i = tid + o * kAttnThreads;
-        x[u][o] = u < nsp && sp0 + u < nse && i < G * D
-                      ? __ldcg(pacc + static_cast<int64_t>(sp0 + u) * G * D + i)
-                      : 0.f;
-      }
-  };
-  if (wide && A.xpose) load_partials(0, kSp);
   // Split weights e^(m_s − M) into Ps (nsplit ≤ pstride), the merged sums into mls.
   for (int g = warp; g < G; g += kAttnWarps) {
     float mx = -INFINITY;
+    for (int sp = lane; sp < nse; sp += 32) mx = fmaxf(mx, __ldcg(pml + (sp * G + g) * 2));
+    mx = warp_max(mx);
     float l = 0.f;
-    if (A.xpose) {  // a lane's splits lane + 32t (nse ≤ 256: t < 8): their (m, l) loaded at once
-      constexpr int kT = 8;
-      float ms[kT], ls[kT];
-#pragma unroll
-      for (int t = 0; t < kT; ++t) {
-        const int sp = lane + 32 * t;
-        ms[t] = sp < nse ? __ldcg(pml + (sp * G + g) * 2) : -INFINITY;
-        ls[t] = sp < nse ? __ldcg(pml + (sp * G + g) * 2 + 1) : 0.f;
-      }
-#pragma unroll
-      for (int t = 0; t < kT; ++t)
-        if (lane + 32 * t < nse) mx = fmaxf(mx, ms[t]);
-      mx = warp_max(mx);
-#pragma unroll
-      for (int t = 0; t < kT; ++t) {
-        const int sp = lane + 32 * t;
-        if (sp < nse) {
-          const float e = ls[t] > 0.f ? expf(ms[t] - mx) : 0.f;
-          Ps[g * pstride + sp] = e;
-          l += ls[t] * e;
-        }
-      }
-    } else {
-      for (int sp = lane; sp < nse; sp += 32) mx = fmaxf(mx, __ldcg(pml + (sp * G + g) * 2));
-      mx = warp_max(mx);
-      for (int sp = lane; sp < nse; sp += 32) {
-        const float ls = __ldcg(pml + (sp * G + g) * 2 + 1);
-        const float e = ls > 0.f ? expf(__ldcg(pml + (sp * G + g) * 2) - mx) : 0.f;
-        Ps[g * pstride + sp] = e;
-        l += ls * e;
-      }
+    for (int sp = lane; sp < nse; sp += 32) {
+      const float ls = __ldcg(pml + (sp * G + g) * 2 + 1);
+      const float e = ls > 0.f ? expf(__ldcg(pml + (sp * G + g) * 2) - mx) : 0.f;
+      Ps[g * pstride + sp] = e;
+      l += ls * e;
     }
     l = warp_sum(l);
     if (lane == 0) mls[1][g] = l;
   }
   __syncthreads();
-  if (!wide) {  // one output at a time, 4 splits' loads in flight
+  if (!lean && !A.wide_merge) {  // one output at a time, 4 splits' loads in flight
     for (int i = tid; i < G * D; i += kAttnThreads) {
       const int g = i / D;
       float a = 0.f;
@@ -831,10 +731,13 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
     clk.finish(A.rope, split, kvh, true);
     return;
   }
-  // Lean (or wide_merge): each thread's outputs over kSp splits at a time (8 with VV_CUDA_ATTN_XPOSE=0),
-  // their loads in flight together; each output's sum in split order. An output's row of split weights (its
-  // head's, (i / D)·pstride) once, not per split (a division by the run-time D each).
-  const int batch = A.xpose ? kSp : 8;
+  // Lean (or wide_merge): each thread's outputs (i = tid + 256·o: G·D ≤ 1,024, so up to 4 of them) over
+  // kSp splits at a time, their loads in flight together; each output's sum in split order. An output's
+  // row of split weights (its head's, (i / D)·pstride) once, not per split (a division by the run-time D
+  // each).
+  constexpr int kOut = kAttnMaxG * kAttnMaxHeadDim / kAttnThreads;
+  constexpr int kSp = 8;
+  static_assert(kOut * kAttnThreads >= kAttnMaxG * kAttnMaxHeadDim, "every output has a thread");
   float a[kOut];
   int prow[kOut];
 #pragma unroll
@@ -843,11 +746,18 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
     const int i = tid + o * kAttnThreads;
     prow[o] = i < G * D ? (i / D) * pstride : 0;
   }
-  for (int sp0 = 0; sp0 < nse; sp0 += batch) {
-    if (sp0 > 0 || !A.xpose) load_partials(sp0, batch);
+  for (int sp0 = 0; sp0 < nse; sp0 += kSp) {
+    float x[kSp][kOut];
+#pragma unroll
+    for (int u = 0; u < kSp; ++u)
+#pragma unroll
+      for (int o = 0; o < kOut; ++o) {
+        const int i = tid + o * kAttnThreads;
+        x[u][o] = sp0 + u < nse && i < G * D ? __ldcg(pacc + static_cast<int64_t>(sp0 + u) * G * D + i) : 0.f;
+      }
 #pragma unroll
     for (int u = 0; u < kSp; ++u) {
-      if (u < batch && sp0 + u < nse) {
+      if (sp0 + u < nse) {
 #pragma unroll
         for (int o = 0; o < kOut; ++o) {
           const int i = tid + o * kAttnThreads;

@@ -430,14 +430,8 @@ using dec::warp_max;
 // kPre (with kRope, unless VV_CUDA_ATTN_PRE=0): the block waits for the kernel before itself, after the loads
 // that do not depend on it (decode_attn_block).
 // kStamp (with kPre): DecodeRope's stamp sink records each block's stages (VV_CUDA_ATTN_STAMPS, a probe).
-// At most 160 registers (256 threads; no spill in the fused bf16 form): the block's 40,960 registers leave
-// room for one block of the norm + q/k/v GEMV before it (80 × 256 = 20,480), which is still running where
-// PDL starts the attention, so the attention's blocks start and issue their K/V loads under the GEMV's
-// tail. Capped at 184, no block fitted beside two GEMV blocks' last one: every block started after the
-// GEMV (stamps: starts within 1.0 µs instead of 12.3) and batch-1 decode fell to 162 tok/s from 170 (H100,
-// session 27).
 template <typename CT, bool kRope, bool kPre = false, bool kStamp = false>
-__global__ void __maxnreg__(160) decode_attn_kernel(const DecodeAttnArgs a) {
+__global__ void __launch_bounds__(kAttnThreads) decode_attn_kernel(const DecodeAttnArgs a) {
   if constexpr (!kPre) {
     pdl_wait();
     pdl_trigger();
@@ -1488,7 +1482,7 @@ DecodeAttentionPlan plan_decode_attention(int64_t n, const AttentionRows& rows, 
 
 DecodeAttnArgs decode_attn_args(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
                                 const AttentionShape& shape, Tensor& out, const DecodeAttentionPlan& p,
-                                float* ws, unsigned* counters, bool lean, bool wide_merge, bool xpose) {
+                                float* ws, unsigned* counters, bool lean, bool wide_merge) {
   DecodeAttnArgs a;
   a.q = q.ptr<const float>();
   a.ldq = q.row_stride();
@@ -1508,18 +1502,17 @@ DecodeAttnArgs decode_attn_args(const Tensor& q, const AttentionRows& rows, cons
   a.counters = counters;
   a.lean = lean;
   a.wide_merge = wide_merge;
-  a.xpose = xpose;
   a.smem = p.smem;
   return a;
 }
 
 void decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
                       const AttentionShape& shape, Tensor& out, const DecodeAttentionPlan& p, float* ws,
-                      unsigned* counters, bool lean, cudaStream_t s, const DecodeRope* rope, bool wide_merge,
-                      bool xpose) {
+                      unsigned* counters, bool lean, cudaStream_t s, const DecodeRope* rope,
+                      bool wide_merge) {
   const int64_t n = q.rows();
   if (n == 0) return;
-  DecodeAttnArgs a = decode_attn_args(q, rows, cache, shape, out, p, ws, counters, lean, wide_merge, xpose);
+  DecodeAttnArgs a = decode_attn_args(q, rows, cache, shape, out, p, ws, counters, lean, wide_merge);
   if (rope) a.rope = *rope;
   const bool fused = a.rope.inv_freq != nullptr, pre = fused && a.rope.pre;
   const bool stamp = pre && a.rope.stamp_recs != nullptr;

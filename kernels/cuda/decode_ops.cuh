@@ -153,10 +153,6 @@ struct DecodeAttnArgs {
   unsigned* counters = nullptr;
   bool lean = false;
   bool wide_merge = false;  // decode_attention's wide_merge
-  // The SIMT block's scores summed over the lanes by a transposing butterfly (the same bits as a warp_sum a
-  // score), the merge's (m, l) loaded once and its first 24 splits' partials with them;
-  // VV_CUDA_ATTN_XPOSE=0: as before (A/B).
-  bool xpose = true;
   size_t smem = 0;  // the block's dynamic shared memory (DecodeAttentionPlan::smem)
   DecodeRope rope;  // decode_attention's rope (the chain's attention phase: none)
 };
@@ -265,12 +261,11 @@ DecodeAttentionPlan plan_decode_attention(int64_t n, const AttentionRows& rows, 
 void decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
                       const AttentionShape& shape, Tensor& out, const DecodeAttentionPlan& p, float* ws,
                       unsigned* counters, bool lean, cudaStream_t s, const DecodeRope* rope = nullptr,
-                      bool wide_merge = false, bool xpose = true);
+                      bool wide_merge = false);
 // decode_attention's operands as its kernel takes them.
 DecodeAttnArgs decode_attn_args(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
                                 const AttentionShape& shape, Tensor& out, const DecodeAttentionPlan& p,
-                                float* ws, unsigned* counters, bool lean, bool wide_merge = false,
-                                bool xpose = true);
+                                float* ws, unsigned* counters, bool lean, bool wide_merge = false);
 
 // Decode attention on the tensor cores (bf16 mode; decode_attention.h says which shapes): one warp
 // per unit of kMmaDecodeChunk keys of one (row, kv head), the GQA group as the M side of m16n8k16

@@ -843,28 +843,15 @@ TEST(CudaRopeAttention, WideMergeGivesTheOneOutputMergesBits) {
   expect_same_rope_attn(got, want, "1279 keys under graph replay");
 }
 
-// DecodeRope::trig_pre and the SIMT block's transposed score sums and one-trip merge (the defaults;
-// VV_CUDA_ATTN_TRIG_PRE=0 VV_CUDA_ATTN_XPOSE=0 is the base here): the fused one-row attention takes its
-// rotation's cosines and sines before the PDL wait and the new key's rows from shared memory, sums its
-// scores over the lanes by a transposing butterfly and loads the merge's inputs at once, and
-// VV_CUDA_ATTN_STAMPS=1 stamps its blocks' stages. None changes a bit, against the base and the ops one by
-// one (one key split, 2, 21 and 313 of them — the merge's batches of 12 —, f16 at head dim 64, head dim 80
-// whose 40 frequencies do not divide the block: the late rotation there), eagerly and replayed, and in f32
-// mode; the stamps cover every block of every launch, one merging block a (launch, kv head), each block's
-// stages in order.
+// DecodeRope::trig_pre (the default; VV_CUDA_ATTN_TRIG_PRE=0 is the base here): the fused one-row attention
+// takes its rotation's cosines and sines before the PDL wait and the new key's rows from shared memory, and
+// VV_CUDA_ATTN_STAMPS=1 stamps its blocks' stages. Neither changes a bit, against the base and the ops one by
+// one (one key split, 2, 20 and 313 of them, f16 at head dim 64, head dim 80 whose 40 frequencies do not
+// divide the block: the late rotation there), eagerly and replayed; the stamps cover every block of every
+// launch, one merging block a (launch, kv head), each block's stages in order.
 TEST(CudaRopeAttention, EarlyTrigonometryAndStampsGiveTheOpsBits) {
   VV_CUDA_BACKEND_OR_SKIP(any, true);
-  {  // f32 mode (the SIMT kernel at every row count): the new sums and merge against the old
-    auto old_sums = cuda_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}, {"VV_CUDA_ATTN_XPOSE", "0"}}, false);
-    ASSERT_TRUE(old_sums.is_ok()) << old_sums.status().to_string();
-    auto f32 = cuda_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}}, false);
-    ASSERT_TRUE(f32.is_ok()) << f32.status().to_string();
-    const AttnCase c{28, 4, 128, 0, DType::kF32, DType::kF32, {1, 2, 1279}};
-    expect_same_rope_attn(run_rope_attn(**f32, c, 2600, true), run_rope_attn(**old_sums, c, 2600, true),
-                          "f32 mode, three rows");
-  }
-  auto base = bf16_backend_with(
-      {{"VV_CUDA_ROPE_ATTN", "1"}, {"VV_CUDA_ATTN_TRIG_PRE", "0"}, {"VV_CUDA_ATTN_XPOSE", "0"}});
+  auto base = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}, {"VV_CUDA_ATTN_TRIG_PRE", "0"}});
   ASSERT_TRUE(base.is_ok()) << base.status().to_string();
   auto ops = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "0"}});
   ASSERT_TRUE(ops.is_ok()) << ops.status().to_string();
