@@ -437,11 +437,26 @@ struct AttnStageClock<true> {
   }
 };
 
-template <typename CT, bool kCg, bool kRope = false, bool kPre = false, bool kStamp = false>
+// One step of the scores' transposing butterfly (kXpose): 2·kKeep values a lane to kKeep, at xor distance
+// kDist; a lane keeps the upper half where its bit of that distance is set and adds its partner's copies
+// of them to its own (own value first, as warp_sum).
+template <int kKeep, int kDist, int N>
+__device__ __forceinline__ void xpose_stage(float (&x)[N], int lane) {
+  static_assert(2 * kKeep <= N, "the values of the step");
+  const bool up = (lane & kDist) != 0;
+#pragma unroll
+  for (int i = 0; i < kKeep; ++i)
+    x[i] = (up ? x[i + kKeep] : x[i]) + __shfl_xor_sync(0xffffffffu, up ? x[i] : x[i + kKeep], kDist);
+}
+
+// kXpose (with kPre; VV_CUDA_ATTN_XPOSE=1): the scores summed over the lanes by a transposing butterfly.
+template <typename CT, bool kCg, bool kRope = false, bool kPre = false, bool kStamp = false,
+          bool kXpose = false>
 __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int split, int kvh, int64_t r,
                                                   float* sm, float (&mls)[2][kAttnMaxG], int& last) {
   static_assert(!kPre || kRope, "the early loads are the fused step's");
   static_assert(!kStamp || kPre, "the stamps are the fused step's");
+  static_assert(!kXpose || kPre, "the butterfly is the fused step's");
   AttnStageClock<kStamp> clk;
   clk.start();
   const float* __restrict__ q = A.q;
@@ -594,17 +609,50 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
         if (dl && j0 + u < nk) load4c<kCg>(kc + slots[j0 + u] * ldc + hoff, kf[u]);
       }
     }
+    if constexpr (kXpose) {
+      // The warp's 8 keys × 8 heads of lane partials, summed over the lanes by a transposing butterfly in
+      // two halves of 4 keys (k = 8(u − 4h) + g): at each of warp_sum's xor distances a lane keeps half of
+      // its values and adds its partner's copies of them, so each score has warp_sum's operands in its
+      // order (the same bits), 31 shuffles a half instead of 5 a score. The first distance goes with the
+      // products, so at most 16 values live; lane L ends with k = L of each half.
+      static_assert(kAttnKeysPerWarp == 8 && kAttnMaxG == 8, "two halves of 32 values");
+      const bool up16 = (lane & 16) != 0;
 #pragma unroll
-    for (int u = 0; u < kAttnKeysPerWarp; ++u) {
+      for (int h = 0; h < 2; ++h) {
+        float x[16];
 #pragma unroll
-      for (int g = 0; g < kAttnMaxG; ++g) {
-        if (g < G) {
-          float sc = qv[g][0] * kf[u][0];
-          sc = fmaf(qv[g][1], kf[u][1], sc);
-          sc = fmaf(qv[g][2], kf[u][2], sc);
-          sc = fmaf(qv[g][3], kf[u][3], sc);
-          sc = warp_sum(sc);
-          if (lane == 0 && j0 + u < nk) Ps[g * pstride + j0 + u] = sc * scale;
+        for (int i = 0; i < 16; ++i) {
+          const int g = i % 8, ua = 4 * h + i / 8, ub = ua + 2;
+          float lo = qv[g][0] * kf[ua][0];
+          lo = fmaf(qv[g][1], kf[ua][1], lo);
+          lo = fmaf(qv[g][2], kf[ua][2], lo);
+          lo = fmaf(qv[g][3], kf[ua][3], lo);
+          float hi = qv[g][0] * kf[ub][0];
+          hi = fmaf(qv[g][1], kf[ub][1], hi);
+          hi = fmaf(qv[g][2], kf[ub][2], hi);
+          hi = fmaf(qv[g][3], kf[ub][3], hi);
+          x[i] = (up16 ? hi : lo) + __shfl_xor_sync(0xffffffffu, up16 ? lo : hi, 16);
+        }
+        xpose_stage<8, 8>(x, lane);
+        xpose_stage<4, 4>(x, lane);
+        xpose_stage<2, 2>(x, lane);
+        xpose_stage<1, 1>(x, lane);
+        const int u = 4 * h + (lane >> 3), g = lane & 7;
+        if (g < G && j0 + u < nk) Ps[g * pstride + j0 + u] = x[0] * scale;
+      }
+    } else {
+#pragma unroll
+      for (int u = 0; u < kAttnKeysPerWarp; ++u) {
+#pragma unroll
+        for (int g = 0; g < kAttnMaxG; ++g) {
+          if (g < G) {
+            float sc = qv[g][0] * kf[u][0];
+            sc = fmaf(qv[g][1], kf[u][1], sc);
+            sc = fmaf(qv[g][2], kf[u][2], sc);
+            sc = fmaf(qv[g][3], kf[u][3], sc);
+            sc = warp_sum(sc);
+            if (lane == 0 && j0 + u < nk) Ps[g * pstride + j0 + u] = sc * scale;
+          }
         }
       }
     }

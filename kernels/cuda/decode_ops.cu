@@ -442,6 +442,18 @@ __global__ void __launch_bounds__(kAttnThreads) decode_attn_kernel(const DecodeA
   decode_attn_block<CT, kRope, kRope, kPre, kStamp>(a, blockIdx.x, blockIdx.y, blockIdx.z, sm, mls, last);
 }
 
+// The fused form with the scores by a transposing butterfly (VV_CUDA_ATTN_XPOSE=1), capped at 160 registers
+// like the default form (159), so that a block still fits beside the last block of the q/k/v GEMV before
+// it on an SM (its own choice was 179; session 27 measured a form at 184 registers whose blocks all waited
+// for the GEMV to end).
+template <typename CT, bool kStamp>
+__global__ void __maxnreg__(160) decode_attn_xpose_kernel(const DecodeAttnArgs a) {
+  extern __shared__ float sm[];
+  __shared__ float mls[2][kAttnMaxG];
+  __shared__ int last;
+  decode_attn_block<CT, true, true, true, kStamp, true>(a, blockIdx.x, blockIdx.y, blockIdx.z, sm, mls, last);
+}
+
 // ---- Decode attention on the tensor cores ----------------------------------------------------
 // Fragment layouts: mma_util.cuh (g = lane/4, t = lane%4). The GQA group's G ≤ 8 query heads are
 // rows 0..7 of the A tile (rows 8..15 are zero), so a thread's scores are row g, and a1/a3 are 0.
@@ -1515,7 +1527,7 @@ void decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer&
   DecodeAttnArgs a = decode_attn_args(q, rows, cache, shape, out, p, ws, counters, lean, wide_merge);
   if (rope) a.rope = *rope;
   const bool fused = a.rope.inv_freq != nullptr, pre = fused && a.rope.pre;
-  const bool stamp = pre && a.rope.stamp_recs != nullptr;
+  const bool stamp = pre && a.rope.stamp_recs != nullptr, xpose = pre && a.rope.xpose;
   const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(shape.kv_heads),
                   static_cast<unsigned>(n));
   auto go = [&](auto* kern) {
@@ -1524,10 +1536,15 @@ void decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer&
   };
   switch (a.kv.ct) {
     case DType::kBF16:
-      stamp   ? go(decode_attn_kernel<__nv_bfloat16, true, true, true>)
-      : pre   ? go(decode_attn_kernel<__nv_bfloat16, true, true>)
-      : fused ? go(decode_attn_kernel<__nv_bfloat16, true>)
-              : go(decode_attn_kernel<__nv_bfloat16, false>);
+      if (xpose) {
+        stamp ? go(decode_attn_xpose_kernel<__nv_bfloat16, true>)
+              : go(decode_attn_xpose_kernel<__nv_bfloat16, false>);
+      } else {
+        stamp   ? go(decode_attn_kernel<__nv_bfloat16, true, true, true>)
+        : pre   ? go(decode_attn_kernel<__nv_bfloat16, true, true>)
+        : fused ? go(decode_attn_kernel<__nv_bfloat16, true>)
+                : go(decode_attn_kernel<__nv_bfloat16, false>);
+      }
       break;
     case DType::kF16:
       pre     ? go(decode_attn_kernel<__half, true, true>)

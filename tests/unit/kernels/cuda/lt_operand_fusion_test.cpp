@@ -912,6 +912,43 @@ TEST(CudaRopeAttention, EarlyTrigonometryAndStampsGiveTheOpsBits) {
   expect_same_rope_attn(run_rope_attn(**trig, one, 2790, true, 4, 33), want, "1279 keys under graph replay");
 }
 
+// VV_CUDA_ATTN_XPOSE=1 (opt-in): the fused one-row attention sums its scores over the lanes by a transposing
+// butterfly (its own kernel, capped at 160 registers). warp_sum's operands in warp_sum's order: the default's
+// bits, eagerly and replayed, stamped too (one key split, 2, 20 and 313 of them, head dim 80 with 3 heads a
+// group, an f16 cache, which keeps the default kernel).
+TEST(CudaRopeAttention, TransposedScoreSumsGiveTheWarpSumsBits) {
+  VV_CUDA_BACKEND_OR_SKIP(any, true);
+  auto base = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}});
+  ASSERT_TRUE(base.is_ok()) << base.status().to_string();
+  auto xpose = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}, {"VV_CUDA_ATTN_XPOSE", "1"}});
+  ASSERT_TRUE(xpose.is_ok()) << xpose.status().to_string();
+  auto stamped = bf16_backend_with(
+      {{"VV_CUDA_ROPE_ATTN", "1"}, {"VV_CUDA_ATTN_XPOSE", "1"}, {"VV_CUDA_ATTN_STAMPS", "1"}});
+  ASSERT_TRUE(stamped.is_ok()) << stamped.status().to_string();
+  const std::vector<AttnCase> cases = {{28, 4, 128, 0, DType::kBF16, DType::kBF16, {60}},
+                                       {28, 4, 128, 0, DType::kBF16, DType::kBF16, {65}},
+                                       {28, 4, 128, 0, DType::kBF16, DType::kBF16, {1279}},
+                                       {28, 4, 128, 0, DType::kBF16, DType::kBF16, {20011}},
+                                       {12, 4, 80, 0, DType::kBF16, DType::kBF16, {333}},
+                                       {14, 2, 64, 0, DType::kF16, DType::kBF16, {701}}};
+  uint32_t seed = 2900;
+  for (const AttnCase& c : cases) {
+    const std::string what = std::to_string(c.lens.back()) + " keys, " + std::to_string(c.heads) + "/" +
+                             std::to_string(c.kv_heads) + "x" + std::to_string(c.D);
+    const RopeAttnOut want = run_rope_attn(**base, c, seed, true);
+    expect_same_rope_attn(run_rope_attn(**xpose, c, seed, true), want, what + ", butterfly");
+    (void)vv::attn_stamps_take();
+    expect_same_rope_attn(run_rope_attn(**stamped, c, seed, true), want, what + ", butterfly stamped");
+    EXPECT_EQ(vv::attn_stamps_take().empty(), c.cache_t != DType::kBF16) << what << ": stamps";
+    seed += 10;
+  }
+  const AttnCase one{28, 4, 128, 0, DType::kBF16, DType::kBF16, {1279}};
+  const RopeAttnOut want = run_rope_attn(**base, one, 2990, true, 4, 33);
+  const RopeAttnOut got = run_rope_attn(**xpose, one, 2990, true, 4, 33);
+  expect_replayed(**xpose);
+  expect_same_rope_attn(got, want, "1279 keys under graph replay, butterfly");
+}
+
 // The same under graph replay (no profiling, which keeps graphs off): 33 steps a flush, four flushes.
 TEST(CudaRopeAttention, FusedDecodeStepUnderGraphReplay) {
   VV_CUDA_BACKEND_OR_SKIP(any, true);
