@@ -1562,6 +1562,7 @@ void decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer&
 namespace {
 
 struct StampSink {
+  int device = -1;
   AttnStamp* recs = nullptr;
   unsigned* count = nullptr;
   unsigned cap = 0;
@@ -1575,6 +1576,14 @@ StampSink& stamp_sink_slot() {
 
 bool attn_stamp_sink(AttnStamp** recs, unsigned** count, unsigned* cap) {
   StampSink& s = stamp_sink_slot();
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return false;
+  if (s.recs && dev != s.device) {  // one device's blocks only: another device's backend stamps nothing
+    *recs = nullptr;
+    *count = nullptr;
+    *cap = 0;
+    return true;
+  }
   if (!s.recs) {
     constexpr unsigned kCap = 32768;
     void* r = nullptr;
@@ -1587,6 +1596,7 @@ bool attn_stamp_sink(AttnStamp** recs, unsigned** count, unsigned* cap) {
       (void)cudaGetLastError();
       return false;
     }
+    s.device = dev;
     s.recs = static_cast<AttnStamp*>(r);
     s.count = static_cast<unsigned*>(c);
     s.cap = kCap;

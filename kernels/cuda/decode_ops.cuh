@@ -139,7 +139,8 @@ struct DecodeRope {
   unsigned stamp_cap = 0;
 };
 // The stamp sink of VV_CUDA_ATTN_STAMPS (allocated on the current device on the first call; call it outside
-// graph capture). False where it cannot be allocated.
+// graph capture). False where it cannot be allocated. A call from another device gets no sink (*recs null):
+// only the first device's blocks are stamped.
 bool attn_stamp_sink(AttnStamp** recs, unsigned** count, unsigned* cap);
 // decode_attention's operands (its kernel's and the chain's attention phase's).
 struct DecodeAttnArgs {
