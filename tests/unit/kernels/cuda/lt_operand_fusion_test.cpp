@@ -843,10 +843,26 @@ TEST(CudaRopeAttention, WideMergeGivesTheOneOutputMergesBits) {
   expect_same_rope_attn(got, want, "1279 keys under graph replay");
 }
 
+// One-row cases of the fused SIMT attention: one key split, 2, 20, and 157 of 128 keys (past the plan's 256
+// splits of 64, so a second 64-key round a split), an f16 cache at head dim 64, head dim 80 with 3 heads a
+// group (its 40 frequencies do not divide the block).
+std::vector<AttnCase> one_row_split_cases() {
+  return {{28, 4, 128, 0, DType::kBF16, DType::kBF16, {60}},
+          {28, 4, 128, 0, DType::kBF16, DType::kBF16, {65}},
+          {28, 4, 128, 0, DType::kBF16, DType::kBF16, {1279}},
+          {28, 4, 128, 0, DType::kBF16, DType::kBF16, {20011}},
+          {14, 2, 64, 0, DType::kF16, DType::kBF16, {701}},
+          {12, 4, 80, 0, DType::kBF16, DType::kBF16, {333}}};
+}
+std::string case_name(const AttnCase& c) {
+  return std::to_string(c.lens.back()) + " keys, " + std::to_string(c.heads) + "/" +
+         std::to_string(c.kv_heads) + "x" + std::to_string(c.D);
+}
+
 // DecodeRope::trig_pre (the default; VV_CUDA_ATTN_TRIG_PRE=0 is the base here): the fused one-row attention
 // takes its rotation's cosines and sines before the PDL wait and the new key's rows from shared memory, and
 // VV_CUDA_ATTN_STAMPS=1 stamps its blocks' stages. Neither changes a bit, against the base and the ops one by
-// one (one key split, 2, 20 and 313 of them, f16 at head dim 64, head dim 80 whose 40 frequencies do not
+// one (one key split, 2, 20 and 157 of them, f16 at head dim 64, head dim 80 whose 40 frequencies do not
 // divide the block: the late rotation there), eagerly and replayed; the stamps cover every block of every
 // launch, one merging block a (launch, kv head), each block's stages in order.
 TEST(CudaRopeAttention, EarlyTrigonometryAndStampsGiveTheOpsBits) {
@@ -859,16 +875,9 @@ TEST(CudaRopeAttention, EarlyTrigonometryAndStampsGiveTheOpsBits) {
   ASSERT_TRUE(trig.is_ok()) << trig.status().to_string();
   auto stamped = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}, {"VV_CUDA_ATTN_STAMPS", "1"}});
   ASSERT_TRUE(stamped.is_ok()) << stamped.status().to_string();
-  const std::vector<AttnCase> cases = {{28, 4, 128, 0, DType::kBF16, DType::kBF16, {60}},
-                                       {28, 4, 128, 0, DType::kBF16, DType::kBF16, {65}},
-                                       {28, 4, 128, 0, DType::kBF16, DType::kBF16, {1279}},
-                                       {28, 4, 128, 0, DType::kBF16, DType::kBF16, {20011}},
-                                       {14, 2, 64, 0, DType::kF16, DType::kBF16, {701}},
-                                       {12, 4, 80, 0, DType::kBF16, DType::kBF16, {333}}};
   uint32_t seed = 2700;
-  for (const AttnCase& c : cases) {
-    const std::string what = std::to_string(c.lens.back()) + " keys, " + std::to_string(c.heads) + "/" +
-                             std::to_string(c.kv_heads) + "x" + std::to_string(c.D);
+  for (const AttnCase& c : one_row_split_cases()) {
+    const std::string what = case_name(c);
     const RopeAttnOut want = run_rope_attn(**base, c, seed, true);
     expect_same_rope_attn(run_rope_attn(**trig, c, seed, true), want, what + ", early trigonometry");
     expect_same_rope_attn(run_rope_attn(**ops, c, seed, true), want, what + ", the ops");
@@ -914,7 +923,7 @@ TEST(CudaRopeAttention, EarlyTrigonometryAndStampsGiveTheOpsBits) {
 
 // VV_CUDA_ATTN_XPOSE=1 (opt-in): the fused one-row attention sums its scores over the lanes by a transposing
 // butterfly (its own kernel, capped at 160 registers). warp_sum's operands in warp_sum's order: the default's
-// bits, eagerly and replayed, stamped too (one key split, 2, 20 and 313 of them, head dim 80 with 3 heads a
+// bits, eagerly and replayed, stamped too (one key split, 2, 20 and 157 of them, head dim 80 with 3 heads a
 // group, an f16 cache, which keeps the default kernel).
 TEST(CudaRopeAttention, TransposedScoreSumsGiveTheWarpSumsBits) {
   VV_CUDA_BACKEND_OR_SKIP(any, true);
@@ -925,16 +934,9 @@ TEST(CudaRopeAttention, TransposedScoreSumsGiveTheWarpSumsBits) {
   auto stamped = bf16_backend_with(
       {{"VV_CUDA_ROPE_ATTN", "1"}, {"VV_CUDA_ATTN_XPOSE", "1"}, {"VV_CUDA_ATTN_STAMPS", "1"}});
   ASSERT_TRUE(stamped.is_ok()) << stamped.status().to_string();
-  const std::vector<AttnCase> cases = {{28, 4, 128, 0, DType::kBF16, DType::kBF16, {60}},
-                                       {28, 4, 128, 0, DType::kBF16, DType::kBF16, {65}},
-                                       {28, 4, 128, 0, DType::kBF16, DType::kBF16, {1279}},
-                                       {28, 4, 128, 0, DType::kBF16, DType::kBF16, {20011}},
-                                       {12, 4, 80, 0, DType::kBF16, DType::kBF16, {333}},
-                                       {14, 2, 64, 0, DType::kF16, DType::kBF16, {701}}};
   uint32_t seed = 2900;
-  for (const AttnCase& c : cases) {
-    const std::string what = std::to_string(c.lens.back()) + " keys, " + std::to_string(c.heads) + "/" +
-                             std::to_string(c.kv_heads) + "x" + std::to_string(c.D);
+  for (const AttnCase& c : one_row_split_cases()) {
+    const std::string what = case_name(c);
     const RopeAttnOut want = run_rope_attn(**base, c, seed, true);
     expect_same_rope_attn(run_rope_attn(**xpose, c, seed, true), want, what + ", butterfly");
     (void)vv::attn_stamps_take();
