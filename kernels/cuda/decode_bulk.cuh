@@ -449,7 +449,8 @@ __device__ __forceinline__ void xpose_stage(float (&x)[N], int lane) {
     x[i] = (up ? x[i + kKeep] : x[i]) + __shfl_xor_sync(0xffffffffu, up ? x[i] : x[i + kKeep], kDist);
 }
 
-// kXpose (with kPre; VV_CUDA_ATTN_XPOSE=1): the scores summed over the lanes by a transposing butterfly.
+// kXpose (with kPre; VV_CUDA_ATTN_XPOSE=1): the scores summed over the lanes by a transposing butterfly, and
+// the merging block's split maxima and sums loaded in one trip.
 template <typename CT, bool kCg, bool kRope = false, bool kPre = false, bool kStamp = false,
           bool kXpose = false>
 __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int split, int kvh, int64_t r,
@@ -754,14 +755,40 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
   // Split weights e^(m_s − M) into Ps (nsplit ≤ pstride), the merged sums into mls.
   for (int g = warp; g < G; g += kAttnWarps) {
     float mx = -INFINITY;
-    for (int sp = lane; sp < nse; sp += 32) mx = fmaxf(mx, __ldcg(pml + (sp * G + g) * 2));
-    mx = warp_max(mx);
     float l = 0.f;
-    for (int sp = lane; sp < nse; sp += 32) {
-      const float ls = __ldcg(pml + (sp * G + g) * 2 + 1);
-      const float e = ls > 0.f ? expf(__ldcg(pml + (sp * G + g) * 2) - mx) : 0.f;
-      Ps[g * pstride + sp] = e;
-      l += ls * e;
+    if constexpr (kXpose) {
+      // Each (max, sum) pair of a lane's splits lane + 32t (at most 256 splits: t < 8) in one 8-byte load,
+      // all at once: one trip to L2 where the loop below takes two. The same operations in the same order.
+      constexpr int kT = 256 / 32;
+      float2 ml[kT];
+#pragma unroll
+      for (int t = 0; t < kT; ++t) {
+        const int sp = lane + 32 * t;
+        ml[t] = sp < nse ? __ldcg(reinterpret_cast<const float2*>(pml + (sp * G + g) * 2))
+                         : make_float2(-INFINITY, 0.f);
+      }
+#pragma unroll
+      for (int t = 0; t < kT; ++t)
+        if (lane + 32 * t < nse) mx = fmaxf(mx, ml[t].x);
+      mx = warp_max(mx);
+#pragma unroll
+      for (int t = 0; t < kT; ++t) {
+        const int sp = lane + 32 * t;
+        if (sp < nse) {
+          const float e = ml[t].y > 0.f ? expf(ml[t].x - mx) : 0.f;
+          Ps[g * pstride + sp] = e;
+          l += ml[t].y * e;
+        }
+      }
+    } else {
+      for (int sp = lane; sp < nse; sp += 32) mx = fmaxf(mx, __ldcg(pml + (sp * G + g) * 2));
+      mx = warp_max(mx);
+      for (int sp = lane; sp < nse; sp += 32) {
+        const float ls = __ldcg(pml + (sp * G + g) * 2 + 1);
+        const float e = ls > 0.f ? expf(__ldcg(pml + (sp * G + g) * 2) - mx) : 0.f;
+        Ps[g * pstride + sp] = e;
+        l += ls * e;
+      }
     }
     l = warp_sum(l);
     if (lane == 0) mls[1][g] = l;

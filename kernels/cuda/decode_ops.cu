@@ -442,7 +442,8 @@ __global__ void __launch_bounds__(kAttnThreads) decode_attn_kernel(const DecodeA
   decode_attn_block<CT, kRope, kRope, kPre, kStamp>(a, blockIdx.x, blockIdx.y, blockIdx.z, sm, mls, last);
 }
 
-// The fused form with the scores by a transposing butterfly (VV_CUDA_ATTN_XPOSE=1), capped at 160 registers
+// The fused form with the scores by a transposing butterfly and the merge's maxima and sums in one trip
+// (VV_CUDA_ATTN_XPOSE=1), capped at 160 registers
 // like the default form (159), so that a block still fits beside the last block of the q/k/v GEMV before
 // it on an SM (its own choice was 179; session 27 measured a form at 184 registers whose blocks all waited
 // for the GEMV to end).

@@ -130,7 +130,8 @@ struct DecodeRope {
   bool trig_pre = false;
   // VV_CUDA_ATTN_XPOSE=1 (opt-in; with `pre`, bf16 cache): the block's scores summed over the lanes by a
   // transposing butterfly (a lane keeps half its values at each of warp_sum's xor distances), 62 shuffles
-  // a warp instead of 5 a score; the same operands in the same order, so the same bits.
+  // a warp instead of 5 a score, and the merge's split maxima and sums in one trip to L2 instead of two;
+  // the same operations in the same order, so the same bits.
   bool xpose = false;
   // VV_CUDA_ATTN_STAMPS=1 (a probe; with `pre`, bf16 cache): each block's thread 0 stamps its stages into
   // recs[atomicAdd(count, 1) % cap] (AttnStamp, kernel_trace.h). recs null: no stamps.

@@ -922,7 +922,8 @@ TEST(CudaRopeAttention, EarlyTrigonometryAndStampsGiveTheOpsBits) {
 }
 
 // VV_CUDA_ATTN_XPOSE=1 (opt-in): the fused one-row attention sums its scores over the lanes by a transposing
-// butterfly (its own kernel, capped at 160 registers). warp_sum's operands in warp_sum's order: the default's
+// butterfly and its merging block loads the split maxima and sums in one trip (its own kernel, capped at 160
+// registers). The same operations in the same order: the default's
 // bits, eagerly and replayed, stamped too (one key split, 2, 20 and 157 of them, head dim 80 with 3 heads a
 // group, an f16 cache, which keeps the default kernel).
 TEST(CudaRopeAttention, TransposedScoreSumsGiveTheWarpSumsBits) {
