@@ -401,6 +401,7 @@ template <bool kOn>
 struct AttnStageClock {
   __device__ __forceinline__ void start() {}
   __device__ __forceinline__ void mark(int) {}
+  __device__ __forceinline__ void merge_mark(int) {}
   __device__ __forceinline__ void finish(const DecodeRope&, int, int, bool) {}
 };
 template <>
@@ -408,6 +409,7 @@ struct AttnStageClock<true> {
   long long c0 = 0;
   unsigned long long g0 = 0;
   uint32_t clk[8] = {};
+  uint32_t mclk[3] = {};
   __device__ __forceinline__ static unsigned long long global_ns() {
     unsigned long long t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -422,6 +424,9 @@ struct AttnStageClock<true> {
   __device__ __forceinline__ void mark(int i) {
     if (threadIdx.x == 0) clk[i] = static_cast<uint32_t>(clock64() - c0);
   }
+  __device__ __forceinline__ void merge_mark(int i) {
+    if (threadIdx.x == 0) mclk[i] = static_cast<uint32_t>(clock64() - c0);
+  }
   __device__ __forceinline__ void finish(const DecodeRope& rp, int split, int kvh, bool merged) {
     if (threadIdx.x != 0 || !rp.stamp_recs) return;
     clk[7] = static_cast<uint32_t>(clock64() - c0);
@@ -431,6 +436,8 @@ struct AttnStageClock<true> {
     o.gt_end = g1;
 #pragma unroll
     for (int i = 0; i < 8; ++i) o.clk[i] = clk[i];
+#pragma unroll
+    for (int i = 0; i < 3; ++i) o.mclk[i] = mclk[i];
     o.split = static_cast<uint32_t>(split);
     o.kv_head = static_cast<uint32_t>(kvh);
     o.merged = merged ? 1u : 0u;
@@ -750,6 +757,7 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
   }
   __threadfence();
   if (tid == 0) counters[pair] = 0;  // ready for the next launch
+  clk.merge_mark(0);
   const float* pacc = ws + pair * nsplit * G * D;
   const float* pml = ws + n * kv_heads * nsplit * G * D + pair * nsplit * G * 2;
   // Split weights e^(m_s − M) into Ps (nsplit ≤ pstride), the merged sums into mls.
@@ -794,6 +802,7 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
     if (lane == 0) mls[1][g] = l;
   }
   __syncthreads();
+  clk.merge_mark(1);
   if (!lean && !A.wide_merge) {  // one output at a time, 4 splits' loads in flight
     for (int i = tid; i < G * D; i += kAttnThreads) {
       const int g = i / D;
@@ -801,6 +810,7 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
 #pragma unroll 4
       for (int sp = 0; sp < nse; ++sp)
         a = fmaf(__ldcg(pacc + static_cast<int64_t>(sp) * G * D + i), Ps[g * pstride + sp], a);
+      if (i == tid) clk.merge_mark(2);  // the first output's sum
       orow[i] = a / mls[1][g];
     }
     clk.finish(A.rope, split, kvh, true);
@@ -841,6 +851,7 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
       }
     }
   }
+  clk.merge_mark(2);
 #pragma unroll
   for (int o = 0; o < kOut; ++o) {
     const int i = tid + o * kAttnThreads;

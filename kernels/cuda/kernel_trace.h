@@ -33,12 +33,15 @@ std::vector<TracedKernel> cupti_trace_stop(uint64_t* dropped);
 //   2 q rotated in shared memory (and, in the split of the newest key, that key written to the cache),
 //   3 the scores, 4 the softmax, 5 P·V summed over the warps, 6 its partial stored and counted (one
 //   split: the output written), 7 the end (the split merge, for the block that counted last).
+// The merging block's merge, in parts (mclk, cycles since the start like clk): 0 the fence after the count
+// and the counter's reset, 1 the split weights and merged sums (in shared memory, after the barrier),
+// 2 the partials summed (before the outputs' stores).
 struct AttnStamp {
   uint64_t gt_start = 0, gt_end = 0;
   uint32_t clk[8] = {};
   uint32_t split = 0, kv_head = 0;
   uint32_t merged = 0;  // 1: this block merged the splits
-  uint32_t pad = 0;
+  uint32_t mclk[3] = {};
 };
 // Every stamp recorded since the last take (at most the newest 32,768 blocks), then none. Empty where the
 // probe is off or nothing ran.

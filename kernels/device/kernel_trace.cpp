@@ -179,7 +179,7 @@ std::string attn_stamps_report(const std::vector<AttnStamp>& stamps, uint64_t ga
   // A block's stage i time (ns, on the global timer's axis).
   auto at = [&](const AttnStamp& a, int i) { return static_cast<double>(a.gt_start) + a.clk[i] / ghz; };
   std::vector<double> starts, releases, first_arrival, last_arrival, merge_start, end, merge_len;
-  std::vector<std::vector<double>> stage(8);
+  std::vector<std::vector<double>> stage(8), mstage(4);
   size_t kept = 0, merged_blocks = 0;
   for (const auto& l : launches) {
     if (l.size() != mode) continue;
@@ -202,7 +202,15 @@ std::string attn_stamps_report(const std::vector<AttnStamp>& stamps, uint64_t ga
       stage[0].push_back(a.clk[0] / ghz * 1e-3);
       for (int i = 1; i < 7; ++i)
         stage[i].push_back((static_cast<double>(a.clk[i]) - a.clk[i - 1]) / ghz * 1e-3);
-      if (a.merged) stage[7].push_back((static_cast<double>(a.clk[7]) - a.clk[6]) / ghz * 1e-3);
+      if (a.merged) {
+        stage[7].push_back((static_cast<double>(a.clk[7]) - a.clk[6]) / ghz * 1e-3);
+        if (a.mclk[0] && a.mclk[1] && a.mclk[2]) {  // parts (not stamped by a kernel without them)
+          const double m[5] = {static_cast<double>(a.clk[6]), static_cast<double>(a.mclk[0]),
+                               static_cast<double>(a.mclk[1]), static_cast<double>(a.mclk[2]),
+                               static_cast<double>(a.clk[7])};
+          for (int i = 0; i < 4; ++i) mstage[i].push_back((m[i + 1] - m[i]) / ghz * 1e-3);
+        }
+      }
     }
     // Against the first release (the q/k/v GEMV's end as the blocks see it), us
     starts.push_back((s1 - s0) * 1e-3);
@@ -239,12 +247,20 @@ std::string attn_stamps_report(const std::vector<AttnStamp>& stamps, uint64_t ga
                                  "P.V and the warps' sum",
                                  "partial stored and counted",
                                  "merge (merging blocks)"};
-  for (int i = 0; i < 8; ++i) {
-    std::vector<double> s = stage[i];
+  auto p90 = [](std::vector<double> s) {
     std::sort(s.begin(), s.end());
-    const double p90 = s.empty() ? 0 : s[std::min(s.size() - 1, s.size() * 9 / 10)];
+    return s.empty() ? 0 : s[std::min(s.size() - 1, s.size() * 9 / 10)];
+  };
+  for (int i = 0; i < 8; ++i) {
     std::snprintf(line, sizeof line, "astamp stage %d  median %8.3f us  p90 %8.3f us  %s\n", i,
-                  median(stage[i]), p90, names[i]);
+                  median(stage[i]), p90(stage[i]), names[i]);
+    out += line;
+  }
+  static const char* mnames[4] = {"fence after the count, counter reset", "split weights and sums",
+                                  "partials summed", "outputs stored, end"};
+  for (int i = 0; i < 4 && !mstage[0].empty(); ++i) {
+    std::snprintf(line, sizeof line, "astamp merge %d  median %8.3f us  p90 %8.3f us  %s\n", i,
+                  median(mstage[i]), p90(mstage[i]), mnames[i]);
     out += line;
   }
   return out;

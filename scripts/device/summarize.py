@@ -13,7 +13,7 @@ import re
 import statistics
 import sys
 
-FIGURES = ("prefill_tok_s", "decode_tok_s", "job_rtf", "copy_gbps", "decode_bound_tok_s")
+FIGURES = ("prefill_tok_s", "decode_tok_s", "decode_step_tok_s", "job_rtf", "copy_gbps", "decode_bound_tok_s")
 
 
 def figures(doc):

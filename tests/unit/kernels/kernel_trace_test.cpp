@@ -95,6 +95,11 @@ TEST(KernelTrace, AttentionStampsReportTheLaunchTimeLineAndEachStage) {
       a.split = b % 2;
       a.kv_head = b / 2;
       a.merged = b == 3;
+      if (a.merged && t0 != 100'000u) {  // the merge's parts, but for the first launch's merging block
+        a.mclk[0] = 18400;
+        a.mclk[1] = 19000;
+        a.mclk[2] = 21000;
+      }
       st.push_back(a);
     }
   }
@@ -119,6 +124,13 @@ TEST(KernelTrace, AttentionStampsReportTheLaunchTimeLineAndEachStage) {
        {"stage 0  median    1.000 us", "stage 1  median    4.000 us", "stage 2  median    1.000 us",
         "stage 4  median    0.500 us", "stage 6  median    1.000 us", "stage 7  median    2.000 us"})
     EXPECT_NE(r.find(stage), std::string::npos) << stage << "\n" << r;
+  // The merge's parts from the two merging blocks that stamped them: 0.2, 0.3, 1.0 and 0.5 us.
+  for (const char* part : {"merge 0  median    0.200 us", "merge 1  median    0.300 us",
+                           "merge 2  median    1.000 us", "merge 3  median    0.500 us"})
+    EXPECT_NE(r.find(part), std::string::npos) << part << "\n" << r;
+  // A kernel without the parts prints none.
+  for (AttnStamp& a : st) a.mclk[0] = a.mclk[1] = a.mclk[2] = 0;
+  EXPECT_EQ(attn_stamps_report(st, 50'000).find("astamp merge"), std::string::npos);
   EXPECT_NE(attn_stamps_report({}, 50'000).find("no stamps"), std::string::npos);
 }
 
