@@ -1461,6 +1461,7 @@ class CudaBackend final : public Backend {
         rp.pre = attn_pre_;
         rp.trig_pre = attn_trig_pre_;
         rp.xpose = attn_xpose_;
+        rp.early_merge = attn_early_merge_;
         rp.stamp_recs = stamp_recs_;
         rp.stamp_count = stamp_count_;
         rp.stamp_cap = stamp_cap_;
@@ -2590,9 +2591,12 @@ class CudaBackend final : public Backend {
   // block's scores through shared memory (DecodeRope::trig_pre); VV_CUDA_ATTN_TRIG_PRE=0: neither (A/B).
   bool attn_trig_pre_ =
       !(std::getenv("VV_CUDA_ATTN_TRIG_PRE") && std::string(std::getenv("VV_CUDA_ATTN_TRIG_PRE")) == "0");
-  // VV_CUDA_ATTN_XPOSE=1 (opt-in until measured alone; DecodeRope::xpose).
+  // DecodeRope::xpose (the butterfly's kernel); VV_CUDA_ATTN_XPOSE=0: the one before (A/B).
   bool attn_xpose_ =
-      std::getenv("VV_CUDA_ATTN_XPOSE") && std::string(std::getenv("VV_CUDA_ATTN_XPOSE")) == "1";
+      !(std::getenv("VV_CUDA_ATTN_XPOSE") && std::string(std::getenv("VV_CUDA_ATTN_XPOSE")) == "0");
+  // VV_CUDA_ATTN_MERGE_EARLY=1 (opt-in until measured; DecodeRope::early_merge, with xpose).
+  bool attn_early_merge_ =
+      std::getenv("VV_CUDA_ATTN_MERGE_EARLY") && std::string(std::getenv("VV_CUDA_ATTN_MERGE_EARLY")) == "1";
   // VV_CUDA_ATTN_STAMPS=1 (a probe): the fused SIMT decode attention stamps its blocks' stages
   // (cuda::attn_stamps_take); the sink is allocated in create.
   cuda::AttnStamp* stamp_recs_ = nullptr;

@@ -458,13 +458,20 @@ __device__ __forceinline__ void xpose_stage(float (&x)[N], int lane) {
 
 // kXpose (with kPre; VV_CUDA_ATTN_XPOSE=1): the scores summed over the lanes by a transposing butterfly, and
 // the merging block's split maxima and sums loaded in one trip.
+// kEarly (with kXpose; VV_CUDA_ATTN_MERGE_EARLY=1): the merging block issues its loads of the first
+// kAttnEarlySplits splits' partials (a thread's four consecutive outputs of a split in one 16-byte load)
+// together with the maxima and sums, before the split weights are known, so a merge of up to that many
+// splits makes one trip to L2 where the wide merge makes one for the weights and one for every 8 splits.
+// Each output's sum in split order from zero, as the other merges: the same bits.
+inline constexpr int kAttnEarlySplits = 24;  // 96 registers: no spill under the cap of 160 (32: spills)
 template <typename CT, bool kCg, bool kRope = false, bool kPre = false, bool kStamp = false,
-          bool kXpose = false>
+          bool kXpose = false, bool kEarly = false>
 __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int split, int kvh, int64_t r,
                                                   float* sm, float (&mls)[2][kAttnMaxG], int& last) {
   static_assert(!kPre || kRope, "the early loads are the fused step's");
   static_assert(!kStamp || kPre, "the stamps are the fused step's");
   static_assert(!kXpose || kPre, "the butterfly is the fused step's");
+  static_assert(!kEarly || kXpose, "the early merge loads are the butterfly kernel's");
   AttnStageClock<kStamp> clk;
   clk.start();
   const float* __restrict__ q = A.q;
@@ -760,6 +767,18 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
   clk.merge_mark(0);
   const float* pacc = ws + pair * nsplit * G * D;
   const float* pml = ws + n * kv_heads * nsplit * G * D + pair * nsplit * G * 2;
+  // kEarly: thread t < G·D/4 takes outputs 4t..4t+3 (one head's: D % 4 == 0); split s's are the float4
+  // s·G·D/4 + t of the pair's partials (G·D·4 bytes a split: 16-byte aligned).
+  const int gd4 = G * D / 4;
+  const bool e_has = tid < gd4;
+  const float4* e_p = reinterpret_cast<const float4*>(pacc) + tid;
+  float4 e_x[kEarly ? kAttnEarlySplits : 1];
+  if constexpr (kEarly) {
+#pragma unroll
+    for (int u = 0; u < kAttnEarlySplits; ++u)
+      e_x[u] =
+          e_has && u < nse ? __ldcg(e_p + static_cast<int64_t>(u) * gd4) : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
   // Split weights e^(m_s − M) into Ps (nsplit ≤ pstride), the merged sums into mls.
   for (int g = warp; g < G; g += kAttnWarps) {
     float mx = -INFINITY;
@@ -803,6 +822,40 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
   }
   __syncthreads();
   clk.merge_mark(1);
+  if constexpr (kEarly) {
+    const int prow = e_has ? (4 * tid / D) * pstride : 0;  // the head's split weights
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    auto add = [&](const float4& x, int sp) {
+      const float w = Ps[prow + sp];
+      acc.x = fmaf(x.x, w, acc.x);
+      acc.y = fmaf(x.y, w, acc.y);
+      acc.z = fmaf(x.z, w, acc.z);
+      acc.w = fmaf(x.w, w, acc.w);
+    };
+#pragma unroll
+    for (int u = 0; u < kAttnEarlySplits; ++u)
+      if (u < nse) add(e_x[u], u);
+    for (int sp0 = kAttnEarlySplits; sp0 < nse; sp0 += kAttnEarlySplits) {  // more splits: a trip each
+#pragma unroll
+      for (int u = 0; u < kAttnEarlySplits; ++u)
+        e_x[u] = e_has && sp0 + u < nse ? __ldcg(e_p + static_cast<int64_t>(sp0 + u) * gd4)
+                                        : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+      for (int u = 0; u < kAttnEarlySplits; ++u)
+        if (sp0 + u < nse) add(e_x[u], sp0 + u);
+    }
+    clk.merge_mark(2);
+    if (e_has) {
+      const float l = mls[1][4 * tid / D];
+      float* o = orow + 4 * tid;
+      o[0] = acc.x / l;
+      o[1] = acc.y / l;
+      o[2] = acc.z / l;
+      o[3] = acc.w / l;
+    }
+    clk.finish(A.rope, split, kvh, true);
+    return;
+  }
   if (!lean && !A.wide_merge) {  // one output at a time, 4 splits' loads in flight
     for (int i = tid; i < G * D; i += kAttnThreads) {
       const int g = i / D;

@@ -447,12 +447,14 @@ __global__ void __launch_bounds__(kAttnThreads) decode_attn_kernel(const DecodeA
 // like the default form (159), so that a block still fits beside the last block of the q/k/v GEMV before
 // it on an SM (its own choice was 179; session 27 measured a form at 184 registers whose blocks all waited
 // for the GEMV to end).
-template <typename CT, bool kStamp>
+// kEarly: the merge's early loads (decode_attn_block's kEarly; VV_CUDA_ATTN_MERGE_EARLY=1).
+template <typename CT, bool kStamp, bool kEarly = false>
 __global__ void __maxnreg__(160) decode_attn_xpose_kernel(const DecodeAttnArgs a) {
   extern __shared__ float sm[];
   __shared__ float mls[2][kAttnMaxG];
   __shared__ int last;
-  decode_attn_block<CT, true, true, true, kStamp, true>(a, blockIdx.x, blockIdx.y, blockIdx.z, sm, mls, last);
+  decode_attn_block<CT, true, true, true, kStamp, true, kEarly>(a, blockIdx.x, blockIdx.y, blockIdx.z, sm,
+                                                                mls, last);
 }
 
 // ---- Decode attention on the tensor cores ----------------------------------------------------
@@ -1537,7 +1539,10 @@ void decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer&
   };
   switch (a.kv.ct) {
     case DType::kBF16:
-      if (xpose) {
+      if (xpose && a.rope.early_merge) {
+        stamp ? go(decode_attn_xpose_kernel<__nv_bfloat16, true, true>)
+              : go(decode_attn_xpose_kernel<__nv_bfloat16, false, true>);
+      } else if (xpose) {
         stamp ? go(decode_attn_xpose_kernel<__nv_bfloat16, true>)
               : go(decode_attn_xpose_kernel<__nv_bfloat16, false>);
       } else {

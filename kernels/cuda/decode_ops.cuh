@@ -128,11 +128,14 @@ struct DecodeRope {
   // frequency table do not depend on the kernel before), and the new key's rows reach the block's own
   // scores through shared memory, not back from the cache (VV_CUDA_ATTN_TRIG_PRE=0: neither). Same bits.
   bool trig_pre = false;
-  // VV_CUDA_ATTN_XPOSE=1 (opt-in; with `pre`, bf16 cache): the block's scores summed over the lanes by a
-  // transposing butterfly (a lane keeps half its values at each of warp_sum's xor distances), 62 shuffles
-  // a warp instead of 5 a score, and the merge's split maxima and sums in one trip to L2 instead of two;
-  // the same operations in the same order, so the same bits.
+  // With `pre`, bf16 cache (the default; VV_CUDA_ATTN_XPOSE=0: off): the block's scores summed over the
+  // lanes by a transposing butterfly (a lane keeps half its values at each of warp_sum's xor distances),
+  // 62 shuffles a warp instead of 5 a score, and the merge's split maxima and sums in one trip to L2
+  // instead of two; the same operations in the same order, so the same bits.
   bool xpose = false;
+  // With `xpose` (VV_CUDA_ATTN_MERGE_EARLY=1, opt-in): the merging block loads the first splits' partials
+  // with the maxima and sums (decode_bulk.cuh's kEarly). Same bits.
+  bool early_merge = false;
   // VV_CUDA_ATTN_STAMPS=1 (a probe; with `pre`, bf16 cache): each block's thread 0 stamps its stages into
   // recs[atomicAdd(count, 1) % cap] (AttnStamp, kernel_trace.h). recs null: no stamps.
   AttnStamp* stamp_recs = nullptr;

@@ -904,6 +904,12 @@ TEST(CudaRopeAttention, EarlyTrigonometryAndStampsGiveTheOpsBits) {
         merged += a.merged;
         EXPECT_GE(a.gt_end, a.gt_start) << what;
         for (int i = 1; i < 8; ++i) EXPECT_LE(a.clk[i - 1], a.clk[i]) << what << ": stage " << i;
+        if (a.merged) {  // the merge's parts between the count and the end
+          EXPECT_LE(a.clk[6], a.mclk[0]) << what;
+          EXPECT_LE(a.mclk[0], a.mclk[1]) << what;
+          EXPECT_LE(a.mclk[1], a.mclk[2]) << what;
+          EXPECT_LE(a.mclk[2], a.clk[7]) << what;
+        }
       }
       EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), static_cast<long>(seen.size()))
           << what << ": a block once";
@@ -921,14 +927,14 @@ TEST(CudaRopeAttention, EarlyTrigonometryAndStampsGiveTheOpsBits) {
   expect_same_rope_attn(run_rope_attn(**trig, one, 2790, true, 4, 33), want, "1279 keys under graph replay");
 }
 
-// VV_CUDA_ATTN_XPOSE=1 (opt-in): the fused one-row attention sums its scores over the lanes by a transposing
-// butterfly and its merging block loads the split maxima and sums in one trip (its own kernel, capped at 160
-// registers). The same operations in the same order: the default's
+// DecodeRope::xpose (the default; VV_CUDA_ATTN_XPOSE=0 is the base here): the fused one-row attention sums
+// its scores over the lanes by a transposing butterfly and its merging block loads the split maxima and sums
+// in one trip (its own kernel, capped at 160 registers). The same operations in the same order: the base's
 // bits, eagerly and replayed, stamped too (one key split, 2, 20 and 157 of them, head dim 80 with 3 heads a
-// group, an f16 cache, which keeps the default kernel).
+// group, an f16 cache, which keeps the base kernel).
 TEST(CudaRopeAttention, TransposedScoreSumsGiveTheWarpSumsBits) {
   VV_CUDA_BACKEND_OR_SKIP(any, true);
-  auto base = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}});
+  auto base = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}, {"VV_CUDA_ATTN_XPOSE", "0"}});
   ASSERT_TRUE(base.is_ok()) << base.status().to_string();
   auto xpose = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}, {"VV_CUDA_ATTN_XPOSE", "1"}});
   ASSERT_TRUE(xpose.is_ok()) << xpose.status().to_string();
@@ -950,6 +956,45 @@ TEST(CudaRopeAttention, TransposedScoreSumsGiveTheWarpSumsBits) {
   const RopeAttnOut got = run_rope_attn(**xpose, one, 2990, true, 4, 33);
   expect_replayed(**xpose);
   expect_same_rope_attn(got, want, "1279 keys under graph replay, butterfly");
+}
+
+// VV_CUDA_ATTN_MERGE_EARLY=1 (opt-in): the merging block loads the first 24 splits' partials with the split
+// maxima and sums, 16 bytes a thread and split, then 24 splits a trip. Each output's sum in split order:
+// the default's bits (one split, 2, 20 and 157 of them: seven trips, the last of 13 splits; head dim 80 with
+// 3 heads a group, 60 threads of outputs; the f16 cache keeps the base kernel), eagerly, stamped (the
+// merge's parts in order) and replayed.
+TEST(CudaRopeAttention, EarlyMergeLoadsGiveTheMergesBits) {
+  VV_CUDA_BACKEND_OR_SKIP(any, true);
+  auto base = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}});
+  ASSERT_TRUE(base.is_ok()) << base.status().to_string();
+  auto early = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}, {"VV_CUDA_ATTN_MERGE_EARLY", "1"}});
+  ASSERT_TRUE(early.is_ok()) << early.status().to_string();
+  auto stamped = bf16_backend_with(
+      {{"VV_CUDA_ROPE_ATTN", "1"}, {"VV_CUDA_ATTN_MERGE_EARLY", "1"}, {"VV_CUDA_ATTN_STAMPS", "1"}});
+  ASSERT_TRUE(stamped.is_ok()) << stamped.status().to_string();
+  uint32_t seed = 3100;
+  for (const AttnCase& c : one_row_split_cases()) {
+    const std::string what = case_name(c);
+    const RopeAttnOut want = run_rope_attn(**base, c, seed, true);
+    expect_same_rope_attn(run_rope_attn(**early, c, seed, true), want, what + ", early merge loads");
+    (void)vv::attn_stamps_take();
+    expect_same_rope_attn(run_rope_attn(**stamped, c, seed, true), want, what + ", early merge stamped");
+    const std::vector<vv::AttnStamp> st = vv::attn_stamps_take();
+    EXPECT_EQ(st.empty(), c.cache_t != DType::kBF16) << what << ": stamps";
+    for (const vv::AttnStamp& a : st) {
+      if (!a.merged) continue;
+      EXPECT_LE(a.clk[6], a.mclk[0]) << what;
+      EXPECT_LE(a.mclk[0], a.mclk[1]) << what;
+      EXPECT_LE(a.mclk[1], a.mclk[2]) << what;
+      EXPECT_LE(a.mclk[2], a.clk[7]) << what;
+    }
+    seed += 10;
+  }
+  const AttnCase one{28, 4, 128, 0, DType::kBF16, DType::kBF16, {1279}};
+  const RopeAttnOut want = run_rope_attn(**base, one, 3190, true, 4, 33);
+  const RopeAttnOut got = run_rope_attn(**early, one, 3190, true, 4, 33);
+  expect_replayed(**early);
+  expect_same_rope_attn(got, want, "1279 keys under graph replay, early merge loads");
 }
 
 // The same under graph replay (no profiling, which keeps graphs off): 33 steps a flush, four flushes.
