@@ -801,7 +801,7 @@ class CudaBackend final : public Backend {
         (at.cache.k.dtype != DType::kBF16 && at.cache.k.dtype != DType::kF16))
       return false;
     if (flash_prefill_takes(q, at.cache, at.shape) || decode_mma_takes(q, at.cache, at.shape)) return false;
-    *p = cuda::plan_decode_attention(1, at.rows, at.shape, sms_);
+    *p = cuda::plan_decode_attention(1, at.rows, at.shape, sms_, attn_wave_);
     return p->use && p->counters <= kDecAttnCounterSlots;
   }
 
@@ -1427,7 +1427,8 @@ class CudaBackend final : public Backend {
     const cuda::MmaDecodePlan pm =
         mma ? cuda::plan_mma_decode_attention(q.rows(), at.rows, sh, deterministic_) : cuda::MmaDecodePlan{};
     const cuda::DecodeAttentionPlan pd =
-        mma ? cuda::DecodeAttentionPlan{} : cuda::plan_decode_attention(q.rows(), at.rows, sh, sms_);
+        mma ? cuda::DecodeAttentionPlan{}
+            : cuda::plan_decode_attention(q.rows(), at.rows, sh, sms_, attn_wave_);
     if (!(mma ? pm.use : pd.use)) return no("no plan");
     if ((mma ? pm.counters : pd.counters) > kDecAttnCounterSlots) return no("counters");
     // With VV_CUDA_ATTN_PACK: the stream kernel also writes the o projection's operand (past discard(q)).
@@ -1760,7 +1761,8 @@ class CudaBackend final : public Backend {
     const cuda::MmaDecodePlan pm =
         mma ? cuda::plan_mma_decode_attention(q.rows(), rows, shape, deterministic_) : cuda::MmaDecodePlan{};
     const cuda::DecodeAttentionPlan p =
-        mma ? cuda::DecodeAttentionPlan{} : cuda::plan_decode_attention(q.rows(), rows, shape, sms_);
+        mma ? cuda::DecodeAttentionPlan{}
+            : cuda::plan_decode_attention(q.rows(), rows, shape, sms_, attn_wave_);
     if (!pm.use && !p.use) return false;
     if ((pm.use ? pm.counters : p.counters) > kDecAttnCounterSlots) return false;
     OpTimer timer(this, pack     ? "paged_attention.decode_mma_pack"
@@ -2594,6 +2596,8 @@ class CudaBackend final : public Backend {
   // DecodeRope::xpose (the butterfly's kernel); VV_CUDA_ATTN_XPOSE=0: the one before (A/B).
   bool attn_xpose_ =
       !(std::getenv("VV_CUDA_ATTN_XPOSE") && std::string(std::getenv("VV_CUDA_ATTN_XPOSE")) == "0");
+  // VV_CUDA_ATTN_WAVE=1 (opt-in until measured): cuda::plan_decode_attention's `one_wave`.
+  bool attn_wave_ = std::getenv("VV_CUDA_ATTN_WAVE") && std::string(std::getenv("VV_CUDA_ATTN_WAVE")) == "1";
   // VV_CUDA_ATTN_MERGE_EARLY=1 (opt-in until measured; DecodeRope::early_merge, with xpose).
   bool attn_early_merge_ =
       std::getenv("VV_CUDA_ATTN_MERGE_EARLY") && std::string(std::getenv("VV_CUDA_ATTN_MERGE_EARLY")) == "1";

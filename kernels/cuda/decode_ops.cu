@@ -1471,7 +1471,7 @@ void decode_argmax(const Tensor& logits, Tensor& out, void* ws, cudaStream_t s) 
 }
 
 DecodeAttentionPlan plan_decode_attention(int64_t n, const AttentionRows& rows, const AttentionShape& shape,
-                                          int sms) {
+                                          int sms, bool one_wave) {
   DecodeAttentionPlan p;
   const int G = shape.kv_heads > 0 ? shape.heads / shape.kv_heads : 0;
   if (n < 1 || n > kDecodeAttentionMaxRows || G < 1 || G > kAttnMaxG || shape.head_dim > kAttnMaxHeadDim ||
@@ -1483,6 +1483,11 @@ DecodeAttentionPlan plan_decode_attention(int64_t n, const AttentionRows& rows, 
   int64_t chunk = kAttnRound;
   if (max_keys > 256 * chunk) chunk = ((max_keys + 255) / 256 + kAttnRound - 1) / kAttnRound * kAttnRound;
   const int64_t pairs = n * shape.kv_heads;
+  if (one_wave && sms > 0) {  // at most about one block a SM: whole rounds a split
+    const int64_t per_pair = std::max<int64_t>(1, sms / pairs);
+    const int64_t keys = (max_keys + per_pair - 1) / per_pair;
+    chunk = std::max<int64_t>(chunk, (keys + kAttnRound - 1) / kAttnRound * kAttnRound);
+  }
   const int64_t D = shape.head_dim;
   p.use = true;
   p.chunk = static_cast<int>(chunk);

@@ -18,7 +18,7 @@
 #   prefillchunk the 4,096-row prefill in chunks of 1,024, 2,048, 4,096 rows (cuda_decode_bench --chunk)
 #   b1opt        batch-1 decode opt-ins ($B1_CFGS: by default none, VV_CUDA_GEMV_BULK=1, =3, VV_CUDA_ATTN_LEAN=1,
 #                =3 with the lean attention; $B1_REPS rounds, interleaved, every other round in reverse order;
-#                1,024-row prompt), after their gpu tests
+#                1,024-row prompt; $B1_ARGS: more arguments, e.g. --prompt 4096), after their gpu tests
 #                and the one-row GEMM table with and without the bulk GEMV (B1_TABLES=0 skips those two)
 #   ncugemv      Nsight Compute of the one-row GEMM table's GEMV launches (every shape: duration, DRAM
 #                bytes and throughput, grid, achieved occupancy), with the default GEMV and with VV_CUDA_GEMV_BULK=1
@@ -221,8 +221,9 @@ for step in "$@"; do
         fi
         for cfg in "${b1order[@]}"; do
           read -ra kv <<<"${cfg/plain/VV_CUDA_NONE=1}"
+          # shellcheck disable=SC2086  # B1_ARGS: more arguments (e.g. --prompt 4096), split on spaces
           run "decode_${cfg//[^A-Za-z0-9]/_}_r$i" env "${kv[@]}" $B/cuda_decode_bench --preset 7b --bf16 --no-gemv \
-            --tokens 256 --enc-audio 1 --job-audio 1 --job-tokens 1
+            --tokens 256 --enc-audio 1 --job-audio 1 --job-tokens 1 ${B1_ARGS:-}
         done
       done ;;
     chain)  # VV_CUDA_DECODE_CHAIN=1 (one persistent kernel a layer from o to the next rope): its gpu tests (a
@@ -507,13 +508,15 @@ for step in "$@"; do
         fi
       fi ;;
     astamps)  # the fused one-row attention's blocks stage by stage in the graph (VV_CUDA_ATTN_STAMPS=1: cuda_decode_bench's
-      # "astamp" lines) with each of $AS_CFGS (';'-separated; 'plain' = none; default: plain and VV_CUDA_ATTN_TRIG_PRE=0)
+      # "astamp" lines) with each of $AS_CFGS (';'-separated; 'plain' = none; default: plain and VV_CUDA_ATTN_TRIG_PRE=0);
+      # $AS_ARGS: more arguments (e.g. --prompt 4096)
       IFS=';' read -ra ascfgs <<<"${AS_CFGS:-plain;VV_CUDA_ATTN_TRIG_PRE=0}"
       for cfg in "${ascfgs[@]}"; do
         read -ra kv <<<"${cfg/plain/VV_CUDA_NONE=1}"
         name="astamps_${cfg//[^A-Za-z0-9]/_}"
+        # shellcheck disable=SC2086  # AS_ARGS: more arguments (e.g. --prompt 4096), split on spaces
         run "$name" env "${kv[@]}" VV_CUDA_ATTN_STAMPS=1 $B/cuda_decode_bench --preset 7b --bf16 --no-gemv --tokens 256 \
-          --enc-audio 1 --job-audio 1 --job-tokens 1
+          --enc-audio 1 --job-audio 1 --job-tokens 1 ${AS_ARGS:-}
         grep -h '^astamp' "$OUT/$name.log" | sed "s/^/$name /" | tee -a "$OUT/steps.txt"
       done ;;
     ncudecode)

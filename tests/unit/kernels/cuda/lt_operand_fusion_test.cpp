@@ -997,6 +997,48 @@ TEST(CudaRopeAttention, EarlyMergeLoadsGiveTheMergesBits) {
   expect_same_rope_attn(got, want, "1279 keys under graph replay, early merge loads");
 }
 
+// VV_CUDA_ATTN_WAVE=1 (opt-in): the one-row attention's keys in as few splits of whole rounds as keep the
+// blocks within one wave (23 of 192 keys at 4,359 keys on 132 SMs, 32 of 640 at 20,011). Other splits round
+// otherwise, so against the default within f32 reordering (1e-5 relative), and bitwise: the fused step
+// against the ops one by one under the same plan, the early merge loads against the wide merge, the
+// rotated k and the caches against the default's. Every one-row case, 4,359 keys, and graph replay.
+TEST(CudaRopeAttention, OneWaveSplitsKeepTheOpsBitsAndTheDefaultsValues) {
+  VV_CUDA_BACKEND_OR_SKIP(any, true);
+  auto base = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}});
+  ASSERT_TRUE(base.is_ok()) << base.status().to_string();
+  auto wave = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}, {"VV_CUDA_ATTN_WAVE", "1"}});
+  ASSERT_TRUE(wave.is_ok()) << wave.status().to_string();
+  auto wave_ops = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "0"}, {"VV_CUDA_ATTN_WAVE", "1"}});
+  ASSERT_TRUE(wave_ops.is_ok()) << wave_ops.status().to_string();
+  auto wave_early = bf16_backend_with(
+      {{"VV_CUDA_ROPE_ATTN", "1"}, {"VV_CUDA_ATTN_WAVE", "1"}, {"VV_CUDA_ATTN_MERGE_EARLY", "1"}});
+  ASSERT_TRUE(wave_early.is_ok()) << wave_early.status().to_string();
+  std::vector<AttnCase> cases = one_row_split_cases();
+  cases.push_back({28, 4, 128, 0, DType::kBF16, DType::kBF16, {4359}});
+  uint32_t seed = 3300;
+  for (const AttnCase& c : cases) {
+    const std::string what = case_name(c);
+    const RopeAttnOut want = run_rope_attn(**base, c, seed, true);
+    const RopeAttnOut got = run_rope_attn(**wave, c, seed, true);
+    expect_same_rope_attn(run_rope_attn(**wave_ops, c, seed, true), got, what + ", one wave: the ops");
+    expect_same_rope_attn(run_rope_attn(**wave_early, c, seed, true), got, what + ", one wave: early merge");
+    ASSERT_EQ(got.attn.size(), want.attn.size()) << what;
+    size_t off = 0;
+    for (size_t i = 0; i < got.attn.size(); ++i)
+      off += !(std::fabs(got.attn[i] - want.attn[i]) <= 1e-5f * (1.f + std::fabs(want.attn[i])));
+    EXPECT_EQ(off, 0u) << what << ": outputs off the default's by more than 1e-5 relative";
+    EXPECT_EQ(std::memcmp(got.k.data(), want.k.data(), got.k.size() * sizeof(float)), 0) << what << ": k";
+    EXPECT_TRUE(got.kc == want.kc) << what << ": the K cache";
+    EXPECT_TRUE(got.vc == want.vc) << what << ": the V cache";
+    seed += 10;
+  }
+  const AttnCase one{28, 4, 128, 0, DType::kBF16, DType::kBF16, {4359}};
+  const RopeAttnOut want = run_rope_attn(**wave_ops, one, 3390, true, 4, 33);
+  const RopeAttnOut got = run_rope_attn(**wave, one, 3390, true, 4, 33);
+  expect_replayed(**wave);
+  expect_same_rope_attn(got, want, "4359 keys under graph replay, one wave");
+}
+
 // The same under graph replay (no profiling, which keeps graphs off): 33 steps a flush, four flushes.
 TEST(CudaRopeAttention, FusedDecodeStepUnderGraphReplay) {
   VV_CUDA_BACKEND_OR_SKIP(any, true);
