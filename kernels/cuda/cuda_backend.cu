@@ -2596,8 +2596,9 @@ class CudaBackend final : public Backend {
   // DecodeRope::xpose (the butterfly's kernel); VV_CUDA_ATTN_XPOSE=0: the one before (A/B).
   bool attn_xpose_ =
       !(std::getenv("VV_CUDA_ATTN_XPOSE") && std::string(std::getenv("VV_CUDA_ATTN_XPOSE")) == "0");
-  // VV_CUDA_ATTN_WAVE=1 (opt-in until measured): cuda::plan_decode_attention's `one_wave`.
-  bool attn_wave_ = std::getenv("VV_CUDA_ATTN_WAVE") && std::string(std::getenv("VV_CUDA_ATTN_WAVE")) == "1";
+  // cuda::plan_decode_attention's `one_wave`; VV_CUDA_ATTN_WAVE=0 turns it off (A/B).
+  bool attn_wave_ =
+      !(std::getenv("VV_CUDA_ATTN_WAVE") && std::string(std::getenv("VV_CUDA_ATTN_WAVE")) == "0");
   // VV_CUDA_ATTN_MERGE_EARLY=1 (opt-in until measured; DecodeRope::early_merge, with xpose).
   bool attn_early_merge_ =
       std::getenv("VV_CUDA_ATTN_MERGE_EARLY") && std::string(std::getenv("VV_CUDA_ATTN_MERGE_EARLY")) == "1";

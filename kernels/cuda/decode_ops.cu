@@ -1483,7 +1483,7 @@ DecodeAttentionPlan plan_decode_attention(int64_t n, const AttentionRows& rows, 
   int64_t chunk = kAttnRound;
   if (max_keys > 256 * chunk) chunk = ((max_keys + 255) / 256 + kAttnRound - 1) / kAttnRound * kAttnRound;
   const int64_t pairs = n * shape.kv_heads;
-  if (one_wave && sms > 0) {  // at most about one block a SM: whole rounds a split
+  if (one_wave && sms > 0 && pairs <= sms) {  // about one block a SM: whole rounds a split
     const int64_t per_pair = std::max<int64_t>(1, sms / pairs);
     const int64_t keys = (max_keys + per_pair - 1) / per_pair;
     chunk = std::max<int64_t>(chunk, (keys + kAttnRound - 1) / kAttnRound * kAttnRound);

@@ -997,14 +997,15 @@ TEST(CudaRopeAttention, EarlyMergeLoadsGiveTheMergesBits) {
   expect_same_rope_attn(got, want, "1279 keys under graph replay, early merge loads");
 }
 
-// VV_CUDA_ATTN_WAVE=1 (opt-in): the one-row attention's keys in as few splits of whole rounds as keep the
-// blocks within one wave (23 of 192 keys at 4,359 keys on 132 SMs, 32 of 640 at 20,011). Other splits round
-// otherwise, so against the default within f32 reordering (1e-5 relative), and bitwise: the fused step
-// against the ops one by one under the same plan, the early merge loads against the wide merge, the
-// rotated k and the caches against the default's. Every one-row case, 4,359 keys, and graph replay.
+// The one-wave plan (the default; VV_CUDA_ATTN_WAVE=0 is the base here): the one-row attention's keys in as
+// few splits of whole rounds as keep the blocks within one wave (23 of 192 keys at 4,359 keys on 132 SMs, 32
+// of 640 at 20,011). Other splits round otherwise, so against the base within f32 reordering (1e-5
+// relative), and bitwise: the fused step against the ops one by one under the same plan, the early merge
+// loads against the wide merge, the rotated k and the caches against the base's. Every one-row case, 4,359
+// keys, and graph replay.
 TEST(CudaRopeAttention, OneWaveSplitsKeepTheOpsBitsAndTheDefaultsValues) {
   VV_CUDA_BACKEND_OR_SKIP(any, true);
-  auto base = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}});
+  auto base = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}, {"VV_CUDA_ATTN_WAVE", "0"}});
   ASSERT_TRUE(base.is_ok()) << base.status().to_string();
   auto wave = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}, {"VV_CUDA_ATTN_WAVE", "1"}});
   ASSERT_TRUE(wave.is_ok()) << wave.status().to_string();
