@@ -1463,6 +1463,7 @@ class CudaBackend final : public Backend {
         rp.trig_pre = attn_trig_pre_;
         rp.xpose = attn_xpose_;
         rp.early_merge = attn_early_merge_;
+        rp.kv_prefetch = attn_kv_prefetch_;
         rp.stamp_recs = stamp_recs_;
         rp.stamp_count = stamp_count_;
         rp.stamp_cap = stamp_cap_;
@@ -2599,6 +2600,9 @@ class CudaBackend final : public Backend {
   // cuda::plan_decode_attention's `one_wave`; VV_CUDA_ATTN_WAVE=0 turns it off (A/B).
   bool attn_wave_ =
       !(std::getenv("VV_CUDA_ATTN_WAVE") && std::string(std::getenv("VV_CUDA_ATTN_WAVE")) == "0");
+  // VV_CUDA_ATTN_L2PF=1 (opt-in until measured): DecodeRope::kv_prefetch.
+  bool attn_kv_prefetch_ =
+      std::getenv("VV_CUDA_ATTN_L2PF") && std::string(std::getenv("VV_CUDA_ATTN_L2PF")) == "1";
   // VV_CUDA_ATTN_MERGE_EARLY=1 (opt-in until measured; DecodeRope::early_merge, with xpose).
   bool attn_early_merge_ =
       std::getenv("VV_CUDA_ATTN_MERGE_EARLY") && std::string(std::getenv("VV_CUDA_ATTN_MERGE_EARLY")) == "1";

@@ -456,6 +456,19 @@ __device__ __forceinline__ void xpose_stage(float (&x)[N], int lane) {
     x[i] = (up ? x[i + kKeep] : x[i]) + __shfl_xor_sync(0xffffffffu, up ? x[i] : x[i + kKeep], kDist);
 }
 
+// A hint: the `bytes` at p (16-byte aligned; the rest below 16 left out) to L2 (sm_90: one bulk prefetch;
+// before it, nothing).
+__device__ __forceinline__ void prefetch_l2(const void* p, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  bytes &= ~15u;
+  if (bytes != 0 && reinterpret_cast<uintptr_t>(p) % 16 == 0)
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
+
 // kXpose (with kPre; VV_CUDA_ATTN_XPOSE=1): the scores summed over the lanes by a transposing butterfly, and
 // the merging block's split maxima and sums loaded in one trip.
 // kEarly (with kXpose; VV_CUDA_ATTN_MERGE_EARLY=1): the merging block issues its loads of the first
@@ -536,6 +549,18 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
       if (dl && j < nk && k0 + j != L - 1) {
         load4c<kCg>(kc + slots[j] * ldc + hoff, kpre[u]);
         load4c<kCg>(vc + slots[j] * ldc + hoff, vpre[u]);
+      }
+    }
+    // DecodeRope::kv_prefetch: the K and V rows of the split's later rounds to L2 (a hint; the same loads
+    // below read them), one bulk prefetch a row, so that a round no longer waits on memory after the one
+    // before it. The new key's rows too: this block writes them in L2 before it reads them. (The butterfly
+    // kernel's only: the kernel of VV_CUDA_ATTN_XPOSE=0 stays as measured.)
+    if (kXpose && A.rope.kv_prefetch) {
+      const int64_t koff = static_cast<int64_t>(kvh) * D;
+      const unsigned row_bytes = static_cast<unsigned>(D * sizeof(CT));
+      for (int i = tid; i < 2 * (nk - kAttnRound); i += kAttnThreads) {
+        const int j = kAttnRound + (i >> 1);
+        prefetch_l2(((i & 1) ? vc : kc) + slots[j] * ldc + koff, row_bytes);
       }
     }
     clk.mark(0);

@@ -136,6 +136,10 @@ struct DecodeRope {
   // With `xpose` (VV_CUDA_ATTN_MERGE_EARLY=1, opt-in): the merging block loads the first splits' partials
   // with the maxima and sums (decode_bulk.cuh's kEarly). Same bits.
   bool early_merge = false;
+  // With `xpose` (VV_CUDA_ATTN_L2PF=1, opt-in): each block prefetches the K and V rows of its split's rounds
+  // after the first to L2 before the PDL wait (a split of several rounds: the one-wave plan past 2,112
+  // keys on 132 SMs). A hint: the same bits.
+  bool kv_prefetch = false;
   // VV_CUDA_ATTN_STAMPS=1 (a probe; with `pre`, bf16 cache): each block's thread 0 stamps its stages into
   // recs[atomicAdd(count, 1) % cap] (AttnStamp, kernel_trace.h). recs null: no stamps.
   AttnStamp* stamp_recs = nullptr;

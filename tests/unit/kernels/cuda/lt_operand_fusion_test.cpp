@@ -1040,6 +1040,36 @@ TEST(CudaRopeAttention, OneWaveSplitsKeepTheOpsBitsAndTheDefaultsValues) {
   expect_same_rope_attn(got, want, "4359 keys under graph replay, one wave");
 }
 
+// VV_CUDA_ATTN_L2PF=1 (opt-in): the butterfly kernel's blocks prefetch their split's later rounds' K and V
+// rows to L2 before the PDL wait. A hint: the default's bits (with the one-wave plan, several rounds a
+// split at 4,359 and 20,011 keys; head dim 80's 160-byte rows; the f16 cache's kernel has no prefetch), with
+// the early merge too, eagerly and under graph replay.
+TEST(CudaRopeAttention, KvPrefetchToL2KeepsTheBits) {
+  VV_CUDA_BACKEND_OR_SKIP(any, true);
+  auto base = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}});
+  ASSERT_TRUE(base.is_ok()) << base.status().to_string();
+  auto pf = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}, {"VV_CUDA_ATTN_L2PF", "1"}});
+  ASSERT_TRUE(pf.is_ok()) << pf.status().to_string();
+  auto pf_early = bf16_backend_with(
+      {{"VV_CUDA_ROPE_ATTN", "1"}, {"VV_CUDA_ATTN_L2PF", "1"}, {"VV_CUDA_ATTN_MERGE_EARLY", "1"}});
+  ASSERT_TRUE(pf_early.is_ok()) << pf_early.status().to_string();
+  std::vector<AttnCase> cases = one_row_split_cases();
+  cases.push_back({28, 4, 128, 0, DType::kBF16, DType::kBF16, {4359}});
+  uint32_t seed = 3500;
+  for (const AttnCase& c : cases) {
+    const std::string what = case_name(c);
+    const RopeAttnOut want = run_rope_attn(**base, c, seed, true);
+    expect_same_rope_attn(run_rope_attn(**pf, c, seed, true), want, what + ", K/V to L2");
+    expect_same_rope_attn(run_rope_attn(**pf_early, c, seed, true), want, what + ", K/V to L2, early merge");
+    seed += 10;
+  }
+  const AttnCase one{28, 4, 128, 0, DType::kBF16, DType::kBF16, {4359}};
+  const RopeAttnOut want = run_rope_attn(**base, one, 3590, true, 4, 33);
+  const RopeAttnOut got = run_rope_attn(**pf, one, 3590, true, 4, 33);
+  expect_replayed(**pf);
+  expect_same_rope_attn(got, want, "4359 keys under graph replay, K/V to L2");
+}
+
 // The same under graph replay (no profiling, which keeps graphs off): 33 steps a flush, four flushes.
 TEST(CudaRopeAttention, FusedDecodeStepUnderGraphReplay) {
   VV_CUDA_BACKEND_OR_SKIP(any, true);
