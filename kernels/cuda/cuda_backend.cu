@@ -801,7 +801,7 @@ class CudaBackend final : public Backend {
         (at.cache.k.dtype != DType::kBF16 && at.cache.k.dtype != DType::kF16))
       return false;
     if (flash_prefill_takes(q, at.cache, at.shape) || decode_mma_takes(q, at.cache, at.shape)) return false;
-    *p = cuda::plan_decode_attention(1, at.rows, at.shape, sms_, attn_wave_);
+    *p = cuda::plan_decode_attention(1, at.rows, at.shape, sms_, attn_wave_, smem_optin_);
     return p->use && p->counters <= kDecAttnCounterSlots;
   }
 
@@ -1428,7 +1428,7 @@ class CudaBackend final : public Backend {
         mma ? cuda::plan_mma_decode_attention(q.rows(), at.rows, sh, deterministic_) : cuda::MmaDecodePlan{};
     const cuda::DecodeAttentionPlan pd =
         mma ? cuda::DecodeAttentionPlan{}
-            : cuda::plan_decode_attention(q.rows(), at.rows, sh, sms_, attn_wave_);
+            : cuda::plan_decode_attention(q.rows(), at.rows, sh, sms_, attn_wave_, smem_optin_);
     if (!(mma ? pm.use : pd.use)) return no("no plan");
     if ((mma ? pm.counters : pd.counters) > kDecAttnCounterSlots) return no("counters");
     // With VV_CUDA_ATTN_PACK: the stream kernel also writes the o projection's operand (past discard(q)).
@@ -1763,7 +1763,7 @@ class CudaBackend final : public Backend {
         mma ? cuda::plan_mma_decode_attention(q.rows(), rows, shape, deterministic_) : cuda::MmaDecodePlan{};
     const cuda::DecodeAttentionPlan p =
         mma ? cuda::DecodeAttentionPlan{}
-            : cuda::plan_decode_attention(q.rows(), rows, shape, sms_, attn_wave_);
+            : cuda::plan_decode_attention(q.rows(), rows, shape, sms_, attn_wave_, smem_optin_);
     if (!pm.use && !p.use) return false;
     if ((pm.use ? pm.counters : p.counters) > kDecAttnCounterSlots) return false;
     OpTimer timer(this, pack     ? "paged_attention.decode_mma_pack"

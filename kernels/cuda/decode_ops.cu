@@ -1471,7 +1471,7 @@ void decode_argmax(const Tensor& logits, Tensor& out, void* ws, cudaStream_t s) 
 }
 
 DecodeAttentionPlan plan_decode_attention(int64_t n, const AttentionRows& rows, const AttentionShape& shape,
-                                          int sms, bool one_wave) {
+                                          int sms, bool one_wave, size_t smem_limit) {
   DecodeAttentionPlan p;
   const int G = shape.kv_heads > 0 ? shape.heads / shape.kv_heads : 0;
   if (n < 1 || n > kDecodeAttentionMaxRows || G < 1 || G > kAttnMaxG || shape.head_dim > kAttnMaxHeadDim ||
@@ -1483,20 +1483,27 @@ DecodeAttentionPlan plan_decode_attention(int64_t n, const AttentionRows& rows, 
   int64_t chunk = kAttnRound;
   if (max_keys > 256 * chunk) chunk = ((max_keys + 255) / 256 + kAttnRound - 1) / kAttnRound * kAttnRound;
   const int64_t pairs = n * shape.kv_heads;
-  if (one_wave && sms > 0 && pairs <= sms) {  // about one block a SM: whole rounds a split
+  const int64_t D = shape.head_dim;
+  auto splits_of = [&](int64_t c) { return (max_keys + c - 1) / c; };
+  auto pstride_of = [&](int64_t c) { return (std::max<int64_t>(c, splits_of(c)) + 31) / 32 * 32; };
+  auto smem_of = [&](int64_t c) {
+    return static_cast<size_t>(G * D * (1 + kAttnWarps) + G * pstride_of(c)) * sizeof(float) +
+           static_cast<size_t>(c) * sizeof(int64_t);
+  };
+  if (one_wave && n == 1 && sms >= pairs) {  // about one block a SM: whole rounds a split
     const int64_t per_pair = std::max<int64_t>(1, sms / pairs);
     const int64_t keys = (max_keys + per_pair - 1) / per_pair;
-    chunk = std::max<int64_t>(chunk, (keys + kAttnRound - 1) / kAttnRound * kAttnRound);
+    int64_t c = std::max<int64_t>(chunk, (keys + kAttnRound - 1) / kAttnRound * kAttnRound);
+    while (c > chunk && smem_of(c) > smem_limit) c -= kAttnRound;  // within the block's shared memory
+    chunk = c;
   }
-  const int64_t D = shape.head_dim;
   p.use = true;
   p.chunk = static_cast<int>(chunk);
-  p.splits = static_cast<int>((max_keys + chunk - 1) / chunk);
-  p.pstride = static_cast<int>((std::max<int64_t>(chunk, p.splits) + 31) / 32 * 32);
+  p.splits = static_cast<int>(splits_of(chunk));
+  p.pstride = static_cast<int>(pstride_of(chunk));
   p.ws_floats = p.splits > 1 ? static_cast<size_t>(pairs * p.splits * G * (D + 2)) : 0;
   p.counters = p.splits > 1 ? static_cast<size_t>(pairs) : 0;
-  p.smem = static_cast<size_t>(G * D * (1 + kAttnWarps) + G * p.pstride) * sizeof(float) +
-           static_cast<size_t>(chunk) * sizeof(int64_t);
+  p.smem = smem_of(chunk);
   return p;
 }
 
@@ -1539,7 +1546,7 @@ void decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer&
   const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(shape.kv_heads),
                   static_cast<unsigned>(n));
   auto go = [&](auto* kern) {
-    allow_dynamic_smem(kern, p.smem);  // what this launch needs (< 48 KB at 65,536 keys of the 7B)
+    allow_dynamic_smem(kern, p.smem);  // what this launch needs (the plan keeps it within the device's)
     launch_pdl(kern, grid, kAttnThreads, p.smem, s, a);
   };
   switch (a.kv.ct) {

@@ -268,13 +268,14 @@ struct DecodeAttentionPlan {
   int splits = 1, chunk = 64, pstride = 64;
   size_t ws_floats = 0, counters = 0, smem = 0;
 };
-// `one_wave` (the backend's default; VV_CUDA_ATTN_WAVE=0: off): where the (row, kv head) pairs are at most
-// `sms`, splits of whole 64-key rounds, as few as keep the pairs' splits within `sms` blocks (a block of the
-// SIMT kernel takes a SM's registers: more blocks run in waves, and the merge makes a trip to L2 for every
-// 8 or 24 splits); at a 1,024-row prompt of the 7B on 132 SMs the same 21 splits, at 4,096 rows 23 of 192
-// keys instead of 69 of 64. Other splits, other rounding: not the bits without it.
+// `one_wave` (the backend's default; VV_CUDA_ATTN_WAVE=0: off): for one row (what was measured) and no more
+// kv heads than `sms`, splits of whole 64-key rounds, as few as keep its splits within `sms` blocks (a block
+// of the SIMT kernel takes a SM's registers: more blocks run in waves, and the merge makes a trip to L2 for
+// every 8 or 24 splits); at a 1,024-row prompt of the 7B on 132 SMs the same 21 splits, at 4,096 rows 23 of
+// 192 keys instead of 69 of 64; the splits no longer than a block's shared memory (`smem_limit` bytes: the
+// scores and slots grow with them) allows. Other splits, other rounding: not the bits without it.
 DecodeAttentionPlan plan_decode_attention(int64_t n, const AttentionRows& rows, const AttentionShape& shape,
-                                          int sms, bool one_wave = false);
+                                          int sms, bool one_wave = false, size_t smem_limit = 48 * 1024);
 // rope (null: none): DecodeRope.
 void decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
                       const AttentionShape& shape, Tensor& out, const DecodeAttentionPlan& p, float* ws,

@@ -22,6 +22,8 @@
 #include <numeric>
 #include <random>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "kernels/cpu/reference_ops.h"
 #include "kernels/cuda/decode_ops.cuh"
@@ -438,6 +440,47 @@ TEST(CudaDecodeAttention, RowResultsDoNotDependOnTheOtherRows) {
           << "row " << r << " (length " << st.lens[r] << ") in a batch of 2 differs from the batch of 64, "
           << describe(k);
     }
+  }
+}
+
+// The SIMT kernel's one-wave plan (host only): for one row, whole 64-key rounds a split, as few splits as
+// keep the kv heads' blocks within the SMs, no longer than the shared memory allows; more rows keep the
+// 64-key splits. The 7B's 4 kv heads of 7 query heads on 132 SMs.
+TEST(CudaDecodeAttentionPlan, OneWaveSplitsWithinTheSmsAndTheSharedMemory) {
+  std::vector<int32_t> table(64 * 1251, 0);
+  AttentionRows rows;
+  rows.block_size = 16;
+  const AttentionShape shape{28, 4, 128, 1.0f / std::sqrt(128.0f)};
+  auto plan = [&](int64_t n, int64_t blocks, bool wave, size_t smem = 48 * 1024, int sms = 132) {
+    rows.block_tables = Tensor::matrix(table.data(), DType::kI32, n, blocks);
+    return cuda::plan_decode_attention(n, rows, shape, sms, wave, smem);
+  };
+  struct Case {
+    int64_t n, blocks;  // rows, the table's width in blocks of 16 keys
+    size_t smem;
+    int sms, chunk, splits, chunk_without, splits_without;
+  };
+  for (const Case& c : std::vector<Case>{
+           {1, 84, 48 * 1024, 132, 64, 21, 64, 21},        // 1,344 keys: as without
+           {1, 273, 48 * 1024, 132, 192, 23, 64, 69},      // 4,368 keys: 133 a pair, in rounds of 64
+           {1, 1251, 227 * 1024, 132, 640, 32, 128, 157},  // 20,016 keys with 227 KB a block
+           {1, 1251, 48 * 1024, 132, 448, 45, 128, 157},   // with 48 KB: 640 keys would need 54 KB
+           {2, 273, 48 * 1024, 132, 64, 69, 64, 69},       // two rows: as without
+           {1, 273, 48 * 1024, 3, 64, 69, 64, 69},         // fewer SMs than kv heads: as without
+           {1, 273, 48 * 1024, 0, 64, 69, 64, 69}}) {      // no SM count, as without
+    const std::string what = std::to_string(c.n) + " rows, " + std::to_string(c.blocks * 16) + " keys, " +
+                             std::to_string(c.smem / 1024) + " KB, " + std::to_string(c.sms) + " SMs";
+    const cuda::DecodeAttentionPlan w = plan(c.n, c.blocks, true, c.smem, c.sms);
+    const cuda::DecodeAttentionPlan d = plan(c.n, c.blocks, false, c.smem, c.sms);
+    ASSERT_TRUE(w.use && d.use) << what;
+    EXPECT_EQ(w.chunk, c.chunk) << what;
+    EXPECT_EQ(w.splits, c.splits) << what;
+    EXPECT_EQ(d.chunk, c.chunk_without) << what;
+    EXPECT_EQ(d.splits, c.splits_without) << what;
+    EXPECT_EQ(w.chunk % 64, 0) << what;
+    EXPECT_GE(int64_t{w.chunk} * w.splits, c.blocks * 16) << what << ": every key in a split";
+    EXPECT_LE(w.smem, c.smem) << what;
+    EXPECT_GE(w.pstride, std::max(w.chunk, w.splits)) << what;
   }
 }
 
