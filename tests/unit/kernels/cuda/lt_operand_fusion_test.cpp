@@ -854,6 +854,13 @@ std::vector<AttnCase> one_row_split_cases() {
           {14, 2, 64, 0, DType::kF16, DType::kBF16, {701}},
           {12, 4, 80, 0, DType::kBF16, DType::kBF16, {333}}};
 }
+// A merging block's merge parts (AttnStamp::mclk) lie between its count (stage 6) and its end, in order.
+void expect_merge_parts_in_order(const vv::AttnStamp& a, const std::string& what) {
+  EXPECT_LE(a.clk[6], a.mclk[0]) << what << ": the fence before the count";
+  EXPECT_LE(a.mclk[0], a.mclk[1]) << what << ": the split weights before the fence";
+  EXPECT_LE(a.mclk[1], a.mclk[2]) << what << ": the partials before the split weights";
+  EXPECT_LE(a.mclk[2], a.clk[7]) << what << ": the end before the partials";
+}
 std::string case_name(const AttnCase& c) {
   return std::to_string(c.lens.back()) + " keys, " + std::to_string(c.heads) + "/" +
          std::to_string(c.kv_heads) + "x" + std::to_string(c.D);
@@ -904,12 +911,7 @@ TEST(CudaRopeAttention, EarlyTrigonometryAndStampsGiveTheOpsBits) {
         merged += a.merged;
         EXPECT_GE(a.gt_end, a.gt_start) << what;
         for (int i = 1; i < 8; ++i) EXPECT_LE(a.clk[i - 1], a.clk[i]) << what << ": stage " << i;
-        if (a.merged) {  // the merge's parts between the count and the end
-          EXPECT_LE(a.clk[6], a.mclk[0]) << what;
-          EXPECT_LE(a.mclk[0], a.mclk[1]) << what;
-          EXPECT_LE(a.mclk[1], a.mclk[2]) << what;
-          EXPECT_LE(a.mclk[2], a.clk[7]) << what;
-        }
+        if (a.merged) expect_merge_parts_in_order(a, what);
       }
       EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), static_cast<long>(seen.size()))
           << what << ": a block once";
@@ -981,13 +983,8 @@ TEST(CudaRopeAttention, EarlyMergeLoadsGiveTheMergesBits) {
     expect_same_rope_attn(run_rope_attn(**stamped, c, seed, true), want, what + ", early merge stamped");
     const std::vector<vv::AttnStamp> st = vv::attn_stamps_take();
     EXPECT_EQ(st.empty(), c.cache_t != DType::kBF16) << what << ": stamps";
-    for (const vv::AttnStamp& a : st) {
-      if (!a.merged) continue;
-      EXPECT_LE(a.clk[6], a.mclk[0]) << what;
-      EXPECT_LE(a.mclk[0], a.mclk[1]) << what;
-      EXPECT_LE(a.mclk[1], a.mclk[2]) << what;
-      EXPECT_LE(a.mclk[2], a.clk[7]) << what;
-    }
+    for (const vv::AttnStamp& a : st)
+      if (a.merged) expect_merge_parts_in_order(a, what);
     seed += 10;
   }
   const AttnCase one{28, 4, 128, 0, DType::kBF16, DType::kBF16, {1279}};
