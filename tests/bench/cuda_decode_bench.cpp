@@ -1,7 +1,8 @@
 // The CUDA backend at a model's shape with seeded random weights (no download): the skinny GEMM's
 // bandwidth per weight shape against the device's copy bandwidth, prefill tok/s, batch-1 decode
 // tok/s, the two encoders over N seconds of audio, and the standard job (120 s of audio, 1000
-// tokens generated). Prints a table and, last, one JSON line.
+// tokens generated). Prints a table and, last, one JSON line. Batch-1 decode: decode_tok_s over the whole
+// timed run, and decode_step_tok_s from its median step (steadier against host stalls: A/Bs read it).
 //   cuda_decode_bench [--preset 7b|tiny] [--device cuda:0|cpu] [--prompt 1024] [--chunk 1024] [--tokens 256]
 //   [--bf16]
 //   [--job-tokens 1000] [--no-gemv] [--table-only]
