@@ -143,6 +143,7 @@ struct Figures {
   double encoder_ms_per_audio_s = 0, encoder_gflops = 0;
   double prefill_tok_s = 0, prefill_gflops = 0;
   double decode_tok_s = 0, decode_gbps = 0, decode_ms_per_step = 0;
+  double decode_median_ms = 0, decode_median_tok_s = 0;  // the median step (steadier against host stalls)
 };
 
 // Host-to-device bandwidth from page-locked memory through the backend's async copy: best of a few
@@ -373,6 +374,7 @@ int run_bench(const BenchArgs& a) {
   std::fprintf(stderr, "decode: %d steps at batch %d...\n", a.decode_tokens, a.batch);
   counter->counts = {};
   double decode_s = 0, decode_cpu_s = 0;
+  std::vector<double> step_s;
   const uint64_t streamed_before = stream ? stream->bytes_streamed() : 0;
   for (int step = 0; step < a.decode_tokens; ++step) {
     StepPlan plan;
@@ -388,7 +390,8 @@ int run_bench(const BenchArgs& a) {
     const double cpu0 = process_cpu_seconds();
     auto out = runner->execute(plan);
     if (!out.is_ok()) return fail(out.status());
-    decode_s += seconds_since(t0);
+    step_s.push_back(seconds_since(t0));
+    decode_s += step_s.back();
     decode_cpu_s += process_cpu_seconds() - cpu0;
     for (int b = 0; b < a.batch; ++b) last[b] = out->next[b];
     all_ids.insert(all_ids.end(), last.begin(), last.end());
@@ -397,6 +400,9 @@ int run_bench(const BenchArgs& a) {
   const double stream_gbps = stream ? static_cast<double>(stream->bytes_streamed() - streamed_before) / decode_s / 1e9 : 0;
   f.decode_ms_per_step = 1000.0 * decode_s / a.decode_tokens;
   f.decode_tok_s = a.batch * a.decode_tokens / decode_s;
+  std::sort(step_s.begin(), step_s.end());
+  f.decode_median_ms = 1000.0 * step_s[step_s.size() / 2];  // decode_tokens >= 1
+  f.decode_median_tok_s = f.decode_median_ms > 0 ? a.batch * 1000.0 / f.decode_median_ms : 0.0;
   // Bytes a step must read: every weight once (per step, shared by the batch) plus each row's KV.
   f.decode_gbps = (counter->counts.weight_bytes + counter->counts.kv_bytes) / decode_s / 1e9;
   if (!gpu && decode_cpu_s > 0) {
@@ -430,6 +436,7 @@ int run_bench(const BenchArgs& a) {
               f.prefill_gflops, ratio(f.prefill_gflops, f.fma_gflops).c_str());
   std::printf("  decode:  %.2f tok/s at batch %d, %.1f ms/step (%.1f GB/s of weights+KV%s)\n", f.decode_tok_s,
               a.batch, f.decode_ms_per_step, f.decode_gbps, ratio(f.decode_gbps, f.bw_bound_gbps).c_str());
+  std::printf("           median step %.2f ms (%.2f tok/s)\n", f.decode_median_ms, f.decode_median_tok_s);
   if (f.decode_cpu_share > 0) {
     std::printf("           per CPU-second of its %d threads: %.1f GB/s%s; CPU share %.2f\n", threads,
                 f.decode_cpu_gbps, ratio(f.decode_cpu_gbps, f.bw_bound_gbps).c_str(), f.decode_cpu_share);
@@ -455,23 +462,25 @@ int run_bench(const BenchArgs& a) {
   if (!a.json.empty()) {
     FILE* out = std::fopen(a.json.c_str(), "w");
     if (!out) return fail(invalid_argument("--json " + a.json + ": cannot write"));
-    std::fprintf(out,
-                 "{\"shape\":\"%s\",\"dtype\":\"%s\",\"backend\":\"%s\",\"threads\":%d,\"triad_gbps\":%.3f,"
-                 "\"read_gbps\":%.3f,\"bw_bound_gbps\":%.3f,"
-                 "\"fma_gflops\":%.3f,\"encoder_ms_per_audio_s\":%.3f,\"encoder_gflops\":%.3f,"
-                 "\"prefill_tokens\":%d,\"prefill_tok_s\":%.3f,\"prefill_gflops\":%.3f,\"prefill_ratio\":%.4f,"
-                 "\"batch\":%d,\"decode_tok_s\":%.4f,\"decode_gbps\":%.3f,\"decode_ratio\":%.4f,"
-                 "\"decode_cpu_gbps\":%.3f,\"decode_cpu_ratio\":%.4f,\"decode_cpu_share\":%.3f,"
-                 "\"ids_fnv1a\":\"%016llx\",\"memory_cap\":%zu,\"resident_layers\":%d,\"peak_allocated\":%zu,"
-                 "\"peak_device_used\":%zu,\"stream_h2d_gbps\":%.3f,\"pinned_h2d_gbps\":%.3f}\n",
-                 shape.c_str(), a.dtype.c_str(), backend_name.c_str(), threads, f.triad_gbps,
-                 f.read_gbps, f.bw_bound_gbps, f.fma_gflops,
-                 f.encoder_ms_per_audio_s, f.encoder_gflops, a.prefill_tokens, f.prefill_tok_s, f.prefill_gflops,
-                 f.fma_gflops > 0 ? f.prefill_gflops / f.fma_gflops : 0.0, a.batch, f.decode_tok_s, f.decode_gbps,
-                 ratio_of(f.decode_gbps, f.bw_bound_gbps), f.decode_cpu_gbps,
-                 ratio_of(f.decode_cpu_gbps, f.bw_bound_gbps), f.decode_cpu_share,
-                 static_cast<unsigned long long>(ids_hash), cap,
-                 mp.resident_layers, peak_alloc, use.max_used, stream_gbps, f.pinned_h2d_gbps);
+    std::fprintf(
+        out,
+        "{\"shape\":\"%s\",\"dtype\":\"%s\",\"backend\":\"%s\",\"threads\":%d,\"triad_gbps\":%.3f,"
+        "\"read_gbps\":%.3f,\"bw_bound_gbps\":%.3f,"
+        "\"fma_gflops\":%.3f,\"encoder_ms_per_audio_s\":%.3f,\"encoder_gflops\":%.3f,"
+        "\"prefill_tokens\":%d,\"prefill_tok_s\":%.3f,\"prefill_gflops\":%.3f,\"prefill_ratio\":%.4f,"
+        "\"batch\":%d,\"decode_tok_s\":%.4f,\"decode_median_ms_per_step\":%.4f,\"decode_median_tok_s\":%.4f,"
+        "\"decode_gbps\":%.3f,\"decode_ratio\":%.4f,"
+        "\"decode_cpu_gbps\":%.3f,\"decode_cpu_ratio\":%.4f,\"decode_cpu_share\":%.3f,"
+        "\"ids_fnv1a\":\"%016llx\",\"memory_cap\":%zu,\"resident_layers\":%d,\"peak_allocated\":%zu,"
+        "\"peak_device_used\":%zu,\"stream_h2d_gbps\":%.3f,\"pinned_h2d_gbps\":%.3f}\n",
+        shape.c_str(), a.dtype.c_str(), backend_name.c_str(), threads, f.triad_gbps, f.read_gbps,
+        f.bw_bound_gbps, f.fma_gflops, f.encoder_ms_per_audio_s, f.encoder_gflops, a.prefill_tokens,
+        f.prefill_tok_s, f.prefill_gflops, f.fma_gflops > 0 ? f.prefill_gflops / f.fma_gflops : 0.0, a.batch,
+        f.decode_tok_s, f.decode_median_ms, f.decode_median_tok_s, f.decode_gbps,
+        ratio_of(f.decode_gbps, f.bw_bound_gbps), f.decode_cpu_gbps,
+        ratio_of(f.decode_cpu_gbps, f.bw_bound_gbps), f.decode_cpu_share,
+        static_cast<unsigned long long>(ids_hash), cap, mp.resident_layers, peak_alloc, use.max_used,
+        stream_gbps, f.pinned_h2d_gbps);
     std::fclose(out);
   }
   return 0;
@@ -488,8 +497,8 @@ void register_bench(CLI::App& app, CommandContext& ctx) {
       "element; best of 7 passes) and a read-only sum (decode only reads weights; 1, 8, and 8 software-"
       "prefetched streams per thread; best of 9 passes), over buffers far larger than the LLC, with the "
       "decode's thread count, timed in the threads' CPU time. Compute: an FMA loop. Decode is given per "
-      "wall second and per CPU-second (with the CPU share it got) against the memory bound; on a GPU "
-      "the bound is a device copy");
+      "wall second and per CPU-second (with the CPU share it got) against the memory bound, and as its "
+      "median step (steadier where the host stalls now and then); on a GPU the bound is a device copy");
   sub->add_option("--model", args->model, "Checkpoint directory");
   sub->add_option("--random", args->random, "Seeded random weights built in memory at a shape: 7b or tiny");
   sub->add_option("--dtype", args->dtype, "Weight dtype of --random: bf16, f16 or f32")->capture_default_str();

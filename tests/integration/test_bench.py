@@ -27,6 +27,11 @@ def test_bench_random_tiny_reports_every_figure_with_its_bound(vibevoice, tmp_pa
     # Per CPU-second is never slower than per wall second by more than rounding (the share is at most ~1).
     assert fig["decode_cpu_gbps"] >= fig["decode_gbps"] * 0.95
     assert 0 < fig["prefill_ratio"] and 0 < fig["decode_ratio"]
+    # The median step: positive, its tok/s the batch over it.
+    assert fig["decode_median_ms_per_step"] > 0
+    assert abs(fig["decode_median_tok_s"] - fig["batch"] * 1000 / fig["decode_median_ms_per_step"]) <= \
+        1e-3 * fig["decode_median_tok_s"]
+    assert "median step" in r.stdout
     assert "of the bound" in r.stdout and "decode:" in r.stdout and "prefill:" in r.stdout
     assert "read stream" in r.stdout and "per CPU-second" in r.stdout
 
