@@ -514,6 +514,8 @@ class Session : public std::enable_shared_from_this<Session> {
                          const ssize_t n = ::recv(self->socket_.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
                          if (ec || n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
                            self->mark_disconnected();
+                         } else if (n < 0) {
+                           self->watch_disconnect();  // woken with nothing to read: watch again
                          }
                          // n > 0: a pipelined request; it is read after this response.
                        }));
