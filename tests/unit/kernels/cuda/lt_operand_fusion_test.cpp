@@ -701,6 +701,17 @@ void expect_same_rope_attn(const RopeAttnOut& got, const RopeAttnOut& want, cons
   EXPECT_TRUE(got.vc == want.vc) << what << ": the V cache differs";
 }
 
+// One 7B-shaped row of `keys` keys, four flushes of 33 steps on each backend: `got_be` replays its graphs
+// and gives `want_be`'s bits.
+void expect_replay_same_rope_attn(Backend& want_be, Backend& got_be, int keys, uint32_t seed,
+                                  const std::string& what) {
+  const AttnCase one{28, 4, 128, 0, DType::kBF16, DType::kBF16, {keys}};
+  const RopeAttnOut want = run_rope_attn(want_be, one, seed, true, 4, 33);
+  const RopeAttnOut got = run_rope_attn(got_be, one, seed, true, 4, 33);
+  expect_replayed(got_be);
+  expect_same_rope_attn(got, want, std::to_string(keys) + " keys under graph replay" + what);
+}
+
 // Each case on a backend made with `env` (plus VV_CUDA_PROFILE=1) with VV_CUDA_ROPE_ATTN=0 and =1:
 // fused under `label` (empty: not fused), the ops' bits either way.
 struct RopeCase {
@@ -836,11 +847,7 @@ TEST(CudaRopeAttention, WideMergeGivesTheOneOutputMergesBits) {
   ASSERT_TRUE(base.is_ok()) << base.status().to_string();
   auto wide = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}});  // the default: the wide merge
   ASSERT_TRUE(wide.is_ok()) << wide.status().to_string();
-  const AttnCase one{28, 4, 128, 0, DType::kBF16, DType::kBF16, {1279}};
-  const RopeAttnOut want = run_rope_attn(**base, one, 2190, true, 4, 33);
-  const RopeAttnOut got = run_rope_attn(**wide, one, 2190, true, 4, 33);
-  expect_replayed(**wide);
-  expect_same_rope_attn(got, want, "1279 keys under graph replay");
+  expect_replay_same_rope_attn(**base, **wide, 1279, 2190, "");
 }
 
 // One-row cases of the fused SIMT attention: one key split, 2, 20, and 157 of 128 keys (past the plan's 256
@@ -953,11 +960,7 @@ TEST(CudaRopeAttention, TransposedScoreSumsGiveTheWarpSumsBits) {
     EXPECT_EQ(vv::attn_stamps_take().empty(), c.cache_t != DType::kBF16) << what << ": stamps";
     seed += 10;
   }
-  const AttnCase one{28, 4, 128, 0, DType::kBF16, DType::kBF16, {1279}};
-  const RopeAttnOut want = run_rope_attn(**base, one, 2990, true, 4, 33);
-  const RopeAttnOut got = run_rope_attn(**xpose, one, 2990, true, 4, 33);
-  expect_replayed(**xpose);
-  expect_same_rope_attn(got, want, "1279 keys under graph replay, butterfly");
+  expect_replay_same_rope_attn(**base, **xpose, 1279, 2990, ", butterfly");
 }
 
 // VV_CUDA_ATTN_MERGE_EARLY=1 (opt-in): the merging block loads the first 24 splits' partials with the split
@@ -987,11 +990,7 @@ TEST(CudaRopeAttention, EarlyMergeLoadsGiveTheMergesBits) {
       if (a.merged) expect_merge_parts_in_order(a, what);
     seed += 10;
   }
-  const AttnCase one{28, 4, 128, 0, DType::kBF16, DType::kBF16, {1279}};
-  const RopeAttnOut want = run_rope_attn(**base, one, 3190, true, 4, 33);
-  const RopeAttnOut got = run_rope_attn(**early, one, 3190, true, 4, 33);
-  expect_replayed(**early);
-  expect_same_rope_attn(got, want, "1279 keys under graph replay, early merge loads");
+  expect_replay_same_rope_attn(**base, **early, 1279, 3190, ", early merge loads");
 }
 
 // The one-wave plan (the default; VV_CUDA_ATTN_WAVE=0 is the base here): the one-row attention's keys in as
@@ -1030,11 +1029,7 @@ TEST(CudaRopeAttention, OneWaveSplitsKeepTheOpsBitsAndTheDefaultsValues) {
     EXPECT_TRUE(got.vc == want.vc) << what << ": the V cache";
     seed += 10;
   }
-  const AttnCase one{28, 4, 128, 0, DType::kBF16, DType::kBF16, {4359}};
-  const RopeAttnOut want = run_rope_attn(**wave_ops, one, 3390, true, 4, 33);
-  const RopeAttnOut got = run_rope_attn(**wave, one, 3390, true, 4, 33);
-  expect_replayed(**wave);
-  expect_same_rope_attn(got, want, "4359 keys under graph replay, one wave");
+  expect_replay_same_rope_attn(**wave_ops, **wave, 4359, 3390, ", one wave");
 }
 
 // VV_CUDA_ATTN_L2PF=1 (opt-in): the butterfly kernel's blocks prefetch their split's later rounds' K and V
@@ -1060,11 +1055,7 @@ TEST(CudaRopeAttention, KvPrefetchToL2KeepsTheBits) {
     expect_same_rope_attn(run_rope_attn(**pf_early, c, seed, true), want, what + ", K/V to L2, early merge");
     seed += 10;
   }
-  const AttnCase one{28, 4, 128, 0, DType::kBF16, DType::kBF16, {4359}};
-  const RopeAttnOut want = run_rope_attn(**base, one, 3590, true, 4, 33);
-  const RopeAttnOut got = run_rope_attn(**pf, one, 3590, true, 4, 33);
-  expect_replayed(**pf);
-  expect_same_rope_attn(got, want, "4359 keys under graph replay, K/V to L2");
+  expect_replay_same_rope_attn(**base, **pf, 4359, 3590, ", K/V to L2");
 }
 
 // The same under graph replay (no profiling, which keeps graphs off): 33 steps a flush, four flushes.
