@@ -2600,12 +2600,16 @@ class CudaBackend final : public Backend {
   // cuda::plan_decode_attention's `one_wave`; VV_CUDA_ATTN_WAVE=0 turns it off (A/B).
   bool attn_wave_ =
       !(std::getenv("VV_CUDA_ATTN_WAVE") && std::string(std::getenv("VV_CUDA_ATTN_WAVE")) == "0");
-  // VV_CUDA_ATTN_L2PF=1 (opt-in until measured): DecodeRope::kv_prefetch.
-  bool attn_kv_prefetch_ =
-      std::getenv("VV_CUDA_ATTN_L2PF") && std::string(std::getenv("VV_CUDA_ATTN_L2PF")) == "1";
-  // VV_CUDA_ATTN_MERGE_EARLY=1 (opt-in until measured; DecodeRope::early_merge, with xpose).
-  bool attn_early_merge_ =
-      std::getenv("VV_CUDA_ATTN_MERGE_EARLY") && std::string(std::getenv("VV_CUDA_ATTN_MERGE_EARLY")) == "1";
+  // VV_CUDA_ATTN_L2PF=1 or 2 (opt-in): DecodeRope::kv_prefetch (1: before the PDL wait, 2: after it).
+  int attn_kv_prefetch_ = [] {
+    const char* e = std::getenv("VV_CUDA_ATTN_L2PF");
+    const std::string v = e ? e : "";
+    return v == "1" ? 1 : v == "2" ? 2 : 0;
+  }();
+  // DecodeRope::early_merge (with xpose; the default since session 29); VV_CUDA_ATTN_MERGE_EARLY=0: the
+  // wide merge (A/B).
+  bool attn_early_merge_ = !(std::getenv("VV_CUDA_ATTN_MERGE_EARLY") &&
+                             std::string(std::getenv("VV_CUDA_ATTN_MERGE_EARLY")) == "0");
   // VV_CUDA_ATTN_STAMPS=1 (a probe): the fused SIMT decode attention stamps its blocks' stages
   // (cuda::attn_stamps_take); the sink is allocated in create.
   cuda::AttnStamp* stamp_recs_ = nullptr;

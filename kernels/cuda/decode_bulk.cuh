@@ -471,11 +471,11 @@ __device__ __forceinline__ void prefetch_l2(const void* p, unsigned bytes) {
 
 // kXpose (with kPre; VV_CUDA_ATTN_XPOSE=1): the scores summed over the lanes by a transposing butterfly, and
 // the merging block's split maxima and sums loaded in one trip.
-// kEarly (with kXpose; VV_CUDA_ATTN_MERGE_EARLY=1): the merging block issues its loads of the first
-// kAttnEarlySplits splits' partials (a thread's four consecutive outputs of a split in one 16-byte load)
-// together with the maxima and sums, before the split weights are known, so a merge of up to that many
-// splits makes one trip to L2 where the wide merge makes one for the weights and one for every 8 splits.
-// Each output's sum in split order from zero, as the other merges: the same bits.
+// kEarly (with kXpose; the default, VV_CUDA_ATTN_MERGE_EARLY=0: off): the merging block issues its loads of
+// the first 32 splits' maxima and sums and then of the first kAttnEarlySplits splits' partials (a thread's
+// four consecutive outputs of a split in one 16-byte load), before the split weights are known, so a merge of
+// up to that many splits makes one trip to L2 where the wide merge makes one for the weights and one for
+// every 8 splits. Each output's sum in split order from zero, as the other merges: the same bits.
 inline constexpr int kAttnEarlySplits = 24;  // 96 registers: no spill under the cap of 160 (32: spills)
 template <typename CT, bool kCg, bool kRope = false, bool kPre = false, bool kStamp = false,
           bool kXpose = false, bool kEarly = false>
@@ -554,18 +554,21 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
     // DecodeRope::kv_prefetch: the K and V rows of the split's later rounds to L2 (a hint; the same loads
     // below read them), one bulk prefetch a row, so that a round no longer waits on memory after the one
     // before it. The new key's rows too: this block writes them in L2 before it reads them. (The butterfly
-    // kernel's only: the kernel of VV_CUDA_ATTN_XPOSE=0 stays as measured.)
-    if (kXpose && A.rope.kv_prefetch) {
+    // kernel's only: the kernel of VV_CUDA_ATTN_XPOSE=0 stays as measured.) 1: before the PDL wait, 2:
+    // after it.
+    auto kv_to_l2 = [&] {
       const int64_t koff = static_cast<int64_t>(kvh) * D;
       const unsigned row_bytes = static_cast<unsigned>(D * sizeof(CT));
       for (int i = tid; i < 2 * (nk - kAttnRound); i += kAttnThreads) {
         const int j = kAttnRound + (i >> 1);
         prefetch_l2(((i & 1) ? vc : kc) + slots[j] * ldc + koff, row_bytes);
       }
-    }
+    };
+    if (kXpose && A.rope.kv_prefetch == 1) kv_to_l2();
     clk.mark(0);
     pdl_wait();  // q, the new k and v are the kernel before's
     pdl_trigger();
+    if (kXpose && A.rope.kv_prefetch == 2) kv_to_l2();
     clk.mark(1);
   }
   if constexpr (kRope) {

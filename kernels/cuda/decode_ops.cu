@@ -447,7 +447,7 @@ __global__ void __launch_bounds__(kAttnThreads) decode_attn_kernel(const DecodeA
 // like the default form (159), so that a block still fits beside the last block of the q/k/v GEMV before
 // it on an SM (its own choice was 179; session 27 measured a form at 184 registers whose blocks all waited
 // for the GEMV to end).
-// kEarly: the merge's early loads (decode_attn_block's kEarly; VV_CUDA_ATTN_MERGE_EARLY=1).
+// kEarly: the merge's early loads (decode_attn_block's kEarly; the default, VV_CUDA_ATTN_MERGE_EARLY=0: off).
 template <typename CT, bool kStamp, bool kEarly = false>
 __global__ void __maxnreg__(160) decode_attn_xpose_kernel(const DecodeAttnArgs a) {
   extern __shared__ float sm[];

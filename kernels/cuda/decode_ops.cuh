@@ -133,13 +133,15 @@ struct DecodeRope {
   // 62 shuffles a warp instead of 5 a score, and the merge's split maxima and sums in one trip to L2
   // instead of two; the same operations in the same order, so the same bits.
   bool xpose = false;
-  // With `xpose` (VV_CUDA_ATTN_MERGE_EARLY=1, opt-in): the merging block loads the first splits' partials
-  // with the maxima and sums (decode_bulk.cuh's kEarly). Same bits.
+  // With `xpose` (the backend's default; VV_CUDA_ATTN_MERGE_EARLY=0: off): the merging block loads the first
+  // splits' maxima and sums, then their partials, before the split weights are known (decode_bulk.cuh's
+  // kEarly). Same bits.
   bool early_merge = false;
-  // With `xpose` (VV_CUDA_ATTN_L2PF=1, opt-in): each block prefetches the K and V rows of its split's rounds
-  // after the first to L2 before the PDL wait (a split of several rounds: the one-wave plan past 2,112
-  // keys on 132 SMs). A hint: the same bits.
-  bool kv_prefetch = false;
+  // With `xpose` (VV_CUDA_ATTN_L2PF=1 or 2, opt-in): each block prefetches the K and V rows of its split's
+  // rounds after the first to L2 (a split of several rounds: the one-wave plan past 2,112 keys on 132 SMs):
+  // 1 before the PDL wait (under the q/k/v GEMV's stream), 2 right after it (under the attention's own
+  // latency, when HBM is otherwise idle). A hint: the same bits.
+  int kv_prefetch = 0;
   // VV_CUDA_ATTN_STAMPS=1 (a probe; with `pre`, bf16 cache): each block's thread 0 stamps its stages into
   // recs[atomicAdd(count, 1) % cap] (AttnStamp, kernel_trace.h). recs null: no stamps.
   AttnStamp* stamp_recs = nullptr;

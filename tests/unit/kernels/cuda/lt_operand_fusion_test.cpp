@@ -845,7 +845,7 @@ TEST(CudaRopeAttention, WideMergeGivesTheOneOutputMergesBits) {
   }
   auto base = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}, {"VV_CUDA_ATTN_WIDE_MERGE", "0"}});
   ASSERT_TRUE(base.is_ok()) << base.status().to_string();
-  auto wide = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}});  // the default: the wide merge
+  auto wide = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}});  // the default (butterfly, early merge loads)
   ASSERT_TRUE(wide.is_ok()) << wide.status().to_string();
   expect_replay_same_rope_attn(**base, **wide, 1279, 2190, "");
 }
@@ -963,14 +963,14 @@ TEST(CudaRopeAttention, TransposedScoreSumsGiveTheWarpSumsBits) {
   expect_replay_same_rope_attn(**base, **xpose, 1279, 2990, ", butterfly");
 }
 
-// VV_CUDA_ATTN_MERGE_EARLY=1 (opt-in): the merging block loads the first 24 splits' partials with the split
-// maxima and sums, 16 bytes a thread and split, then 24 splits a trip. Each output's sum in split order:
-// the default's bits (one split, 2, 20 and 157 of them: seven trips, the last of 13 splits; head dim 80 with
-// 3 heads a group, 60 threads of outputs; the f16 cache keeps the base kernel), eagerly, stamped (the
-// merge's parts in order) and replayed.
+// The early merge loads (the default; VV_CUDA_ATTN_MERGE_EARLY=0 is the base here): the merging block loads
+// the first 32 splits' maxima and sums, then the first 24 splits' partials, 16 bytes a thread and split, then
+// 24 splits a trip. Each output's sum in split order: the wide merge's bits (one split, 2, 20 and 157 of
+// them: seven trips, the last of 13 splits; head dim 80 with 3 heads a group, 60 threads of outputs; the f16
+// cache keeps the base kernel), eagerly, stamped (the merge's parts in order) and replayed.
 TEST(CudaRopeAttention, EarlyMergeLoadsGiveTheMergesBits) {
   VV_CUDA_BACKEND_OR_SKIP(any, true);
-  auto base = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}});
+  auto base = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}, {"VV_CUDA_ATTN_MERGE_EARLY", "0"}});
   ASSERT_TRUE(base.is_ok()) << base.status().to_string();
   auto early = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}, {"VV_CUDA_ATTN_MERGE_EARLY", "1"}});
   ASSERT_TRUE(early.is_ok()) << early.status().to_string();
@@ -996,9 +996,9 @@ TEST(CudaRopeAttention, EarlyMergeLoadsGiveTheMergesBits) {
 // The one-wave plan (the default; VV_CUDA_ATTN_WAVE=0 is the base here): the one-row attention's keys in as
 // few splits of whole rounds as keep the blocks within one wave (23 of 192 keys at 4,359 keys on 132 SMs, 32
 // of 640 at 20,011). Other splits round otherwise, so against the base within f32 reordering (1e-5
-// relative), and bitwise: the fused step against the ops one by one under the same plan, the early merge
-// loads against the wide merge, the rotated k and the caches against the base's. Every one-row case, 4,359
-// keys, and graph replay.
+// relative), and bitwise: the fused step against the ops one by one under the same plan, the wide merge
+// (VV_CUDA_ATTN_MERGE_EARLY=0) against the early merge loads, the rotated k and the caches against the
+// base's. Every one-row case, 4,359 keys, and graph replay.
 TEST(CudaRopeAttention, OneWaveSplitsKeepTheOpsBitsAndTheDefaultsValues) {
   VV_CUDA_BACKEND_OR_SKIP(any, true);
   auto base = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}, {"VV_CUDA_ATTN_WAVE", "0"}});
@@ -1007,9 +1007,9 @@ TEST(CudaRopeAttention, OneWaveSplitsKeepTheOpsBitsAndTheDefaultsValues) {
   ASSERT_TRUE(wave.is_ok()) << wave.status().to_string();
   auto wave_ops = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "0"}, {"VV_CUDA_ATTN_WAVE", "1"}});
   ASSERT_TRUE(wave_ops.is_ok()) << wave_ops.status().to_string();
-  auto wave_early = bf16_backend_with(
-      {{"VV_CUDA_ROPE_ATTN", "1"}, {"VV_CUDA_ATTN_WAVE", "1"}, {"VV_CUDA_ATTN_MERGE_EARLY", "1"}});
-  ASSERT_TRUE(wave_early.is_ok()) << wave_early.status().to_string();
+  auto wave_wide = bf16_backend_with(
+      {{"VV_CUDA_ROPE_ATTN", "1"}, {"VV_CUDA_ATTN_WAVE", "1"}, {"VV_CUDA_ATTN_MERGE_EARLY", "0"}});
+  ASSERT_TRUE(wave_wide.is_ok()) << wave_wide.status().to_string();
   std::vector<AttnCase> cases = one_row_split_cases();
   cases.push_back({28, 4, 128, 0, DType::kBF16, DType::kBF16, {4359}});
   uint32_t seed = 3300;
@@ -1018,7 +1018,7 @@ TEST(CudaRopeAttention, OneWaveSplitsKeepTheOpsBitsAndTheDefaultsValues) {
     const RopeAttnOut want = run_rope_attn(**base, c, seed, true);
     const RopeAttnOut got = run_rope_attn(**wave, c, seed, true);
     expect_same_rope_attn(run_rope_attn(**wave_ops, c, seed, true), got, what + ", one wave: the ops");
-    expect_same_rope_attn(run_rope_attn(**wave_early, c, seed, true), got, what + ", one wave: early merge");
+    expect_same_rope_attn(run_rope_attn(**wave_wide, c, seed, true), got, what + ", one wave: wide merge");
     ASSERT_EQ(got.attn.size(), want.attn.size()) << what;
     size_t off = 0;
     for (size_t i = 0; i < got.attn.size(); ++i)
@@ -1032,30 +1032,33 @@ TEST(CudaRopeAttention, OneWaveSplitsKeepTheOpsBitsAndTheDefaultsValues) {
   expect_replay_same_rope_attn(**wave_ops, **wave, 4359, 3390, ", one wave");
 }
 
-// VV_CUDA_ATTN_L2PF=1 (opt-in): the butterfly kernel's blocks prefetch their split's later rounds' K and V
-// rows to L2 before the PDL wait. A hint: the default's bits (with the one-wave plan, several rounds a
-// split at 4,359 and 20,011 keys; head dim 80's 160-byte rows; the f16 cache's kernel has no prefetch), with
-// the early merge too, eagerly and under graph replay.
+// VV_CUDA_ATTN_L2PF=1 and 2 (opt-in): the butterfly kernel's blocks prefetch their split's later rounds' K
+// and V rows to L2, before the PDL wait (1) or after it (2). A hint: the default's bits (with the one-wave
+// plan, several rounds a split at 4,359 and 20,011 keys; head dim 80's 160-byte rows; the f16 cache's kernel
+// has no prefetch), with the wide merge too, eagerly and under graph replay.
 TEST(CudaRopeAttention, KvPrefetchToL2KeepsTheBits) {
   VV_CUDA_BACKEND_OR_SKIP(any, true);
   auto base = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}});
   ASSERT_TRUE(base.is_ok()) << base.status().to_string();
-  auto pf = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}, {"VV_CUDA_ATTN_L2PF", "1"}});
-  ASSERT_TRUE(pf.is_ok()) << pf.status().to_string();
-  auto pf_early = bf16_backend_with(
-      {{"VV_CUDA_ROPE_ATTN", "1"}, {"VV_CUDA_ATTN_L2PF", "1"}, {"VV_CUDA_ATTN_MERGE_EARLY", "1"}});
-  ASSERT_TRUE(pf_early.is_ok()) << pf_early.status().to_string();
-  std::vector<AttnCase> cases = one_row_split_cases();
-  cases.push_back({28, 4, 128, 0, DType::kBF16, DType::kBF16, {4359}});
-  uint32_t seed = 3500;
-  for (const AttnCase& c : cases) {
-    const std::string what = case_name(c);
-    const RopeAttnOut want = run_rope_attn(**base, c, seed, true);
-    expect_same_rope_attn(run_rope_attn(**pf, c, seed, true), want, what + ", K/V to L2");
-    expect_same_rope_attn(run_rope_attn(**pf_early, c, seed, true), want, what + ", K/V to L2, early merge");
-    seed += 10;
+  for (const char* mode : {"1", "2"}) {
+    const std::string label = std::string(", K/V to L2 (") + mode + ")";
+    auto pf = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}, {"VV_CUDA_ATTN_L2PF", mode}});
+    ASSERT_TRUE(pf.is_ok()) << pf.status().to_string();
+    auto pf_wide = bf16_backend_with(
+        {{"VV_CUDA_ROPE_ATTN", "1"}, {"VV_CUDA_ATTN_L2PF", mode}, {"VV_CUDA_ATTN_MERGE_EARLY", "0"}});
+    ASSERT_TRUE(pf_wide.is_ok()) << pf_wide.status().to_string();
+    std::vector<AttnCase> cases = one_row_split_cases();
+    cases.push_back({28, 4, 128, 0, DType::kBF16, DType::kBF16, {4359}});
+    uint32_t seed = 3500;
+    for (const AttnCase& c : cases) {
+      const std::string what = case_name(c);
+      const RopeAttnOut want = run_rope_attn(**base, c, seed, true);
+      expect_same_rope_attn(run_rope_attn(**pf, c, seed, true), want, what + label);
+      expect_same_rope_attn(run_rope_attn(**pf_wide, c, seed, true), want, what + label + ", wide merge");
+      seed += 10;
+    }
+    expect_replay_same_rope_attn(**base, **pf, 4359, 3590, label);
   }
-  expect_replay_same_rope_attn(**base, **pf, 4359, 3590, ", K/V to L2");
 }
 
 // The same under graph replay (no profiling, which keeps graphs off): 33 steps a flush, four flushes.
