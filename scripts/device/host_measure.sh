@@ -80,6 +80,8 @@
 #                in case CUPTI misses graphs captured before it starts)
 #   b1ab         batch-1 decode of this snapshot against a base commit's (prepare.sh --base REV), both built here,
 #                $B1_REPS rounds interleaved, every other one reversed (decode_head_rN, decode_base_rN)
+#   b1inab       batch-1 decode A/B in one process (cuda_decode_bench --ab): each of $AB_CFGS against the
+#                environment as it is, $AB_ROUNDS rounds of $AB_STEPS steps taking turns ($B1_ARGS: e.g. --prompt 4096)
 #   astamps      the fused one-row attention's blocks stage by stage as they ran in the graph (VV_CUDA_ATTN_STAMPS=1;
 #                cuda_decode_bench's "astamp" lines): with each of $AS_CFGS (plain;VV_CUDA_ATTN_TRIG_PRE=0)
 #   ncudecode    Nsight Compute: every kernel's duration, in order, of a short prefill and 12 batch-1 decode
@@ -507,6 +509,18 @@ for step in "$@"; do
           echo "b1ab: the base did not build (b1ab_build.log)" | tee -a "$OUT/steps.txt"
         fi
       fi ;;
+    b1inab)  # batch-1 decode A/B in one process (cuda_decode_bench --ab): for each of $AB_CFGS (';'-separated
+      # NAME=VALUE lists; switches read when a backend is created), a runner with it against one without, over
+      # one random checkpoint, $AB_ROUNDS (16) rounds of $AB_STEPS (32) steps each, taking turns; $B1_ARGS: more
+      # arguments (e.g. --prompt 4096). The ratio B/A of the median steps and the rounds B won go to steps.txt.
+      IFS=';' read -ra abcfgs <<<"${AB_CFGS:-VV_CUDA_ATTN_L2PF=2}"
+      for cfg in "${abcfgs[@]}"; do
+        name="b1inab_${cfg//[^A-Za-z0-9]/_}"
+        # shellcheck disable=SC2086  # B1_ARGS: more arguments, split on spaces
+        run "$name" $B/cuda_decode_bench --preset 7b --bf16 --no-gemv --ab "$cfg" --ab-rounds "${AB_ROUNDS:-16}" \
+          --ab-steps "${AB_STEPS:-32}" ${B1_ARGS:-}
+        grep -h '^ab: ' "$OUT/$name.log" | sed "s/^/$name /" | tee -a "$OUT/steps.txt"
+      done ;;
     astamps)  # the fused one-row attention's blocks stage by stage in the graph (VV_CUDA_ATTN_STAMPS=1: cuda_decode_bench's
       # "astamp" lines) with each of $AS_CFGS (';'-separated; 'plain' = none; default: plain and VV_CUDA_ATTN_TRIG_PRE=0);
       # $AS_ARGS: more arguments (e.g. --prompt 4096)

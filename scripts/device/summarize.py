@@ -13,7 +13,8 @@ import re
 import statistics
 import sys
 
-FIGURES = ("prefill_tok_s", "decode_tok_s", "decode_step_tok_s", "job_rtf", "copy_gbps", "decode_bound_tok_s")
+FIGURES = ("prefill_tok_s", "decode_tok_s", "decode_step_tok_s", "job_rtf", "copy_gbps", "decode_bound_tok_s",
+           "ab_a_step_tok_s", "ab_b_step_tok_s", "ab_ratio", "ab_b_won")
 
 
 def figures(doc):

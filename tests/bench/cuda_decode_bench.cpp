@@ -11,6 +11,8 @@
 //                     [--attn-layers 4]
 //   cuda_decode_bench --batch-bench [--batch-rows 64,128] [--batch-ctx 400] [--batch-steps 64] [--bf16]
 //                     [--no-gemv] [--batch-no-prefill]
+//   cuda_decode_bench --ab "NAME=VALUE ..." [--ab-rounds 16] [--ab-steps 32] [--prompt 1024] [--bf16]
+//   [--no-gemv]
 //   [--kernel-trace N] [--kernel-trace-all] [--kernel-trace-early] [--kernel-trace-gap-us 8]
 //   (batch 1 and --batch-bench)
 // --kernel-trace N: after the timed decode (batch 1, and each --batch-bench row count), N more steps with
@@ -31,6 +33,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -76,6 +79,9 @@ struct Args {
                                     // captured while it records), and the timed steps are traced too
   bool batch_prefill = true;  // --batch-no-prefill: the cache's context left as allocated (for Nsight runs:
                               // a decode step reads the same bytes whatever they hold)
+  std::string ab_env;         // --ab "NAME=VALUE ...": batch-1 decode, A/B in one process (ab_bench)
+  int ab_rounds = 16;         // --ab-rounds: alternations of A and B
+  int ab_steps = 32;          // --ab-steps: decode steps a configuration runs in a round
 };
 
 // --kernel-trace: trace_begin starts recording every kernel (a tracer that cannot start says why and the
@@ -267,6 +273,156 @@ int attn_bench(const Args& a, const vv::ModelSpec& spec) {
   return 0;
 }
 
+// --ab's NAME=VALUE pairs, split on spaces; empty (and why on stderr) when one is not NAME=VALUE or none is
+// given.
+std::vector<std::pair<std::string, std::string>> ab_vars(const std::string& env) {
+  std::vector<std::pair<std::string, std::string>> vars;
+  for (size_t p = 0; p < env.size();) {
+    const size_t e = std::min(env.find(' ', p), env.size());
+    const std::string item = env.substr(p, e - p);
+    p = e + 1;
+    if (item.empty()) continue;
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      std::fprintf(stderr, "--ab: '%s' is not NAME=VALUE\n", item.c_str());
+      return {};
+    }
+    vars.emplace_back(item.substr(0, eq), item.substr(eq + 1));
+  }
+  if (vars.empty()) std::fprintf(stderr, "--ab: no NAME=VALUE given\n");
+  return vars;
+}
+
+// --ab "NAME=VALUE [NAME=VALUE ...]": batch-1 decode of two runners over the same checkpoint in one process,
+// A as the environment is and B created with those variables set (so only switches read when a backend
+// is created differ: SWITCHES.md says which), each with its own weights and cache and the same prompt
+// (--prompt rows) and token ids. After a warm-up of 8 steps each they take turns, --ab-steps steps a turn,
+// --ab-rounds rounds, the order reversed every other round (A B, B A, ...), so that the device's drift
+// within the run (clocks, temperature) falls on both; separate processes spread ±2 % (session 29). Every
+// step is timed to its token on the host. Prints each configuration's median step, the ratio B/A of the
+// medians, the per-round ratios and how many rounds B won, and one JSON line (ab_a_step_tok_s,
+// ab_b_step_tok_s, ab_ratio).
+int ab_bench(const Args& a, vv::Runner& ra, const vv::Checkpoint& ckpt, const vv::RunnerOptions& ro,
+             const vv::BackendOptions& bo) {
+  const std::vector<std::pair<std::string, std::string>> vars = ab_vars(a.ab_env);
+  if (vars.empty()) return 2;
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved;
+  for (const auto& [k, v] : vars) {
+    const char* old = std::getenv(k.c_str());
+    saved.emplace_back(k, old ? std::optional<std::string>(old) : std::nullopt);
+    setenv(k.c_str(), v.c_str(), 1);
+  }
+  auto t0 = Clock::now();
+  auto made = vv::make_runner(ckpt, ro, a.device, bo);
+  for (const auto& [k, old] : saved) {
+    if (old)
+      setenv(k.c_str(), old->c_str(), 1);
+    else
+      unsetenv(k.c_str());
+  }
+  if (!made.is_ok()) {
+    std::fprintf(stderr, "runner B: %s\n", made.status().to_string().c_str());
+    return 1;
+  }
+  vv::Runner& rb = **made;
+  rb.backend().synchronize();
+  std::printf("ab: B = %s; its weights uploaded in %.1f s\n", a.ab_env.c_str(), seconds_since(t0));
+
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int32_t> tok(0, 150000);
+  std::vector<int32_t> prompt(static_cast<size_t>(a.prompt)),
+      steps(static_cast<size_t>(8 + a.ab_rounds * a.ab_steps));
+  for (auto& v : prompt) v = tok(rng);
+  for (auto& v : steps) v = tok(rng);
+  struct Side {
+    vv::Runner* r;
+    const char* name;
+    std::vector<vv::BlockId> blocks;
+    int64_t pos = 0;             // the next decode position
+    size_t next = 0;             // the next of `steps`
+    std::vector<double> step_s;  // the timed steps
+  };
+  Side side[2] = {{&ra, "A", {}, 0, 0, {}}, {&rb, "B", {}, 0, 0, {}}};
+  // n steps of side s (timed into its step_s when `timed`); false on an error.
+  auto decode = [&](Side& sd, int n, bool timed, std::vector<double>* round) {
+    for (int i = 0; i < n; ++i) {
+      vv::StepPlan plan;
+      vv::SequenceRows rows;
+      rows.ids = {steps[sd.next++]};
+      rows.start_pos = sd.pos++;
+      rows.blocks = sd.blocks;
+      plan.seqs.push_back(rows);
+      const auto ts = Clock::now();
+      auto out = sd.r->execute(plan);
+      if (!out.is_ok()) {
+        std::fprintf(stderr, "decode %s: %s\n", sd.name, out.status().to_string().c_str());
+        return false;
+      }
+      const double dt = seconds_since(ts);
+      if (timed) {
+        sd.step_s.push_back(dt);
+        round->push_back(dt);
+      }
+    }
+    return true;
+  };
+  for (Side& sd : side) {
+    const int64_t need = a.prompt + static_cast<int64_t>(steps.size()) + 8;
+    if (!sd.r->kv().reserve(sd.blocks, need).is_ok()) {
+      std::fprintf(stderr, "ab: KV pool too small for %lld positions\n", static_cast<long long>(need));
+      return 1;
+    }
+    for (int64_t p = 0; p < a.prompt; p += ro.prefill_chunk) {
+      vv::StepPlan plan;
+      vv::SequenceRows rows;
+      const int64_t c = std::min<int64_t>(ro.prefill_chunk, a.prompt - p);
+      rows.ids.assign(prompt.begin() + p, prompt.begin() + p + c);
+      rows.start_pos = p;
+      rows.blocks = sd.blocks;
+      rows.want_output = p + c == a.prompt;
+      plan.seqs.push_back(rows);
+      auto out = sd.r->execute(plan);
+      if (!out.is_ok()) {
+        std::fprintf(stderr, "prefill %s: %s\n", sd.name, out.status().to_string().c_str());
+        return 1;
+      }
+    }
+    sd.pos = a.prompt;
+    if (!decode(sd, 8, false, nullptr)) return 1;
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+  };
+  std::vector<double> ratios;  // a round's median step of A over B's (> 1: B faster)
+  int b_won = 0;
+  for (int i = 0; i < a.ab_rounds; ++i) {
+    std::vector<double> rs[2];
+    for (int k = 0; k < 2; ++k) {
+      const int s = i % 2 == 0 ? k : 1 - k;
+      if (!decode(side[s], a.ab_steps, true, &rs[s])) return 1;
+    }
+    ratios.push_back(median(rs[0]) / median(rs[1]));
+    b_won += ratios.back() > 1.0;
+  }
+  for (Side& sd : side) sd.r->kv().release(sd.blocks);
+  const double ma = median(side[0].step_s), mb = median(side[1].step_s);
+  std::printf("ab: %d rounds of %d steps each, %lld-row prompt, positions %lld..%lld\n", a.ab_rounds,
+              a.ab_steps, static_cast<long long>(a.prompt), static_cast<long long>(a.prompt + 8),
+              static_cast<long long>(side[0].pos - 1));
+  std::printf("ab: A median step %.4f ms (%.2f tok/s), B (%s) %.4f ms (%.2f tok/s): B/A %.4f\n", ma * 1e3,
+              1.0 / ma, a.ab_env.c_str(), mb * 1e3, 1.0 / mb, ma / mb);
+  std::printf("ab: rounds B won: %d of %d; per round (A/B of the medians):", b_won, a.ab_rounds);
+  for (double v : ratios) std::printf(" %.4f", v);
+  std::printf("\n");
+  std::printf(
+      "{\"ab_env\":\"%s\",\"prompt\":%lld,\"ab_rounds\":%d,\"ab_steps\":%d,\"ab_a_step_tok_s\":%.2f,"
+      "\"ab_b_step_tok_s\":%.2f,\"ab_ratio\":%.4f,\"ab_b_won\":%d}\n",
+      a.ab_env.c_str(), static_cast<long long>(a.prompt), a.ab_rounds, a.ab_steps, 1.0 / ma, 1.0 / mb,
+      ma / mb, b_won);
+  return 0;
+}
+
 // --batch-bench: for each N, N sequences of ctx random-token positions (prefilled one sequence a step),
 // 8 warm-up steps (the step's graph captured), then `steps` timed steps of one row per sequence.
 int batch_bench(const Args& a, vv::Runner& r, const vv::Checkpoint& ckpt, double hbm) {
@@ -425,7 +581,14 @@ int main(int argc, char** argv) {
       a.kernel_trace_early = true;
     else if (k == "--kernel-trace-gap-us")
       a.kernel_trace_gap_us = std::max(0.0, std::stod(next()));
+    else if (k == "--ab")
+      a.ab_env = next();
+    else if (k == "--ab-rounds")
+      a.ab_rounds = std::max(1, std::stoi(next()));
+    else if (k == "--ab-steps")
+      a.ab_steps = std::max(1, std::stoi(next()));
   }
+  if (!a.ab_env.empty() && ab_vars(a.ab_env).empty()) return 2;
   const vv::ModelSpec spec = a.preset == "tiny" ? vv::tiny_spec() : vv::qwen7b_asr_spec();
   if (a.attn_bench) return attn_bench(a, spec);
   auto t0 = Clock::now();
@@ -439,6 +602,9 @@ int main(int argc, char** argv) {
   vv::RunnerOptions ro;
   ro.kv_positions =
       std::max<int64_t>(a.prompt + a.tokens + a.kernel_trace, job_frames + 64 + a.job_tokens) + 64;
+  if (!a.ab_env.empty())
+    ro.kv_positions =
+        std::max<int64_t>(ro.kv_positions, a.prompt + 16 + int64_t{a.ab_rounds} * a.ab_steps + 64);
   ro.max_rows = static_cast<int>(std::max<int64_t>(1024, a.chunk));
   ro.prefill_chunk = static_cast<int>(a.chunk);
   ro.max_seqs = 4;
@@ -527,6 +693,7 @@ int main(int argc, char** argv) {
   c1.reset();
   if (a.table_only) return 0;
   if (a.batch_bench) return batch_bench(a, r, **ckpt, hbm);
+  if (!a.ab_env.empty()) return ab_bench(a, r, **ckpt, ro, bo);
 
   // --- prefill and batch-1 decode on text rows -----------------------------------------------
   std::mt19937 rng(7);
