@@ -1464,6 +1464,7 @@ class CudaBackend final : public Backend {
         rp.xpose = attn_xpose_;
         rp.early_merge = attn_early_merge_;
         rp.kv_prefetch = attn_kv_prefetch_;
+        rp.pipe = attn_pipe_;
         rp.stamp_recs = stamp_recs_;
         rp.stamp_count = stamp_count_;
         rp.stamp_cap = stamp_cap_;
@@ -2600,6 +2601,8 @@ class CudaBackend final : public Backend {
   // cuda::plan_decode_attention's `one_wave`; VV_CUDA_ATTN_WAVE=0 turns it off (A/B).
   bool attn_wave_ =
       !(std::getenv("VV_CUDA_ATTN_WAVE") && std::string(std::getenv("VV_CUDA_ATTN_WAVE")) == "0");
+  // VV_CUDA_ATTN_PIPE=1 (opt-in until measured): DecodeRope::pipe.
+  bool attn_pipe_ = std::getenv("VV_CUDA_ATTN_PIPE") && std::string(std::getenv("VV_CUDA_ATTN_PIPE")) == "1";
   // VV_CUDA_ATTN_L2PF=1 or 2 (opt-in): DecodeRope::kv_prefetch (1: before the PDL wait, 2: after it).
   int attn_kv_prefetch_ = [] {
     const char* e = std::getenv("VV_CUDA_ATTN_L2PF");

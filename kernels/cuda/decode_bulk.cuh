@@ -477,14 +477,20 @@ __device__ __forceinline__ void prefetch_l2(const void* p, unsigned bytes) {
 // up to that many splits makes one trip to L2 where the wide merge makes one for the weights and one for
 // every 8 splits. Each output's sum in split order from zero, as the other merges: the same bits.
 inline constexpr int kAttnEarlySplits = 24;  // 96 registers: no spill under the cap of 160 (32: spills)
+// kPipe (with kXpose, a 16-bit cache; VV_CUDA_ATTN_PIPE=1): a split of several rounds issues the next
+// round's K loads (raw, 8 bytes a key and lane) before it scores the round it holds, and the next round's V
+// loads before it accumulates P·V of the one it holds, so a round no longer waits on memory after the one
+// before it (the one-wave plan's splits past 2,112 keys on 132 SMs). The same values: the same bits.
 template <typename CT, bool kCg, bool kRope = false, bool kPre = false, bool kStamp = false,
-          bool kXpose = false, bool kEarly = false>
+          bool kXpose = false, bool kEarly = false, bool kPipe = false>
 __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int split, int kvh, int64_t r,
                                                   float* sm, float (&mls)[2][kAttnMaxG], int& last) {
   static_assert(!kPre || kRope, "the early loads are the fused step's");
   static_assert(!kStamp || kPre, "the stamps are the fused step's");
   static_assert(!kXpose || kPre, "the butterfly is the fused step's");
   static_assert(!kEarly || kXpose, "the early merge loads are the butterfly kernel's");
+  static_assert(!kPipe || (kXpose && kCg && sizeof(CT) == 2),
+                "the pipelined rounds: the butterfly's, 16-bit");
   AttnStageClock<kStamp> clk;
   clk.start();
   const float* __restrict__ q = A.q;
@@ -638,6 +644,14 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
       if (lean && dl && j < nk) load4c<kCg>(vc + slots[j] * ldc + hoff, vpre[u]);
     }
   }
+  // kPipe: the next round's raw K (and below V) slices of this lane, loaded a round ahead.
+  uint2 knext[kPipe ? kAttnKeysPerWarp : 1];
+  auto load_raw = [&](const CT* __restrict__ c, int j, uint2(&raw)[kPipe ? kAttnKeysPerWarp : 1]) {
+#pragma unroll
+    for (int u = 0; u < (kPipe ? kAttnKeysPerWarp : 1); ++u)
+      raw[u] = dl && j + u < nk ? __ldcg(reinterpret_cast<const uint2*>(c + slots[j + u] * ldc + hoff))
+                                : make_uint2(0u, 0u);
+  };
   for (int j0 = warp * kAttnKeysPerWarp; j0 < nk; j0 += kAttnRound) {
     float kf[kAttnKeysPerWarp][4];
     if (kPre && j0 == warp * kAttnKeysPerWarp) {
@@ -645,6 +659,13 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
       for (int u = 0; u < kAttnKeysPerWarp; ++u)
 #pragma unroll
         for (int e = 0; e < 4; ++e) kf[u][e] = kpre[u][e];
+      if constexpr (kPipe) {
+        if (j0 + kAttnRound < nk) load_raw(kc, j0 + kAttnRound, knext);
+      }
+    } else if constexpr (kPipe) {
+#pragma unroll
+      for (int u = 0; u < kAttnKeysPerWarp; ++u) load4(reinterpret_cast<const CT*>(&knext[u]), kf[u]);
+      if (j0 + kAttnRound < nk) load_raw(kc, j0 + kAttnRound, knext);
     } else {
 #pragma unroll
       for (int u = 0; u < kAttnKeysPerWarp; ++u) {
@@ -723,6 +744,7 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
   float acc[kAttnMaxG][4];
 #pragma unroll
   for (int g = 0; g < kAttnMaxG; ++g) acc[g][0] = acc[g][1] = acc[g][2] = acc[g][3] = 0.f;
+  uint2 vnext[kPipe ? kAttnKeysPerWarp : 1];
   for (int j0 = warp * kAttnKeysPerWarp; j0 < nk; j0 += kAttnRound) {
     float vf[kAttnKeysPerWarp][4];
     if ((lean || kPre) && j0 == warp * kAttnKeysPerWarp) {
@@ -730,6 +752,13 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
       for (int u = 0; u < kAttnKeysPerWarp; ++u)
 #pragma unroll
         for (int e = 0; e < 4; ++e) vf[u][e] = vpre[u][e];
+      if constexpr (kPipe) {
+        if (j0 + kAttnRound < nk) load_raw(vc, j0 + kAttnRound, vnext);
+      }
+    } else if constexpr (kPipe) {
+#pragma unroll
+      for (int u = 0; u < kAttnKeysPerWarp; ++u) load4(reinterpret_cast<const CT*>(&vnext[u]), vf[u]);
+      if (j0 + kAttnRound < nk) load_raw(vc, j0 + kAttnRound, vnext);
     } else {
 #pragma unroll
       for (int u = 0; u < kAttnKeysPerWarp; ++u) {

@@ -456,6 +456,18 @@ __global__ void __maxnreg__(160) decode_attn_xpose_kernel(const DecodeAttnArgs a
   decode_attn_block<CT, true, true, true, kStamp, true, kEarly>(a, blockIdx.x, blockIdx.y, blockIdx.z, sm,
                                                                 mls, last);
 }
+// The butterfly kernel with the early merge and the rounds' loads a round ahead (decode_attn_block's kPipe;
+// VV_CUDA_ATTN_PIPE=1), capped at 176 registers: the next round's raw K slices spill 112 bytes under 160,
+// and 176 a thread still fits a block beside one of the q/k/v GEMV's (256 threads at 80: 45,056 + 20,480 =
+// 65,536 registers).
+template <typename CT>
+__global__ void __maxnreg__(176) decode_attn_pipe_kernel(const DecodeAttnArgs a) {
+  extern __shared__ float sm[];
+  __shared__ float mls[2][kAttnMaxG];
+  __shared__ int last;
+  decode_attn_block<CT, true, true, true, false, true, true, true>(a, blockIdx.x, blockIdx.y, blockIdx.z, sm,
+                                                                   mls, last);
+}
 
 // ---- Decode attention on the tensor cores ----------------------------------------------------
 // Fragment layouts: mma_util.cuh (g = lane/4, t = lane%4). The GQA group's G ≤ 8 query heads are
@@ -1551,7 +1563,9 @@ void decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer&
   };
   switch (a.kv.ct) {
     case DType::kBF16:
-      if (xpose && a.rope.early_merge) {
+      if (xpose && a.rope.early_merge && a.rope.pipe && !stamp) {
+        go(decode_attn_pipe_kernel<__nv_bfloat16>);
+      } else if (xpose && a.rope.early_merge) {
         stamp ? go(decode_attn_xpose_kernel<__nv_bfloat16, true, true>)
               : go(decode_attn_xpose_kernel<__nv_bfloat16, false, true>);
       } else if (xpose) {
