@@ -652,6 +652,14 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
       raw[u] = dl && j + u < nk ? __ldcg(reinterpret_cast<const uint2*>(c + slots[j + u] * ldc + hoff))
                                 : make_uint2(0u, 0u);
   };
+  // kPipe: round j0's slices from the raw ones loaded a round ahead, then the next round's loads.
+  auto take_raw = [&](const CT* __restrict__ c, int j0, uint2(&raw)[kPipe ? kAttnKeysPerWarp : 1],
+                      float(&f)[kAttnKeysPerWarp][4]) {
+#pragma unroll
+    for (int u = 0; u < (kPipe ? kAttnKeysPerWarp : 0); ++u)
+      load4(reinterpret_cast<const CT*>(&raw[u]), f[u]);
+    if (j0 + kAttnRound < nk) load_raw(c, j0 + kAttnRound, raw);
+  };
   for (int j0 = warp * kAttnKeysPerWarp; j0 < nk; j0 += kAttnRound) {
     float kf[kAttnKeysPerWarp][4];
     if (kPre && j0 == warp * kAttnKeysPerWarp) {
@@ -663,9 +671,7 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
         if (j0 + kAttnRound < nk) load_raw(kc, j0 + kAttnRound, knext);
       }
     } else if constexpr (kPipe) {
-#pragma unroll
-      for (int u = 0; u < kAttnKeysPerWarp; ++u) load4(reinterpret_cast<const CT*>(&knext[u]), kf[u]);
-      if (j0 + kAttnRound < nk) load_raw(kc, j0 + kAttnRound, knext);
+      take_raw(kc, j0, knext, kf);
     } else {
 #pragma unroll
       for (int u = 0; u < kAttnKeysPerWarp; ++u) {
@@ -756,9 +762,7 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
         if (j0 + kAttnRound < nk) load_raw(vc, j0 + kAttnRound, vnext);
       }
     } else if constexpr (kPipe) {
-#pragma unroll
-      for (int u = 0; u < kAttnKeysPerWarp; ++u) load4(reinterpret_cast<const CT*>(&vnext[u]), vf[u]);
-      if (j0 + kAttnRound < nk) load_raw(vc, j0 + kAttnRound, vnext);
+      take_raw(vc, j0, vnext, vf);
     } else {
 #pragma unroll
       for (int u = 0; u < kAttnKeysPerWarp; ++u) {

@@ -273,6 +273,32 @@ int attn_bench(const Args& a, const vv::ModelSpec& spec) {
   return 0;
 }
 
+// The prompt `ids` through runner r in steps of `chunk` rows over the reserved `blocks` (speech rows, where
+// given, scattered in at the audio tokens). False, with the reason on stderr, when a step fails.
+bool prefill_rows(vv::Runner& r, const std::vector<vv::BlockId>& blocks, const std::vector<int32_t>& ids,
+                  int64_t chunk, const vv::Tensor* speech, int32_t audio_token, const char* what) {
+  const auto n = static_cast<int64_t>(ids.size());
+  for (int64_t p = 0, used = 0; p < n; p += chunk) {
+    vv::StepPlan plan;
+    vv::SequenceRows rows;
+    const int64_t c = std::min<int64_t>(chunk, n - p);
+    rows.ids.assign(ids.begin() + p, ids.begin() + p + c);
+    rows.start_pos = p;
+    rows.blocks = blocks;
+    rows.speech = speech;
+    rows.speech_begin = used;
+    used += std::count(rows.ids.begin(), rows.ids.end(), audio_token);
+    rows.want_output = p + c == n;
+    plan.seqs.push_back(rows);
+    auto out = r.execute(plan);
+    if (!out.is_ok()) {
+      std::fprintf(stderr, "%s: %s\n", what, out.status().to_string().c_str());
+      return false;
+    }
+  }
+  return true;
+}
+
 // --ab's NAME=VALUE pairs, split on spaces; empty (and why on stderr) when one is not NAME=VALUE or none is
 // given.
 std::vector<std::pair<std::string, std::string>> ab_vars(const std::string& env) {
@@ -372,21 +398,9 @@ int ab_bench(const Args& a, vv::Runner& ra, const vv::Checkpoint& ckpt, const vv
       std::fprintf(stderr, "ab: KV pool too small for %lld positions\n", static_cast<long long>(need));
       return 1;
     }
-    for (int64_t p = 0; p < a.prompt; p += ro.prefill_chunk) {
-      vv::StepPlan plan;
-      vv::SequenceRows rows;
-      const int64_t c = std::min<int64_t>(ro.prefill_chunk, a.prompt - p);
-      rows.ids.assign(prompt.begin() + p, prompt.begin() + p + c);
-      rows.start_pos = p;
-      rows.blocks = sd.blocks;
-      rows.want_output = p + c == a.prompt;
-      plan.seqs.push_back(rows);
-      auto out = sd.r->execute(plan);
-      if (!out.is_ok()) {
-        std::fprintf(stderr, "prefill %s: %s\n", sd.name, out.status().to_string().c_str());
-        return 1;
-      }
-    }
+    if (!prefill_rows(*sd.r, sd.blocks, prompt, ro.prefill_chunk, nullptr, -1,
+                      sd.r == &ra ? "prefill A" : "prefill B"))
+      return 1;
     sd.pos = a.prompt;
     if (!decode(sd, 8, false, nullptr)) return 1;
   }
@@ -707,24 +721,8 @@ int main(int argc, char** argv) {
       return -1;
     }
     const auto t = Clock::now();
-    for (int64_t p = 0, used = 0; p < n; p += ro.prefill_chunk) {
-      vv::StepPlan plan;
-      vv::SequenceRows rows;
-      const int64_t c = std::min<int64_t>(ro.prefill_chunk, n - p);
-      rows.ids.assign(ids.begin() + p, ids.begin() + p + c);
-      rows.start_pos = p;
-      rows.blocks = blocks;
-      rows.speech = speech;
-      rows.speech_begin = used;
-      used += std::count(rows.ids.begin(), rows.ids.end(), spec.audio_token_id);
-      rows.want_output = p + c == n;
-      plan.seqs.push_back(rows);
-      auto out = r.execute(plan);
-      if (!out.is_ok()) {
-        std::fprintf(stderr, "prefill: %s\n", out.status().to_string().c_str());
-        return -1;
-      }
-    }
+    ids.resize(static_cast<size_t>(n));
+    if (!prefill_rows(r, blocks, ids, ro.prefill_chunk, speech, spec.audio_token_id, "prefill")) return -1;
     return seconds_since(t);
   };
   // step_s: each step's wall time too (a step ends when its token is on the host).
