@@ -2601,8 +2601,9 @@ class CudaBackend final : public Backend {
   // cuda::plan_decode_attention's `one_wave`; VV_CUDA_ATTN_WAVE=0 turns it off (A/B).
   bool attn_wave_ =
       !(std::getenv("VV_CUDA_ATTN_WAVE") && std::string(std::getenv("VV_CUDA_ATTN_WAVE")) == "0");
-  // VV_CUDA_ATTN_PIPE=1 (opt-in until measured): DecodeRope::pipe.
-  bool attn_pipe_ = std::getenv("VV_CUDA_ATTN_PIPE") && std::string(std::getenv("VV_CUDA_ATTN_PIPE")) == "1";
+  // DecodeRope::pipe (the default since session 30; VV_CUDA_ATTN_PIPE=0 turns it off).
+  bool attn_pipe_ =
+      !(std::getenv("VV_CUDA_ATTN_PIPE") && std::string(std::getenv("VV_CUDA_ATTN_PIPE")) == "0");
   // VV_CUDA_ATTN_L2PF=1 or 2 (opt-in): DecodeRope::kv_prefetch (1: before the PDL wait, 2: after it).
   int attn_kv_prefetch_ = [] {
     const char* e = std::getenv("VV_CUDA_ATTN_L2PF");

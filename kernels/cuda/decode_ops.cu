@@ -457,9 +457,9 @@ __global__ void __maxnreg__(160) decode_attn_xpose_kernel(const DecodeAttnArgs a
                                                                 mls, last);
 }
 // The butterfly kernel with the early merge and the rounds' loads a round ahead (decode_attn_block's kPipe;
-// VV_CUDA_ATTN_PIPE=1), capped at 176 registers: the next round's raw K slices spill 112 bytes under 160,
-// and 176 a thread still fits a block beside one of the q/k/v GEMV's (256 threads at 80: 45,056 + 20,480 =
-// 65,536 registers).
+// the default for splits of several rounds), capped at 176 registers: the next round's raw K slices spill 112
+// bytes under 160, and 176 a thread still fits a block beside one of the q/k/v GEMV's (256 threads at 80:
+// 45,056 + 20,480 = 65,536 registers).
 template <typename CT>
 __global__ void __maxnreg__(176) decode_attn_pipe_kernel(const DecodeAttnArgs a) {
   extern __shared__ float sm[];
@@ -1563,7 +1563,7 @@ void decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer&
   };
   switch (a.kv.ct) {
     case DType::kBF16:
-      if (xpose && a.rope.early_merge && a.rope.pipe && !stamp) {
+      if (xpose && a.rope.early_merge && a.rope.pipe && !stamp && p.chunk > kAttnRound) {
         go(decode_attn_pipe_kernel<__nv_bfloat16>);
       } else if (xpose && a.rope.early_merge) {
         stamp ? go(decode_attn_xpose_kernel<__nv_bfloat16, true, true>)

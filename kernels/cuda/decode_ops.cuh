@@ -142,8 +142,10 @@ struct DecodeRope {
   // 1 before the PDL wait (under the q/k/v GEMV's stream), 2 right after it (under the attention's own
   // latency, when HBM is otherwise idle). A hint: the same bits.
   int kv_prefetch = 0;
-  // With `xpose` and `early_merge`, not stamped (VV_CUDA_ATTN_PIPE=1, opt-in): a split of several rounds
-  // loads each round's K and V a round ahead (decode_bulk.cuh's kPipe). Same bits.
+  // With `xpose` and `early_merge`, not stamped (the backend's default; VV_CUDA_ATTN_PIPE=0: off): a plan
+  // whose splits have several rounds runs the kernel that loads each round's K and V a round ahead
+  // (decode_bulk.cuh's kPipe); splits of one round keep the other kernel (no gain, 16 more registers). Same
+  // bits.
   bool pipe = false;
   // VV_CUDA_ATTN_STAMPS=1 (a probe; with `pre`, bf16 cache): each block's thread 0 stamps its stages into
   // recs[atomicAdd(count, 1) % cap] (AttnStamp, kernel_trace.h). recs null: no stamps.

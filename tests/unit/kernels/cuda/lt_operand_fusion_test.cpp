@@ -1061,15 +1061,16 @@ TEST(CudaRopeAttention, KvPrefetchToL2KeepsTheBits) {
   }
 }
 
-// VV_CUDA_ATTN_PIPE=1 (opt-in): the butterfly kernel with the early merge loads each round's K and V a round
-// ahead (its own kernel, capped at 176 registers). The same values in the same order: the default's bits,
-// where splits take several rounds (the one-wave plan at 4,359 and 20,011 keys; head dim 80's 20 lanes of
-// dims at 5,003 keys, whose last split ends within a round) and where they take one, eagerly and replayed.
+// The rounds a round ahead (the default; VV_CUDA_ATTN_PIPE=0: off): where a plan's splits take several
+// rounds, the butterfly kernel with the early merge loads each round's K and V a round ahead (its own
+// kernel, capped at 176 registers). The same values in the same order: the bits without it, where splits
+// take several rounds (the one-wave plan at 4,359 and 20,011 keys; head dim 80's 20 lanes of dims at 5,003
+// keys, whose last split ends within a round) and where they take one, eagerly and replayed.
 TEST(CudaRopeAttention, PipelinedRoundsKeepTheBits) {
   VV_CUDA_BACKEND_OR_SKIP(any, true);
-  auto base = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}});
+  auto base = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}, {"VV_CUDA_ATTN_PIPE", "0"}});
   ASSERT_TRUE(base.is_ok()) << base.status().to_string();
-  auto pipe = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}, {"VV_CUDA_ATTN_PIPE", "1"}});
+  auto pipe = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}});
   ASSERT_TRUE(pipe.is_ok()) << pipe.status().to_string();
   std::vector<AttnCase> cases = one_row_split_cases();
   cases.push_back({28, 4, 128, 0, DType::kBF16, DType::kBF16, {4359}});
