@@ -11,8 +11,8 @@
 //                     [--attn-layers 4]
 //   cuda_decode_bench --batch-bench [--batch-rows 64,128] [--batch-ctx 400] [--batch-steps 64] [--bf16]
 //                     [--no-gemv] [--batch-no-prefill]
-//   cuda_decode_bench --ab "NAME=VALUE ..." [--ab-rounds 16] [--ab-steps 32] [--prompt 1024] [--bf16]
-//   [--no-gemv]
+//   cuda_decode_bench --ab "NAME=VALUE ..." [--ab-rounds 16] [--ab-steps 32] [--ab-rows 1] [--prompt 1024]
+//   [--bf16] [--no-gemv]
 //   [--kernel-trace N] [--kernel-trace-all] [--kernel-trace-early] [--kernel-trace-gap-us 8]
 //   (batch 1 and --batch-bench)
 // --kernel-trace N: after the timed decode (batch 1, and each --batch-bench row count), N more steps with
@@ -82,6 +82,7 @@ struct Args {
   std::string ab_env;         // --ab "NAME=VALUE ...": batch-1 decode, A/B in one process (ab_bench)
   int ab_rounds = 16;         // --ab-rounds: alternations of A and B
   int ab_steps = 32;          // --ab-steps: decode steps a configuration runs in a round
+  int64_t ab_rows = 1;        // --ab-rows: sequences decoding together (a step's rows), each of --prompt rows
 };
 
 // --kernel-trace: trace_begin starts recording every kernel (a tracer that cannot start says why and the
@@ -319,15 +320,17 @@ std::vector<std::pair<std::string, std::string>> ab_vars(const std::string& env)
   return vars;
 }
 
-// --ab "NAME=VALUE [NAME=VALUE ...]": batch-1 decode of two runners over the same checkpoint in one process,
-// A as the environment is and B created with those variables set (so only switches read when a backend
-// is created differ: SWITCHES.md says which), each with its own weights and cache and the same prompt
-// (--prompt rows) and token ids. After a warm-up of 8 steps each they take turns, --ab-steps steps a turn,
+// --ab "NAME=VALUE [NAME=VALUE ...]": decode of two runners over the same checkpoint in one process, A as
+// the environment is and B created with those variables set (so only switches read when a backend is
+// created differ: SWITCHES.md says which), each with its own weights and cache and the same prompts and
+// token ids: --ab-rows sequences (1: batch-1 decode; 64: a batched step of issue 13's curve) of --prompt
+// rows each, a step one row of each. After a warm-up of 8 steps each they take turns, --ab-steps steps a
+// turn,
 // --ab-rounds rounds, the order reversed every other round (A B, B A, ...), so that the device's drift
 // within the run (clocks, temperature) falls on both; separate processes spread ±2 % (session 29). Every
-// step is timed to its token on the host. Prints each configuration's median step, the ratio B/A of the
-// medians, the per-round ratios and how many rounds B won, and one JSON line (ab_a_step_tok_s,
-// ab_b_step_tok_s, ab_ratio).
+// step is timed to its tokens on the host. Prints each configuration's median step (tok/s: rows over it),
+// the ratio B/A of the medians, the per-round ratios and how many rounds B won, and one JSON line
+// (ab_rows, ab_a_step_tok_s, ab_b_step_tok_s, ab_ratio, ab_b_won).
 int ab_bench(const Args& a, vv::Runner& ra, const vv::Checkpoint& ckpt, const vv::RunnerOptions& ro,
              const vv::BackendOptions& bo) {
   const std::vector<std::pair<std::string, std::string>> vars = ab_vars(a.ab_env);
@@ -354,30 +357,37 @@ int ab_bench(const Args& a, vv::Runner& ra, const vv::Checkpoint& ckpt, const vv
   rb.backend().synchronize();
   std::printf("ab: B = %s; its weights uploaded in %.1f s\n", a.ab_env.c_str(), seconds_since(t0));
 
+  const auto nseq = static_cast<size_t>(a.ab_rows);
   std::mt19937 rng(11);
   std::uniform_int_distribution<int32_t> tok(0, 150000);
-  std::vector<int32_t> prompt(static_cast<size_t>(a.prompt)),
-      steps(static_cast<size_t>(8 + a.ab_rounds * a.ab_steps));
-  for (auto& v : prompt) v = tok(rng);
+  // Each sequence's prompt, and the steps' ids (a row of nseq ids a step).
+  std::vector<std::vector<int32_t>> prompts(nseq, std::vector<int32_t>(static_cast<size_t>(a.prompt)));
+  std::vector<int32_t> steps(static_cast<size_t>(8 + a.ab_rounds * a.ab_steps) * nseq);
+  for (auto& pr : prompts)
+    for (auto& v : pr) v = tok(rng);
   for (auto& v : steps) v = tok(rng);
   struct Side {
     vv::Runner* r;
     const char* name;
-    std::vector<vv::BlockId> blocks;
-    int64_t pos = 0;             // the next decode position
-    size_t next = 0;             // the next of `steps`
-    std::vector<double> step_s;  // the timed steps
+    std::vector<std::vector<vv::BlockId>> blocks;  // a sequence's
+    int64_t pos = 0;                               // the next decode position (every sequence's)
+    size_t next = 0;                               // the next step's first id in `steps`
+    std::vector<double> step_s;                    // the timed steps
   };
-  Side side[2] = {{&ra, "A", {}, 0, 0, {}}, {&rb, "B", {}, 0, 0, {}}};
+  Side side[2] = {{&ra, "A", std::vector<std::vector<vv::BlockId>>(nseq), 0, 0, {}},
+                  {&rb, "B", std::vector<std::vector<vv::BlockId>>(nseq), 0, 0, {}}};
   // n steps of side s (timed into its step_s when `timed`); false on an error.
   auto decode = [&](Side& sd, int n, bool timed, std::vector<double>* round) {
     for (int i = 0; i < n; ++i) {
       vv::StepPlan plan;
-      vv::SequenceRows rows;
-      rows.ids = {steps[sd.next++]};
-      rows.start_pos = sd.pos++;
-      rows.blocks = sd.blocks;
-      plan.seqs.push_back(rows);
+      for (size_t q = 0; q < nseq; ++q) {
+        vv::SequenceRows rows;
+        rows.ids = {steps[sd.next++]};
+        rows.start_pos = sd.pos;
+        rows.blocks = sd.blocks[q];
+        plan.seqs.push_back(rows);
+      }
+      ++sd.pos;
       const auto ts = Clock::now();
       auto out = sd.r->execute(plan);
       if (!out.is_ok()) {
@@ -393,14 +403,17 @@ int ab_bench(const Args& a, vv::Runner& ra, const vv::Checkpoint& ckpt, const vv
     return true;
   };
   for (Side& sd : side) {
-    const int64_t need = a.prompt + static_cast<int64_t>(steps.size()) + 8;
-    if (!sd.r->kv().reserve(sd.blocks, need).is_ok()) {
-      std::fprintf(stderr, "ab: KV pool too small for %lld positions\n", static_cast<long long>(need));
-      return 1;
+    const int64_t need = a.prompt + static_cast<int64_t>(steps.size() / nseq) + 8;
+    for (size_t q = 0; q < nseq; ++q) {
+      if (!sd.r->kv().reserve(sd.blocks[q], need).is_ok()) {
+        std::fprintf(stderr, "ab: KV pool too small for %zu sequences of %lld positions\n", nseq,
+                     static_cast<long long>(need));
+        return 1;
+      }
+      if (!prefill_rows(*sd.r, sd.blocks[q], prompts[q], ro.prefill_chunk, nullptr, -1,
+                        sd.r == &ra ? "prefill A" : "prefill B"))
+        return 1;
     }
-    if (!prefill_rows(*sd.r, sd.blocks, prompt, ro.prefill_chunk, nullptr, -1,
-                      sd.r == &ra ? "prefill A" : "prefill B"))
-      return 1;
     sd.pos = a.prompt;
     if (!decode(sd, 8, false, nullptr)) return 1;
   }
@@ -419,20 +432,21 @@ int ab_bench(const Args& a, vv::Runner& ra, const vv::Checkpoint& ckpt, const vv
     ratios.push_back(median(rs[0]) / median(rs[1]));
     b_won += ratios.back() > 1.0;
   }
-  for (Side& sd : side) sd.r->kv().release(sd.blocks);
-  const double ma = median(side[0].step_s), mb = median(side[1].step_s);
-  std::printf("ab: %d rounds of %d steps each, %lld-row prompt, positions %lld..%lld\n", a.ab_rounds,
-              a.ab_steps, static_cast<long long>(a.prompt), static_cast<long long>(a.prompt + 8),
-              static_cast<long long>(side[0].pos - 1));
+  for (Side& sd : side)
+    for (auto& b : sd.blocks) sd.r->kv().release(b);
+  const double ma = median(side[0].step_s), mb = median(side[1].step_s), rows = static_cast<double>(nseq);
+  std::printf("ab: %d rounds of %d steps each, %zu row(s) a step, %lld-row prompts, positions %lld..%lld\n",
+              a.ab_rounds, a.ab_steps, nseq, static_cast<long long>(a.prompt),
+              static_cast<long long>(a.prompt + 8), static_cast<long long>(side[0].pos - 1));
   std::printf("ab: A median step %.4f ms (%.2f tok/s), B (%s) %.4f ms (%.2f tok/s): B/A %.4f\n", ma * 1e3,
-              1.0 / ma, a.ab_env.c_str(), mb * 1e3, 1.0 / mb, ma / mb);
+              rows / ma, a.ab_env.c_str(), mb * 1e3, rows / mb, ma / mb);
   std::printf("ab: rounds B won: %d of %d; per round (A/B of the medians):", b_won, a.ab_rounds);
   for (double v : ratios) std::printf(" %.4f", v);
   std::printf("\n");
   std::printf(
-      "{\"ab_env\":\"%s\",\"prompt\":%lld,\"ab_rounds\":%d,\"ab_steps\":%d,\"ab_a_step_tok_s\":%.2f,"
-      "\"ab_b_step_tok_s\":%.2f,\"ab_ratio\":%.4f,\"ab_b_won\":%d}\n",
-      a.ab_env.c_str(), static_cast<long long>(a.prompt), a.ab_rounds, a.ab_steps, 1.0 / ma, 1.0 / mb,
+      "{\"ab_env\":\"%s\",\"prompt\":%lld,\"ab_rows\":%zu,\"ab_rounds\":%d,\"ab_steps\":%d,"
+      "\"ab_a_step_tok_s\":%.2f,\"ab_b_step_tok_s\":%.2f,\"ab_ratio\":%.4f,\"ab_b_won\":%d}\n",
+      a.ab_env.c_str(), static_cast<long long>(a.prompt), nseq, a.ab_rounds, a.ab_steps, rows / ma, rows / mb,
       ma / mb, b_won);
   return 0;
 }
@@ -601,6 +615,8 @@ int main(int argc, char** argv) {
       a.ab_rounds = std::max(1, std::stoi(next()));
     else if (k == "--ab-steps")
       a.ab_steps = std::max(1, std::stoi(next()));
+    else if (k == "--ab-rows")
+      a.ab_rows = std::max<int64_t>(1, std::stoll(next()));
   }
   if (!a.ab_env.empty() && ab_vars(a.ab_env).empty()) return 2;
   const vv::ModelSpec spec = a.preset == "tiny" ? vv::tiny_spec() : vv::qwen7b_asr_spec();
@@ -617,11 +633,11 @@ int main(int argc, char** argv) {
   ro.kv_positions =
       std::max<int64_t>(a.prompt + a.tokens + a.kernel_trace, job_frames + 64 + a.job_tokens) + 64;
   if (!a.ab_env.empty())
-    ro.kv_positions =
-        std::max<int64_t>(ro.kv_positions, a.prompt + 16 + int64_t{a.ab_rounds} * a.ab_steps + 64);
+    ro.kv_positions = std::max<int64_t>(ro.kv_positions,
+                                        a.ab_rows * (a.prompt + 16 + int64_t{a.ab_rounds} * a.ab_steps + 64));
   ro.max_rows = static_cast<int>(std::max<int64_t>(1024, a.chunk));
   ro.prefill_chunk = static_cast<int>(a.chunk);
-  ro.max_seqs = 4;
+  ro.max_seqs = static_cast<int>(std::max<int64_t>(4, a.ab_env.empty() ? 1 : a.ab_rows));
   ro.kv_dtype_follows_compute = true;  // as the service: bf16 k/v with --bf16
   if (a.batch_bench) {
     const int64_t most = std::max<int64_t>(1, *std::max_element(a.batch_rows.begin(), a.batch_rows.end()));
