@@ -1232,8 +1232,8 @@ class CudaBackend final : public Backend {
     return gemms;
   }
 
-  // VV_CUDA_ATTN_PACK=1 (opt-in until measured): bf16 mode, a batched decode step's attention on the
-  // tensor-core stream kernel whose output is the A operand of the bf16 GEMMs after it (the o
+  // Unless VV_CUDA_ATTN_PACK=0 (the default since session 30): bf16 mode, a batched decode step's attention
+  // on the tensor-core stream kernel whose output is the A operand of the bf16 GEMMs after it (the o
   // projection): the kernel also writes that operand in bf16 (the bits pack_rows4 makes of its f32
   // output, which it still writes), and the GEMMs skip their pack. Saves the pack_rows4 launch and its
   // pass over the rows (3 µs a layer at 64 rows on the H100, session 18's Nsight).
@@ -1243,9 +1243,10 @@ class CudaBackend final : public Backend {
     if (p.kind != OpRec::kAttention) return 0;
     const int64_t M = p.out.rows(), K = p.out.cols();
     if (flash_prefill_takes(p.a, p.cache, p.shape) || !decode_mma_takes(p.a, p.cache, p.shape) ||
-        !cuda::mma_decode_config().stream || !decode_rows_fit(p.a, p.rows, p.cache))
+        !mma_cfg().stream || !decode_rows_fit(p.a, p.rows, p.cache))
       return 0;
-    const cuda::MmaDecodePlan pm = cuda::plan_mma_decode_attention(M, p.rows, p.shape, deterministic_);
+    const cuda::MmaDecodePlan pm =
+        cuda::plan_mma_decode_attention(M, p.rows, p.shape, deterministic_, mma_cfg_ptr());
     if (!pm.use || pm.counters > kDecAttnCounterSlots) return 0;
     size_t j = i;
     std::vector<OpRec> gemms = attn_operand_gemms(recs, i, &j);
@@ -1423,9 +1424,10 @@ class CudaBackend final : public Backend {
     if (flash_prefill_takes(q, at.cache, sh)) return no("flash takes it");
     if (!decode_rows_fit(q, at.rows, at.cache)) return no("rows do not fit");
     const bool mma = decode_mma_takes(q, at.cache, sh);  // as run_decode_attention chooses
-    if (mma && !cuda::mma_decode_config().stream) return no("mma register kernel");
+    if (mma && !mma_cfg().stream) return no("mma register kernel");
     const cuda::MmaDecodePlan pm =
-        mma ? cuda::plan_mma_decode_attention(q.rows(), at.rows, sh, deterministic_) : cuda::MmaDecodePlan{};
+        mma ? cuda::plan_mma_decode_attention(q.rows(), at.rows, sh, deterministic_, mma_cfg_ptr())
+            : cuda::MmaDecodePlan{};
     const cuda::DecodeAttentionPlan pd =
         mma ? cuda::DecodeAttentionPlan{}
             : cuda::plan_decode_attention(q.rows(), at.rows, sh, sms_, attn_wave_, smem_optin_);
@@ -1759,9 +1761,10 @@ class CudaBackend final : public Backend {
                             const AttentionShape& shape, Tensor& out, void* pack = nullptr) {
     if (!decode_rows_fit(q, rows, cache)) return false;
     const bool mma = decode_mma_takes(q, cache, shape);
-    if (pack && (!mma || !cuda::mma_decode_config().stream)) return false;
+    if (pack && (!mma || !mma_cfg().stream)) return false;
     const cuda::MmaDecodePlan pm =
-        mma ? cuda::plan_mma_decode_attention(q.rows(), rows, shape, deterministic_) : cuda::MmaDecodePlan{};
+        mma ? cuda::plan_mma_decode_attention(q.rows(), rows, shape, deterministic_, mma_cfg_ptr())
+            : cuda::MmaDecodePlan{};
     const cuda::DecodeAttentionPlan p =
         mma ? cuda::DecodeAttentionPlan{}
             : cuda::plan_decode_attention(q.rows(), rows, shape, sms_, attn_wave_, smem_optin_);
@@ -2498,12 +2501,12 @@ class CudaBackend final : public Backend {
   // SwiGLU epilogue (silu_mul stays an op); 2: the lone ones only (batch-1's o and down), not the
   // flush's fused launches (so an unfused step's q/k/v differ from a fused one's); 4: the lone ones of
   // kBulkLongK or more columns only (batch-1's down projection: rows of 37.9 KB a warp streams with 4 KB
-  // in flight on the default kernel), which are lone in fused and unfused steps alike (the default since
-  // session 25); 0: none.
+  // in flight on the default kernel), which are lone in fused and unfused steps alike (the default from
+  // session 25 to 29); 0: none (the default again since session 30: the in-process A/B put it ahead).
   int gemv_bulk_ = [] {
     const char* v = std::getenv("VV_CUDA_GEMV_BULK");
     const std::string s = v ? v : "";
-    return s == "0" ? 0 : s == "1" ? 1 : s == "2" ? 2 : s == "3" ? 3 : 4;
+    return s == "1" ? 1 : s == "2" ? 2 : s == "3" ? 3 : s == "4" ? 4 : 0;
   }();
   static constexpr int64_t kBulkLongK = 8192;
   // VV_CUDA_DECODE_CHAIN=1 (opt-in; sm_90; sets VV_CUDA_GEMV_BULK=3, and is off where that variable is
@@ -2656,8 +2659,18 @@ class CudaBackend final : public Backend {
   // VV_CUDA_NORM_DROP=1: an rms_norm fused with its GEMMs writes only their bf16 pack, not its f32
   // output, where the caller discards that right after them (opt-in until measured on a GPU).
   bool norm_drop_ = std::getenv("VV_CUDA_NORM_DROP") && std::string(std::getenv("VV_CUDA_NORM_DROP")) == "1";
-  // VV_CUDA_ATTN_PACK=1 (opt-in until measured): fuse_attn_operand_at.
-  bool attn_pack_ = std::getenv("VV_CUDA_ATTN_PACK") && std::string(std::getenv("VV_CUDA_ATTN_PACK")) == "1";
+  // The tensor-core decode attention's variant where a VV_CUDA_MMA_DECODE* variable was set when this
+  // backend was created (cuda::mma_decode_env_set); empty: the process-wide cuda::mma_decode_config(),
+  // which tests change with cuda::set_mma_decode_config. So two backends of one process can differ
+  // (cuda_decode_bench --ab).
+  std::optional<cuda::MmaDecodeConfig> mma_cfg_ =
+      cuda::mma_decode_env_set() ? std::optional<cuda::MmaDecodeConfig>(cuda::mma_decode_config_from_env())
+                                 : std::nullopt;
+  const cuda::MmaDecodeConfig* mma_cfg_ptr() const { return mma_cfg_ ? &*mma_cfg_ : nullptr; }
+  cuda::MmaDecodeConfig mma_cfg() const { return mma_cfg_ ? *mma_cfg_ : cuda::mma_decode_config(); }
+  // fuse_attn_operand_at (the default since session 30; VV_CUDA_ATTN_PACK=0 turns it off).
+  bool attn_pack_ =
+      !(std::getenv("VV_CUDA_ATTN_PACK") && std::string(std::getenv("VV_CUDA_ATTN_PACK")) == "0");
   // A decode step's rope and kv_write inside the decode attention (fuse_rope_attn_at; the same bits);
   // VV_CUDA_ROPE_ATTN=0 turns it off. The default since session 22: engine curve +3.8 % / +2.2 % at
   // 64 / 128 requests on the H100.

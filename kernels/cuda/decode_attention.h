@@ -67,5 +67,11 @@ struct MmaDecodeConfig {
 // setting; the setter (tests) is not synchronised with launches on other threads.
 MmaDecodeConfig mma_decode_config();
 void set_mma_decode_config(const MmaDecodeConfig& c);
+// The configuration those variables give now (the defaults where unset; the process-wide one above is
+// read once), and whether any of them is set: a CUDA backend created while one is set keeps this
+// configuration for its life (so that two backends of one process can differ: cuda_decode_bench --ab);
+// the others follow the process-wide one.
+MmaDecodeConfig mma_decode_config_from_env();
+bool mma_decode_env_set();
 
 }  // namespace vv::cuda

@@ -1658,37 +1658,50 @@ std::vector<AttnStamp> attn_stamps_take() {
 namespace {
 
 MmaDecodeConfig& mma_config_slot() {
-  static MmaDecodeConfig c = [] {
-    MmaDecodeConfig d;
-    auto num = [](const char* name, std::initializer_list<int> ok, int& v) {
-      const char* e = std::getenv(name);
-      if (!e) return;
-      const int x = std::atoi(e);
-      for (int o : ok)
-        if (x == o) v = x;
-    };
-    if (const char* e = std::getenv("VV_CUDA_MMA_DECODE")) {
-      if (std::string(e) == "regs") d.stream = false;
-      if (std::string(e) == "stream") d.stream = true;
-    }
-    if (const char* e = std::getenv("VV_CUDA_MMA_DECODE_SHARE"); e && std::string(e) == "0") {
-      d.share = false;  // a unit a warp, at that form's own chunk
-      d.chunk = kMmaDecodeChunk;
-    }
-    num("VV_CUDA_MMA_DECODE_STAGES", {2, 4}, d.stages);
-    num("VV_CUDA_MMA_DECODE_WARPS", {1, 2, 4}, d.warps);
-    num("VV_CUDA_MMA_DECODE_CHUNK", {64, 128, 256, 512, 1024}, d.chunk);
-    if (const char* e = std::getenv("VV_CUDA_MMA_DECODE_HEADS")) d.heads = std::string(e) == "1";
-    if (const char* e = std::getenv("VV_CUDA_MMA_DECODE_SHARE_MIN_PAIRS")) {  // digits only, else ignored
-      char* end = nullptr;
-      const long x = std::strtol(e, &end, 10);
-      if (*e >= '0' && *e <= '9' && end && *end == '\0' && x <= 65536)
-        d.share_min_pairs = static_cast<int>(x);
-    }
-    return d;
-  }();
+  static MmaDecodeConfig c = mma_decode_config_from_env();
   return c;
 }
+
+}  // namespace
+
+MmaDecodeConfig mma_decode_config_from_env() {
+  MmaDecodeConfig d;
+  auto num = [](const char* name, std::initializer_list<int> ok, int& v) {
+    const char* e = std::getenv(name);
+    if (!e) return;
+    const int x = std::atoi(e);
+    for (int o : ok)
+      if (x == o) v = x;
+  };
+  if (const char* e = std::getenv("VV_CUDA_MMA_DECODE")) {
+    if (std::string(e) == "regs") d.stream = false;
+    if (std::string(e) == "stream") d.stream = true;
+  }
+  if (const char* e = std::getenv("VV_CUDA_MMA_DECODE_SHARE"); e && std::string(e) == "0") {
+    d.share = false;  // a unit a warp, at that form's own chunk
+    d.chunk = kMmaDecodeChunk;
+  }
+  num("VV_CUDA_MMA_DECODE_STAGES", {2, 4}, d.stages);
+  num("VV_CUDA_MMA_DECODE_WARPS", {1, 2, 4}, d.warps);
+  num("VV_CUDA_MMA_DECODE_CHUNK", {64, 128, 256, 512, 1024}, d.chunk);
+  if (const char* e = std::getenv("VV_CUDA_MMA_DECODE_HEADS")) d.heads = std::string(e) == "1";
+  if (const char* e = std::getenv("VV_CUDA_MMA_DECODE_SHARE_MIN_PAIRS")) {  // digits only, else ignored
+    char* end = nullptr;
+    const long x = std::strtol(e, &end, 10);
+    if (*e >= '0' && *e <= '9' && end && *end == '\0' && x <= 65536) d.share_min_pairs = static_cast<int>(x);
+  }
+  return d;
+}
+
+bool mma_decode_env_set() {
+  for (const char* v : {"VV_CUDA_MMA_DECODE", "VV_CUDA_MMA_DECODE_SHARE", "VV_CUDA_MMA_DECODE_STAGES",
+                        "VV_CUDA_MMA_DECODE_WARPS", "VV_CUDA_MMA_DECODE_CHUNK", "VV_CUDA_MMA_DECODE_HEADS",
+                        "VV_CUDA_MMA_DECODE_SHARE_MIN_PAIRS"})
+    if (std::getenv(v)) return true;
+  return false;
+}
+
+namespace {
 
 // Launches the stream kernel for S stages (a block's shared memory: warps × S stages of K and V).
 template <typename CT, int D, int S>
@@ -1700,7 +1713,7 @@ void launch_mma_stream(cudaLaunchConfig_t cfg, int warps, const Tensor& q, const
   // share: one unit a block, its steps over the block's warps. heads: 4 warps a block, 4 / kv_heads
   // units of every kv head (kv_heads ≤ 4 dividing 4).
   const bool share = p.share;
-  const bool heads = !share && mma_config_slot().heads && shape.kv_heads <= 4 && 4 % shape.kv_heads == 0;
+  const bool heads = !share && p.cfg.heads && shape.kv_heads <= 4 && 4 % shape.kv_heads == 0;
   const int upb = share ? 1 : heads ? 4 / static_cast<int>(shape.kv_heads) : warps;  // units a block
   if (heads) {
     warps = 4;
@@ -1741,7 +1754,7 @@ void set_mma_decode_config(const MmaDecodeConfig& c) {
 }
 
 MmaDecodePlan plan_mma_decode_attention(int64_t n, const AttentionRows& rows, const AttentionShape& shape,
-                                        bool row_invariant) {
+                                        bool row_invariant, const MmaDecodeConfig* cfg) {
   MmaDecodePlan p;
   if (n < 1 || n > kDecodeAttentionMaxRows ||
       !mma_decode_applies(shape.heads, shape.kv_heads, shape.head_dim))
@@ -1751,7 +1764,8 @@ MmaDecodePlan plan_mma_decode_attention(int64_t n, const AttentionRows& rows, co
   // Units of the configured chunk (kMmaDecodeShareChunk by default); past 256 units (131,072 keys of
   // table width at 512) wider units, in steps of 64 keys, bound the workspace (then a row's units
   // depend on the table width).
-  const MmaDecodeConfig& mc = mma_config_slot();
+  const MmaDecodeConfig& mc = cfg ? *cfg : mma_config_slot();
+  p.cfg = mc;
   const int64_t pairs = n * shape.kv_heads;
   p.share = mc.stream && mc.share;
   int64_t chunk = mc.chunk;
@@ -1774,7 +1788,7 @@ void mma_decode_attention(const Tensor& q, const AttentionRows& rows, const KvLa
   const int64_t n = q.rows();
   if (n == 0) return;
   const DecodeRope rp = rope ? *rope : DecodeRope{};
-  const MmaDecodeConfig mc = mma_config_slot();
+  const MmaDecodeConfig& mc = p.cfg;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>((p.splits + kMmaDecWarps - 1) / kMmaDecWarps),
                      static_cast<unsigned>(shape.kv_heads), static_cast<unsigned>(n));

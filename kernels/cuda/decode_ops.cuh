@@ -15,6 +15,7 @@
 #include <string>
 
 #include "kernels/backend.h"
+#include "kernels/cuda/decode_attention.h"
 #include "kernels/cuda/kernel_trace.h"
 
 namespace vv::cuda {
@@ -304,14 +305,17 @@ DecodeAttnArgs decode_attn_args(const Tensor& q, const AttentionRows& rows, cons
 // keys at a time (default), or streamed through per-warp shared-memory stages with cp.async.
 // plan_mma_decode_attention: row_invariant (deterministic mode) keeps the configured form at every row
 // count (MmaDecodeConfig::share_min_pairs does not apply). share: the stream kernel's unit is a block's.
+// cfg (null: the process-wide mma_decode_config()): the variant; the plan keeps it, and
+// mma_decode_attention launches that variant.
 struct MmaDecodePlan {
   bool use = false;
   bool share = false;
   int chunk = 64, splits = 1;
   size_t ws_floats = 0, counters = 0;
+  MmaDecodeConfig cfg;
 };
 MmaDecodePlan plan_mma_decode_attention(int64_t n, const AttentionRows& rows, const AttentionShape& shape,
-                                        bool row_invariant = false);
+                                        bool row_invariant = false, const MmaDecodeConfig* cfg = nullptr);
 // pack (stream kernel only: MmaDecodeConfig::stream; null: none): out's values also rounded to bf16 into
 // pack, [rows, heads·head_dim] contiguous, 4-byte aligned: the bits pack_rows4 makes of out, for the bf16
 // GEMM that reads out next (VV_CUDA_ATTN_PACK). rope (stream kernel only; null: none): DecodeRope.

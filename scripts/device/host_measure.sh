@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # There: builds (host_build.sh) and runs the named steps, each into $OUT/<step>.log (and .json where
 # the tool prints one). Steps run in the order given; a failing step is recorded and the rest go on.
-#   tests        unit_kernels_cuda, VV_REQUIRE_GPU=1 ($GTEST_FILTER narrows it)
+#   tests        unit_kernels_cuda, VV_REQUIRE_GPU=1 ($GTEST_FILTER narrows it; $SHARDS > 1 runs that many shards at once)
 #   golden       make_golden.py --preset full (bf16 reference on the GPU, ~17 GB under /tmp) + gpu_full_golden
 #   decode       cuda_decode_bench --preset 7b --bf16 (decode b1, prefill, encoders, standard job)
 #   decode_attn  decode with VV_CUDA_DECODE_ATTN=simt and with VV_CUDA_MMA_DECODE=regs (no GEMM table)
@@ -132,8 +132,19 @@ run() {  # name command...
 for step in "$@"; do
   case $step in
     tests)  # (a hung kernel ends at $TESTS_TIMEOUT s, 540 by default; set it lower so a call's later steps run)
-      run tests timeout "${TESTS_TIMEOUT:-540}" env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda \
-        --gtest_filter="${GTEST_FILTER:-*}" ;;
+      # $SHARDS > 1: that many gtest shards at once (as testsgolden, without the golden)
+      n=${SHARDS:-1}
+      if ((n > 1)); then
+        for ((k = 0; k < n; ++k)); do
+          run "tests_shard$k" timeout "${TESTS_TIMEOUT:-540}" env VV_REQUIRE_GPU=1 GTEST_TOTAL_SHARDS=$n \
+            GTEST_SHARD_INDEX=$k $B/unit_kernels_cuda --gtest_filter="${GTEST_FILTER:-*}" &
+        done
+        wait
+        cat "$OUT"/tests_shard*.log | grep -E '^\[  (PASSED|FAILED|SKIPPED) ' | tee -a "$OUT/steps.txt"
+      else
+        run tests timeout "${TESTS_TIMEOUT:-540}" env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda \
+          --gtest_filter="${GTEST_FILTER:-*}"
+      fi ;;
     testsgolden)  # the gpu suite in $SHARDS (3) gtest shards at once, make_golden.py --preset full beside
       # them, then gpu_full_golden: what `tests golden` checks, in about half the time
       run golden_make env PYTHONPATH=$VV_REF_PYTHONPATH python3 $VV_DEV/golden/make_golden.py --preset full \

@@ -484,5 +484,57 @@ TEST(CudaDecodeAttentionPlan, OneWaveSplitsWithinTheSmsAndTheSharedMemory) {
   }
 }
 
+// A backend created while a VV_CUDA_MMA_DECODE* variable is set keeps that variant for its life
+// (cuda_decode_bench --ab compares two backends of one process); one created without follows the
+// process-wide setting. Here: a unit a warp (VV_CUDA_MMA_DECODE_SHARE=0) against the shared units (the
+// default) at 64 rows, whose sums differ in order: each backend gives the bits the process-wide setting
+// of its variant gives, whatever the process-wide setting is when it runs.
+TEST(CudaDecodeAttention, BackendMadeWithTheVariablesKeepsItsVariant) {
+  VV_CUDA_BACKEND_OR_SKIP(probe, true);
+  const std::unique_ptr<Backend> plain = mma_backend();
+  ASSERT_NE(plain, nullptr);
+  ::setenv("VV_CUDA_MMA_DECODE_SHARE", "0", 1);
+  EXPECT_TRUE(cuda::mma_decode_env_set());
+  const cuda::MmaDecodeConfig from_env = cuda::mma_decode_config_from_env();
+  const std::unique_ptr<Backend> unshared = mma_backend();
+  ::unsetenv("VV_CUDA_MMA_DECODE_SHARE");
+  ASSERT_NE(unshared, nullptr);
+  EXPECT_FALSE(from_env.share);
+  EXPECT_EQ(from_env.chunk, cuda::kMmaDecodeChunk);
+  const std::vector<int> pattern = {1, 17, 63, 64, 65, 600, 1031, 599, 601, 640, 128, 129, 300};
+  Step st{28, 4, 128, DType::kBF16, 16, {}};
+  for (int i = 0; i < 64; ++i) st.lens.push_back(pattern[i % pattern.size()] + (i / 13) * 7 % 40);
+  StepData d = make_step(st, 71);
+  std::vector<int> all(st.lens.size());
+  std::iota(all.begin(), all.end(), 0);
+  cuda::MmaDecodeConfig shared_cfg;  // the defaults: shared units from 256 (row, kv head) pairs
+  cuda::MmaDecodeConfig unit_cfg = shared_cfg;
+  unit_cfg.share = false;
+  unit_cfg.chunk = cuda::kMmaDecodeChunk;
+  std::vector<float> want_shared, want_unit;
+  {
+    MmaVariant v(shared_cfg);
+    want_shared = run_gpu(*plain, st, d, all);
+  }
+  {
+    MmaVariant v(unit_cfg);
+    want_unit = run_gpu(*plain, st, d, all);
+  }
+  ASSERT_EQ(want_shared.size(), want_unit.size());
+  ASSERT_NE(std::memcmp(want_shared.data(), want_unit.data(), want_shared.size() * 4), 0)
+      << "the two variants give the same bits: the test cannot tell them apart";
+  for (const cuda::MmaDecodeConfig& process : {shared_cfg, unit_cfg}) {
+    MmaVariant v(process);
+    const std::string what = "process-wide: " + describe(process);
+    const std::vector<float> got_unshared = run_gpu(*unshared, st, d, all);
+    EXPECT_EQ(std::memcmp(got_unshared.data(), want_unit.data(), want_unit.size() * 4), 0)
+        << what << ": the backend made with VV_CUDA_MMA_DECODE_SHARE=0 did not keep a unit a warp";
+    const std::vector<float> got_plain = run_gpu(*plain, st, d, all);
+    const std::vector<float>& want = process.share ? want_shared : want_unit;
+    EXPECT_EQ(std::memcmp(got_plain.data(), want.data(), want.size() * 4), 0)
+        << what << ": the backend made without the variables did not follow the process-wide setting";
+  }
+}
+
 }  // namespace
 }  // namespace vv::test

@@ -353,14 +353,14 @@ TEST(CudaMlpFusion, DecodeStepOnTheWarpSpecialisedSwiGluForm) {
   }
 }
 
-// VV_CUDA_ATTN_PACK=1: a batched decode step's attention on the tensor-core stream kernel writes the o
-// projection's bf16 operand beside its f32 output, and the o GEMM (with its residual) skips its pack.
-// The op sequence as Qwen2Decoder::run_layer issues it (attention, discard(q), o + residual) must give
-// the bits of the default, every output written, and be fused where it applies: bf16 weights, the
-// mma kernel (2+ rows, head dims 64/128), with rows that fit one unit (a direct write) and rows merged
-// from several, in both unit forms (a unit a warp below 256 (row, kv head) pairs, shared from there).
-// f16 weights keep the GEMM's own pack. An attention output with a row stride past its columns: the
-// pack stays contiguous.
+// The attention's pack (the default since session 30; VV_CUDA_ATTN_PACK=0: off): a batched decode step's
+// attention on the tensor-core stream kernel writes the o projection's bf16 operand beside its f32 output,
+// and the o GEMM (with its residual) skips its pack. The op sequence as Qwen2Decoder::run_layer issues it
+// (attention, discard(q), o + residual) must give the bits without it, every output written, and be fused
+// where it applies: bf16 weights, the mma kernel (2+ rows, head dims 64/128), with rows that fit one unit (a
+// direct write) and rows merged from several, in both unit forms (a unit a warp below 256 (row, kv head)
+// pairs, shared from there). f16 weights keep the GEMM's own pack. An attention output with a row stride past
+// its columns: the pack stays contiguous.
 struct AttnCase {
   int heads, kv_heads, D;
   int64_t H;
@@ -450,9 +450,9 @@ std::pair<std::vector<float>, std::vector<float>> run_attn_o(Backend& be, const 
 
 TEST(CudaLtOperandFusion, BatchedDecodeAttentionWritesTheOProjectionOperand) {
   VV_CUDA_BACKEND_OR_SKIP(any, true);
-  auto plain = bf16_backend_with({{"VV_CUDA_PROFILE", "1"}});
+  auto plain = bf16_backend_with({{"VV_CUDA_ATTN_PACK", "0"}, {"VV_CUDA_PROFILE", "1"}});
   ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
-  auto fused = bf16_backend_with({{"VV_CUDA_ATTN_PACK", "1"}, {"VV_CUDA_PROFILE", "1"}});
+  auto fused = bf16_backend_with({{"VV_CUDA_PROFILE", "1"}});
   ASSERT_TRUE(fused.is_ok()) << fused.status().to_string();
   std::vector<int> lens37;
   for (int i = 0; i < 37; ++i) lens37.push_back(1 + (i * 97) % 700);
@@ -494,9 +494,9 @@ TEST(CudaLtOperandFusion, BatchedDecodeAttentionWritesTheOProjectionOperand) {
 // the bits of the default's replay.
 TEST(CudaLtOperandFusion, BatchedDecodeAttentionOperandUnderGraphReplay) {
   VV_CUDA_BACKEND_OR_SKIP(any, true);
-  auto plain = bf16_backend_with({});
+  auto plain = bf16_backend_with({{"VV_CUDA_ATTN_PACK", "0"}});
   ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
-  auto fused = bf16_backend_with({{"VV_CUDA_ATTN_PACK", "1"}});
+  auto fused = bf16_backend_with({});
   ASSERT_TRUE(fused.is_ok()) << fused.status().to_string();
   const AttnCase c{28, 4, 128, 3584, DType::kBF16, DType::kBF16, lens64()};
   (void)backend_profile_report(**fused);
@@ -793,10 +793,11 @@ TEST(CudaRopeAttention, DecodeStepRopeAndKvWriteInsideTheAttentionGiveTheOpsBits
                        2040);
   check_rope_attention({{"VV_CUDA_ATTN_PRE", "0"}}, false,
                        {{{14, 2, 64, 0, DType::kF32, DType::kF32, {1, 2, 3000}}, true, simt}}, 2050);
-  // With VV_CUDA_ATTN_PACK=1 (the default's pack in both): the stream kernel also writes the o projection's
-  // bf16 operand; f16 weights keep the GEMM's own pack, one row the SIMT kernel.
+  // With the attention's pack (the default; VV_CUDA_ATTN_PACK=0 turns it off; in both backends): the stream
+  // kernel also writes the o projection's bf16 operand; f16 weights keep the GEMM's own pack, one row the
+  // SIMT kernel.
   const char* mma_pack = "paged_attention.decode_mma_rope_pack";
-  check_rope_attention({{"VV_CUDA_ATTN_PACK", "1"}}, true,
+  check_rope_attention({}, true,
                        {{{28, 4, 128, 3584, DType::kBF16, DType::kBF16, lens64()}, true, mma_pack},
                         {{28, 4, 128, 136, DType::kBF16, DType::kBF16, lens37, 4}, true, mma_pack},
                         {{28, 4, 128, 264, DType::kBF16, DType::kF16, {5, 600, 1031}}, true, mma},
