@@ -79,7 +79,7 @@ struct Args {
                                     // captured while it records), and the timed steps are traced too
   bool batch_prefill = true;  // --batch-no-prefill: the cache's context left as allocated (for Nsight runs:
                               // a decode step reads the same bytes whatever they hold)
-  std::string ab_env;         // --ab "NAME=VALUE ...": batch-1 decode, A/B in one process (ab_bench)
+  std::string ab_env;         // --ab "NAME=VALUE ...": decode, A/B in one process (ab_bench)
   int ab_rounds = 16;         // --ab-rounds: alternations of A and B
   int ab_steps = 32;          // --ab-steps: decode steps a configuration runs in a round
   int64_t ab_rows = 1;        // --ab-rows: sequences decoding together (a step's rows), each of --prompt rows
@@ -325,12 +325,11 @@ std::vector<std::pair<std::string, std::string>> ab_vars(const std::string& env)
 // created differ: SWITCHES.md says which), each with its own weights and cache and the same prompts and
 // token ids: --ab-rows sequences (1: batch-1 decode; 64: a batched step of issue 13's curve) of --prompt
 // rows each, a step one row of each. After a warm-up of 8 steps each they take turns, --ab-steps steps a
-// turn,
-// --ab-rounds rounds, the order reversed every other round (A B, B A, ...), so that the device's drift
-// within the run (clocks, temperature) falls on both; separate processes spread ±2 % (session 29). Every
-// step is timed to its tokens on the host. Prints each configuration's median step (tok/s: rows over it),
-// the ratio B/A of the medians, the per-round ratios and how many rounds B won, and one JSON line
-// (ab_rows, ab_a_step_tok_s, ab_b_step_tok_s, ab_ratio, ab_b_won).
+// turn, --ab-rounds rounds, the order reversed every other round (A B, B A, ...), so that the device's
+// drift within the run (clocks, temperature) falls on both; separate processes spread ±2 % (session 29),
+// this ±0.3 % (session 30). Every step is timed to its tokens on the host. Prints each configuration's
+// median step (tok/s: rows over it), the ratio B/A of the medians, the per-round ratios and how many
+// rounds B won, and one JSON line (ab_rows, ab_a_step_tok_s, ab_b_step_tok_s, ab_ratio, ab_b_won).
 int ab_bench(const Args& a, vv::Runner& ra, const vv::Checkpoint& ckpt, const vv::RunnerOptions& ro,
              const vv::BackendOptions& bo) {
   const std::vector<std::pair<std::string, std::string>> vars = ab_vars(a.ab_env);
