@@ -129,18 +129,24 @@ run() {  # name command...
   echo "$name rc=$rc $((SECONDS - t0))s" | tee -a "$OUT/steps.txt"
   tail -n 1 "$OUT/$name.log" | grep '^{' >"$OUT/$name.json" 2>/dev/null || rm -f "$OUT/$name.json"
 }
+# The gpu suite ($GTEST_FILTER) in $1 gtest shards at once, in the background (the caller waits; a hung
+# kernel ends at $TESTS_TIMEOUT s); shard_summary: their gtest summary lines.
+test_shards() {
+  local n=$1 k
+  for ((k = 0; k < n; ++k)); do
+    run "tests_shard$k" timeout "${TESTS_TIMEOUT:-540}" env VV_REQUIRE_GPU=1 GTEST_TOTAL_SHARDS=$n \
+      GTEST_SHARD_INDEX=$k $B/unit_kernels_cuda --gtest_filter="${GTEST_FILTER:-*}" &
+  done
+}
+shard_summary() { cat "$OUT"/tests_shard*.log | grep -E '^\[  (PASSED|FAILED|SKIPPED) '; }
 for step in "$@"; do
   case $step in
     tests)  # (a hung kernel ends at $TESTS_TIMEOUT s, 540 by default; set it lower so a call's later steps run)
       # $SHARDS > 1: that many gtest shards at once (as testsgolden, without the golden)
-      n=${SHARDS:-1}
-      if ((n > 1)); then
-        for ((k = 0; k < n; ++k)); do
-          run "tests_shard$k" timeout "${TESTS_TIMEOUT:-540}" env VV_REQUIRE_GPU=1 GTEST_TOTAL_SHARDS=$n \
-            GTEST_SHARD_INDEX=$k $B/unit_kernels_cuda --gtest_filter="${GTEST_FILTER:-*}" &
-        done
+      if ((${SHARDS:-1} > 1)); then
+        test_shards "$SHARDS"
         wait
-        cat "$OUT"/tests_shard*.log | grep -E '^\[  (PASSED|FAILED|SKIPPED) ' | tee -a "$OUT/steps.txt"
+        shard_summary | tee -a "$OUT/steps.txt"
       else
         run tests timeout "${TESTS_TIMEOUT:-540}" env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda \
           --gtest_filter="${GTEST_FILTER:-*}"
@@ -149,13 +155,9 @@ for step in "$@"; do
       # them, then gpu_full_golden: what `tests golden` checks, in about half the time
       run golden_make env PYTHONPATH=$VV_REF_PYTHONPATH python3 $VV_DEV/golden/make_golden.py --preset full \
         --device cuda --skip-fp64 --out /tmp/goldfull &
-      n=${SHARDS:-3}
-      for ((k = 0; k < n; ++k)); do
-        run "tests_shard$k" env VV_REQUIRE_GPU=1 GTEST_TOTAL_SHARDS=$n GTEST_SHARD_INDEX=$k $B/unit_kernels_cuda \
-          --gtest_filter="${GTEST_FILTER:-*}" &
-      done
+      test_shards "${SHARDS:-3}"
       wait
-      cat "$OUT"/tests_shard*.log | grep -E '^\[  (PASSED|FAILED) ' | tee "$OUT/tests_summary.txt"
+      shard_summary | tee "$OUT/tests_summary.txt"
       run golden_check env -u GTEST_FILTER VV_GOLDEN_DIR=/tmp/goldfull VV_REQUIRE_GPU=1 $B/gpu_full_golden ;;
     golden)
       run golden_make env PYTHONPATH=$VV_REF_PYTHONPATH python3 $VV_DEV/golden/make_golden.py --preset full \
