@@ -1462,6 +1462,7 @@ class CudaBackend final : public Backend {
         rp.kc = w.cache.k.data;
         rp.vc = w.cache.v.data;
         rp.pre = attn_pre_;
+        rp.mma_pre = mma_pre_;
         rp.trig_pre = attn_trig_pre_;
         rp.xpose = attn_xpose_;
         rp.early_merge = attn_early_merge_;
@@ -2594,6 +2595,9 @@ class CudaBackend final : public Backend {
   // The fused SIMT decode attention (one-row bf16 steps) loads its block table's slots and its first
   // round's old K and V rows before the PDL wait (DecodeRope::pre); VV_CUDA_ATTN_PRE=0: after it.
   bool attn_pre_ = !(std::getenv("VV_CUDA_ATTN_PRE") && std::string(std::getenv("VV_CUDA_ATTN_PRE")) == "0");
+  // VV_CUDA_MMA_PRE=1 (opt-in until measured): the fused tensor-core decode attention (batched steps) issues
+  // its first stages' K and V copies before the PDL wait (DecodeRope::mma_pre).
+  bool mma_pre_ = std::getenv("VV_CUDA_MMA_PRE") && std::string(std::getenv("VV_CUDA_MMA_PRE")) == "1";
   // With attn_pre_: the rotation's cosines and sines before the PDL wait too, and the new key's rows to the
   // block's scores through shared memory (DecodeRope::trig_pre); VV_CUDA_ATTN_TRIG_PRE=0: neither (A/B).
   bool attn_trig_pre_ =

@@ -749,8 +749,13 @@ __global__ void __launch_bounds__(128, 3)
   constexpr int PASSES = kMmaStreamKeys / KPP;
   constexpr int ROWS = kMmaStreamKeys * D;  // elements of the K (or V) rows of one stage
   constexpr int VEC = D / 32;               // dims per lane in the merge
-  pdl_wait();
-  pdl_trigger();
+  // DecodeRope::mma_pre (with the rope fused, so that the new key is this kernel's own write): the copies
+  // that hold no new key go out before the PDL wait.
+  const bool pre = rp.mma_pre && rp.inv_freq != nullptr;
+  if (!pre) {
+    pdl_wait();
+    pdl_trigger();
+  }
   extern __shared__ uint4 mma_stream_smem[];
   const int warps = static_cast<int>(blockDim.x >> 5);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -764,7 +769,7 @@ __global__ void __launch_bounds__(128, 3)
   const int64_t r = blockIdx.z;
   const int L = row_pos[r] + 1;
   const int ns = (L + chunk - 1) / chunk;  // this row's units
-  if (unit >= ns) return;
+  if (unit >= ns) return;                  // (before the wait with `pre`: this warp reads and writes nothing)
   const int32_t* tab = tables + static_cast<int64_t>(row_seq[r]) * ldt;
   const int k0 = unit * chunk, k1 = min(L, k0 + chunk);
   const int nsteps = (k1 - k0 + kMmaStreamKeys - 1) / kMmaStreamKeys;
@@ -784,7 +789,6 @@ __global__ void __launch_bounds__(128, 3)
     dec::rope_kv_row<CT>(rp, r, kvh, L - 1, tab, bs, ldc, D, lane, 32);
     __syncwarp();
   };
-  if (write_first) write_new_key();
 
   // The lane's copies of a stage: rows n = lane / CPR + KPP·p (p < PASSES), 16-byte chunk c = lane %
   // CPR of each, stored at chunk c ^ (n & 7) of the row.
@@ -816,10 +820,27 @@ __global__ void __launch_bounds__(128, 3)
       cp_async16_zfill(vs + so, vc + off, valid);
     }
   };
+  // The first S stages. With `pre`, a warp whose first stages hold no new key issues them before the PDL
+  // wait; the writer whose first stages hold it waits, writes it, then issues them (as without `pre`).
+  if (pre && !write_first) {
 #pragma unroll
-  for (int s = 0; s < S; ++s) {
-    if (s < mine) issue(s0 + s * sw, s);
-    cp_async_commit();  // empty groups too: the wait below counts groups
+    for (int s = 0; s < S; ++s) {
+      if (s < mine) issue(s0 + s * sw, s);
+      cp_async_commit();  // empty groups too: the wait below counts groups
+    }
+    pdl_wait();
+    pdl_trigger();
+  } else {
+    if (pre) {
+      pdl_wait();
+      pdl_trigger();
+    }
+    if (write_first) write_new_key();
+#pragma unroll
+    for (int s = 0; s < S; ++s) {
+      if (s < mine) issue(s0 + s * sw, s);
+      cp_async_commit();  // empty groups too: the wait below counts groups
+    }
   }
   if (writer && !write_first) write_new_key();
 

@@ -143,6 +143,11 @@ struct DecodeRope {
   // 1 before the PDL wait (under the q/k/v GEMV's stream), 2 right after it (under the attention's own
   // latency, when HBM is otherwise idle). A hint: the same bits.
   int kv_prefetch = 0;
+  // The tensor-core stream kernel (VV_CUDA_MMA_PRE=1, opt-in): each warp issues its first stages' K and V
+  // copies before the PDL wait, where they hold no key written in this step (the new key is this kernel's
+  // own write: the warp that copies it waits first, as without). The block table and the rows' positions
+  // are the host's, written before the step. Same loads, same bits.
+  bool mma_pre = false;
   // With `xpose` and `early_merge`, not stamped (the backend's default; VV_CUDA_ATTN_PIPE=0: off): a plan
   // whose splits have several rounds runs the kernel that loads each round's K and V a round ahead
   // (decode_bulk.cuh's kPipe); splits of one round keep the other kernel (no gain, 16 more registers). Same

@@ -1086,6 +1086,37 @@ TEST(CudaRopeAttention, PipelinedRoundsKeepTheBits) {
   expect_replay_same_rope_attn(**base, **pipe, 4359, 3790, ", rounds a round ahead");
 }
 
+// VV_CUDA_MMA_PRE=1 (opt-in): the fused tensor-core decode attention (2+ rows) issues each warp's first
+// stages' K and V copies before the PDL wait, except the warp whose first stages hold the new key (it
+// waits, writes it, then copies). Same loads: the ops' bits, in both unit forms (shared units at 64 rows, a
+// unit a warp at 37), at head dim 64 with an f16 cache, with the o projection's pack, and rows whose new
+// key lies past the writer's first stages (600 and 1,031 keys) or within them (1, 17, 63-65); then under
+// graph replay against the default's replay.
+TEST(CudaRopeAttention, TensorCoreCopiesBeforeTheWaitKeepTheBits) {
+  VV_CUDA_BACKEND_OR_SKIP(any, true);
+  std::vector<int> lens37;
+  for (int i = 0; i < 37; ++i) lens37.push_back(1 + (i * 97) % 1031);
+  const char* mma = "paged_attention.decode_mma_rope";
+  check_rope_attention(
+      {{"VV_CUDA_MMA_PRE", "1"}}, true,
+      {{{28, 4, 128, 0, DType::kBF16, DType::kBF16, lens64()}, true, mma},
+       {{28, 4, 128, 0, DType::kF16, DType::kBF16, lens37, 4}, true, mma},
+       {{14, 2, 64, 0, DType::kF16, DType::kBF16, {1, 17, 63, 64, 65, 600, 1031}}, true, mma},
+       {{28, 4, 128, 3584, DType::kBF16, DType::kBF16, lens64()},
+        true,
+        "paged_attention.decode_mma_rope_pack"}},
+      2100);
+  auto base = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}});
+  ASSERT_TRUE(base.is_ok()) << base.status().to_string();
+  auto pre = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}, {"VV_CUDA_MMA_PRE", "1"}});
+  ASSERT_TRUE(pre.is_ok()) << pre.status().to_string();
+  const AttnCase c{28, 4, 128, 0, DType::kBF16, DType::kBF16, lens64()};
+  const RopeAttnOut want = run_rope_attn(**base, c, 2150, true, 4, 33);
+  const RopeAttnOut got = run_rope_attn(**pre, c, 2150, true, 4, 33);
+  expect_replayed(**pre);
+  expect_same_rope_attn(got, want, "64 rows under graph replay, VV_CUDA_MMA_PRE=1");
+}
+
 // The same under graph replay (no profiling, which keeps graphs off): 33 steps a flush, four flushes.
 TEST(CudaRopeAttention, FusedDecodeStepUnderGraphReplay) {
   VV_CUDA_BACKEND_OR_SKIP(any, true);
