@@ -733,8 +733,9 @@ __host__ __device__ constexpr int mma_stream_warp_bytes(int D, int S) {
 
 // Block (x, kv head, row) of `warps` warps: warp w takes unit u = warps·x + w as in
 // mma_decode_kernel; S stages of 16 keys per warp. With `share`, the block takes unit x and its warps
-// the unit's steps in turn (MmaDecodeConfig::share).
-template <typename CT, int D, int S>
+// the unit's steps in turn (MmaDecodeConfig::share). PRE: DecodeRope::mma_pre, an instance of its own so
+// that the default instance's code (and its register allocation) is the one without it.
+template <typename CT, int D, int S, bool PRE>
 __global__ void __launch_bounds__(128, 3)
     mma_decode_stream_kernel(const float* __restrict__ q, int64_t ldq, const int32_t* __restrict__ row_seq,
                              const int32_t* __restrict__ row_pos, const int32_t* __restrict__ tables,
@@ -749,10 +750,9 @@ __global__ void __launch_bounds__(128, 3)
   constexpr int PASSES = kMmaStreamKeys / KPP;
   constexpr int ROWS = kMmaStreamKeys * D;  // elements of the K (or V) rows of one stage
   constexpr int VEC = D / 32;               // dims per lane in the merge
-  // DecodeRope::mma_pre (with the rope fused, so that the new key is this kernel's own write): the copies
-  // that hold no new key go out before the PDL wait.
-  const bool pre = rp.mma_pre && rp.inv_freq != nullptr;
-  if (!pre) {
+  // PRE (DecodeRope::mma_pre, with the rope fused, so that the new key is this kernel's own write): the
+  // copies that hold no new key go out before the PDL wait (below).
+  if constexpr (!PRE) {
     pdl_wait();
     pdl_trigger();
   }
@@ -769,7 +769,7 @@ __global__ void __launch_bounds__(128, 3)
   const int64_t r = blockIdx.z;
   const int L = row_pos[r] + 1;
   const int ns = (L + chunk - 1) / chunk;  // this row's units
-  if (unit >= ns) return;                  // (before the wait with `pre`: this warp reads and writes nothing)
+  if (unit >= ns) return;                  // (before the wait with PRE: this warp reads and writes nothing)
   const int32_t* tab = tables + static_cast<int64_t>(row_seq[r]) * ldt;
   const int k0 = unit * chunk, k1 = min(L, k0 + chunk);
   const int nsteps = (k1 - k0 + kMmaStreamKeys - 1) / kMmaStreamKeys;
@@ -789,6 +789,7 @@ __global__ void __launch_bounds__(128, 3)
     dec::rope_kv_row<CT>(rp, r, kvh, L - 1, tab, bs, ldc, D, lane, 32);
     __syncwarp();
   };
+  if (!PRE && write_first) write_new_key();
 
   // The lane's copies of a stage: rows n = lane / CPR + KPP·p (p < PASSES), 16-byte chunk c = lane %
   // CPR of each, stored at chunk c ^ (n & 7) of the row.
@@ -820,22 +821,25 @@ __global__ void __launch_bounds__(128, 3)
       cp_async16_zfill(vs + so, vc + off, valid);
     }
   };
-  // The first S stages. With `pre`, a warp whose first stages hold no new key issues them before the PDL
-  // wait; the writer whose first stages hold it waits, writes it, then issues them (as without `pre`).
-  if (pre && !write_first) {
+  // The first S stages. With PRE, a warp whose first stages hold no new key issues them before the PDL
+  // wait; the writer whose first stages hold it waits, writes it, then issues them (as without PRE).
+  if constexpr (PRE) {
+    const bool early = !write_first && rp.inv_freq != nullptr;
+    if (!early) {
+      pdl_wait();
+      pdl_trigger();
+      if (write_first) write_new_key();
+    }
 #pragma unroll
     for (int s = 0; s < S; ++s) {
       if (s < mine) issue(s0 + s * sw, s);
       cp_async_commit();  // empty groups too: the wait below counts groups
     }
-    pdl_wait();
-    pdl_trigger();
-  } else {
-    if (pre) {
+    if (early) {
       pdl_wait();
       pdl_trigger();
     }
-    if (write_first) write_new_key();
+  } else {
 #pragma unroll
     for (int s = 0; s < S; ++s) {
       if (s < mine) issue(s0 + s * sw, s);
@@ -1730,7 +1734,8 @@ void launch_mma_stream(cudaLaunchConfig_t cfg, int warps, const Tensor& q, const
                        const CT* kc, const CT* vc, const KvLayer& cache, const AttentionShape& shape,
                        Tensor& out, const MmaDecodePlan& p, float scale_log2, float* ws, unsigned* counters,
                        void* pack, const DecodeRope& rope) {
-  auto* kern = mma_decode_stream_kernel<CT, D, S>;
+  auto* kern = rope.mma_pre && rope.inv_freq != nullptr ? mma_decode_stream_kernel<CT, D, S, true>
+                                                        : mma_decode_stream_kernel<CT, D, S, false>;
   // share: one unit a block, its steps over the block's warps. heads: 4 warps a block, 4 / kv_heads
   // units of every kv head (kv_heads ≤ 4 dividing 4).
   const bool share = p.share;
