@@ -1441,6 +1441,23 @@ class CudaBackend final : public Backend {
       gemms = attn_operand_gemms(recs, i + 3, &e);
       if (!gemms.empty()) end = e;
     }
+    // VV_CUDA_ATTN_OPF (the SIMT kernel's butterfly forms): the weights of the GEMM of the output, past
+    // discard(q) and any discards (the o projection), to L2 from the attention's blocks (DecodeRope::next_w).
+    const void* next_w = nullptr;
+    size_t next_w_bytes = 0;
+    if (!mma && attn_next_w_at_ != 0 && attn_xpose_) {
+      size_t j = i + 4;
+      while (j < recs.size() && recs[j].kind == OpRec::kDiscard) ++j;
+      if (j < recs.size() && recs[j].kind == OpRec::kGemm && recs[j].a.data == at.out.data) {
+        const Tensor& wt = recs[j].w;
+        const size_t bytes =
+            static_cast<size_t>(wt.rows()) * static_cast<size_t>(wt.row_stride()) * dtype_size(wt.dtype);
+        if (bytes <= l2_bytes_ / 2) {
+          next_w = wt.data;
+          next_w_bytes = bytes;
+        }
+      }
+    }
     const OpRec r = rq, k = rk, w = kw, a = at;
     out.push_back([=, this] {
       const bool pack = !gemms.empty();
@@ -1467,6 +1484,9 @@ class CudaBackend final : public Backend {
         rp.xpose = attn_xpose_;
         rp.early_merge = attn_early_merge_;
         rp.kv_prefetch = attn_kv_prefetch_;
+        rp.next_w = next_w;
+        rp.next_w_bytes = next_w_bytes;
+        rp.next_w_at = next_w ? attn_next_w_at_ : 0;
         rp.pipe = attn_pipe_;
         rp.stamp_recs = stamp_recs_;
         rp.stamp_count = stamp_count_;
@@ -2614,6 +2634,13 @@ class CudaBackend final : public Backend {
   // VV_CUDA_ATTN_L2PF=1 or 2 (opt-in): DecodeRope::kv_prefetch (1: before the PDL wait, 2: after it).
   int attn_kv_prefetch_ = [] {
     const char* e = std::getenv("VV_CUDA_ATTN_L2PF");
+    const std::string v = e ? e : "";
+    return v == "1" ? 1 : v == "2" ? 2 : 0;
+  }();
+  // VV_CUDA_ATTN_OPF=1 or 2 (opt-in): DecodeRope::next_w_at (the o projection's weights to L2 from the
+  // one-row attention's blocks; 1: after the PDL wait, 2: after the scores).
+  int attn_next_w_at_ = [] {
+    const char* e = std::getenv("VV_CUDA_ATTN_OPF");
     const std::string v = e ? e : "";
     return v == "1" ? 1 : v == "2" ? 2 : 0;
   }();

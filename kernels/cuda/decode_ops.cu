@@ -448,25 +448,26 @@ __global__ void __launch_bounds__(kAttnThreads) decode_attn_kernel(const DecodeA
 // it on an SM (its own choice was 179; session 27 measured a form at 184 registers whose blocks all waited
 // for the GEMV to end).
 // kEarly: the merge's early loads (decode_attn_block's kEarly; the default, VV_CUDA_ATTN_MERGE_EARLY=0: off).
-template <typename CT, bool kStamp, bool kEarly = false>
+// kNextW: decode_attn_block's (VV_CUDA_ATTN_OPF).
+template <typename CT, bool kStamp, bool kEarly = false, int kNextW = 0>
 __global__ void __maxnreg__(160) decode_attn_xpose_kernel(const DecodeAttnArgs a) {
   extern __shared__ float sm[];
   __shared__ float mls[2][kAttnMaxG];
   __shared__ int last;
-  decode_attn_block<CT, true, true, true, kStamp, true, kEarly>(a, blockIdx.x, blockIdx.y, blockIdx.z, sm,
-                                                                mls, last);
+  decode_attn_block<CT, true, true, true, kStamp, true, kEarly, false, kNextW>(a, blockIdx.x, blockIdx.y,
+                                                                               blockIdx.z, sm, mls, last);
 }
 // The butterfly kernel with the early merge and the rounds' loads a round ahead (decode_attn_block's kPipe;
 // the default for splits of several rounds), capped at 176 registers: the next round's raw K slices spill 112
 // bytes under 160, and 176 a thread still fits a block beside one of the q/k/v GEMV's (256 threads at 80:
 // 45,056 + 20,480 = 65,536 registers).
-template <typename CT>
+template <typename CT, int kNextW = 0>
 __global__ void __maxnreg__(176) decode_attn_pipe_kernel(const DecodeAttnArgs a) {
   extern __shared__ float sm[];
   __shared__ float mls[2][kAttnMaxG];
   __shared__ int last;
-  decode_attn_block<CT, true, true, true, false, true, true, true>(a, blockIdx.x, blockIdx.y, blockIdx.z, sm,
-                                                                   mls, last);
+  decode_attn_block<CT, true, true, true, false, true, true, true, kNextW>(a, blockIdx.x, blockIdx.y,
+                                                                           blockIdx.z, sm, mls, last);
 }
 
 // ---- Decode attention on the tensor cores ----------------------------------------------------
@@ -1580,6 +1581,8 @@ void decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer&
   if (rope) a.rope = *rope;
   const bool fused = a.rope.inv_freq != nullptr, pre = fused && a.rope.pre;
   const bool stamp = pre && a.rope.stamp_recs != nullptr, xpose = pre && a.rope.xpose;
+  // DecodeRope::next_w (VV_CUDA_ATTN_OPF): the early merge's kernels only, unstamped.
+  const int next_w = a.rope.next_w != nullptr && !stamp ? a.rope.next_w_at : 0;
   const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(shape.kv_heads),
                   static_cast<unsigned>(n));
   auto go = [&](auto* kern) {
@@ -1589,10 +1592,14 @@ void decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer&
   switch (a.kv.ct) {
     case DType::kBF16:
       if (xpose && a.rope.early_merge && a.rope.pipe && !stamp && p.chunk > kAttnRound) {
-        go(decode_attn_pipe_kernel<__nv_bfloat16>);
+        next_w == 1   ? go(decode_attn_pipe_kernel<__nv_bfloat16, 1>)
+        : next_w == 2 ? go(decode_attn_pipe_kernel<__nv_bfloat16, 2>)
+                      : go(decode_attn_pipe_kernel<__nv_bfloat16>);
       } else if (xpose && a.rope.early_merge) {
-        stamp ? go(decode_attn_xpose_kernel<__nv_bfloat16, true, true>)
-              : go(decode_attn_xpose_kernel<__nv_bfloat16, false, true>);
+        stamp         ? go(decode_attn_xpose_kernel<__nv_bfloat16, true, true>)
+        : next_w == 1 ? go(decode_attn_xpose_kernel<__nv_bfloat16, false, true, 1>)
+        : next_w == 2 ? go(decode_attn_xpose_kernel<__nv_bfloat16, false, true, 2>)
+                      : go(decode_attn_xpose_kernel<__nv_bfloat16, false, true>);
       } else if (xpose) {
         stamp ? go(decode_attn_xpose_kernel<__nv_bfloat16, true>)
               : go(decode_attn_xpose_kernel<__nv_bfloat16, false>);

@@ -1062,6 +1062,37 @@ TEST(CudaRopeAttention, KvPrefetchToL2KeepsTheBits) {
   }
 }
 
+// VV_CUDA_ATTN_OPF=1 and 2 (opt-in): the one-row fused attention's blocks prefetch the weights of the o
+// projection after it to L2, after the PDL wait (1) or after the scores (2). A hint: the default's bits for
+// the attention, the cache and the o projection (with its residual), at splits of one round and of several
+// (1,279 and 4,359 keys), head dims 128, 64 (f16 cache) and 80, then 33 steps under graph replay.
+TEST(CudaRopeAttention, NextWeightsToL2KeepTheBits) {
+  VV_CUDA_BACKEND_OR_SKIP(any, true);
+  auto base = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}});
+  ASSERT_TRUE(base.is_ok()) << base.status().to_string();
+  const std::vector<AttnCase> cases = {{28, 4, 128, 3584, DType::kBF16, DType::kBF16, {60}},
+                                       {28, 4, 128, 3584, DType::kBF16, DType::kBF16, {1279}},
+                                       {28, 4, 128, 3584, DType::kBF16, DType::kBF16, {4359}},
+                                       {14, 2, 64, 896, DType::kF16, DType::kBF16, {701}},
+                                       {12, 4, 80, 960, DType::kBF16, DType::kBF16, {333}}};
+  for (const char* mode : {"1", "2"}) {
+    const std::string label = std::string(", o's weights to L2 (") + mode + ")";
+    auto pf = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}, {"VV_CUDA_ATTN_OPF", mode}});
+    ASSERT_TRUE(pf.is_ok()) << pf.status().to_string();
+    uint32_t seed = 3700;
+    for (const AttnCase& c : cases) {
+      const RopeAttnOut want = run_rope_attn(**base, c, seed, true);
+      expect_same_rope_attn(run_rope_attn(**pf, c, seed, true), want, case_name(c) + label);
+      seed += 10;
+    }
+    const AttnCase one = cases[2];
+    const RopeAttnOut want = run_rope_attn(**base, one, 3790, true, 4, 33);
+    const RopeAttnOut got = run_rope_attn(**pf, one, 3790, true, 4, 33);
+    expect_replayed(**pf);
+    expect_same_rope_attn(got, want, "4359 keys under graph replay" + label);
+  }
+}
+
 // The rounds a round ahead (the default; VV_CUDA_ATTN_PIPE=0: off): where a plan's splits take several
 // rounds, the butterfly kernel with the early merge loads each round's K and V a round ahead (its own
 // kernel, capped at 176 registers). The same values in the same order: the bits without it, where splits
