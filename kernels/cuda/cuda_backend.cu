@@ -1441,23 +1441,6 @@ class CudaBackend final : public Backend {
       gemms = attn_operand_gemms(recs, i + 3, &e);
       if (!gemms.empty()) end = e;
     }
-    // VV_CUDA_ATTN_OPF (the SIMT kernel's butterfly forms): the weights of the GEMM of the output, past
-    // discard(q) and any discards (the o projection), to L2 from the attention's blocks (DecodeRope::next_w).
-    const void* next_w = nullptr;
-    size_t next_w_bytes = 0;
-    if (!mma && attn_next_w_at_ != 0 && attn_xpose_) {
-      size_t j = i + 4;
-      while (j < recs.size() && recs[j].kind == OpRec::kDiscard) ++j;
-      if (j < recs.size() && recs[j].kind == OpRec::kGemm && recs[j].a.data == at.out.data) {
-        const Tensor& wt = recs[j].w;
-        const size_t bytes =
-            static_cast<size_t>(wt.rows()) * static_cast<size_t>(wt.row_stride()) * dtype_size(wt.dtype);
-        if (bytes <= l2_bytes_ / 2) {
-          next_w = wt.data;
-          next_w_bytes = bytes;
-        }
-      }
-    }
     const OpRec r = rq, k = rk, w = kw, a = at;
     out.push_back([=, this] {
       const bool pack = !gemms.empty();
@@ -1479,14 +1462,10 @@ class CudaBackend final : public Backend {
         rp.kc = w.cache.k.data;
         rp.vc = w.cache.v.data;
         rp.pre = attn_pre_;
-        rp.mma_pre = mma_pre_;
         rp.trig_pre = attn_trig_pre_;
         rp.xpose = attn_xpose_;
         rp.early_merge = attn_early_merge_;
         rp.kv_prefetch = attn_kv_prefetch_;
-        rp.next_w = next_w;
-        rp.next_w_bytes = next_w_bytes;
-        rp.next_w_at = next_w ? attn_next_w_at_ : 0;
         rp.pipe = attn_pipe_;
         rp.stamp_recs = stamp_recs_;
         rp.stamp_count = stamp_count_;
@@ -2615,9 +2594,6 @@ class CudaBackend final : public Backend {
   // The fused SIMT decode attention (one-row bf16 steps) loads its block table's slots and its first
   // round's old K and V rows before the PDL wait (DecodeRope::pre); VV_CUDA_ATTN_PRE=0: after it.
   bool attn_pre_ = !(std::getenv("VV_CUDA_ATTN_PRE") && std::string(std::getenv("VV_CUDA_ATTN_PRE")) == "0");
-  // VV_CUDA_MMA_PRE=1 (opt-in until measured): the fused tensor-core decode attention (batched steps) issues
-  // its first stages' K and V copies before the PDL wait (DecodeRope::mma_pre).
-  bool mma_pre_ = std::getenv("VV_CUDA_MMA_PRE") && std::string(std::getenv("VV_CUDA_MMA_PRE")) == "1";
   // With attn_pre_: the rotation's cosines and sines before the PDL wait too, and the new key's rows to the
   // block's scores through shared memory (DecodeRope::trig_pre); VV_CUDA_ATTN_TRIG_PRE=0: neither (A/B).
   bool attn_trig_pre_ =
@@ -2634,13 +2610,6 @@ class CudaBackend final : public Backend {
   // VV_CUDA_ATTN_L2PF=1 or 2 (opt-in): DecodeRope::kv_prefetch (1: before the PDL wait, 2: after it).
   int attn_kv_prefetch_ = [] {
     const char* e = std::getenv("VV_CUDA_ATTN_L2PF");
-    const std::string v = e ? e : "";
-    return v == "1" ? 1 : v == "2" ? 2 : 0;
-  }();
-  // VV_CUDA_ATTN_OPF=1 or 2 (opt-in): DecodeRope::next_w_at (the o projection's weights to L2 from the
-  // one-row attention's blocks; 1: after the PDL wait, 2: after the scores).
-  int attn_next_w_at_ = [] {
-    const char* e = std::getenv("VV_CUDA_ATTN_OPF");
     const std::string v = e ? e : "";
     return v == "1" ? 1 : v == "2" ? 2 : 0;
   }();

@@ -476,33 +476,15 @@ __device__ __forceinline__ void prefetch_l2(const void* p, unsigned bytes) {
 // four consecutive outputs of a split in one 16-byte load), before the split weights are known, so a merge of
 // up to that many splits makes one trip to L2 where the wide merge makes one for the weights and one for
 // every 8 splits. Each output's sum in split order from zero, as the other merges: the same bits.
-// DecodeRope::next_w: piece i (16 KB) of the next GEMM's weights goes to L2 from thread i / blocks of block
-// i % blocks (the launch's blocks in x, y, z order), so every block issues a few and a piece is issued once.
-__device__ __forceinline__ void next_w_to_l2(const DecodeRope& rp, int tid) {
-  constexpr size_t kPiece = 16 * 1024;
-  const size_t nb = static_cast<size_t>(gridDim.x) * gridDim.y * gridDim.z;
-  const size_t b = blockIdx.x + static_cast<size_t>(gridDim.x) *
-                                    (blockIdx.y + static_cast<size_t>(gridDim.y) * blockIdx.z);
-  const size_t pieces = (rp.next_w_bytes + kPiece - 1) / kPiece;
-  for (size_t i = b + nb * static_cast<size_t>(tid); i < pieces; i += nb * kAttnThreads) {
-    const size_t off = i * kPiece;
-    prefetch_l2(static_cast<const char*>(rp.next_w) + off,
-                static_cast<unsigned>(rp.next_w_bytes - off < kPiece ? rp.next_w_bytes - off : kPiece));
-  }
-}
-
 inline constexpr int kAttnEarlySplits = 24;  // 96 registers: no spill under the cap of 160 (32: spills)
 // kPipe (with kXpose, a 16-bit cache; VV_CUDA_ATTN_PIPE=1): a split of several rounds issues the next
 // round's K loads (raw, 8 bytes a key and lane) before it scores the round it holds, and the next round's V
 // loads before it accumulates P·V of the one it holds, so a round no longer waits on memory after the one
 // before it (the one-wave plan's splits past 2,112 keys on 132 SMs). The same values: the same bits.
-// kNextW (with kXpose; VV_CUDA_ATTN_OPF): DecodeRope::next_w to L2, 1 after the PDL wait, 2 after the scores
-// (its own kernel instances, so that the others keep their code).
 template <typename CT, bool kCg, bool kRope = false, bool kPre = false, bool kStamp = false,
-          bool kXpose = false, bool kEarly = false, bool kPipe = false, int kNextW = 0>
+          bool kXpose = false, bool kEarly = false, bool kPipe = false>
 __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int split, int kvh, int64_t r,
                                                   float* sm, float (&mls)[2][kAttnMaxG], int& last) {
-  static_assert(kNextW == 0 || (kXpose && kPre), "the weights' prefetch is the butterfly kernels'");
   static_assert(!kPre || kRope, "the early loads are the fused step's");
   static_assert(!kStamp || kPre, "the stamps are the fused step's");
   static_assert(!kXpose || kPre, "the butterfly is the fused step's");
@@ -593,7 +575,6 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
     pdl_wait();  // q, the new k and v are the kernel before's
     pdl_trigger();
     if (kXpose && A.rope.kv_prefetch == 2) kv_to_l2();
-    if constexpr (kNextW == 1) next_w_to_l2(A.rope, tid);
     clk.mark(1);
   }
   if constexpr (kRope) {
@@ -748,7 +729,6 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
   }
   __syncthreads();
   clk.mark(3);
-  if constexpr (kNextW == 2) next_w_to_l2(A.rope, tid);
   for (int g = warp; g < G; g += kAttnWarps) {
     float mx = -INFINITY;
     for (int j = lane; j < nk; j += 32) mx = fmaxf(mx, Ps[g * pstride + j]);

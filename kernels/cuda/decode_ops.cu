@@ -448,26 +448,25 @@ __global__ void __launch_bounds__(kAttnThreads) decode_attn_kernel(const DecodeA
 // it on an SM (its own choice was 179; session 27 measured a form at 184 registers whose blocks all waited
 // for the GEMV to end).
 // kEarly: the merge's early loads (decode_attn_block's kEarly; the default, VV_CUDA_ATTN_MERGE_EARLY=0: off).
-// kNextW: decode_attn_block's (VV_CUDA_ATTN_OPF).
-template <typename CT, bool kStamp, bool kEarly = false, int kNextW = 0>
+template <typename CT, bool kStamp, bool kEarly = false>
 __global__ void __maxnreg__(160) decode_attn_xpose_kernel(const DecodeAttnArgs a) {
   extern __shared__ float sm[];
   __shared__ float mls[2][kAttnMaxG];
   __shared__ int last;
-  decode_attn_block<CT, true, true, true, kStamp, true, kEarly, false, kNextW>(a, blockIdx.x, blockIdx.y,
-                                                                               blockIdx.z, sm, mls, last);
+  decode_attn_block<CT, true, true, true, kStamp, true, kEarly>(a, blockIdx.x, blockIdx.y, blockIdx.z, sm,
+                                                                mls, last);
 }
 // The butterfly kernel with the early merge and the rounds' loads a round ahead (decode_attn_block's kPipe;
 // the default for splits of several rounds), capped at 176 registers: the next round's raw K slices spill 112
 // bytes under 160, and 176 a thread still fits a block beside one of the q/k/v GEMV's (256 threads at 80:
 // 45,056 + 20,480 = 65,536 registers).
-template <typename CT, int kNextW = 0>
+template <typename CT>
 __global__ void __maxnreg__(176) decode_attn_pipe_kernel(const DecodeAttnArgs a) {
   extern __shared__ float sm[];
   __shared__ float mls[2][kAttnMaxG];
   __shared__ int last;
-  decode_attn_block<CT, true, true, true, false, true, true, true, kNextW>(a, blockIdx.x, blockIdx.y,
-                                                                           blockIdx.z, sm, mls, last);
+  decode_attn_block<CT, true, true, true, false, true, true, true>(a, blockIdx.x, blockIdx.y, blockIdx.z, sm,
+                                                                   mls, last);
 }
 
 // ---- Decode attention on the tensor cores ----------------------------------------------------
@@ -734,9 +733,8 @@ __host__ __device__ constexpr int mma_stream_warp_bytes(int D, int S) {
 
 // Block (x, kv head, row) of `warps` warps: warp w takes unit u = warps·x + w as in
 // mma_decode_kernel; S stages of 16 keys per warp. With `share`, the block takes unit x and its warps
-// the unit's steps in turn (MmaDecodeConfig::share). PRE: DecodeRope::mma_pre, an instance of its own so
-// that the default instance's code (and its register allocation) is the one without it.
-template <typename CT, int D, int S, bool PRE>
+// the unit's steps in turn (MmaDecodeConfig::share).
+template <typename CT, int D, int S>
 __global__ void __launch_bounds__(128, 3)
     mma_decode_stream_kernel(const float* __restrict__ q, int64_t ldq, const int32_t* __restrict__ row_seq,
                              const int32_t* __restrict__ row_pos, const int32_t* __restrict__ tables,
@@ -751,12 +749,8 @@ __global__ void __launch_bounds__(128, 3)
   constexpr int PASSES = kMmaStreamKeys / KPP;
   constexpr int ROWS = kMmaStreamKeys * D;  // elements of the K (or V) rows of one stage
   constexpr int VEC = D / 32;               // dims per lane in the merge
-  // PRE (DecodeRope::mma_pre, with the rope fused, so that the new key is this kernel's own write): the
-  // copies that hold no new key go out before the PDL wait (below).
-  if constexpr (!PRE) {
-    pdl_wait();
-    pdl_trigger();
-  }
+  pdl_wait();
+  pdl_trigger();
   extern __shared__ uint4 mma_stream_smem[];
   const int warps = static_cast<int>(blockDim.x >> 5);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -770,7 +764,7 @@ __global__ void __launch_bounds__(128, 3)
   const int64_t r = blockIdx.z;
   const int L = row_pos[r] + 1;
   const int ns = (L + chunk - 1) / chunk;  // this row's units
-  if (unit >= ns) return;                  // (before the wait with PRE: this warp reads and writes nothing)
+  if (unit >= ns) return;
   const int32_t* tab = tables + static_cast<int64_t>(row_seq[r]) * ldt;
   const int k0 = unit * chunk, k1 = min(L, k0 + chunk);
   const int nsteps = (k1 - k0 + kMmaStreamKeys - 1) / kMmaStreamKeys;
@@ -790,7 +784,7 @@ __global__ void __launch_bounds__(128, 3)
     dec::rope_kv_row<CT>(rp, r, kvh, L - 1, tab, bs, ldc, D, lane, 32);
     __syncwarp();
   };
-  if (!PRE && write_first) write_new_key();
+  if (write_first) write_new_key();
 
   // The lane's copies of a stage: rows n = lane / CPR + KPP·p (p < PASSES), 16-byte chunk c = lane %
   // CPR of each, stored at chunk c ^ (n & 7) of the row.
@@ -822,30 +816,10 @@ __global__ void __launch_bounds__(128, 3)
       cp_async16_zfill(vs + so, vc + off, valid);
     }
   };
-  // The first S stages. With PRE, a warp whose first stages hold no new key issues them before the PDL
-  // wait; the writer whose first stages hold it waits, writes it, then issues them (as without PRE).
-  if constexpr (PRE) {
-    const bool early = !write_first && rp.inv_freq != nullptr;
-    if (!early) {
-      pdl_wait();
-      pdl_trigger();
-      if (write_first) write_new_key();
-    }
 #pragma unroll
-    for (int s = 0; s < S; ++s) {
-      if (s < mine) issue(s0 + s * sw, s);
-      cp_async_commit();  // empty groups too: the wait below counts groups
-    }
-    if (early) {
-      pdl_wait();
-      pdl_trigger();
-    }
-  } else {
-#pragma unroll
-    for (int s = 0; s < S; ++s) {
-      if (s < mine) issue(s0 + s * sw, s);
-      cp_async_commit();  // empty groups too: the wait below counts groups
-    }
+  for (int s = 0; s < S; ++s) {
+    if (s < mine) issue(s0 + s * sw, s);
+    cp_async_commit();  // empty groups too: the wait below counts groups
   }
   if (writer && !write_first) write_new_key();
 
@@ -1581,8 +1555,6 @@ void decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer&
   if (rope) a.rope = *rope;
   const bool fused = a.rope.inv_freq != nullptr, pre = fused && a.rope.pre;
   const bool stamp = pre && a.rope.stamp_recs != nullptr, xpose = pre && a.rope.xpose;
-  // DecodeRope::next_w (VV_CUDA_ATTN_OPF): the early merge's kernels only, unstamped.
-  const int next_w = a.rope.next_w != nullptr && !stamp ? a.rope.next_w_at : 0;
   const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(shape.kv_heads),
                   static_cast<unsigned>(n));
   auto go = [&](auto* kern) {
@@ -1592,14 +1564,10 @@ void decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer&
   switch (a.kv.ct) {
     case DType::kBF16:
       if (xpose && a.rope.early_merge && a.rope.pipe && !stamp && p.chunk > kAttnRound) {
-        next_w == 1   ? go(decode_attn_pipe_kernel<__nv_bfloat16, 1>)
-        : next_w == 2 ? go(decode_attn_pipe_kernel<__nv_bfloat16, 2>)
-                      : go(decode_attn_pipe_kernel<__nv_bfloat16>);
+        go(decode_attn_pipe_kernel<__nv_bfloat16>);
       } else if (xpose && a.rope.early_merge) {
-        stamp         ? go(decode_attn_xpose_kernel<__nv_bfloat16, true, true>)
-        : next_w == 1 ? go(decode_attn_xpose_kernel<__nv_bfloat16, false, true, 1>)
-        : next_w == 2 ? go(decode_attn_xpose_kernel<__nv_bfloat16, false, true, 2>)
-                      : go(decode_attn_xpose_kernel<__nv_bfloat16, false, true>);
+        stamp ? go(decode_attn_xpose_kernel<__nv_bfloat16, true, true>)
+              : go(decode_attn_xpose_kernel<__nv_bfloat16, false, true>);
       } else if (xpose) {
         stamp ? go(decode_attn_xpose_kernel<__nv_bfloat16, true>)
               : go(decode_attn_xpose_kernel<__nv_bfloat16, false>);
@@ -1741,8 +1709,7 @@ void launch_mma_stream(cudaLaunchConfig_t cfg, int warps, const Tensor& q, const
                        const CT* kc, const CT* vc, const KvLayer& cache, const AttentionShape& shape,
                        Tensor& out, const MmaDecodePlan& p, float scale_log2, float* ws, unsigned* counters,
                        void* pack, const DecodeRope& rope) {
-  auto* kern = rope.mma_pre && rope.inv_freq != nullptr ? mma_decode_stream_kernel<CT, D, S, true>
-                                                        : mma_decode_stream_kernel<CT, D, S, false>;
+  auto* kern = mma_decode_stream_kernel<CT, D, S>;
   // share: one unit a block, its steps over the block's warps. heads: 4 warps a block, 4 / kv_heads
   // units of every kv head (kv_heads ≤ 4 dividing 4).
   const bool share = p.share;

@@ -143,20 +143,6 @@ struct DecodeRope {
   // 1 before the PDL wait (under the q/k/v GEMV's stream), 2 right after it (under the attention's own
   // latency, when HBM is otherwise idle). A hint: the same bits.
   int kv_prefetch = 0;
-  // With `xpose` and `early_merge`, not stamped (VV_CUDA_ATTN_OPF=1 or 2, opt-in): the weights of the GEMM
-  // that reads this attention's output (the o projection), `next_w_bytes` at `next_w`, to L2, spread over the
-  // launch's blocks in 16 KB bulk prefetches, so that HBM streams them while the latency-bound attention
-  // computes and that GEMM reads them from L2. 1: right after the PDL wait (the block's first K and V loads,
-  // issued before it, go first); 2: after the scores (the block's first round of K and V landed). A hint: the
-  // same bits.
-  const void* next_w = nullptr;
-  size_t next_w_bytes = 0;
-  int next_w_at = 0;
-  // The tensor-core stream kernel (VV_CUDA_MMA_PRE=1, opt-in): each warp issues its first stages' K and V
-  // copies before the PDL wait, where they hold no key written in this step (the new key is this kernel's
-  // own write: the warp that copies it waits first, as without). The block table and the rows' positions
-  // are the host's, written before the step. Same loads, same bits.
-  bool mma_pre = false;
   // With `xpose` and `early_merge`, not stamped (the backend's default; VV_CUDA_ATTN_PIPE=0: off): a plan
   // whose splits have several rounds runs the kernel that loads each round's K and V a round ahead
   // (decode_bulk.cuh's kPipe); splits of one round keep the other kernel (no gain, 16 more registers). Same

@@ -1062,37 +1062,6 @@ TEST(CudaRopeAttention, KvPrefetchToL2KeepsTheBits) {
   }
 }
 
-// VV_CUDA_ATTN_OPF=1 and 2 (opt-in): the one-row fused attention's blocks prefetch the weights of the o
-// projection after it to L2, after the PDL wait (1) or after the scores (2). A hint: the default's bits for
-// the attention, the cache and the o projection (with its residual), at splits of one round and of several
-// (1,279 and 4,359 keys), head dims 128, 64 (f16 cache) and 80, then 33 steps under graph replay.
-TEST(CudaRopeAttention, NextWeightsToL2KeepTheBits) {
-  VV_CUDA_BACKEND_OR_SKIP(any, true);
-  auto base = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}});
-  ASSERT_TRUE(base.is_ok()) << base.status().to_string();
-  const std::vector<AttnCase> cases = {{28, 4, 128, 3584, DType::kBF16, DType::kBF16, {60}},
-                                       {28, 4, 128, 3584, DType::kBF16, DType::kBF16, {1279}},
-                                       {28, 4, 128, 3584, DType::kBF16, DType::kBF16, {4359}},
-                                       {14, 2, 64, 896, DType::kF16, DType::kBF16, {701}},
-                                       {12, 4, 80, 960, DType::kBF16, DType::kBF16, {333}}};
-  for (const char* mode : {"1", "2"}) {
-    const std::string label = std::string(", o's weights to L2 (") + mode + ")";
-    auto pf = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}, {"VV_CUDA_ATTN_OPF", mode}});
-    ASSERT_TRUE(pf.is_ok()) << pf.status().to_string();
-    uint32_t seed = 3700;
-    for (const AttnCase& c : cases) {
-      const RopeAttnOut want = run_rope_attn(**base, c, seed, true);
-      expect_same_rope_attn(run_rope_attn(**pf, c, seed, true), want, case_name(c) + label);
-      seed += 10;
-    }
-    const AttnCase one = cases[2];
-    const RopeAttnOut want = run_rope_attn(**base, one, 3790, true, 4, 33);
-    const RopeAttnOut got = run_rope_attn(**pf, one, 3790, true, 4, 33);
-    expect_replayed(**pf);
-    expect_same_rope_attn(got, want, "4359 keys under graph replay" + label);
-  }
-}
-
 // The rounds a round ahead (the default; VV_CUDA_ATTN_PIPE=0: off): where a plan's splits take several
 // rounds, the butterfly kernel with the early merge loads each round's K and V a round ahead (its own
 // kernel, capped at 176 registers). The same values in the same order: the bits without it, where splits
@@ -1115,37 +1084,6 @@ TEST(CudaRopeAttention, PipelinedRoundsKeepTheBits) {
     seed += 10;
   }
   expect_replay_same_rope_attn(**base, **pipe, 4359, 3790, ", rounds a round ahead");
-}
-
-// VV_CUDA_MMA_PRE=1 (opt-in): the fused tensor-core decode attention (2+ rows) issues each warp's first
-// stages' K and V copies before the PDL wait, except the warp whose first stages hold the new key (it
-// waits, writes it, then copies). Same loads: the ops' bits, in both unit forms (shared units at 64 rows, a
-// unit a warp at 37), at head dim 64 with an f16 cache, with the o projection's pack, and rows whose new
-// key lies past the writer's first stages (600 and 1,031 keys) or within them (1, 17, 63-65); then under
-// graph replay against the default's replay.
-TEST(CudaRopeAttention, TensorCoreCopiesBeforeTheWaitKeepTheBits) {
-  VV_CUDA_BACKEND_OR_SKIP(any, true);
-  std::vector<int> lens37;
-  for (int i = 0; i < 37; ++i) lens37.push_back(1 + (i * 97) % 1031);
-  const char* mma = "paged_attention.decode_mma_rope";
-  check_rope_attention(
-      {{"VV_CUDA_MMA_PRE", "1"}}, true,
-      {{{28, 4, 128, 0, DType::kBF16, DType::kBF16, lens64()}, true, mma},
-       {{28, 4, 128, 0, DType::kF16, DType::kBF16, lens37, 4}, true, mma},
-       {{14, 2, 64, 0, DType::kF16, DType::kBF16, {1, 17, 63, 64, 65, 600, 1031}}, true, mma},
-       {{28, 4, 128, 3584, DType::kBF16, DType::kBF16, lens64()},
-        true,
-        "paged_attention.decode_mma_rope_pack"}},
-      2100);
-  auto base = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}});
-  ASSERT_TRUE(base.is_ok()) << base.status().to_string();
-  auto pre = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}, {"VV_CUDA_MMA_PRE", "1"}});
-  ASSERT_TRUE(pre.is_ok()) << pre.status().to_string();
-  const AttnCase c{28, 4, 128, 0, DType::kBF16, DType::kBF16, lens64()};
-  const RopeAttnOut want = run_rope_attn(**base, c, 2150, true, 4, 33);
-  const RopeAttnOut got = run_rope_attn(**pre, c, 2150, true, 4, 33);
-  expect_replayed(**pre);
-  expect_same_rope_attn(got, want, "64 rows under graph replay, VV_CUDA_MMA_PRE=1");
 }
 
 // The same under graph replay (no profiling, which keeps graphs off): 33 steps a flush, four flushes.
