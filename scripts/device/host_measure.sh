@@ -82,7 +82,8 @@
 #                $B1_REPS rounds interleaved, every other one reversed (decode_head_rN, decode_base_rN)
 #   b1inab       batch-1 decode A/B in one process (cuda_decode_bench --ab): each of $AB_CFGS against the
 #                environment as it is, $AB_ROUNDS rounds of $AB_STEPS steps taking turns ($B1_ARGS: e.g. --prompt 4096;
-#                '--ab-rows 64 --prompt 400': batched steps of 64 rows, the curve's full steps, instead of batch 1)
+#                '--ab-rows 64 --prompt 400': batched steps of 64 rows, the curve's full steps, instead of batch 1;
+#                '--ab-rewind': every turn at the same positions, for changes whose effect depends on the length)
 #   astamps      the fused one-row attention's blocks stage by stage as they ran in the graph (VV_CUDA_ATTN_STAMPS=1;
 #                cuda_decode_bench's "astamp" lines): with each of $AS_CFGS (plain;VV_CUDA_ATTN_TRIG_PRE=0)
 #   ncudecode    Nsight Compute: every kernel's duration, in order, of a short prefill and 12 batch-1 decode

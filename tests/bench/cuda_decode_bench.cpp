@@ -12,7 +12,7 @@
 //   cuda_decode_bench --batch-bench [--batch-rows 64,128] [--batch-ctx 400] [--batch-steps 64] [--bf16]
 //                     [--no-gemv] [--batch-no-prefill]
 //   cuda_decode_bench --ab "NAME=VALUE ..." [--ab-rounds 16] [--ab-steps 32] [--ab-rows 1] [--prompt 1024]
-//   [--bf16] [--no-gemv]
+//   [--ab-rewind] [--bf16] [--no-gemv]
 //   [--kernel-trace N] [--kernel-trace-all] [--kernel-trace-early] [--kernel-trace-gap-us 8]
 //   (batch 1 and --batch-bench)
 // --kernel-trace N: after the timed decode (batch 1, and each --batch-bench row count), N more steps with
@@ -83,6 +83,7 @@ struct Args {
   int ab_rounds = 16;         // --ab-rounds: alternations of A and B
   int ab_steps = 32;          // --ab-steps: decode steps a configuration runs in a round
   int64_t ab_rows = 1;        // --ab-rows: sequences decoding together (a step's rows), each of --prompt rows
+  bool ab_rewind = false;     // --ab-rewind: every turn decodes the same positions again (ab_bench)
 };
 
 // --kernel-trace: trace_begin starts recording every kernel (a tracer that cannot start says why and the
@@ -330,6 +331,10 @@ std::vector<std::pair<std::string, std::string>> ab_vars(const std::string& env)
 // this ±0.3 % (session 30). Every step is timed to its tokens on the host. Prints each configuration's
 // median step (tok/s: rows over it), the ratio B/A of the medians, the per-round ratios and how many
 // rounds B won, and one JSON line (ab_rows, ab_a_step_tok_s, ab_b_step_tok_s, ab_ratio, ab_b_won).
+// Without --ab-rewind the rows grow by ab_rounds × ab_steps positions over the run, so a change whose effect
+// depends on the length (the batched attention's units, session 31) is measured over a mix; with it every
+// turn starts again at the first position after the warm-up (the steps overwrite the same cache rows), so
+// every round compares the two at the same --ab-steps positions.
 int ab_bench(const Args& a, vv::Runner& ra, const vv::Checkpoint& ckpt, const vv::RunnerOptions& ro,
              const vv::BackendOptions& bo) {
   const std::vector<std::pair<std::string, std::string>> vars = ab_vars(a.ab_env);
@@ -426,6 +431,7 @@ int ab_bench(const Args& a, vv::Runner& ra, const vv::Checkpoint& ckpt, const vv
     std::vector<double> rs[2];
     for (int k = 0; k < 2; ++k) {
       const int s = i % 2 == 0 ? k : 1 - k;
+      if (a.ab_rewind) side[s].pos = a.prompt + 8;
       if (!decode(side[s], a.ab_steps, true, &rs[s])) return 1;
     }
     ratios.push_back(median(rs[0]) / median(rs[1]));
@@ -434,19 +440,20 @@ int ab_bench(const Args& a, vv::Runner& ra, const vv::Checkpoint& ckpt, const vv
   for (Side& sd : side)
     for (auto& b : sd.blocks) sd.r->kv().release(b);
   const double ma = median(side[0].step_s), mb = median(side[1].step_s), rows = static_cast<double>(nseq);
-  std::printf("ab: %d rounds of %d steps each, %zu row(s) a step, %lld-row prompts, positions %lld..%lld\n",
+  std::printf("ab: %d rounds of %d steps each, %zu row(s) a step, %lld-row prompts, positions %lld..%lld%s\n",
               a.ab_rounds, a.ab_steps, nseq, static_cast<long long>(a.prompt),
-              static_cast<long long>(a.prompt + 8), static_cast<long long>(side[0].pos - 1));
+              static_cast<long long>(a.prompt + 8), static_cast<long long>(side[0].pos - 1),
+              a.ab_rewind ? " (every turn again: --ab-rewind)" : "");
   std::printf("ab: A median step %.4f ms (%.2f tok/s), B (%s) %.4f ms (%.2f tok/s): B/A %.4f\n", ma * 1e3,
               rows / ma, a.ab_env.c_str(), mb * 1e3, rows / mb, ma / mb);
   std::printf("ab: rounds B won: %d of %d; per round (A/B of the medians):", b_won, a.ab_rounds);
   for (double v : ratios) std::printf(" %.4f", v);
   std::printf("\n");
   std::printf(
-      "{\"ab_env\":\"%s\",\"prompt\":%lld,\"ab_rows\":%zu,\"ab_rounds\":%d,\"ab_steps\":%d,"
+      "{\"ab_env\":\"%s\",\"prompt\":%lld,\"ab_rows\":%zu,\"ab_rounds\":%d,\"ab_steps\":%d,\"ab_rewind\":%s,"
       "\"ab_a_step_tok_s\":%.2f,\"ab_b_step_tok_s\":%.2f,\"ab_ratio\":%.4f,\"ab_b_won\":%d}\n",
-      a.ab_env.c_str(), static_cast<long long>(a.prompt), nseq, a.ab_rounds, a.ab_steps, rows / ma, rows / mb,
-      ma / mb, b_won);
+      a.ab_env.c_str(), static_cast<long long>(a.prompt), nseq, a.ab_rounds, a.ab_steps,
+      a.ab_rewind ? "true" : "false", rows / ma, rows / mb, ma / mb, b_won);
   return 0;
 }
 
@@ -616,6 +623,8 @@ int main(int argc, char** argv) {
       a.ab_steps = std::max(1, std::stoi(next()));
     else if (k == "--ab-rows")
       a.ab_rows = std::max<int64_t>(1, std::stoll(next()));
+    else if (k == "--ab-rewind")
+      a.ab_rewind = true;
   }
   if (!a.ab_env.empty() && ab_vars(a.ab_env).empty()) return 2;
   const vv::ModelSpec spec = a.preset == "tiny" ? vv::tiny_spec() : vv::qwen7b_asr_spec();
