@@ -1815,7 +1815,7 @@ class CudaBackend final : public Backend {
       if (!check(cudaMalloc(&argmax_ws_, need), "cudaMalloc argmax workspace")) return;
       argmax_ws_bytes_ = need;
     }
-    cuda::decode_argmax(logits, out, argmax_ws_, stream_);
+    cuda::decode_argmax(logits, out, argmax_ws_, sms_, stream_);
     launched("argmax");
   }
 

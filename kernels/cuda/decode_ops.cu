@@ -350,69 +350,86 @@ __device__ __forceinline__ bool better(float v1, int64_t i1, float v2, int64_t i
   return i1 < i2;
 }
 
-constexpr int kArgParts = 64;
+constexpr int kArgMaxParts = 256;
 constexpr int kArgThreads = 256;
 
-// Block (part p, row r): the best of slice p of row r into ws. The order of comparison does not
-// matter: `better` is a strict total order on (value, index).
-template <typename LT>
+// The best of (v, i) and (ov, oi); an index < 0 is no candidate.
+__device__ __forceinline__ void keep_better(float& v, int64_t& i, float ov, int64_t oi) {
+  if (oi >= 0 && (i < 0 || better(ov, oi, v, i))) {
+    v = ov;
+    i = oi;
+  }
+}
+
+// The warp's best (value, index) in every lane.
+__device__ __forceinline__ void warp_best(float& v, int64_t& i) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    keep_better(v, i, __shfl_xor_sync(0xffffffffu, v, o), __shfl_xor_sync(0xffffffffu, i, o));
+}
+
+// Block (part p, row r): the best of slice p of row r into ws (slices of `len` elements, a multiple of
+// VEC). VEC > 1: 16-byte loads (the row's start 16-byte aligned, its stride a multiple of VEC). The order
+// of comparison does not matter: `better` is a strict total order on (value, index).
+template <typename LT, int VEC>
 __global__ void __launch_bounds__(kArgThreads)
-    argmax_part_kernel(const LT* __restrict__ logits, int64_t ld, int64_t V, float* wsv, int32_t* wsi) {
+    argmax_part_kernel(const LT* __restrict__ logits, int64_t ld, int64_t V, int64_t len, int parts,
+                       float* wsv, int32_t* wsi) {
   pdl_wait();
   pdl_trigger();
-  __shared__ float sv[kArgThreads];
-  __shared__ int32_t si[kArgThreads];
+  __shared__ float sv[kArgThreads / 32];
+  __shared__ int64_t si[kArgThreads / 32];
   const int64_t r = blockIdx.y;
-  const int64_t len = (V + kArgParts - 1) / kArgParts;
   const int64_t begin = blockIdx.x * len, end = begin + len < V ? begin + len : V;
   const LT* row = logits + r * ld;
   float bv = NAN;
   int64_t bi = -1;
+  const int64_t vend = end > begin ? begin + (end - begin) / VEC * VEC : begin;
+  if constexpr (VEC > 1) {
+    struct alignas(16) Vec {
+      LT e[VEC];
+    };
 #pragma unroll 4
-  for (int64_t i = begin + threadIdx.x; i < end; i += kArgThreads) {
-    const float v = to_f32(row[i]);
-    if (bi < 0 || better(v, i, bv, bi)) {
-      bv = v;
-      bi = i;
+    for (int64_t i = begin + static_cast<int64_t>(threadIdx.x) * VEC; i < vend; i += kArgThreads * VEC) {
+      const Vec x = *reinterpret_cast<const Vec*>(row + i);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) keep_better(bv, bi, to_f32(x.e[k]), i + k);
     }
   }
-  sv[threadIdx.x] = bv;
-  si[threadIdx.x] = static_cast<int32_t>(bi);
+  for (int64_t i = (VEC > 1 ? vend : begin) + threadIdx.x; i < end; i += kArgThreads)
+    keep_better(bv, bi, to_f32(row[i]), i);
+  warp_best(bv, bi);
+  const int warp = static_cast<int>(threadIdx.x >> 5);
+  if ((threadIdx.x & 31) == 0) {
+    sv[warp] = bv;
+    si[warp] = bi;
+  }
   __syncthreads();
-  for (int h = kArgThreads / 2; h > 0; h >>= 1) {
-    if (threadIdx.x < h) {
-      const float ov = sv[threadIdx.x + h];
-      const int32_t oi = si[threadIdx.x + h];
-      if (oi >= 0 && (si[threadIdx.x] < 0 || better(ov, oi, sv[threadIdx.x], si[threadIdx.x]))) {
-        sv[threadIdx.x] = ov;
-        si[threadIdx.x] = oi;
-      }
+  if (warp == 0) {
+    const bool has = threadIdx.x < kArgThreads / 32;
+    bv = has ? sv[threadIdx.x] : NAN;
+    bi = has ? si[threadIdx.x] : -1;
+    warp_best(bv, bi);
+    if (threadIdx.x == 0) {
+      wsv[r * parts + blockIdx.x] = bv;
+      wsi[r * parts + blockIdx.x] = static_cast<int32_t>(bi);
     }
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) {
-    wsv[r * kArgParts + blockIdx.x] = sv[0];
-    wsi[r * kArgParts + blockIdx.x] = si[0];
   }
 }
 
+// A warp a row: the best of its parts.
 __global__ void argmax_final_kernel(const float* __restrict__ wsv, const int32_t* __restrict__ wsi,
-                                    int64_t rows, int32_t* out) {
+                                    int64_t rows, int parts, int32_t* out) {
   pdl_wait();
   pdl_trigger();
-  const int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (r >= rows) return;
   float bv = NAN;
-  int32_t bi = -1;
-  for (int p = 0; p < kArgParts; ++p) {
-    const float v = wsv[r * kArgParts + p];
-    const int32_t i = wsi[r * kArgParts + p];
-    if (i >= 0 && (bi < 0 || better(v, i, bv, bi))) {
-      bv = v;
-      bi = i;
-    }
-  }
-  out[r] = bi < 0 ? 0 : bi;
+  int64_t bi = -1;
+  for (int p = static_cast<int>(threadIdx.x & 31); p < parts; p += 32)
+    keep_better(bv, bi, wsv[r * parts + p], wsi[r * parts + p]);
+  warp_best(bv, bi);
+  if ((threadIdx.x & 31) == 0) out[r] = bi < 0 ? 0 : static_cast<int32_t>(bi);
 }
 
 using dec::decode_attn_block;
@@ -1454,32 +1471,55 @@ void rope_kv_write(Tensor& q, Tensor& k, const Tensor& v, const Tensor& pos, int
 }
 
 size_t decode_argmax_ws_bytes(int64_t rows) {
-  return static_cast<size_t>(std::max<int64_t>(rows, 1)) * kArgParts * (sizeof(float) + sizeof(int32_t));
+  return static_cast<size_t>(std::max<int64_t>(rows, 1)) * kArgMaxParts * (sizeof(float) + sizeof(int32_t));
 }
 
-void decode_argmax(const Tensor& logits, Tensor& out, void* ws, cudaStream_t s) {
-  const int64_t R = logits.rows();
+ArgmaxPlan plan_argmax(int64_t rows, int64_t V, int64_t elem_bytes, int64_t ld, bool aligned, int sms) {
+  ArgmaxPlan p;
+  if (rows < 1 || V < 1) return p;
+  // About four blocks an SM in all, a slice of at least 1,024 elements, at most kArgMaxParts a row.
+  const int64_t want = (4 * static_cast<int64_t>(std::max(sms, 1)) + rows - 1) / rows;
+  const int64_t most = std::max<int64_t>((V + 1023) / 1024, 1);
+  p.vec =
+      aligned && 16 % elem_bytes == 0 && ld % (16 / elem_bytes) == 0 ? static_cast<int>(16 / elem_bytes) : 1;
+  const int64_t parts = std::clamp<int64_t>(std::min(want, most), 1, kArgMaxParts);
+  p.len = ((V + parts - 1) / parts + p.vec - 1) / p.vec * p.vec;
+  p.parts = static_cast<int>((V + p.len - 1) / p.len);
+  return p;
+}
+
+void decode_argmax(const Tensor& logits, Tensor& out, void* ws, int sms, cudaStream_t s) {
+  const int64_t R = logits.rows(), V = logits.cols();
   if (R == 0) return;
+  const int64_t eb = logits.dtype == DType::kF32 ? 4 : 2;
+  const ArgmaxPlan p =
+      plan_argmax(R, V, eb, logits.row_stride(), reinterpret_cast<uintptr_t>(logits.data) % 16 == 0, sms);
+  if (p.parts == 0) return;
   float* wsv = static_cast<float*>(ws);
-  int32_t* wsi = reinterpret_cast<int32_t*>(wsv + R * kArgParts);
-  const dim3 grid(kArgParts, static_cast<unsigned>(R));
+  int32_t* wsi = reinterpret_cast<int32_t*>(wsv + R * p.parts);
+  const dim3 grid(static_cast<unsigned>(p.parts), static_cast<unsigned>(R));
+  auto go = [&](auto kern, const auto* l) {
+    launch_pdl(kern, grid, kArgThreads, 0, s, l, logits.row_stride(), V, p.len, p.parts, wsv, wsi);
+  };
   switch (logits.dtype) {
-    case DType::kBF16:
-      launch_pdl(argmax_part_kernel<__nv_bfloat16>, grid, kArgThreads, 0, s,
-                 static_cast<const __nv_bfloat16*>(logits.data), logits.row_stride(), logits.cols(), wsv,
-                 wsi);
+    case DType::kBF16: {
+      const auto* l = static_cast<const __nv_bfloat16*>(logits.data);
+      p.vec == 8 ? go(argmax_part_kernel<__nv_bfloat16, 8>, l) : go(argmax_part_kernel<__nv_bfloat16, 1>, l);
       break;
-    case DType::kF16:
-      launch_pdl(argmax_part_kernel<__half>, grid, kArgThreads, 0, s, static_cast<const __half*>(logits.data),
-                 logits.row_stride(), logits.cols(), wsv, wsi);
+    }
+    case DType::kF16: {
+      const auto* l = static_cast<const __half*>(logits.data);
+      p.vec == 8 ? go(argmax_part_kernel<__half, 8>, l) : go(argmax_part_kernel<__half, 1>, l);
       break;
-    default:
-      launch_pdl(argmax_part_kernel<float>, grid, kArgThreads, 0, s, logits.ptr<const float>(),
-                 logits.row_stride(), logits.cols(), wsv, wsi);
+    }
+    default: {
+      const float* l = logits.ptr<const float>();
+      p.vec == 4 ? go(argmax_part_kernel<float, 4>, l) : go(argmax_part_kernel<float, 1>, l);
       break;
+    }
   }
-  launch_pdl(argmax_final_kernel, static_cast<unsigned>((R + 127) / 128), 128, s,
-             static_cast<const float*>(wsv), static_cast<const int32_t*>(wsi), R, out.ptr<int32_t>());
+  launch_pdl(argmax_final_kernel, static_cast<unsigned>((R + 3) / 4), 128, s, static_cast<const float*>(wsv),
+             static_cast<const int32_t*>(wsi), R, p.parts, out.ptr<int32_t>());
 }
 
 DecodeAttentionPlan plan_decode_attention(int64_t n, const AttentionRows& rows, const AttentionShape& shape,

@@ -256,10 +256,20 @@ size_t decode_chain_budget();
 // changes no result. Off sm_90 it launches nothing.
 void l2_prefetch(const void* p, size_t bytes, bool after_wait, int sms, cudaStream_t s);
 
-// argmax over each row (ties to the lowest index, the first NaN wins) in two launches: a slice per
-// block, then the slices in order. ws: decode_argmax_ws_bytes(rows) bytes of device memory.
+// argmax over each row (ties to the lowest index, the first NaN wins) in two launches: a slice of a
+// row per block (16-byte loads where the rows allow them), then a warp a row over its slices. The
+// result does not depend on the plan. ws: decode_argmax_ws_bytes(rows) bytes of device memory.
 size_t decode_argmax_ws_bytes(int64_t rows);
-void decode_argmax(const Tensor& logits, Tensor& out, void* ws, cudaStream_t s);
+// The slices: about four blocks an SM over all rows, at least 1,024 elements a slice, at most 256 a row;
+// len a multiple of vec (elements a load: 16 / elem_bytes where the data is 16-byte aligned and ld a
+// multiple of it, else 1). parts = 0: nothing to do.
+struct ArgmaxPlan {
+  int parts = 0;
+  int vec = 1;
+  int64_t len = 0;
+};
+ArgmaxPlan plan_argmax(int64_t rows, int64_t V, int64_t elem_bytes, int64_t ld, bool aligned, int sms);
+void decode_argmax(const Tensor& logits, Tensor& out, void* ws, int sms, cudaStream_t s);
 
 // Decode attention (rows that each attend their own sequence's cache; decode steps, batched or not):
 // splits of the keys per (row, kv head), merged by the last block of each pair. Used for up to

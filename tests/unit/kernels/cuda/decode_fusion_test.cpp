@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "kernels/cpu/reference_ops.h"
+#include "kernels/cuda/decode_ops.cuh"
 #include "tests/unit/kernels/cuda/cuda_test_util.h"
 
 namespace vv::test {
@@ -782,22 +783,63 @@ TEST(CudaDecodeFusion, BatchedDecodeAttentionOverUnequalContexts) {
   }
 }
 
-// The lone one-row GEMM (LM head, o) and the argmax after it, on random data: against the reference.
+// The argmax over random rows, against the reference: lengths of 1, odd, prime (65,537) and the 7B's
+// vocabulary; 1 to 128 rows (1 to 256 slices a row); f32 and bf16 (whose maxima often tie, and ties go to
+// the lowest index); rows whose start or stride rules out 16-byte loads (a view one column in).
 TEST(CudaDecodeFusion, ArgmaxOverManyBlocksMatchesTheReferenceOnRandomRows) {
   VV_CUDA_BACKEND_OR_SKIP(gpu, false);
-  for (int64_t V : {1, 7, 1000, 65537, 152064})
-    for (int64_t R : {1, 3, 64}) {
-      HostMatrix l = random_matrix(R, V, DType::kF32, static_cast<uint32_t>(V + R), 5.0f);
-      std::vector<int32_t> want(static_cast<size_t>(R));
-      Tensor wt = Tensor::vector(want.data(), DType::kI32, R);
-      ref::argmax(l.view(), wt);
-      DeviceMatrix dl = to_device(*gpu, l), dout = to_device_i32(*gpu, std::vector<int32_t>(R, -7));
-      gpu->argmax(dl.t, dout.t);
-      std::vector<int32_t> got(static_cast<size_t>(R));
-      gpu->synchronize();
-      gpu->download(got.data(), dout.buf.data(), R * 4);
-      EXPECT_EQ(got, want) << "argmax V=" << V << " rows=" << R;
-    }
+  for (DType dt : {DType::kF32, DType::kBF16})
+    for (int64_t V : {1, 7, 1000, 65537, 152064})
+      for (int64_t R : {1, 3, 64, 128})
+        for (int64_t shift : {0, 1}) {
+          const int64_t ld = V + shift, eb = dt == DType::kF32 ? 4 : 2;
+          HostMatrix l = random_matrix(R, ld, dt, static_cast<uint32_t>(V + R + shift), 5.0f);
+          Tensor hv = Tensor::matrix(l.bytes.data() + shift * eb, dt, R, V, ld);
+          std::vector<int32_t> want(static_cast<size_t>(R));
+          Tensor wt = Tensor::vector(want.data(), DType::kI32, R);
+          ref::argmax(hv, wt);
+          DeviceMatrix dl = to_device(*gpu, l), dout = to_device_i32(*gpu, std::vector<int32_t>(R, -7));
+          Tensor dv = Tensor::matrix(static_cast<char*>(dl.t.data) + shift * eb, dt, R, V, ld);
+          gpu->argmax(dv, dout.t);
+          std::vector<int32_t> got(static_cast<size_t>(R));
+          gpu->synchronize();
+          gpu->download(got.data(), dout.buf.data(), R * 4);
+          EXPECT_EQ(got, want) << "argmax " << dtype_name(dt) << " V=" << V << " rows=" << R
+                               << " shift=" << shift;
+        }
+}
+
+// The argmax's slices (host only): every element in exactly one slice, none empty, 16-byte loads only where
+// the start and the stride allow them, about four blocks an SM, at most 256 slices a row.
+TEST(CudaArgmaxPlan, SlicesCoverTheRowsWithWideLoadsWhereTheyFit) {
+  struct Case {
+    int64_t rows, V, eb, ld;
+    bool aligned;
+    int sms, parts, vec;
+  };
+  for (const Case& c : std::vector<Case>{{128, 152064, 4, 152064, true, 132, 5, 4},
+                                         {64, 152064, 4, 152064, true, 132, 9, 4},
+                                         {1, 152064, 4, 152064, true, 132, 149, 4},
+                                         {1, 152064, 2, 152064, true, 132, 149, 8},
+                                         {1, 152064, 2, 152068, true, 132, 149, 1},
+                                         {3, 65537, 4, 65537, true, 132, 65, 1},
+                                         {3, 65537, 4, 65540, false, 132, 65, 1},
+                                         {1, 1000000, 4, 1000000, true, 132, 256, 4},
+                                         {1000, 152064, 4, 152064, true, 132, 1, 4},
+                                         {2, 7, 2, 8, true, 132, 1, 8},
+                                         {1, 1, 4, 1, true, 0, 1, 1}}) {
+    const std::string what = std::to_string(c.rows) + " rows of " + std::to_string(c.V) + " (" +
+                             std::to_string(c.eb) + " bytes, stride " + std::to_string(c.ld) + ")";
+    const cuda::ArgmaxPlan p = cuda::plan_argmax(c.rows, c.V, c.eb, c.ld, c.aligned, c.sms);
+    EXPECT_EQ(p.parts, c.parts) << what;
+    EXPECT_EQ(p.vec, c.vec) << what;
+    EXPECT_EQ(p.len % p.vec, 0) << what;
+    EXPECT_GE(p.len * p.parts, c.V) << what << ": every element in a slice";
+    EXPECT_LT(p.len * (p.parts - 1), c.V) << what << ": no empty slice";
+    EXPECT_LE(p.parts, 256) << what;
+  }
+  EXPECT_EQ(cuda::plan_argmax(0, 100, 4, 100, true, 132).parts, 0);
+  EXPECT_EQ(cuda::plan_argmax(4, 0, 4, 0, true, 132).parts, 0);
 }
 
 }  // namespace
