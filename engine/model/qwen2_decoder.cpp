@@ -332,32 +332,37 @@ Result<StepOutput> Qwen2Decoder::run(const StepPlan& plan, KvView& kv, const Ten
   out.logits.resize(plan.seqs.size());
   std::vector<size_t> wanted;
   int64_t row = 0;
-  // Consecutive source rows go in one copy (a decode step: all of them).
-  int64_t run_src = 0, run_dst = 0, run_len = 0;
-  auto copy_run = [&] {
-    if (run_len == 0) return;
-    Tensor dst = last_.t.row_slice(run_dst, run_len);
-    be_.copy(x.row_slice(run_src, run_len), dst);
-    run_len = 0;
+  // The last row of each such sequence, in runs of consecutive rows (a decode step: one run of all).
+  struct Run {
+    int64_t src, dst, len;
   };
+  std::vector<Run> runs;
   for (size_t si = 0; si < plan.seqs.size(); ++si) {
     row += static_cast<int64_t>(plan.seqs[si].ids.size());
     if (!plan.seqs[si].want_output) continue;
-    if (run_len > 0 && run_src + run_len != row - 1) copy_run();
-    if (run_len == 0) {
-      run_src = row - 1;
-      run_dst = static_cast<int64_t>(wanted.size());
-    }
-    ++run_len;
+    if (runs.empty() || runs.back().src + runs.back().len != row - 1)
+      runs.push_back({row - 1, static_cast<int64_t>(wanted.size()), 0});
+    ++runs.back().len;
     wanted.push_back(si);
   }
-  copy_run();
   if (wanted.empty()) return out;
   const int64_t m = static_cast<int64_t>(wanted.size());
-  Tensor last = last_.t.row_slice(0, m);
-  be_.rms_norm(last, final_norm_.t, spec_.rms_norm_eps, last);
+  // One run is read where it is; several are gathered into last_ first.
+  Tensor rows_in = x.row_slice(runs.front().src, m);
+  if (runs.size() > 1) {
+    for (const Run& r : runs) {
+      Tensor dst = last_.t.row_slice(r.dst, r.len);
+      be_.copy(x.row_slice(r.src, r.len), dst);
+    }
+    rows_in = last_.t.row_slice(0, m);
+  }
+  // The final norm into rows of its own (a_'s, free here), not in place: a backend may then run it
+  // inside the LM head's launch (the CUDA one-row GEMV's norm prologue) and skip writing it.
+  Tensor last = a_.t.row_slice(0, m);
+  be_.rms_norm(rows_in, final_norm_.t, spec_.rms_norm_eps, last);
   Tensor logits = logits_.t.row_slice(0, m);
   be_.gemm(last, *lm_head_, nullptr, logits, Epilogue::kNone);
+  be_.discard(last);
   if (capture_) capture_("logits.last", logits);
   Tensor next = Tensor::vector(next_.buf.data(), DType::kI32, m);
   be_.argmax(logits, next);
