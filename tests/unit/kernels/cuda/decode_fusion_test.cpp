@@ -783,6 +783,61 @@ TEST(CudaDecodeFusion, BatchedDecodeAttentionOverUnequalContexts) {
   }
 }
 
+// VV_CUDA_GEMV_NORM_LONE=1: a one-row norm and one GEMM of its output alone (the LM head) in one GEMV
+// launch with the norm prologue give the bits of the two launches one by one (the norm's output too),
+// within the CPU reference's tolerance; the 7B's LM head, a prime N, f16 weights, the smallest K.
+TEST(CudaDecodeFusion, NormIntoALoneGemvGivesTheBitsOfTheTwoLaunches) {
+  { VV_CUDA_BACKEND_OR_SKIP(probe, false); }
+  auto plain_be = backend_with("VV_CUDA_GEMV_NORM_LONE", "0");
+  ASSERT_TRUE(plain_be.is_ok()) << plain_be.status().to_string();
+  auto fused_be = cuda_backend_with({{"VV_CUDA_GEMV_NORM_LONE", "1"}, {"VV_CUDA_PROFILE", "1"}}, false);
+  ASSERT_TRUE(fused_be.is_ok()) << fused_be.status().to_string();
+  struct Case {
+    int64_t K, N;
+    DType wt;
+  };
+  uint32_t seed = 900;
+  for (const Case& c : std::vector<Case>{{3584, 152064, DType::kBF16},
+                                         {3584, 10007, DType::kBF16},
+                                         {1032, 4099, DType::kF16},
+                                         {8, 1, DType::kBF16}}) {
+    const std::string what =
+        "K=" + std::to_string(c.K) + " N=" + std::to_string(c.N) + " " + dtype_name(c.wt);
+    HostMatrix x = random_matrix(1, c.K, DType::kF32, seed, 3.0f);
+    HostMatrix g = random_matrix(1, c.K, DType::kF32, seed + 1, 1.0f);
+    HostMatrix w = random_matrix(c.N, c.K, c.wt, seed + 2, 1.0f / std::sqrt(static_cast<float>(c.K)));
+    seed += 10;
+    auto run = [&](Backend& be, std::vector<float>& normed) {
+      DeviceMatrix dx = to_device(be, x), dg = to_device(be, g), dw = to_device(be, w);
+      HostMatrix zero_a = random_matrix(1, c.K, DType::kF32, 1),
+                 zero_o = random_matrix(1, c.N, DType::kF32, 1);
+      DeviceMatrix da = to_device(be, zero_a), dout = to_device(be, zero_o);
+      const Tensor gv = Tensor::vector(dg.t.data, DType::kF32, c.K);
+      be.rms_norm(dx.t, gv, 1e-6f, da.t);
+      be.gemm(da.t, dw.t, nullptr, dout.t, Epilogue::kNone);
+      normed = download_f32(be, da.t);
+      return download_f32(be, dout.t);
+    };
+    std::vector<float> a_plain, a_fused;
+    const std::vector<float> want = run(**plain_be, a_plain);
+    (void)backend_profile_report(**fused_be);
+    const std::vector<float> got = run(**fused_be, a_fused);
+    const std::string table = backend_profile_report(**fused_be);
+    EXPECT_NE(table.find("decode_gemv.fused"), std::string::npos) << what << ": not fused\n" << table;
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0)
+        << what << ": the GEMM's output differs";
+    EXPECT_EQ(std::memcmp(a_fused.data(), a_plain.data(), a_plain.size() * 4), 0)
+        << what << ": the norm's output differs";
+    std::vector<float> ra(static_cast<size_t>(c.K)), ro(static_cast<size_t>(c.N));
+    Tensor rav = Tensor::matrix(ra.data(), DType::kF32, 1, c.K),
+           rov = Tensor::matrix(ro.data(), DType::kF32, 1, c.N);
+    ref::rms_norm(x.view(), Tensor::vector(g.bytes.data(), DType::kF32, c.K), 1e-6f, rav);
+    ref::gemm(rav, w.view(), nullptr, rov, Epilogue::kNone);
+    expect_close(a_fused, ra, 1e-6, what + " norm");
+    expect_close(got, ro, 2e-5 * std::sqrt(static_cast<double>(c.K)), what + " GEMM");
+  }
+}
+
 // The argmax over random rows, against the reference: lengths of 1, odd, prime (65,537) and the 7B's
 // vocabulary; 1 to 128 rows (1 to 256 slices a row); f32 and bf16 (whose maxima often tie, and ties go to
 // the lowest index); rows whose start or stride rules out 16-byte loads (a view one column in).
