@@ -786,13 +786,15 @@ TEST(CudaDecodeFusion, BatchedDecodeAttentionOverUnequalContexts) {
 // A one-row norm and one GEMM of its output alone (the decoder's final norm and LM head) run as one GEMV
 // launch with the norm prologue, whose bits are those of the two launches one by one (VV_CUDA_GRAPHS=0;
 // the norm's output too), within the CPU reference's tolerance; the 7B's LM head, a prime N, f16
-// weights, the smallest K.
+// weights, the smallest K. VV_CUDA_GEMV_NORM_LONE=0 keeps the norm's own launch, with the same bits.
 TEST(CudaDecodeFusion, NormIntoALoneGemvGivesTheBitsOfTheTwoLaunches) {
   { VV_CUDA_BACKEND_OR_SKIP(probe, false); }
   auto plain_be = backend_with("VV_CUDA_GRAPHS", "0");
   ASSERT_TRUE(plain_be.is_ok()) << plain_be.status().to_string();
   auto fused_be = backend_with("VV_CUDA_PROFILE", "1");
   ASSERT_TRUE(fused_be.is_ok()) << fused_be.status().to_string();
+  auto apart_be = cuda_backend_with({{"VV_CUDA_GEMV_NORM_LONE", "0"}, {"VV_CUDA_PROFILE", "1"}}, false);
+  ASSERT_TRUE(apart_be.is_ok()) << apart_be.status().to_string();
   struct Case {
     int64_t K, N;
     DType wt;
@@ -829,6 +831,14 @@ TEST(CudaDecodeFusion, NormIntoALoneGemvGivesTheBitsOfTheTwoLaunches) {
         << what << ": the GEMM's output differs";
     EXPECT_EQ(std::memcmp(a_fused.data(), a_plain.data(), a_plain.size() * 4), 0)
         << what << ": the norm's output differs";
+    std::vector<float> a_apart;
+    (void)backend_profile_report(**apart_be);
+    const std::vector<float> apart = run(**apart_be, a_apart);
+    const std::string apart_table = backend_profile_report(**apart_be);
+    EXPECT_NE(apart_table.find("rms_norm"), std::string::npos) << what << ": fused with the switch off\n"
+                                                               << apart_table;
+    EXPECT_EQ(std::memcmp(apart.data(), want.data(), want.size() * 4), 0)
+        << what << ": differs with the switch off";
     std::vector<float> ra(static_cast<size_t>(c.K)), ro(static_cast<size_t>(c.N));
     Tensor rav = Tensor::matrix(ra.data(), DType::kF32, 1, c.K),
            rov = Tensor::matrix(ro.data(), DType::kF32, 1, c.N);
