@@ -332,7 +332,7 @@ Result<StepOutput> Qwen2Decoder::run(const StepPlan& plan, KvView& kv, const Ten
   out.logits.resize(plan.seqs.size());
   std::vector<size_t> wanted;
   int64_t row = 0;
-  // The last row of each such sequence, in runs of consecutive rows (a decode step: one run of all).
+  // Those last rows, in runs of consecutive rows (a decode step: one run of all of them).
   struct Run {
     int64_t src, dst, len;
   };
