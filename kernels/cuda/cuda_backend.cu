@@ -932,10 +932,11 @@ class CudaBackend final : public Backend {
     if (swiglu_epilogue_ && pair_ok && take_swiglu_epilogue(recs, q, recs[norm ? i + 1 : i], d)) ++q;
     if (!norm && d.count == 1 && !d.silu_out) return 0;  // a lone GEMM: run_gemm takes the same kernel
     // A norm and one GEMM of its output that no silu_mul reads next (the final norm and the LM head):
-    // the norm prologue unless VV_CUDA_GEMV_NORM_LONE=0.
-    if (norm && d.count == 1 && !d.silu_out && !gemv_norm_lone_ &&
-        !(q < recs.size() && recs[q].kind == OpRec::kSiluMul))
-      return 0;
+    // the norm prologue unless VV_CUDA_GEMV_NORM_LONE=0; at 4 on the 4-blocks-an-SM instance.
+    if (norm && d.count == 1 && !d.silu_out && !(q < recs.size() && recs[q].kind == OpRec::kSiluMul)) {
+      if (gemv_norm_lone_ == 0) return 0;
+      if (gemv_norm_lone_ == 4) d.min_blocks = 4;
+    }
     d.bulk = gemv_bulk_ == 1 || (gemv_bulk_ == 3 && !d.silu_out);
     out.push_back([=, this] {
       OpTimer timer(this, !profiling_                                 ? ""
@@ -2537,9 +2538,14 @@ class CudaBackend final : public Backend {
   // cuda::DecodeGemv::pair_rows (the norm + q/k/v GEMV two rows a warp); VV_CUDA_GEMV_PAIR=0: off.
   bool gemv_pair_ =
       !(std::getenv("VV_CUDA_GEMV_PAIR") && std::string(std::getenv("VV_CUDA_GEMV_PAIR")) == "0");
-  // VV_CUDA_GEMV_NORM_LONE=0: the final norm and the LM head as two launches (fuse_gemv_at).
-  bool gemv_norm_lone_ =
-      !(std::getenv("VV_CUDA_GEMV_NORM_LONE") && std::string(std::getenv("VV_CUDA_GEMV_NORM_LONE")) == "0");
+  // VV_CUDA_GEMV_NORM_LONE: the final norm and the LM head in one GEMV launch with the norm prologue (1,
+  // the default), as two launches (0), or in one on the instance compiled for 4 blocks an SM (4;
+  // DecodeGemv::min_blocks). See fuse_gemv_at.
+  int gemv_norm_lone_ = [] {
+    const char* e = std::getenv("VV_CUDA_GEMV_NORM_LONE");
+    const std::string v(e ? e : "");
+    return v == "0" ? 0 : v == "4" ? 4 : 1;
+  }();
   // VV_CUDA_GEMV_BALANCE=1 (opt-in until measured on a GPU): cuda::DecodeGemv::balance.
   bool gemv_balance_ =
       std::getenv("VV_CUDA_GEMV_BALANCE") && std::string(std::getenv("VV_CUDA_GEMV_BALANCE")) == "1";

@@ -272,6 +272,12 @@ void launch_gemv(const DecodeGemv& g, int64_t tasks, cudaStream_t s) {
       return;
     }
   }
+  if constexpr (R == 1 && kNorm && sizeof(WT) == 2) {
+    if (g.min_blocks == 4 && gemv_roll()) {
+      launch_gemv_sched<WT, R, kNorm, true, 4>(g, tasks, s);
+      return;
+    }
+  }
   if constexpr (R == 1 && sizeof(WT) == 2) {
     const int64_t resident =
         static_cast<int64_t>(g.sms) * gemv_default_blocks(R, kNorm) * (kGemvThreads / 32);

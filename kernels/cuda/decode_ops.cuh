@@ -76,6 +76,10 @@ struct DecodeGemv {
   // multiple of 8 up to 24,576, or 8,192 with the norm prologue or the SwiGLU epilogue; 16-byte
   // aligned rows and input). A row's sum then has that kernel's order, which depends on K only.
   bool bulk = false;
+  // min_blocks = 4 (VV_CUDA_GEMV_NORM_LONE=4; the backend sets it for the final norm + LM head only): a
+  // launch with the norm prologue, one row a warp and 16-bit weights on the instance compiled for 4 blocks
+  // an SM, as the lone GEMV's, instead of 3 (the rolled schedule only). A row's sum does not change.
+  int min_blocks = 0;
 };
 void decode_gemv(DecodeGemv g, cudaStream_t s);
 // Whether decode_gemv takes the balanced launch for g (DecodeGemv::balance and its conditions).

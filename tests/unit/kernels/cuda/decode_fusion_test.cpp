@@ -786,7 +786,8 @@ TEST(CudaDecodeFusion, BatchedDecodeAttentionOverUnequalContexts) {
 // A one-row norm and one GEMM of its output alone (the decoder's final norm and LM head) run as one GEMV
 // launch with the norm prologue, whose bits are those of the two launches one by one (VV_CUDA_GRAPHS=0;
 // the norm's output too), within the CPU reference's tolerance; the 7B's LM head, a prime N, f16
-// weights, the smallest K. VV_CUDA_GEMV_NORM_LONE=0 keeps the norm's own launch, with the same bits.
+// weights, the smallest K. VV_CUDA_GEMV_NORM_LONE=0 keeps the norm's own launch, =4 takes the instance of
+// 4 blocks an SM: the same bits.
 TEST(CudaDecodeFusion, NormIntoALoneGemvGivesTheBitsOfTheTwoLaunches) {
   { VV_CUDA_BACKEND_OR_SKIP(probe, false); }
   auto plain_be = backend_with("VV_CUDA_GRAPHS", "0");
@@ -795,6 +796,8 @@ TEST(CudaDecodeFusion, NormIntoALoneGemvGivesTheBitsOfTheTwoLaunches) {
   ASSERT_TRUE(fused_be.is_ok()) << fused_be.status().to_string();
   auto apart_be = cuda_backend_with({{"VV_CUDA_GEMV_NORM_LONE", "0"}, {"VV_CUDA_PROFILE", "1"}}, false);
   ASSERT_TRUE(apart_be.is_ok()) << apart_be.status().to_string();
+  auto four_be = backend_with("VV_CUDA_GEMV_NORM_LONE", "4");
+  ASSERT_TRUE(four_be.is_ok()) << four_be.status().to_string();
   struct Case {
     int64_t K, N;
     DType wt;
@@ -839,6 +842,12 @@ TEST(CudaDecodeFusion, NormIntoALoneGemvGivesTheBitsOfTheTwoLaunches) {
                                                                << apart_table;
     EXPECT_EQ(std::memcmp(apart.data(), want.data(), want.size() * 4), 0)
         << what << ": differs with the switch off";
+    std::vector<float> a_four;
+    const std::vector<float> four = run(**four_be, a_four);
+    EXPECT_EQ(std::memcmp(four.data(), want.data(), want.size() * 4), 0)
+        << what << ": differs at 4 blocks an SM";
+    EXPECT_EQ(std::memcmp(a_four.data(), a_plain.data(), a_plain.size() * 4), 0)
+        << what << ": the norm differs at 4";
     std::vector<float> ra(static_cast<size_t>(c.K)), ro(static_cast<size_t>(c.N));
     Tensor rav = Tensor::matrix(ra.data(), DType::kF32, 1, c.K),
            rov = Tensor::matrix(ro.data(), DType::kF32, 1, c.N);
