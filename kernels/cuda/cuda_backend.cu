@@ -1135,7 +1135,7 @@ class CudaBackend final : public Backend {
   }
 
   // Whether rec is discard(t) of t's rows (same memory, at least t's rows and columns) and norm
-  // outputs may be left unwritten (VV_CUDA_NORM_DROP=1).
+  // outputs may be left unwritten (the default; VV_CUDA_NORM_DROP=0: never).
   static bool covers(const OpRec& rec, const Tensor& t) {
     return rec.kind == OpRec::kDiscard && rec.out.data == t.data && rec.out.rows() >= t.rows() &&
            rec.out.cols() >= t.cols() && rec.out.row_stride() == t.row_stride();
@@ -2542,17 +2542,17 @@ class CudaBackend final : public Backend {
   // cuda::DecodeGemv::pair_rows (the norm + q/k/v GEMV two rows a warp); VV_CUDA_GEMV_PAIR=0: off.
   bool gemv_pair_ =
       !(std::getenv("VV_CUDA_GEMV_PAIR") && std::string(std::getenv("VV_CUDA_GEMV_PAIR")) == "0");
-  // VV_CUDA_GEMV_NORM_LONE: the final norm and the LM head in one GEMV launch with the norm prologue (1,
-  // the default), as two launches (0), or in one on the instance compiled for 4 blocks an SM (4;
-  // DecodeGemv::min_blocks). See fuse_gemv_at.
+  // VV_CUDA_GEMV_NORM_LONE: the final norm and the LM head in one GEMV launch with the norm prologue on the
+  // instance compiled for 4 blocks an SM (4, the default since session 33; DecodeGemv::min_blocks), on the
+  // prologue's own instance of 3 (1), or as two launches (0). See fuse_gemv_at.
   int gemv_norm_lone_ = [] {
     const char* e = std::getenv("VV_CUDA_GEMV_NORM_LONE");
     const std::string v(e ? e : "");
-    return v == "0" ? 0 : v == "4" ? 4 : 1;
+    return v == "0" ? 0 : v == "1" ? 1 : 4;
   }();
-  // VV_CUDA_GEMV_BALANCE=1 (opt-in until measured on a GPU): cuda::DecodeGemv::balance.
+  // cuda::DecodeGemv::balance (the default since session 33); VV_CUDA_GEMV_BALANCE=0 turns it off.
   bool gemv_balance_ =
-      std::getenv("VV_CUDA_GEMV_BALANCE") && std::string(std::getenv("VV_CUDA_GEMV_BALANCE")) == "1";
+      !(std::getenv("VV_CUDA_GEMV_BALANCE") && std::string(std::getenv("VV_CUDA_GEMV_BALANCE")) == "0");
   // VV_CUDA_L2_PREFETCH: 0 (default) off, 1 or 2 (prefetch_before_attention).
   int l2_prefetch_ = [] {
     const char* e = std::getenv("VV_CUDA_L2_PREFETCH");
@@ -2681,9 +2681,10 @@ class CudaBackend final : public Backend {
   // default (H200, 7B, full steps at 8bc5686: 64 rows 7.915 -> 7.788 ms, 128 rows 9.711 -> 9.341 ms;
   // the same bits, gpu test CudaLtOperandFusion). VV_CUDA_LT_FUSE=0 turns it off.
   bool lt_fuse_ = !(std::getenv("VV_CUDA_LT_FUSE") && std::string(std::getenv("VV_CUDA_LT_FUSE")) == "0");
-  // VV_CUDA_NORM_DROP=1: an rms_norm fused with its GEMMs writes only their bf16 pack, not its f32
-  // output, where the caller discards that right after them (opt-in until measured on a GPU).
-  bool norm_drop_ = std::getenv("VV_CUDA_NORM_DROP") && std::string(std::getenv("VV_CUDA_NORM_DROP")) == "1";
+  // An rms_norm fused with its GEMMs writes only their bf16 pack, not its f32 output, where the caller
+  // discards that right after them (the default since session 33); VV_CUDA_NORM_DROP=0 writes it.
+  bool norm_drop_ =
+      !(std::getenv("VV_CUDA_NORM_DROP") && std::string(std::getenv("VV_CUDA_NORM_DROP")) == "0");
   // The tensor-core decode attention's variant where a VV_CUDA_MMA_DECODE* variable was set when this
   // backend was created (cuda::mma_decode_env_set); empty: the process-wide cuda::mma_decode_config(),
   // which tests change with cuda::set_mma_decode_config. So two backends of one process can differ

@@ -419,14 +419,14 @@ bool qkv_rows_pair(const LayerCase& c) {
   return c.wt != DType::kF32 && rows > warps && rows / 2 <= warps;
 }
 
-// VV_CUDA_GEMV_BALANCE=1: the lone one-row GEMVs (the layer's down projection with its residual;
-// o at the 7B) spread their rows over the resident blocks (7 rows a block at the 7B's 3,584), and so
-// does the 7B's paired norm + q/k/v (6 pairs a block). A row's sum is the same: every output of the
-// layer sequence must be the bits of the default backend's.
+// The balanced GEMV (the default; VV_CUDA_GEMV_BALANCE=0: off): the lone one-row GEMVs (the layer's down
+// projection with its residual; o at the 7B) spread their rows over the resident blocks (7 rows a block at
+// the 7B's 3,584), and so does the 7B's paired norm + q/k/v (6 pairs a block). A row's sum is the same:
+// every output of the layer sequence must be the bits of the unbalanced backend's.
 TEST(CudaDecodeFusion, BalancedGemvRowsChangeNoBit) {
   { VV_CUDA_BACKEND_OR_SKIP(probe, false); }
-  // The bulk GEMV (default on sm_90) would take the lone 16-bit launches before the balanced form.
-  auto plain_be = backend_with("VV_CUDA_GEMV_BULK", "0");
+  // (The bulk GEMV, where set, would take the lone 16-bit launches before the balanced form.)
+  auto plain_be = cuda_backend_with({{"VV_CUDA_GEMV_BALANCE", "0"}, {"VV_CUDA_GEMV_BULK", "0"}}, false);
   ASSERT_TRUE(plain_be.is_ok()) << plain_be.status().to_string();
   Backend* plain = plain_be->get();
   auto bal = cuda_backend_with({{"VV_CUDA_GEMV_BALANCE", "1"}, {"VV_CUDA_GEMV_BULK", "0"}}, false);
@@ -786,8 +786,8 @@ TEST(CudaDecodeFusion, BatchedDecodeAttentionOverUnequalContexts) {
 // A one-row norm and one GEMM of its output alone (the decoder's final norm and LM head) run as one GEMV
 // launch with the norm prologue, whose bits are those of the two launches one by one (VV_CUDA_GRAPHS=0;
 // the norm's output too), within the CPU reference's tolerance; the 7B's LM head, a prime N, f16
-// weights, the smallest K. VV_CUDA_GEMV_NORM_LONE=0 keeps the norm's own launch, =4 takes the instance of
-// 4 blocks an SM: the same bits.
+// weights, the smallest K. VV_CUDA_GEMV_NORM_LONE=0 keeps the norm's own launch, =1 takes the prologue's
+// instance of 3 blocks an SM, =4 (the default) the one of 4: the same bits.
 TEST(CudaDecodeFusion, NormIntoALoneGemvGivesTheBitsOfTheTwoLaunches) {
   { VV_CUDA_BACKEND_OR_SKIP(probe, false); }
   auto plain_be = backend_with("VV_CUDA_GRAPHS", "0");
@@ -798,6 +798,8 @@ TEST(CudaDecodeFusion, NormIntoALoneGemvGivesTheBitsOfTheTwoLaunches) {
   ASSERT_TRUE(apart_be.is_ok()) << apart_be.status().to_string();
   auto four_be = backend_with("VV_CUDA_GEMV_NORM_LONE", "4");
   ASSERT_TRUE(four_be.is_ok()) << four_be.status().to_string();
+  auto three_be = backend_with("VV_CUDA_GEMV_NORM_LONE", "1");
+  ASSERT_TRUE(three_be.is_ok()) << three_be.status().to_string();
   struct Case {
     int64_t K, N;
     DType wt;
@@ -848,6 +850,12 @@ TEST(CudaDecodeFusion, NormIntoALoneGemvGivesTheBitsOfTheTwoLaunches) {
         << what << ": differs at 4 blocks an SM";
     EXPECT_EQ(std::memcmp(a_four.data(), a_plain.data(), a_plain.size() * 4), 0)
         << what << ": the norm differs at 4";
+    std::vector<float> a_three;
+    const std::vector<float> three = run(**three_be, a_three);
+    EXPECT_EQ(std::memcmp(three.data(), want.data(), want.size() * 4), 0)
+        << what << ": differs at 3 blocks an SM";
+    EXPECT_EQ(std::memcmp(a_three.data(), a_plain.data(), a_plain.size() * 4), 0)
+        << what << ": the norm differs at 3";
     std::vector<float> ra(static_cast<size_t>(c.K)), ro(static_cast<size_t>(c.N));
     Tensor rav = Tensor::matrix(ra.data(), DType::kF32, 1, c.K),
            rov = Tensor::matrix(ro.data(), DType::kF32, 1, c.N);
