@@ -1436,8 +1436,7 @@ class CudaBackend final : public Backend {
             : cuda::MmaDecodePlan{};
     const cuda::DecodeAttentionPlan pd =
         mma ? cuda::DecodeAttentionPlan{}
-            : cuda::plan_decode_attention(q.rows(), at.rows, sh, sms_, attn_wave_, smem_optin_,
-                                          attn_cluster_);
+            : cuda::plan_decode_attention(q.rows(), at.rows, sh, sms_, attn_wave_, smem_optin_);
     if (!(mma ? pm.use : pd.use)) return no("no plan");
     if ((mma ? pm.counters : pd.counters) > kDecAttnCounterSlots) return no("counters");
     // With VV_CUDA_ATTN_PACK: the stream kernel also writes the o projection's operand (past discard(q)).
@@ -1453,6 +1452,12 @@ class CudaBackend final : public Backend {
       const bool pack = !gemms.empty();
       if (pack && !ensure_pack(static_cast<size_t>(a.out.rows() * a.out.cols()) * 2)) return;
       {
+        OpTimer timer(this, pack  ? "paged_attention.decode_mma_rope_pack"
+                            : mma ? "paged_attention.decode_mma_rope"
+                                  : "paged_attention.decode_rope");
+        unsigned* counters = nullptr;
+        float* partials = nullptr;
+        if (!decode_attention_ws(mma ? pm.ws_floats : pd.ws_floats, &counters, &partials)) return;
         cuda::DecodeRope rp;
         rp.inv_freq = inv_freq(r.f, r.head_dim);
         if (!rp.inv_freq) return;  // first use inside a capture: broken, run eagerly
@@ -1471,14 +1476,6 @@ class CudaBackend final : public Backend {
         rp.stamp_recs = stamp_recs_;
         rp.stamp_count = stamp_count_;
         rp.stamp_cap = stamp_cap_;
-        OpTimer timer(this, pack  ? "paged_attention.decode_mma_rope_pack"
-                            : mma ? "paged_attention.decode_mma_rope"
-                            : cuda::decode_attention_clusters(pd, a.cache.k.dtype, &rp)
-                                ? "paged_attention.decode_rope_cluster"
-                                : "paged_attention.decode_rope");
-        unsigned* counters = nullptr;
-        float* partials = nullptr;
-        if (!decode_attention_ws(mma ? pm.ws_floats : pd.ws_floats, &counters, &partials)) return;
         Tensor o = a.out;
         if (mma) {
           cuda::mma_decode_attention(a.a, a.rows, a.cache, a.shape, o, pm, partials, counters, stream_,
@@ -1776,8 +1773,7 @@ class CudaBackend final : public Backend {
             : cuda::MmaDecodePlan{};
     const cuda::DecodeAttentionPlan p =
         mma ? cuda::DecodeAttentionPlan{}
-            : cuda::plan_decode_attention(q.rows(), rows, shape, sms_, attn_wave_, smem_optin_,
-                                          attn_cluster_);
+            : cuda::plan_decode_attention(q.rows(), rows, shape, sms_, attn_wave_, smem_optin_);
     if (!pm.use && !p.use) return false;
     if ((pm.use ? pm.counters : p.counters) > kDecAttnCounterSlots) return false;
     OpTimer timer(this, pack     ? "paged_attention.decode_mma_pack"
@@ -2622,13 +2618,6 @@ class CudaBackend final : public Backend {
   // cuda::plan_decode_attention's `one_wave`; VV_CUDA_ATTN_WAVE=0 turns it off (A/B).
   bool attn_wave_ =
       !(std::getenv("VV_CUDA_ATTN_WAVE") && std::string(std::getenv("VV_CUDA_ATTN_WAVE")) == "0");
-  // VV_CUDA_ATTN_CLUSTER=N (2..16, opt-in): cuda::plan_decode_attention's `cluster` (one-row steps: at most N
-  // key splits, merged through distributed shared memory by the fused butterfly kernel); else 0.
-  int attn_cluster_ = [] {
-    const char* e = std::getenv("VV_CUDA_ATTN_CLUSTER");
-    const int v = e ? std::atoi(e) : 0;
-    return v >= 2 && v <= cuda::kAttnMaxCluster ? v : 0;
-  }();
   // DecodeRope::pipe (the default since session 30; VV_CUDA_ATTN_PIPE=0 turns it off).
   bool attn_pipe_ =
       !(std::getenv("VV_CUDA_ATTN_PIPE") && std::string(std::getenv("VV_CUDA_ATTN_PIPE")) == "0");

@@ -5,7 +5,6 @@
 // same order, so their outputs agree bitwise.
 #pragma once
 
-#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -482,17 +481,8 @@ inline constexpr int kAttnEarlySplits = 24;  // 96 registers: no spill under the
 // round's K loads (raw, 8 bytes a key and lane) before it scores the round it holds, and the next round's V
 // loads before it accumulates P·V of the one it holds, so a round no longer waits on memory after the one
 // before it (the one-wave plan's splits past 2,112 keys on 132 SMs). The same values: the same bits.
-// kCluster (with kXpose; VV_CUDA_ATTN_CLUSTER, sm_90): the launch's blocks of one (row, kv head) are one
-// thread block cluster, block rank = split, and the splits merge through distributed shared memory instead of
-// the workspace, the counter and a last block: each block leaves its partial (the warps' sums in warp order)
-// and its (max, sum) pairs in its own shared memory, the cluster waits at a barrier, then every block takes
-// its slice of the G·D outputs — the split weights from every block's pairs, each output's sum over the
-// blocks' partials in split order — and a second barrier keeps each block's shared memory alive until the
-// others have read it. Splits without keys take part in both barriers. The early merge's operations in its
-// order (a warp a head, split s in lane s: at most 32 splits), so the bits of the merge through the
-// workspace under the same plan.
 template <typename CT, bool kCg, bool kRope = false, bool kPre = false, bool kStamp = false,
-          bool kXpose = false, bool kEarly = false, bool kPipe = false, bool kCluster = false>
+          bool kXpose = false, bool kEarly = false, bool kPipe = false>
 __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int split, int kvh, int64_t r,
                                                   float* sm, float (&mls)[2][kAttnMaxG], int& last) {
   static_assert(!kPre || kRope, "the early loads are the fused step's");
@@ -501,7 +491,6 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
   static_assert(!kEarly || kXpose, "the early merge loads are the butterfly kernel's");
   static_assert(!kPipe || (kXpose && kCg && sizeof(CT) == 2),
                 "the pipelined rounds: the butterfly's, 16-bit");
-  static_assert(!kCluster || (kXpose && !kStamp), "the cluster merge: the butterfly kernel's, not stamped");
   AttnStageClock<kStamp> clk;
   clk.start();
   const float* __restrict__ q = A.q;
@@ -533,7 +522,7 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
   // The splits holding keys (the table's width may reach past the row's length): the others leave at
   // once and take no part in the merge.
   const int nse = lean ? min(nsplit, (L + chunk - 1) / chunk) : nsplit;
-  if (lean && nk == 0 && !kCluster) return;  // (a cluster's blocks all reach its barriers)
+  if (lean && nk == 0) return;
   const float* qr = q + r * ldq + static_cast<int64_t>(kvh) * G * D;
   const int d0 = lane * 4;
   const bool dl = d0 < D;
@@ -804,53 +793,6 @@ __device__ __forceinline__ void decode_attn_block(const DecodeAttnArgs& A, int s
   __syncthreads();
   clk.mark(5);
   float* orow = out + r * ldo + static_cast<int64_t>(kvh) * G * D;
-  if constexpr (kCluster) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    namespace cg = cooperative_groups;
-    // This block's partial into Qs (read into registers before the rounds; free since).
-    for (int i = tid; i < G * D; i += kAttnThreads) {
-      float a = 0.f;
-      for (int w = 0; w < kAttnWarps; ++w) a += red[w * G * D + i];
-      Qs[i] = a;
-    }
-    cg::cluster_group cl = cg::this_cluster();
-    cl.sync();                    // every block's partial and (max, sum) pairs are in its shared memory
-    float* lm = red;              // the merged sums [G] (red is free: its sums are in Qs)
-    if (warp < G && lane < 32) {  // head g = warp; split s in lane s, as the early merge loads them
-      const int g = warp;
-      float2 m0 = make_float2(-INFINITY, 0.f);
-      if (lane < nse) {
-        const float* rm = cl.map_shared_rank(&mls[0][0], lane);
-        m0 = make_float2(rm[g], rm[kAttnMaxG + g]);
-      }
-      float mx = -INFINITY;
-      float l = 0.f;
-      if (lane < nse) mx = fmaxf(mx, m0.x);
-      mx = warp_max(mx);
-      if (lane < nse) {
-        const float e = m0.y > 0.f ? expf(m0.x - mx) : 0.f;
-        Ps[g * pstride + lane] = e;
-        l += m0.y * e;
-      }
-      l = warp_sum(l);
-      if (lane == 0) lm[g] = l;
-    }
-    __syncthreads();
-    // This block's slice of the outputs: `per` a block, in split order.
-    const int per = (G * D + nsplit - 1) / nsplit;
-    const int i0 = split * per, i1 = min(G * D, i0 + per);
-    for (int i = i0 + tid; i < i1; i += kAttnThreads) {
-      const int g = i / D;
-      float a = 0.f;
-      for (int sp = 0; sp < nse; ++sp) a = fmaf(cl.map_shared_rank(Qs, sp)[i], Ps[g * pstride + sp], a);
-      orow[i] = a / lm[g];
-    }
-    cl.sync();  // the other blocks have read this one's shared memory
-#else
-    __trap();  // the host launches clusters on sm_90 only
-#endif
-    return;
-  }
   const int64_t pair = r * kv_heads + kvh;
   float* wacc = ws + (pair * nsplit + split) * G * D;
   for (int i = tid; i < G * D; i += kAttnThreads) {

@@ -12,7 +12,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <initializer_list>
-#include <mutex>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -491,27 +490,6 @@ __global__ void __maxnreg__(176) decode_attn_pipe_kernel(const DecodeAttnArgs a)
   __shared__ int last;
   decode_attn_block<CT, true, true, true, false, true, true, true>(a, blockIdx.x, blockIdx.y, blockIdx.z, sm,
                                                                    mls, last);
-}
-
-// The butterfly kernel (with the rounds a round ahead where kPipe) whose splits merge through distributed
-// shared memory (decode_attn_block's kCluster; VV_CUDA_ATTN_CLUSTER): launched as clusters of the plan's
-// splits (DecodeAttentionPlan::cluster), one cluster a (row, kv head). The same register caps as the two
-// kernels it stands for.
-template <typename CT>
-__global__ void __maxnreg__(160) decode_attn_cluster_kernel(const DecodeAttnArgs a) {
-  extern __shared__ float sm[];
-  __shared__ float mls[2][kAttnMaxG];
-  __shared__ int last;
-  decode_attn_block<CT, true, true, true, false, true, false, false, true>(a, blockIdx.x, blockIdx.y,
-                                                                           blockIdx.z, sm, mls, last);
-}
-template <typename CT>
-__global__ void __maxnreg__(176) decode_attn_cluster_pipe_kernel(const DecodeAttnArgs a) {
-  extern __shared__ float sm[];
-  __shared__ float mls[2][kAttnMaxG];
-  __shared__ int last;
-  decode_attn_block<CT, true, true, true, false, true, false, true, true>(a, blockIdx.x, blockIdx.y,
-                                                                          blockIdx.z, sm, mls, last);
 }
 
 // ---- Decode attention on the tensor cores ----------------------------------------------------
@@ -1551,7 +1529,7 @@ void decode_argmax(const Tensor& logits, Tensor& out, void* ws, int sms, cudaStr
 }
 
 DecodeAttentionPlan plan_decode_attention(int64_t n, const AttentionRows& rows, const AttentionShape& shape,
-                                          int sms, bool one_wave, size_t smem_limit, int cluster) {
+                                          int sms, bool one_wave, size_t smem_limit) {
   DecodeAttentionPlan p;
   const int G = shape.kv_heads > 0 ? shape.heads / shape.kv_heads : 0;
   if (n < 1 || n > kDecodeAttentionMaxRows || G < 1 || G > kAttnMaxG || shape.head_dim > kAttnMaxHeadDim ||
@@ -1571,8 +1549,7 @@ DecodeAttentionPlan plan_decode_attention(int64_t n, const AttentionRows& rows, 
            static_cast<size_t>(c) * sizeof(int64_t);
   };
   if (one_wave && n == 1 && sms >= pairs) {  // about one block a SM: whole rounds a split
-    int64_t per_pair = std::max<int64_t>(1, sms / pairs);
-    if (cluster > 1) per_pair = std::min<int64_t>(per_pair, cluster);  // a cluster's blocks at most
+    const int64_t per_pair = std::max<int64_t>(1, sms / pairs);
     const int64_t keys = (max_keys + per_pair - 1) / per_pair;
     int64_t c = std::max<int64_t>(chunk, (keys + kAttnRound - 1) / kAttnRound * kAttnRound);
     while (c > chunk && smem_of(c) > smem_limit) c -= kAttnRound;  // within the block's shared memory
@@ -1585,8 +1562,6 @@ DecodeAttentionPlan plan_decode_attention(int64_t n, const AttentionRows& rows, 
   p.ws_floats = p.splits > 1 ? static_cast<size_t>(pairs * p.splits * G * (D + 2)) : 0;
   p.counters = p.splits > 1 ? static_cast<size_t>(pairs) : 0;
   p.smem = smem_of(chunk);
-  if (cluster > 1 && one_wave && n == 1 && p.splits > 1 && p.splits <= std::min(cluster, kAttnMaxCluster))
-    p.cluster = p.splits;
   return p;
 }
 
@@ -1616,88 +1591,6 @@ DecodeAttnArgs decode_attn_args(const Tensor& q, const AttentionRows& rows, cons
   return a;
 }
 
-namespace {
-
-// The cluster kernels' launch: the PDL attribute (where on) and clusters of p.cluster blocks along x.
-void launch_attn_cluster(void (*kern)(DecodeAttnArgs), dim3 grid, const DecodeAttentionPlan& p,
-                         cudaStream_t s, const DecodeAttnArgs& a) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(kAttnThreads);
-  cfg.dynamicSmemBytes = p.smem;
-  cfg.stream = s;
-  cudaLaunchAttribute at[2];
-  at[0].id = cudaLaunchAttributeClusterDimension;
-  at[0].val.clusterDim.x = static_cast<unsigned>(p.cluster);
-  at[0].val.clusterDim.y = 1;
-  at[0].val.clusterDim.z = 1;
-  at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  at[1].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = at;
-  cfg.numAttrs = pdl_enabled() ? 2 : 1;
-  allow_dynamic_smem(kern, p.smem);
-  cudaLaunchKernelEx(&cfg, kern, a);
-}
-
-// Whether clusters of `cluster` blocks of `kern` with `smem` bytes each can be resident on device `dev` (at
-// least one at a time), asked once per (device, kernel, cluster, shared memory); sets the kernel's attributes
-// there (dynamic shared memory, non-portable cluster sizes past 8) on the way.
-bool cluster_fits(int dev, void (*kern)(DecodeAttnArgs), int cluster, size_t smem) {
-  struct Key {
-    int dev;
-    void (*k)(DecodeAttnArgs);
-    int c;
-    size_t m;
-    bool fits;
-  };
-  static std::mutex mu;
-  static std::vector<Key> seen;
-  std::lock_guard<std::mutex> lock(mu);
-  for (const Key& k : seen)
-    if (k.dev == dev && k.k == kern && k.c == cluster && k.m == smem) return k.fits;
-  bool failed = allow_dynamic_smem(kern, smem) != cudaSuccess;
-  if (!failed && cluster > 8)
-    failed = cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess;
-  bool fits = false;
-  if (!failed) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(static_cast<unsigned>(cluster));
-    cfg.blockDim = dim3(kAttnThreads);
-    cfg.dynamicSmemBytes = smem;
-    cudaLaunchAttribute at;
-    at.id = cudaLaunchAttributeClusterDimension;
-    at.val.clusterDim.x = static_cast<unsigned>(cluster);
-    at.val.clusterDim.y = 1;
-    at.val.clusterDim.z = 1;
-    cfg.attrs = &at;
-    cfg.numAttrs = 1;
-    int n = 0;
-    failed = cudaOccupancyMaxActiveClusters(&n, kern, &cfg) != cudaSuccess;
-    fits = !failed && n > 0;
-  }
-  if (failed) cudaGetLastError();  // a refusal above is an answer, not an error of the stream
-  seen.push_back({dev, kern, cluster, smem, fits});
-  return fits;
-}
-
-}  // namespace
-
-bool decode_attention_clusters(const DecodeAttentionPlan& p, DType cache_t, const DecodeRope* rope) {
-  if (p.cluster < 2 || cache_t != DType::kBF16 || rope == nullptr || rope->inv_freq == nullptr ||
-      !rope->pre || !rope->xpose || rope->stamp_recs != nullptr)
-    return false;
-  int dev = 0, major = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess || major < 9) {
-    cudaGetLastError();
-    return false;
-  }
-  return cluster_fits(dev,
-                      p.chunk > kAttnRound && rope->pipe ? decode_attn_cluster_pipe_kernel<__nv_bfloat16>
-                                                         : decode_attn_cluster_kernel<__nv_bfloat16>,
-                      p.cluster, p.smem);
-}
-
 void decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
                       const AttentionShape& shape, Tensor& out, const DecodeAttentionPlan& p, float* ws,
                       unsigned* counters, bool lean, cudaStream_t s, const DecodeRope* rope,
@@ -1716,12 +1609,7 @@ void decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer&
   };
   switch (a.kv.ct) {
     case DType::kBF16:
-      if (decode_attention_clusters(p, a.kv.ct, rope)) {
-        launch_attn_cluster(p.chunk > kAttnRound && a.rope.pipe
-                                ? decode_attn_cluster_pipe_kernel<__nv_bfloat16>
-                                : decode_attn_cluster_kernel<__nv_bfloat16>,
-                            grid, p, s, a);
-      } else if (xpose && a.rope.early_merge && a.rope.pipe && !stamp && p.chunk > kAttnRound) {
+      if (xpose && a.rope.early_merge && a.rope.pipe && !stamp && p.chunk > kAttnRound) {
         go(decode_attn_pipe_kernel<__nv_bfloat16>);
       } else if (xpose && a.rope.early_merge) {
         stamp ? go(decode_attn_xpose_kernel<__nv_bfloat16, true, true>)

@@ -289,28 +289,15 @@ struct DecodeAttentionPlan {
   bool use = false;
   int splits = 1, chunk = 64, pstride = 64;
   size_t ws_floats = 0, counters = 0, smem = 0;
-  // `cluster` > 1 asked for (VV_CUDA_ATTN_CLUSTER) and granted: the splits (2..kAttnMaxCluster) of one row's
-  // kv head as one thread block cluster, merged through distributed shared memory (decode_attention_clusters
-  // says whether a launch takes it); 0: none.
-  int cluster = 0;
 };
-// The most splits the cluster merge takes (16: a non-portable cluster size, which sm_90 allows).
-inline constexpr int kAttnMaxCluster = 16;
 // `one_wave` (the backend's default; VV_CUDA_ATTN_WAVE=0: off): for one row (what was measured) and no more
 // kv heads than `sms`, splits of whole 64-key rounds, as few as keep its splits within `sms` blocks (a block
 // of the SIMT kernel takes a SM's registers: more blocks run in waves, and the merge makes a trip to L2 for
 // every 8 or 24 splits); at a 1,024-row prompt of the 7B on 132 SMs the same 21 splits, at 4,096 rows 23 of
 // 192 keys instead of 69 of 64; the splits no longer than a block's shared memory (`smem_limit` bytes: the
 // scores and slots grow with them) allows. Other splits, other rounding: not the bits without it.
-// `cluster` > 1 (with one_wave, one row): at most that many splits (of whole rounds: more keys a split), and
-// where they are 2..min(cluster, kAttnMaxCluster), DecodeAttentionPlan::cluster. The same plan with or
-// without the cluster kernel, so the workspace merge under it gives the same bits.
 DecodeAttentionPlan plan_decode_attention(int64_t n, const AttentionRows& rows, const AttentionShape& shape,
-                                          int sms, bool one_wave = false, size_t smem_limit = 48 * 1024,
-                                          int cluster = 0);
-// Whether decode_attention runs plan p as clusters: p.cluster, a bf16 cache, the fused butterfly form (rope
-// with `pre` and `xpose`, not stamped), an sm_90+ device where such clusters can be resident.
-bool decode_attention_clusters(const DecodeAttentionPlan& p, DType cache_t, const DecodeRope* rope);
+                                          int sms, bool one_wave = false, size_t smem_limit = 48 * 1024);
 // rope (null: none): DecodeRope.
 void decode_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache,
                       const AttentionShape& shape, Tensor& out, const DecodeAttentionPlan& p, float* ws,

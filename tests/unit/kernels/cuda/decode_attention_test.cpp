@@ -484,51 +484,6 @@ TEST(CudaDecodeAttentionPlan, OneWaveSplitsWithinTheSmsAndTheSharedMemory) {
   }
 }
 
-// VV_CUDA_ATTN_CLUSTER's plan (host only): one row with the one-wave plan takes at most `cluster` splits of
-// whole rounds, and DecodeAttentionPlan::cluster where they are 2..16; one split, more rows, no one-wave
-// plan, or splits past the cap (the shared memory forced shorter splits) leave it 0 with the same splits as
-// the plan computes without clusters under that cap.
-TEST(CudaDecodeAttentionPlan, ClusterCapsTheOneWaveSplits) {
-  std::vector<int32_t> table(64 * 1251, 0);
-  AttentionRows rows;
-  rows.block_size = 16;
-  const AttentionShape shape{28, 4, 128, 1.0f / std::sqrt(128.0f)};
-  auto plan = [&](int64_t n, int64_t blocks, bool wave, int cluster, size_t smem = 227 * 1024) {
-    rows.block_tables = Tensor::matrix(table.data(), DType::kI32, n, blocks);
-    return cuda::plan_decode_attention(n, rows, shape, 132, wave, smem, cluster);
-  };
-  struct Case {
-    int64_t n, blocks;
-    bool wave;
-    int cluster;
-    size_t smem;
-    int chunk, splits, granted;
-  };
-  for (const Case& c : std::vector<Case>{
-           {1, 84, true, 16, 227 * 1024, 128, 11, 11},     // 1,344 keys: 84 a split, in rounds of 64
-           {1, 84, true, 8, 227 * 1024, 192, 7, 7},        // at most 8: 168 a split
-           {1, 5, true, 16, 227 * 1024, 64, 2, 2},         // 80 keys: two splits
-           {1, 4, true, 16, 227 * 1024, 64, 1, 0},         // 64 keys: one split, nothing to merge
-           {1, 273, true, 16, 227 * 1024, 320, 14, 14},    // 4,368 keys
-           {1, 1251, true, 16, 227 * 1024, 1280, 16, 16},  // 20,016 keys: 20 rounds a split
-           {1, 1251, true, 16, 48 * 1024, 448, 45, 0},     // 48 KB a block: shorter splits than 16 allow
-           {1, 84, true, 0, 227 * 1024, 64, 21, 0},        // no cluster: the one-wave plan
-           {1, 84, false, 16, 227 * 1024, 64, 21, 0},      // no one-wave plan
-           {2, 84, true, 16, 227 * 1024, 64, 21, 0}}) {    // two rows
-    const std::string what = std::to_string(c.n) + " rows, " + std::to_string(c.blocks * 16) +
-                             " keys, cluster " + std::to_string(c.cluster) +
-                             (c.wave ? "" : ", no one-wave plan") + ", " + std::to_string(c.smem / 1024) +
-                             " KB";
-    const cuda::DecodeAttentionPlan p = plan(c.n, c.blocks, c.wave, c.cluster, c.smem);
-    ASSERT_TRUE(p.use) << what;
-    EXPECT_EQ(p.chunk, c.chunk) << what;
-    EXPECT_EQ(p.splits, c.splits) << what;
-    EXPECT_EQ(p.cluster, c.granted) << what;
-    EXPECT_GE(int64_t{p.chunk} * p.splits, c.blocks * 16) << what << ": every key in a split";
-    EXPECT_LE(p.smem, c.smem) << what;
-  }
-}
-
 // A backend created while a VV_CUDA_MMA_DECODE* variable is set keeps that variant for its life
 // (cuda_decode_bench --ab compares two backends of one process); one created without follows the
 // process-wide setting. Here: a unit a warp (VV_CUDA_MMA_DECODE_SHARE=0) against the shared units (the

@@ -1086,55 +1086,6 @@ TEST(CudaRopeAttention, PipelinedRoundsKeepTheBits) {
   expect_replay_same_rope_attn(**base, **pipe, 4359, 3790, ", rounds a round ahead");
 }
 
-// VV_CUDA_ATTN_CLUSTER=8 and 16 (opt-in, sm_90): the one-row plan takes at most that many splits, and the
-// fused butterfly kernel runs each (row, kv head)'s splits as one thread block cluster that merges through
-// distributed shared memory (label paged_attention.decode_rope_cluster). The workspace merge's operations in
-// its order: the ops' bits one by one under the same plan (2 to 16 splits, one and several rounds a split,
-// 20 rounds at 20,011 keys, head dim 80 with 3 heads a group; the f16 cache keeps the workspace kernel),
-// eagerly and under graph replay, and within f32 reordering of the default plan's outputs.
-TEST(CudaRopeAttention, ClusterMergeGivesTheOpsBits) {
-  VV_CUDA_BACKEND_OR_SKIP(any, true);
-  int dev = 0, major = 0;
-  ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
-  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), cudaSuccess);
-  if (major < 9) GTEST_SKIP() << "thread block clusters need sm_90 (this device: sm_" << major << "x)";
-  auto deflt = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}});
-  ASSERT_TRUE(deflt.is_ok()) << deflt.status().to_string();
-  const char* bf = "paged_attention.decode_rope_cluster";
-  const std::vector<RopeCase> cases = {
-      {{28, 4, 128, 0, DType::kBF16, DType::kBF16, {65}}, true, bf},
-      {{28, 4, 128, 0, DType::kBF16, DType::kBF16, {1031}}, true, bf},
-      {{28, 4, 128, 0, DType::kBF16, DType::kBF16, {1279}}, true, bf},
-      {{28, 4, 128, 0, DType::kBF16, DType::kBF16, {4359}}, true, bf},
-      {{28, 4, 128, 0, DType::kBF16, DType::kBF16, {20011}}, true, bf},
-      {{12, 4, 80, 0, DType::kBF16, DType::kBF16, {333}}, true, bf},
-      {{14, 2, 64, 0, DType::kF16, DType::kBF16, {701}}, true, "paged_attention.decode_rope"}};
-  uint32_t seed = 3900;
-  for (const char* n : {"8", "16"}) {
-    check_rope_attention({{"VV_CUDA_ATTN_CLUSTER", n}}, true, cases, seed);
-    auto cl = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "1"}, {"VV_CUDA_ATTN_CLUSTER", n}});
-    ASSERT_TRUE(cl.is_ok()) << cl.status().to_string();
-    auto cl_ops = bf16_backend_with({{"VV_CUDA_ROPE_ATTN", "0"}, {"VV_CUDA_ATTN_CLUSTER", n}});
-    ASSERT_TRUE(cl_ops.is_ok()) << cl_ops.status().to_string();
-    for (const RopeCase& k : cases) {
-      const std::string what = case_name(k.c) + ", clusters of up to " + n;
-      const RopeAttnOut got = run_rope_attn(**cl, k.c, seed, true);
-      const RopeAttnOut want = run_rope_attn(**deflt, k.c, seed, true);
-      ASSERT_EQ(got.attn.size(), want.attn.size()) << what;
-      size_t off = 0;
-      for (size_t i = 0; i < got.attn.size(); ++i)
-        off += !(std::fabs(got.attn[i] - want.attn[i]) <= 1e-5f * (1.f + std::fabs(want.attn[i])));
-      EXPECT_EQ(off, 0u) << what << ": outputs off the default plan's by more than 1e-5 relative";
-      EXPECT_TRUE(got.kc == want.kc) << what << ": the K cache";
-      EXPECT_TRUE(got.vc == want.vc) << what << ": the V cache";
-      seed += 10;
-    }
-    expect_replay_same_rope_attn(**cl_ops, **cl, 1279, seed, std::string(", clusters of up to ") + n);
-    expect_replay_same_rope_attn(**cl_ops, **cl, 4359, seed + 1, std::string(", clusters of up to ") + n);
-    seed += 100;
-  }
-}
-
 // The same under graph replay (no profiling, which keeps graphs off): 33 steps a flush, four flushes.
 TEST(CudaRopeAttention, FusedDecodeStepUnderGraphReplay) {
   VV_CUDA_BACKEND_OR_SKIP(any, true);
