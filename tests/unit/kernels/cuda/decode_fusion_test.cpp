@@ -844,18 +844,14 @@ TEST(CudaDecodeFusion, NormIntoALoneGemvGivesTheBitsOfTheTwoLaunches) {
                                                                << apart_table;
     EXPECT_EQ(std::memcmp(apart.data(), want.data(), want.size() * 4), 0)
         << what << ": differs with the switch off";
-    std::vector<float> a_four;
-    const std::vector<float> four = run(**four_be, a_four);
-    EXPECT_EQ(std::memcmp(four.data(), want.data(), want.size() * 4), 0)
-        << what << ": differs at 4 blocks an SM";
-    EXPECT_EQ(std::memcmp(a_four.data(), a_plain.data(), a_plain.size() * 4), 0)
-        << what << ": the norm differs at 4";
-    std::vector<float> a_three;
-    const std::vector<float> three = run(**three_be, a_three);
-    EXPECT_EQ(std::memcmp(three.data(), want.data(), want.size() * 4), 0)
-        << what << ": differs at 3 blocks an SM";
-    EXPECT_EQ(std::memcmp(a_three.data(), a_plain.data(), a_plain.size() * 4), 0)
-        << what << ": the norm differs at 3";
+    for (const auto& [be, blocks] : {std::pair{four_be->get(), 4}, std::pair{three_be->get(), 3}}) {
+      std::vector<float> a_inst;
+      const std::vector<float> inst = run(*be, a_inst);
+      EXPECT_EQ(std::memcmp(inst.data(), want.data(), want.size() * 4), 0)
+          << what << ": differs at " << blocks << " blocks an SM";
+      EXPECT_EQ(std::memcmp(a_inst.data(), a_plain.data(), a_plain.size() * 4), 0)
+          << what << ": the norm differs at " << blocks;
+    }
     std::vector<float> ra(static_cast<size_t>(c.K)), ro(static_cast<size_t>(c.N));
     Tensor rav = Tensor::matrix(ra.data(), DType::kF32, 1, c.K),
            rov = Tensor::matrix(ro.data(), DType::kF32, 1, c.N);
