@@ -932,7 +932,7 @@ class CudaBackend final : public Backend {
     if (swiglu_epilogue_ && pair_ok && take_swiglu_epilogue(recs, q, recs[norm ? i + 1 : i], d)) ++q;
     if (!norm && d.count == 1 && !d.silu_out) return 0;  // a lone GEMM: run_gemm takes the same kernel
     // A norm and one GEMM of its output that no silu_mul reads next (the final norm and the LM head):
-    // the norm prologue unless VV_CUDA_GEMV_NORM_LONE=0; at 4 on the 4-blocks-an-SM instance.
+    // the norm prologue unless VV_CUDA_GEMV_NORM_LONE=0; at 4 (the default) on the 4-blocks-an-SM instance.
     if (norm && d.count == 1 && !d.silu_out && !(q < recs.size() && recs[q].kind == OpRec::kSiluMul)) {
       if (gemv_norm_lone_ == 0) return 0;
       if (gemv_norm_lone_ == 4) d.min_blocks = 4;

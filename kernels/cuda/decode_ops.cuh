@@ -56,9 +56,9 @@ struct DecodeGemv {
   DecodeGemvJob j[kMaxDecodeJobs];
   int count = 0;
   int sms = 132;
-  // balance (VV_CUDA_GEMV_BALANCE=1): a one-row-per-warp launch without the norm prologue whose rows
-  // fit the resident warps in one round (batch-1's o and down: 3,584 rows) takes as many rows a
-  // block as spread them evenly over the resident blocks (7 a block in 512 blocks: at most 28 rows an
+  // balance (the backend's default; VV_CUDA_GEMV_BALANCE=0: off): a one-row-per-warp launch without the norm
+  // prologue whose rows fit the resident warps in one round (batch-1's o and down: 3,584 rows) takes as many
+  // rows a block as spread them evenly over the resident blocks (7 a block in 512 blocks: at most 28 rows an
   // SM) instead of 8 (448 blocks; 52 SMs with a fourth block: 32 rows); and so does the paired launch
   // (pair_rows: the 7B's fused norm + q/k/v, 2,304 pairs in 384 blocks of 6 warps, 2-3 an SM, instead of
   // 288 blocks of 8: 24 SMs with 24 warps against 16 on the others; Nsight, H100: 25.3 µs for 33 MB, 0.73
@@ -76,9 +76,9 @@ struct DecodeGemv {
   // multiple of 8 up to 24,576, or 8,192 with the norm prologue or the SwiGLU epilogue; 16-byte
   // aligned rows and input). A row's sum then has that kernel's order, which depends on K only.
   bool bulk = false;
-  // min_blocks = 4 (VV_CUDA_GEMV_NORM_LONE=4; the backend sets it for the final norm + LM head only): a
-  // launch with the norm prologue, one row a warp and 16-bit weights on the instance compiled for 4 blocks
-  // an SM, as the lone GEMV's, instead of 3 (the rolled schedule only). A row's sum does not change.
+  // min_blocks = 4 (VV_CUDA_GEMV_NORM_LONE=4, the default; the backend sets it for the final norm + LM head
+  // only): a launch with the norm prologue, one row a warp and 16-bit weights on the instance compiled for 4
+  // blocks an SM, as the lone GEMV's, instead of 3 (the rolled schedule only). A row's sum does not change.
   int min_blocks = 0;
 };
 void decode_gemv(DecodeGemv g, cudaStream_t s);
