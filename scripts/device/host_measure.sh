@@ -112,7 +112,19 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/vvout}
 mkdir -p "$OUT"
-# HM_TARGETS: build only these targets (default: host_build.sh's gpu tests and benches)
+# HM_TARGETS: build only these targets (default: host_build.sh's gpu tests and benches). The steps that run
+# the 7B golden (testsgolden, golden, chain) add gpu_full_golden to a list that leaves it out (session 33's
+# first call built without it, and its golden check found no binary).
+need_golden=0
+for step in "$@"; do
+  case $step in testsgolden | golden | chain) need_golden=1 ;; esac
+done
+if [ "$need_golden" = 1 ] && [ -n "${HM_TARGETS-}" ]; then
+  case " $HM_TARGETS " in
+    *" gpu_full_golden "*) ;;
+    *) HM_TARGETS="$HM_TARGETS gpu_full_golden" ;;
+  esac
+fi
 # shellcheck disable=SC2086
 scripts/device/host_build.sh ${HM_TARGETS-} >"$OUT/build.log" 2>&1 || { cat "$OUT/build.log"; exit 1; }
 . scripts/device/host_env.sh
