@@ -36,6 +36,9 @@
 #                it (fused = unfused bitwise), then decode with and without it
 #   fasterf      the fused FFN's fast erf (default) against erff (VV_CUDA_FFN_FAST_ERF=0): the FFN gpu tests
 #                with erff, then the encoders over 60 s with each
+#   gelulog      the logistic GELU (VV_CUDA_FFN_FAST_ERF=2) against the default fast erf: the GELU forms' test
+#                and the encoder gpu tests with it, both encoders over 60 s with each ($AB_REPS (3) rounds,
+#                interleaved, every other one reversed; "enc_ms" lines in steps.txt), per-op times with each
 #   encblock     the encoder block kernel (VV_CUDA_ENC_BLOCK), the wgmma FFN (VV_CUDA_FFN_WG) and the fast erf,
 #                all default: the encoder gpu tests (and with erff), both encoders over 60 s with none, the
 #                block kernel, the wgmma FFN, both, all three (twice, interleaved), per-op times, Nsight of
@@ -348,6 +351,22 @@ for step in "$@"; do
         --gtest_filter='CudaEncoderOps.*Ffn*:CudaEncoderPack*'
       run enc_erf env VV_CUDA_FFN_FAST_ERF=0 $E
       run enc_fasterf $E ;;
+    gelulog)  # the logistic GELU against the fast erf: tests, the encoders' A/B, per-op times
+      run gelulog_tests env VV_REQUIRE_GPU=1 VV_CUDA_FFN_FAST_ERF=2 $B/unit_kernels_cuda \
+        --gtest_filter='CudaEncoderOps.*:CudaEncoderPack.*'
+      grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/gelulog_tests.log" | tee -a "$OUT/steps.txt"
+      for i in $(seq "${AB_REPS:-3}"); do
+        ab=(erf logistic)
+        ((i % 2 == 0)) && ab=(logistic erf)
+        for w in "${ab[@]}"; do
+          f=1
+          [ "$w" = logistic ] && f=2
+          run "enc_${w}_r$i" env VV_CUDA_FFN_FAST_ERF=$f $E
+          echo "enc_ms $w r$i $(grep -E '^(encoder runs|encoders over)' "$OUT/enc_${w}_r$i.log" | tr '\n' ' ')" | tee -a "$OUT/steps.txt"
+        done
+      done
+      run encshapes_logistic env VV_CUDA_FFN_FAST_ERF=2 VV_CUDA_PROFILE=2 ${E/--enc-reps 5/--enc-reps 2}
+      run encshapes_erf env VV_CUDA_PROFILE=2 ${E/--enc-reps 5/--enc-reps 2} ;;
     encblock)  # the encoder block kernel, the wgmma FFN, the fast erf: tests, encoders A/B, profile, Nsight
       run encblock_tests env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda --gtest_filter='CudaEncoderOps.*:CudaEncoderPack*'
       run encblock_tests_erff env VV_REQUIRE_GPU=1 VV_CUDA_FFN_FAST_ERF=0 $B/unit_kernels_cuda \

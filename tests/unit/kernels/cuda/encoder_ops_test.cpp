@@ -14,6 +14,8 @@
 // Mixer tolerance: f32 throughout on both sides (same taps, same order): 1e-5 of max|ref|. Of u only
 // the last min(T, 6) rows are compared: the conv's reach, all that the encoder carries to the next
 // segment, and all that the fused kernel writes (Backend::conv_mixer).
+#include "kernels/cuda/encoder_ops.cuh"
+
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -124,6 +126,71 @@ struct FfnEnv {
     for (const char* k : names) ::unsetenv(k);
   }
 };
+
+// The fused kernels' three GELU forms on the device (cuda::gelu_forms_eval: 0 erff, 1 the fast erf, 2 the
+// logistic form of VV_CUDA_FFN_FAST_ERF=2) against x·Φ(x) in double (Φ by erfc, no cancellation) over
+// [−40, 40] in 800,001 steps, ±10^−30 .. ±10^38, ±3.4e38 and ±0:
+//  - |error| ≤ b·max(1, |x|): b = 1e-6 for erff and the fast erf (4.2e-7 by the fast erf's numpy check),
+//    2.5e-5 for the logistic form (its fit's 2.1e-5 in float32 emulation);
+//  - where |GELU| > 1e-3, |error| ≤ r·|GELU|: r = 1e-3 (erff, the fast erf), 4e-3 (the logistic form's 0.38
+//  %);
+//  - NaN gives NaN.
+TEST(CudaEncoderOps, GeluFormsWithinTheirBoundsOfTheExactGelu) {
+  VV_CUDA_BACKEND_OR_SKIP(gpu, true);
+  std::vector<float> xs;
+  constexpr int kSteps = 800000;
+  for (int i = 0; i <= kSteps; ++i) xs.push_back(-40.0f + 80.0f * static_cast<float>(i) / kSteps);
+  for (int e = -30; e <= 38; ++e) {
+    const float v = static_cast<float>(std::pow(10.0, e));
+    xs.push_back(v);
+    xs.push_back(-v);
+  }
+  for (const float v : {3.4e38f, -3.4e38f, 0.0f, -0.0f, std::nanf("")}) xs.push_back(v);
+  const auto n = static_cast<int64_t>(xs.size());
+  HostMatrix hx;
+  hx.rows = 1;
+  hx.cols = hx.stride = n;
+  hx.bytes.assign(static_cast<size_t>(n) * 4 + 64, 0);
+  std::memcpy(hx.bytes.data(), xs.data(), static_cast<size_t>(n) * 4);
+  hx.f = xs;
+  DeviceMatrix dx = to_device(*gpu, hx);
+  struct Form {
+    int id;
+    const char* name;
+    double abs_bound, rel_bound;
+  };
+  for (const Form& form :
+       {Form{0, "erff", 1e-6, 1e-3}, Form{1, "fast erf", 1e-6, 1e-3}, Form{2, "logistic", 2.5e-5, 4e-3}}) {
+    DeviceMatrix out = poisoned(*gpu, 1, n);
+    gpu->synchronize();  // the uploads (on the backend's stream) before the kernel on the legacy stream
+    cuda::gelu_forms_eval(static_cast<const float*>(dx.buf.data()), static_cast<float*>(out.buf.data()), n,
+                          form.id, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << form.name;
+    const std::vector<float> got = download_f32(*gpu, out.t);
+    double worst_abs = 0, worst_rel = 0, at_abs = 0, at_rel = 0;
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double x = xs[i];
+      if (std::isnan(x)) {
+        EXPECT_TRUE(std::isnan(got[i])) << form.name << ": GELU(NaN) = " << got[i];
+        continue;
+      }
+      const double ref = x * 0.5 * std::erfc(-x / std::sqrt(2.0));
+      const double err = std::fabs(static_cast<double>(got[i]) - ref);
+      const double a = err / std::max(1.0, std::fabs(x));
+      if (!(a <= form.abs_bound)) ++bad;
+      if (!(a <= worst_abs)) worst_abs = a, at_abs = x;
+      if (std::fabs(ref) > 1e-3) {
+        const double r = err / std::fabs(ref);
+        if (!(r <= form.rel_bound)) ++bad;
+        if (r > worst_rel) worst_rel = r, at_rel = x;
+      }
+    }
+    EXPECT_EQ(bad, 0) << form.name << ": worst |error|/max(1,|x|) " << worst_abs << " at x = " << at_abs
+                      << " (bound " << form.abs_bound << "), worst relative " << worst_rel
+                      << " at x = " << at_rel << " (bound " << form.rel_bound << ")";
+  }
+}
 
 TEST(CudaEncoderOps, FusedFfnProductionWidthsOddAndPrimeRows) {
   // The mma.sync fused kernel at every width it takes (128, 256 and 512 too; not the wgmma form).
