@@ -38,7 +38,8 @@
 #                with erff, then the encoders over 60 s with each
 #   gelulog      the logistic GELU (VV_CUDA_FFN_FAST_ERF=2) against the default fast erf: the GELU forms' test
 #                and the encoder gpu tests with it, both encoders over 60 s with each ($AB_REPS (3) rounds,
-#                interleaved, every other one reversed; "enc_ms" lines in steps.txt), per-op times with each
+#                interleaved, every other one reversed; "enc_ms" lines in steps.txt), per-op times with each;
+#                after testsgolden or golden on the same machine, also gpu_full_golden with it
 #   encblock     the encoder block kernel (VV_CUDA_ENC_BLOCK), the wgmma FFN (VV_CUDA_FFN_WG) and the fast erf,
 #                all default: the encoder gpu tests (and with erff), both encoders over 60 s with none, the
 #                block kernel, the wgmma FFN, both, all three (twice, interleaved), per-op times, Nsight of
@@ -355,6 +356,11 @@ for step in "$@"; do
       run gelulog_tests env VV_REQUIRE_GPU=1 VV_CUDA_FFN_FAST_ERF=2 $B/unit_kernels_cuda \
         --gtest_filter='CudaEncoderOps.*:CudaEncoderPack.*'
       grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/gelulog_tests.log" | tee -a "$OUT/steps.txt"
+      if [ -d /tmp/goldfull ] && [ -x $B/gpu_full_golden ]; then  # the 7B golden with it (an earlier step's golden)
+        run golden_check_logistic env -u GTEST_FILTER VV_CUDA_FFN_FAST_ERF=2 VV_GOLDEN_DIR=/tmp/goldfull \
+          VV_REQUIRE_GPU=1 $B/gpu_full_golden
+        grep -E '^\[  (PASSED|FAILED) ' "$OUT/golden_check_logistic.log" | tee -a "$OUT/steps.txt"
+      fi
       for i in $(seq "${AB_REPS:-3}"); do
         ab=(erf logistic)
         ((i % 2 == 0)) && ab=(logistic erf)
