@@ -75,33 +75,14 @@ __device__ __forceinline__ float gelu_erf_fast(float x) {
   const float half_erfc = p * t * ex2_approx_ftz(x * (x * -0.72134752044448170368f));  // ½·erfc(|x|/√2)
   return x * (x >= 0.f ? 1.0f - half_erfc : half_erfc);
 }
-// The logistic form (VV_CUDA_FFN_FAST_ERF=2): GELU(x) = x·Φ(x) = x·σ(g(x)) with g = logit∘Φ, which is odd;
-// g(x) ≈ x·q(min(x², 36)), q a cubic fitted (Lawson's weighted least squares, numpy, float64) to the
-// least maximum of |error| / (|GELU(x)| + 0.1) over |x| ≤ 12: |error| ≤ 2.1e-5, and ≤ 0.38 % of the GELU
-// wherever |GELU| > 1e-3 (checked in float32 emulation over 4 M points of [−40, 40] and ±1e-30..1e38;
-// 1-3 % of values round to the next bf16 for x ~ N(0, 0.5..1.5) against the exact GELU, 0 on average).
-// Past |x| = 6, q stays at q(36) > 0, so g keeps x's sign and |g| ≥ 20: σ is 0 or 1 to f32 precision.
-// The coefficients are −c·log2(e), so that σ = 1 / (1 + 2^(x·q)): 10 instructions a value (x², the
-// clamp, three FMAs, x·q, ex2, the add, rcp, the product) against the erf form's 16, the same two SFU
-// operations. Huge |x| gives x or −0 as the erf form does (ex2 → inf, rcp → 0).
-__device__ __forceinline__ float gelu_logistic_fast(float x) {
-  const float u = fminf(x * x, 36.0f);
-  float q = fmaf(u, 1.778703154e-05f, 8.361033979e-04f);
-  q = fmaf(u, q, -1.063453704e-01f);
-  q = fmaf(u, q, -2.301349163e+00f);
-  return x * rcp_approx_ftz(1.0f + ex2_approx_ftz(x * q));
-}
-
-// The fused kernels' GELU form, a template argument: 0 erff (kGeluExact), 1 the erf above
-// (kGeluErfFast), 2 the logistic form (kGeluLogistic).
+// The fused kernels' GELU form, a template argument: 0 erff (kGeluExact), 1 the erf above (kGeluErfFast).
+// (Session 34 measured a third, x·σ(x·q(x²)) with q a fitted cubic, 10 instructions a value: both encoders
+// over 60 s 17.69 against 17.74 ms on an H100, no gain; removed, code at 05e28e8.)
 constexpr int kGeluExact = 0;
 constexpr int kGeluErfFast = 1;
-constexpr int kGeluLogistic = 2;
 template <int kGelu>
 __device__ __forceinline__ float gelu_of(float x) {
-  if constexpr (kGelu == kGeluLogistic) {
-    return gelu_logistic_fast(x);
-  } else if constexpr (kGelu == kGeluErfFast) {
+  if constexpr (kGelu == kGeluErfFast) {
     return gelu_erf_fast(x);
   } else {
     return gelu_erf(x);
@@ -1397,27 +1378,19 @@ bool wide_enabled() {
   static const bool on = !env_is("VV_CUDA_FFN_WIDE", '0');
   return on;
 }
-// The fused kernels' GELU form: exact_erf (deterministic mode) or VV_CUDA_FFN_FAST_ERF=0 give erff,
-// =2 the logistic form, anything else the fast erf. The variable is read once per process.
+// The fused kernels' GELU form: exact_erf (deterministic mode) or VV_CUDA_FFN_FAST_ERF=0 give erff, anything
+// else the fast erf. The variable is read once per process.
 int gelu_form(bool exact_erf) {
-  static const int form = env_is("VV_CUDA_FFN_FAST_ERF", '0')   ? kGeluExact
-                          : env_is("VV_CUDA_FFN_FAST_ERF", '2') ? kGeluLogistic
-                                                                : kGeluErfFast;
+  static const int form = env_is("VV_CUDA_FFN_FAST_ERF", '0') ? kGeluExact : kGeluErfFast;
   return exact_erf ? kGeluExact : form;
 }
 // fn(std::integral_constant<int, form>) for the GELU form `form`.
 template <typename Fn>
 void with_gelu(int form, Fn&& fn) {
-  switch (form) {
-    case kGeluLogistic:
-      fn(std::integral_constant<int, kGeluLogistic>{});
-      break;
-    case kGeluErfFast:
-      fn(std::integral_constant<int, kGeluErfFast>{});
-      break;
-    default:
-      fn(std::integral_constant<int, kGeluExact>{});
-      break;
+  if (form == kGeluErfFast) {
+    fn(std::integral_constant<int, kGeluErfFast>{});
+  } else {
+    fn(std::integral_constant<int, kGeluExact>{});
   }
 }
 

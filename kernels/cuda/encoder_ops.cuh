@@ -17,8 +17,7 @@ bool conv_ffn_fits(const Tensor& x, const Tensor& norm_w, const Tensor& w1, cons
 // normalised rows (rounded to bf16, as the bf16 GEMM path rounds its operand) stay in shared memory,
 // the hidden rows are made 64 columns at a time in registers (bias, GELU in f32, rounded to bf16)
 // and multiplied straight into the f32 accumulators of the second GEMM.
-// The GELU: a fast form (VV_CUDA_FFN_FAST_ERF: the fast erf unless 0, erff; 2, the logistic form) unless
-// `exact_erf`, then erff, as
+// The GELU's erf: the fast form (VV_CUDA_FFN_FAST_ERF, on unless 0) unless `exact_erf`, then erff, as
 // the op sequence's GELU passes compute it (deterministic mode: a row's bits must not depend on which
 // path its launch takes). The same parameter on conv_ffn_wg and conv_block_fused.
 // `pipe` (conv_ffn_wg, and conv_block_fused at C = 128): chunk j + 1's first GEMM is issued before chunk
@@ -64,8 +63,7 @@ void conv_block_fused(Tensor& x, float eps, const Tensor& history, const Backend
                       Tensor& u, Tensor& v, bool exact_erf, bool pipe, cudaStream_t s);
 
 // The fused kernels' GELU forms on the device, for tests: out[i] = GELU(x[i]) by form `form` (0: erff,
-// 1: the fast erf, VV_CUDA_FFN_FAST_ERF's default; 2: the logistic form, VV_CUDA_FFN_FAST_ERF=2), n ≥ 0
-// device floats each, on stream s.
+// 1: the fast erf, VV_CUDA_FFN_FAST_ERF's default), n ≥ 0 device floats each, on stream s.
 void gelu_forms_eval(const float* x, float* out, int64_t n, int form, cudaStream_t s);
 
 // x[t,c] += gamma[c] · (bias[c] + Σ_k w[c,k] · u[t + k − 6, c]) with u's rows before 0 from history

@@ -36,10 +36,6 @@
 #                it (fused = unfused bitwise), then decode with and without it
 #   fasterf      the fused FFN's fast erf (default) against erff (VV_CUDA_FFN_FAST_ERF=0): the FFN gpu tests
 #                with erff, then the encoders over 60 s with each
-#   gelulog      the logistic GELU (VV_CUDA_FFN_FAST_ERF=2) against the default fast erf: the GELU forms' test
-#                and the encoder gpu tests with it, both encoders over 60 s with each ($AB_REPS (3) rounds,
-#                interleaved, every other one reversed; "enc_ms" lines in steps.txt), per-op times with each;
-#                after testsgolden or golden on the same machine, also gpu_full_golden with it
 #   encblock     the encoder block kernel (VV_CUDA_ENC_BLOCK), the wgmma FFN (VV_CUDA_FFN_WG) and the fast erf,
 #                all default: the encoder gpu tests (and with erff), both encoders over 60 s with none, the
 #                block kernel, the wgmma FFN, both, all three (twice, interleaved), per-op times, Nsight of
@@ -138,11 +134,39 @@ CURVE_TOKENS=${CURVE_TOKENS:-256}
 # Both encoders over 60 s of audio (the median of 5 encodes), the encoder steps' A/B command.
 E="$B/cuda_decode_bench --preset 7b --bf16 --no-gemv --prompt 16 --tokens 4 --enc-audio 60 --enc-reps 5 --job-audio 1 --job-tokens 1"
 REF_BATCHES=${REF_BATCHES:-1,8,64,128}
+# The figures of every kept .json on stdout, in summary.txt and at the end of steps.txt; then everything under
+# $OUT into one archive with steps.txt beside it (at most 8 files come back from $OUT). A second invocation
+# into the same $OUT keeps the first one's archive and writes logs2.tgz, and so on.
+finish() {
+  python3 scripts/device/summarize.py "$OUT" 2>&1 | tee "$OUT/summary.txt"
+  cat "$OUT/summary.txt" >>"$OUT/steps.txt"
+  local arch=logs.tgz n
+  for ((n = 2; n < 100; ++n)); do [ -e "$OUT/$arch" ] || break; arch=logs$n.tgz; done
+  (cd "$OUT" && tar -czf /tmp/vvlogs.tgz --exclude='logs*.tgz' . &&
+    find . -type f ! -name steps.txt ! -name 'logs*.tgz' -delete && mv /tmp/vvlogs.tgz "$arch")
+}
+# Stopped by a signal (a caller's `timeout`, which signals this script alone): the running step's command
+# is killed and what the steps wrote so far is archived all the same (session 34 lost a killed
+# invocation's logs: its archive was never made and its loose files were past the 8 that come back).
+child=
+on_signal() {
+  trap - TERM INT
+  echo "host_measure.sh: stopped by a signal during ${current_step:-the build}; archived what there is" |
+    tee -a "$OUT/steps.txt"
+  [ -n "$child" ] && kill "$child" 2>/dev/null
+  finish
+  exit 143
+}
+trap on_signal TERM INT
+# run: the command in the background and a wait (a signal interrupts a wait, not a foreground command).
 run() {  # name command...
   local name=$1; shift
   local t0=$SECONDS
-  "$@" >"$OUT/$name.log" 2>&1
+  "$@" >"$OUT/$name.log" 2>&1 &
+  child=$!
+  wait "$child"
   local rc=$?
+  child=
   echo "$name rc=$rc $((SECONDS - t0))s" | tee -a "$OUT/steps.txt"
   tail -n 1 "$OUT/$name.log" | grep '^{' >"$OUT/$name.json" 2>/dev/null || rm -f "$OUT/$name.json"
 }
@@ -157,6 +181,7 @@ test_shards() {
 }
 shard_summary() { cat "$OUT"/tests_shard*.log | grep -E '^\[  (PASSED|FAILED|SKIPPED) '; }
 for step in "$@"; do
+  current_step=$step
   case $step in
     tests)  # (a hung kernel ends at $TESTS_TIMEOUT s, 540 by default; set it lower so a call's later steps run)
       # $SHARDS > 1: that many gtest shards at once (as testsgolden, without the golden)
@@ -352,27 +377,6 @@ for step in "$@"; do
         --gtest_filter='CudaEncoderOps.*Ffn*:CudaEncoderPack*'
       run enc_erf env VV_CUDA_FFN_FAST_ERF=0 $E
       run enc_fasterf $E ;;
-    gelulog)  # the logistic GELU against the fast erf: tests, the encoders' A/B, per-op times
-      run gelulog_tests env VV_REQUIRE_GPU=1 VV_CUDA_FFN_FAST_ERF=2 $B/unit_kernels_cuda \
-        --gtest_filter='CudaEncoderOps.*:CudaEncoderPack.*'
-      grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/gelulog_tests.log" | tee -a "$OUT/steps.txt"
-      if [ -d /tmp/goldfull ] && [ -x $B/gpu_full_golden ]; then  # the 7B golden with it (an earlier step's golden)
-        run golden_check_logistic env -u GTEST_FILTER VV_CUDA_FFN_FAST_ERF=2 VV_GOLDEN_DIR=/tmp/goldfull \
-          VV_REQUIRE_GPU=1 $B/gpu_full_golden
-        grep -E '^\[  (PASSED|FAILED) ' "$OUT/golden_check_logistic.log" | tee -a "$OUT/steps.txt"
-      fi
-      for i in $(seq "${AB_REPS:-3}"); do
-        ab=(erf logistic)
-        ((i % 2 == 0)) && ab=(logistic erf)
-        for w in "${ab[@]}"; do
-          f=1
-          [ "$w" = logistic ] && f=2
-          run "enc_${w}_r$i" env VV_CUDA_FFN_FAST_ERF=$f $E
-          echo "enc_ms $w r$i $(grep -E '^(encoder runs|encoders over)' "$OUT/enc_${w}_r$i.log" | tr '\n' ' ')" | tee -a "$OUT/steps.txt"
-        done
-      done
-      run encshapes_logistic env VV_CUDA_FFN_FAST_ERF=2 VV_CUDA_PROFILE=2 ${E/--enc-reps 5/--enc-reps 2}
-      run encshapes_erf env VV_CUDA_PROFILE=2 ${E/--enc-reps 5/--enc-reps 2} ;;
     encblock)  # the encoder block kernel, the wgmma FFN, the fast erf: tests, encoders A/B, profile, Nsight
       run encblock_tests env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda --gtest_filter='CudaEncoderOps.*:CudaEncoderPack*'
       run encblock_tests_erff env VV_REQUIRE_GPU=1 VV_CUDA_FFN_FAST_ERF=0 $B/unit_kernels_cuda \
@@ -673,14 +677,5 @@ for step in "$@"; do
     *) echo "unknown step $step" | tee -a "$OUT/steps.txt" ;;
   esac
 done
-# The figures of every kept .json, per configuration, on stdout (the call's output tail), in the archive,
-# and at the end of steps.txt, which stays beside the archive (so a caller that discards stdout and the
-# archive still has them).
-python3 scripts/device/summarize.py "$OUT" 2>&1 | tee "$OUT/summary.txt"
-cat "$OUT/summary.txt" >>"$OUT/steps.txt"
-# At most 8 files come back from $OUT: everything goes into one archive, steps.txt stays beside it. A
-# second invocation into the same $OUT keeps the first one's archive and writes logs2.tgz, and so on.
-arch=logs.tgz
-for ((n = 2; n < 100 && ${#arch} > 0; ++n)); do [ -e "$OUT/$arch" ] || break; arch=logs$n.tgz; done
-(cd "$OUT" && tar -czf /tmp/vvlogs.tgz --exclude='logs*.tgz' . && find . -type f ! -name steps.txt ! -name 'logs*.tgz' -delete &&
-  mv /tmp/vvlogs.tgz "$arch")
+trap - TERM INT
+finish
