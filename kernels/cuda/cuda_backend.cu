@@ -32,6 +32,7 @@
 #include "kernels/cuda/cuda_ops.cuh"
 #include "kernels/cuda/decode_attention.h"
 #include "kernels/cuda/decode_ops.cuh"
+#include "kernels/cuda/device_cache.h"
 #include "kernels/cuda/encoder_ops.cuh"
 #include "kernels/cuda/prefill_attention.cuh"
 #include "kernels/cuda/skinny_gemm.cuh"
@@ -158,8 +159,10 @@ class CudaBackend final : public Backend {
     for (cudaEvent_t e : copy_done_)
       if (e) cudaEventDestroy(e);
     if (copy_ready_) cudaEventDestroy(copy_ready_);
+    if (copy_stream_) cuda::cache_unregister_stream(copy_stream_);
     if (copy_stream_) cudaStreamDestroy(copy_stream_);
     if (lane_event_) cudaEventDestroy(lane_event_);
+    if (stream_) cuda::cache_unregister_stream(stream_);
     if (stream_) cudaStreamDestroy(stream_);
   }
 
@@ -209,6 +212,7 @@ class CudaBackend final : public Backend {
     if (cudaStreamCreateWithFlags(&b->stream_, cudaStreamNonBlocking) != cudaSuccess) {
       return internal_error("CUDA backend: cannot create a stream on device " + std::to_string(o.device));
     }
+    cuda::cache_register_stream(b->device_, b->stream_);
     // VV_CUDA_ATTN_STAMPS=1 (a probe): one sink a process, on the first device that asks for it.
     if (const char* st = std::getenv("VV_CUDA_ATTN_STAMPS");
         st && std::string(st) == "1" &&
@@ -274,7 +278,7 @@ class CudaBackend final : public Backend {
     cudaSetDevice(device_);
     void* p = nullptr;
     const size_t n = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
-    if (!check(cudaMalloc(&p, n), "cudaMalloc")) return Buffer();
+    if (!check(cuda::cache_malloc(device_, n, &p), "cudaMalloc")) return Buffer();
     check(cudaMemsetAsync(p, 0, n, stream_), "cudaMemsetAsync");
     count_alloc(device_, bytes);
     return Buffer(p, bytes, &release_device);
@@ -284,9 +288,12 @@ class CudaBackend final : public Backend {
   void reset_peak() override {
     if (device_ < kMaxDevices) g_peak[device_].store(g_live[device_].load());
   }
+  // Idle blocks of the allocation cache count as free: an allocation that needs them gets them back.
   bool device_memory(size_t* free_bytes, size_t* total_bytes) override {
     cudaSetDevice(device_);
-    return cudaMemGetInfo(free_bytes, total_bytes) == cudaSuccess;
+    if (cudaMemGetInfo(free_bytes, total_bytes) != cudaSuccess) return false;
+    *free_bytes = std::min(*total_bytes, *free_bytes + cuda::cache_idle_bytes(device_));
+    return true;
   }
   // Page-locked, so that copy_async runs at the link's speed and truly asynchronously.
   Buffer allocate_host(size_t bytes) override {
@@ -303,6 +310,7 @@ class CudaBackend final : public Backend {
     flush();
     if (!copy_stream_) {
       check(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking), "copy stream");
+      cuda::cache_register_stream(device_, copy_stream_);
       check(cudaEventCreateWithFlags(&copy_ready_, cudaEventDisableTiming), "copy event");
       for (cudaEvent_t& e : copy_done_) check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "copy event");
     }
@@ -2726,12 +2734,10 @@ OpTimer::~OpTimer() {
 }
 
 void release_device(void* p, size_t bytes) {
-  CudaBackend::flush_this_thread();  // recorded ops may still use this buffer
-  cudaPointerAttributes attr{};
-  if (cudaPointerGetAttributes(&attr, p) == cudaSuccess && attr.device >= 0 && attr.device < kMaxDevices) {
-    g_live[attr.device].fetch_sub(bytes);
-  }
-  cudaFree(p);
+  CudaBackend::flush_this_thread();  // recorded ops may still use this buffer: issued before the free's
+                                     // fences
+  const int device = cuda::cache_free(p);
+  if (device >= 0 && device < kMaxDevices) g_live[device].fetch_sub(bytes);
 }
 
 void release_pinned(void* p, size_t) {
