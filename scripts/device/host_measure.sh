@@ -46,6 +46,8 @@
 #                60 s with each ($AB_REPS rounds), per-op times with each
 #   lanes        both encoders over 60 s: the semantic encoder on a second stream (default) against one stream
 #                (VV_CUDA_LANES=0), $AB_REPS (2) rounds
+#   enccache     both encoders over 60 s (5 timed encodes each) with the allocation cache (default) against
+#                VV_CUDA_ALLOC_CACHE=0, $AB_REPS (2) rounds; each run's encode times and host times in encode()
 #   convgemm     VV_CUDA_CONV_GEMM (default) against =0: its gpu tests, both encoders over 60 s with each, its GEMM shapes' times
 #   encalgos     both encoders over 60 s with VV_CUDA_LT_ALGOS=16 against the default
 #   encshapes    per-op times of both encoders over 60 s with each GEMM's shape (VV_CUDA_PROFILE=2)
@@ -411,6 +413,13 @@ for step in "$@"; do
         run "enc_lanes_r$i" $E
         run "enc_onestream_r$i" env VV_CUDA_LANES=0 $E
       done ;;
+    enccache)  # both encoders over 60 s (5 timed encodes) with the allocation cache (default) and without it
+      # (VV_CUDA_ALLOC_CACHE=0), $AB_REPS (2) rounds: each run's time and host time in encode()
+      for i in $(seq "${AB_REPS:-2}"); do
+        run "enc_cache_r$i" $E
+        run "enc_nocache_r$i" env VV_CUDA_ALLOC_CACHE=0 $E
+      done
+      grep -H '^encoder runs' "$OUT"/enc_*cache_r*.log | sed "s|^$OUT/||" | tee -a "$OUT/steps.txt" ;;
     convgemm)  # VV_CUDA_CONV_GEMM (default; the encoders' strided convs without the bf16 pack): its gpu tests,
       # both encoders over 60 s with and without it (=0; $AB_REPS rounds), the per-GEMM profile with it
       run convgemm_tests env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda --gtest_filter='CudaConvGemm*:CudaEncoderPack*'
