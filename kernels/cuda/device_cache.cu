@@ -120,14 +120,23 @@ cudaError_t cache_malloc(int device, size_t bytes, void** p) {
   if (device_cache_enabled()) {
     std::lock_guard<std::mutex> lock(c.mu);
     Device& d = c.devices[device];
-    for (auto it = d.idle.lower_bound(bytes); it != d.idle.end() && cache_block_fits(it->first, bytes);
-         ++it) {
-      if (!fences_done(d, it->second)) continue;
-      *p = it->second.p;
-      c.live[*p] = {device, it->first};
-      d.idle_bytes -= it->first;
-      d.idle.erase(it);
-      return cudaSuccess;
+    // The smallest size that fits; within a size the block freed last. Buffers are freed in the reverse
+    // of their allocation (members, scopes), so newest-first gives a job that allocates as the job
+    // before it did the same addresses, and its op sequence keeps its graph (the signature holds every
+    // pointer). Oldest-first swapped two same-sized blocks at every job (session 35: the encoders'
+    // graph was captured again every other encode).
+    for (auto it = d.idle.lower_bound(bytes); it != d.idle.end() && cache_block_fits(it->first, bytes);) {
+      const auto end = d.idle.upper_bound(it->first);
+      for (auto jt = end; jt != it;) {
+        --jt;
+        if (!fences_done(d, jt->second)) continue;
+        *p = jt->second.p;
+        c.live[*p] = {device, jt->first};
+        d.idle_bytes -= jt->first;
+        d.idle.erase(jt);
+        return cudaSuccess;
+      }
+      it = end;
     }
   }
   cudaError_t e = cudaMalloc(p, bytes);

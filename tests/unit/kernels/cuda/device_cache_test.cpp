@@ -57,6 +57,32 @@ TEST(CudaDeviceCache, AFreedBufferComesBackZeroFilledToTheNextAllocationOfItsSiz
   EXPECT_EQ(be->device_error(), "");
 }
 
+// Buffers freed in the reverse of their allocation (a job's members) come back at the same addresses
+// when the next job allocates in the same order, even where two have one size: the op sequences that
+// name them keep their graphs.
+TEST(CudaDeviceCache, AJobAllocatingAsTheOneBeforeItGetsItsAddresses) {
+  VV_CUDA_BACKEND_OR_SKIP(be, true);
+  VV_CACHE_ON_OR_SKIP();
+  const size_t same = (size_t{7} << 20) + 768, other = (size_t{2} << 20) + 512;
+  void* first[3] = {};
+  for (int job = 0; job < 3; ++job) {
+    Buffer a = be->allocate(same);
+    Buffer b = be->allocate(other);
+    Buffer c = be->allocate(same);
+    be->synchronize();
+    void* got[3] = {a.data(), b.data(), c.data()};
+    ASSERT_NE(got[0], got[2]);
+    for (int i = 0; i < 3; ++i) {
+      if (job == 0) {
+        first[i] = got[i];
+      } else {
+        EXPECT_EQ(got[i], first[i]) << "job " << job << ", buffer " << i;
+      }
+    }
+    // c, b, a freed here, in that order (reverse declaration)
+  }
+}
+
 TEST(CudaDeviceCache, ABlockIsNotHandedOutBeforeEveryStreamPassedItsFree) {
   VV_CUDA_BACKEND_OR_SKIP(be, true);  // holds the device's streams registered while this runs
   VV_CACHE_ON_OR_SKIP();
