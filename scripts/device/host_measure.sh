@@ -610,7 +610,9 @@ for step in "$@"; do
         --prompt 64 --tokens 4 --enc-audio 1 --job-audio 1 --job-tokens 1 ;;
     ncuencsrc)  # where the encoders' block kernels spend their issue slots: instruction mix, stalls, hot SASS
       NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-      run ncuencsrc $NCU --clock-control none --kernel-name regex:'conv_block_kernel|ffn_wg_kernel' --launch-count 4 \
+      # $NCU_KERNELS (a regex) and $NCU_LAUNCHES pick other launches (ffn_wg_kernel, 3: the c128 block's first)
+      run ncuencsrc $NCU --clock-control none --kernel-name regex:"${NCU_KERNELS:-conv_block_kernel|ffn_wg_kernel}" \
+        --launch-count "${NCU_LAUNCHES:-4}" \
         --section InstructionStats --section WarpStateStats --section SourceCounters --section ComputeWorkloadAnalysis \
         $B/cuda_decode_bench --preset 7b --bf16 --no-gemv --prompt 16 --tokens 4 --enc-audio 60 --enc-reps 1 \
         --job-audio 1 --job-tokens 1 ;;
