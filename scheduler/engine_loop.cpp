@@ -584,8 +584,10 @@ bool EngineLoop::run_step() {
     rows.blocks = scheduler_.kv().table(c.id);
     rows.speech = l.speech;
     const auto plen = static_cast<std::int64_t>(l.prompt.size());
-    rows.speech_begin = std::count(l.prompt.begin(), l.prompt.begin() + std::min(c.start, plen),
-                                   runner_.spec().audio_token_id);
+    // Past the prompt (every decode row) that is all of its audio tokens, counted at submission.
+    rows.speech_begin = c.start >= plen ? l.audio_tokens
+                                        : std::count(l.prompt.begin(), l.prompt.begin() + c.start,
+                                                     runner_.spec().audio_token_id);
     rows.want_output = c.want_output;
     rows.want_logits = c.want_output && l.needs_logits;  // only those rows' logits cross to the host
     if (c.start >= plen) any_decode = true;
