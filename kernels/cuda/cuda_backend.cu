@@ -2734,8 +2734,8 @@ OpTimer::~OpTimer() {
 }
 
 void release_device(void* p, size_t bytes) {
-  CudaBackend::flush_this_thread();  // recorded ops may still use this buffer: issued before the free's
-                                     // fences
+  // Recorded ops may still use this buffer: they are issued before the free's fences are recorded.
+  CudaBackend::flush_this_thread();
   const int device = cuda::cache_free(p);
   if (device >= 0 && device < kMaxDevices) g_live[device].fetch_sub(bytes);
 }

@@ -1,3 +1,5 @@
+// The cache of freed device memory: see device_cache.h. One lock guards everything; no call waits on
+// the device with it held except a trim (cudaEventSynchronize, cudaFree), which is rare by design.
 #include <algorithm>
 #include <cstdlib>
 #include <map>
