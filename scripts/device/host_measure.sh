@@ -419,7 +419,7 @@ for step in "$@"; do
         run "enc_cache_r$i" $E
         run "enc_nocache_r$i" env VV_CUDA_ALLOC_CACHE=0 $E
       done
-      grep -H '^encoder runs' "$OUT"/enc_*cache_r*.log | sed "s|^$OUT/||" | tee -a "$OUT/steps.txt" ;;
+      grep -H '^encoder \(runs\|warm-up runs\)' "$OUT"/enc_*cache_r*.log | sed "s|^$OUT/||" | tee -a "$OUT/steps.txt" ;;
     convgemm)  # VV_CUDA_CONV_GEMM (default; the encoders' strided convs without the bf16 pack): its gpu tests,
       # both encoders over 60 s with and without it (=0; $AB_REPS rounds), the per-GEMM profile with it
       run convgemm_tests env VV_REQUIRE_GPU=1 $B/unit_kernels_cuda --gtest_filter='CudaConvGemm*:CudaEncoderPack*'
