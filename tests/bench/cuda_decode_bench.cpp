@@ -849,35 +849,29 @@ int main(int argc, char** argv) {
   // instantiates: ≈ 2 ms on an H200), and the timed runs replay it, as a server's encodes do once a job
   // gets the addresses of a job before it (the allocation cache hands them back). Until session 35 the
   // timed run was the capture: the first timed encode was 1.6-1.9 ms slower than the later ones.
-  std::vector<double> enc_warm;
-  for (int i = 0; i < 2; ++i) {
-    be.synchronize();
-    t0 = Clock::now();
-    auto warm = r.encode(audio.data(), enc_n);
-    be.synchronize();
-    enc_warm.push_back(seconds_since(t0));
-    if (!warm.is_ok()) {
-      std::fprintf(stderr, "encode: %s\n", warm.status().to_string().c_str());
-      return 1;
-    }
-  }
-  profile("encoder warm-up");
-  std::printf("encoder warm-up runs (ms; the op sequence's first sight, then its capture): %.2f %.2f\n",
-              enc_warm[0] * 1e3, enc_warm[1] * 1e3);
-  // --enc-reps N: the median of N timed runs, each from an idle stream to its rows on the device
-  // (encode returns with work still queued: synchronize before and after); the per-op profile
-  // covers all N. Each run's host time in encode() itself (issuing the ops, allocations included) is
-  // kept apart.
-  std::vector<double> enc_runs, enc_issue;
-  for (int i = 0; i < std::max(a.enc_reps, 1); ++i) {
+  // One encode from an idle stream to its rows on the device (encode returns with work still queued:
+  // synchronize before and after): its whole time and its host time in encode() itself (issuing the ops,
+  // allocations included), each appended; false (after a message) if the encode failed.
+  const auto timed_encode = [&](std::vector<double>& total, std::vector<double>& issue) {
     be.synchronize();
     t0 = Clock::now();
     auto enc = r.encode(audio.data(), enc_n);
-    enc_issue.push_back(seconds_since(t0));
+    issue.push_back(seconds_since(t0));
     be.synchronize();
-    enc_runs.push_back(seconds_since(t0));
-    if (!enc.is_ok()) return 1;
-  }
+    total.push_back(seconds_since(t0));
+    if (!enc.is_ok()) std::fprintf(stderr, "encode: %s\n", enc.status().to_string().c_str());
+    return enc.is_ok();
+  };
+  std::vector<double> enc_warm, enc_warm_issue;
+  for (int i = 0; i < 2; ++i)
+    if (!timed_encode(enc_warm, enc_warm_issue)) return 1;
+  profile("encoder warm-up");
+  std::printf("encoder warm-up runs (ms; the op sequence's first sight, then its capture): %.2f %.2f\n",
+              enc_warm[0] * 1e3, enc_warm[1] * 1e3);
+  // --enc-reps N: the median of N timed runs; the per-op profile covers all N.
+  std::vector<double> enc_runs, enc_issue;
+  for (int i = 0; i < std::max(a.enc_reps, 1); ++i)
+    if (!timed_encode(enc_runs, enc_issue)) return 1;
   profile("encoders");
   if (enc_runs.size() > 1) {
     std::printf("encoder runs (ms):");
