@@ -44,6 +44,7 @@ Result<std::unique_ptr<KvCache>> KvCache::create(Backend& be, const DecoderSpec&
   }
   c->view_.block_size = block_size;
   c->view_.num_blocks = num_blocks;
+  c->usable_ = num_blocks;
   c->free_.reserve(static_cast<size_t>(num_blocks));
   for (int64_t b = num_blocks - 1; b >= 0; --b) c->free_.push_back(static_cast<BlockId>(b));
   return c;
@@ -63,6 +64,15 @@ Status KvCache::reserve(std::vector<BlockId>& table, int64_t positions) {
     free_.pop_back();
   }
   return Status::ok();
+}
+
+BlockId KvCache::set_aside_last_block() {
+  if (set_aside_ >= 0) return set_aside_;
+  if (usable_ < 2 || free_blocks() != usable_) return -1;
+  set_aside_ = static_cast<BlockId>(usable_ - 1);
+  free_.erase(free_.begin());  // the stack's bottom: the highest id
+  --usable_;
+  return set_aside_;
 }
 
 void KvCache::release(std::vector<BlockId>& table) {

@@ -29,7 +29,9 @@ class KvCache {
 
   KvView& view() { return view_; }
   int block_size() const { return view_.block_size; }
-  int64_t num_blocks() const { return view_.num_blocks; }
+  // The blocks a scheduler may hand out: ids 0 .. num_blocks() − 1 (the view's pool may hold one
+  // more, set aside below).
+  int64_t num_blocks() const { return usable_; }
   int64_t free_blocks() const { return static_cast<int64_t>(free_.size()); }
   size_t bytes() const { return pool_.bytes(); }
 
@@ -39,11 +41,20 @@ class KvCache {
   // Returns every block of `table` to the pool and empties it.
   void release(std::vector<BlockId>& table);
 
+  // Takes the highest block id out of the pool for good (before any block is handed out) and
+  // returns it: the block that padding rows of a step write and read (Runner, RunnerOptions::
+  // decode_pad). num_blocks() no longer counts it; the view still does, so a step may name it.
+  // −1 when blocks were handed out already or the pool has a single block.
+  BlockId set_aside_last_block();
+  BlockId set_aside() const { return set_aside_; }
+
  private:
   KvCache() = default;
   Buffer pool_;
   KvView view_;
   std::vector<BlockId> free_;  // a stack: the lowest ids are handed out first
+  int64_t usable_ = 0;
+  BlockId set_aside_ = -1;
 };
 
 }  // namespace vv

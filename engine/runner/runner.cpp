@@ -131,14 +131,19 @@ Result<std::unique_ptr<Runner>> Runner::create_sharded(std::vector<std::unique_p
   int64_t positions = opt.kv_positions;
   for (const Shard& s : r->shards_) positions = std::min(positions, s.plan.kv_positions);
   const int64_t blocks = (positions + opt.block_size - 1) / opt.block_size;
+  r->pad_ = opt.decode_pad >= 0 ? opt.decode_pad : r->backend().name().rfind("cuda", 0) == 0 ? 8 : 0;
   begin = 0;
   for (int i = 0; i < n; ++i) {
     Shard& s = r->shards_[static_cast<size_t>(i)];
-    VV_ASSIGN_OR_RETURN(s.kv, KvCache::create(*s.backend, r->spec_.decoder, blocks, opt.block_size,
-                                              opt.kv_dtype, begin, begin + layers_per_shard[i]));
+    // Padding rows get a block of their own past the scheduler's (the same id on every shard).
+    VV_ASSIGN_OR_RETURN(
+        s.kv, KvCache::create(*s.backend, r->spec_.decoder, blocks + (r->pad_ > 0 ? 1 : 0), opt.block_size,
+                              opt.kv_dtype, begin, begin + layers_per_shard[i]));
+    if (r->pad_ > 0) r->pad_block_ = s.kv->set_aside_last_block();
     begin += layers_per_shard[i];
     s.plan.kv_positions = blocks * opt.block_size;
   }
+  if (r->pad_block_ < 0) r->pad_ = 0;
   if (n > 1)
     r->staging_.resize(static_cast<size_t>(opt.max_rows) * static_cast<size_t>(r->spec_.decoder.hidden_size));
   return r;
@@ -214,13 +219,42 @@ Result<SpeechRows> Runner::encode(const float* samples, int64_t n, const EncodeO
   return speech_->embed(samples, n, opt);
 }
 
+int64_t Runner::padded_seqs(int64_t seqs) const {
+  if (pad_ <= 0 || seqs < 1) return seqs;
+  int64_t to = 1;
+  while (to < seqs && to < 8) to *= 2;
+  if (to < seqs) to = (seqs + pad_ - 1) / pad_ * pad_;
+  return to <= opt_.max_seqs && to <= opt_.max_rows ? to : seqs;
+}
+
 Result<StepOutput> Runner::execute(const StepPlan& plan) {
-  VV_ASSIGN_OR_RETURN(StepOutput out, execute_shards(plan));
+  const auto n = static_cast<int64_t>(plan.seqs.size());
+  bool one_row = pad_ > 0;
+  for (size_t i = 0; one_row && i < plan.seqs.size(); ++i) one_row = plan.seqs[i].ids.size() == 1;
+  const int64_t to = one_row ? padded_seqs(n) : n;
+  const StepPlan* run = &plan;
+  if (to > n) {
+    padded_.seqs.resize(static_cast<size_t>(n));  // keeps the first elements' storage for the copies
+    std::copy(plan.seqs.begin(), plan.seqs.end(), padded_.seqs.begin());
+    padded_.return_logits = plan.return_logits;
+    SequenceRows pad;
+    pad.ids = {spec_.audio_token_id == 0 ? 1 : 0};  // a text token: no speech row
+    pad.start_pos = 0;
+    pad.blocks = {pad_block_};
+    pad.want_output = true;  // as the real rows: one step shape whatever the mix
+    padded_.seqs.resize(static_cast<size_t>(to), pad);
+    run = &padded_;
+  }
+  VV_ASSIGN_OR_RETURN(StepOutput out, execute_shards(*run));
   // The ids were downloaded (a sync): any device error of the step (or of the encoder launches
   // before it) has been recorded by now. Its results cannot be trusted.
   for (const Shard& s : shards_) {
     const std::string e = s.backend->device_error();
     if (!e.empty()) return internal_error("device " + s.backend->name() + ": " + e);
+  }
+  if (to > n) {
+    out.next.resize(static_cast<size_t>(n));
+    if (out.logits.size() > static_cast<size_t>(n)) out.logits.resize(static_cast<size_t>(n));
   }
   return out;
 }

@@ -62,6 +62,13 @@ struct RunnerOptions {
   // Counted under a cap for the backend's own workspaces; -1 = 256 MiB plus the bf16 GEMM operand
   // buffer on a device that reports its memory (a GPU), 0 on the CPU.
   int64_t scratch_reserve = -1;
+  // Steps of one row per sequence (decode steps) run padded up to 2, 4, 8 sequences, then to a
+  // multiple of decode_pad (up to max_seqs and max_rows), so that a backend replaying repeated steps
+  // (CUDA graphs) sees one step shape per bucket rather than one per running-request count. Padding
+  // rows read token 0 at position 0 of a KV block set aside for them (one block more is allocated)
+  // and their outputs are dropped; rows never read each other, so the real rows' results are those
+  // of an unpadded step of the same row count. -1 = 8 on a CUDA backend and off elsewhere; 0 = off.
+  int decode_pad = -1;
 };
 
 // One greedy request for generate_greedy().
@@ -102,7 +109,12 @@ class Runner {
   Result<SpeechRows> encode(const float* samples, int64_t n, const EncodeOptions& opt = {});
   // One decoder step over the plan's rows against this runner's KV pool. A device error recorded by
   // any shard's backend (Backend::device_error) fails the step with kInternal naming the device.
+  // A step of one row per sequence runs padded (RunnerOptions::decode_pad); the output has the
+  // plan's sequences only.
   Result<StepOutput> execute(const StepPlan& plan);
+  // The sequence count a plan of `seqs` sequences of one row each runs at (seqs when not padded).
+  int64_t padded_seqs(int64_t seqs) const;
+  int decode_pad() const { return pad_; }
 
   // Runs the requests together (prefill chunks and decode rows of all of them in each step until
   // every one is done) and returns each one's generated ids. KV blocks are taken as sequences grow
@@ -132,6 +144,9 @@ class Runner {
   std::vector<Shard> shards_;
   std::unique_ptr<SpeechEmbedder> speech_;  // on the first shard's backend
   std::vector<float> staging_;              // host rows between shards
+  int pad_ = 0;                             // RunnerOptions::decode_pad as resolved (0 = off)
+  BlockId pad_block_ = -1;                  // the KV block padding rows use (every shard's pool)
+  StepPlan padded_;                         // the last padded plan (its vectors' storage is reused)
 };
 
 }  // namespace vv

@@ -99,6 +99,7 @@
 #   curve        engine_loop_bench 7b bf16 --audio 30 --tokens $CURVE_TOKENS at $CURVE_N (1,2,..,128) requests
 #   curveab      the same at $CURVE_N (64,128) with each of $CURVE_CFGS (';'-separated), $CURVE_REPS (3) rounds
 #                interleaved, every other round in reverse order (medians in summary.txt and steps.txt)
+#   curvepad     the curve at $CURVE_N (16,32,64,128) with decode steps padded (--pad 8, the default) and not (--pad 0)
 #   profile      the same at 64 requests with VV_CUDA_PROFILE=1 (per-op times, synced)
 #   ttft         engine_loop_bench --ttft-probe 300
 #   invariance   engine_loop_bench --invariance 8 --audio 10 --tokens 32
@@ -652,6 +653,16 @@ for step in "$@"; do
           read -ra kv <<<"${cfg/plain/VV_CUDA_NONE=1}"
           run "curve_${cfg//[^A-Za-z0-9]/_}_r$i" timeout 300 env "${kv[@]}" $B/engine_loop_bench --preset 7b \
             --device cuda --bf16 --audio 30 --tokens "$CURVE_TOKENS" --concurrency "${CURVE_N:-64,128}"
+        done
+      done ;;
+    curvepad)  # decode steps padded to buckets (the default on CUDA) against unpadded (--pad 0): the curve at
+      # $CURVE_N (16,32,64,128), $CURVE_REPS (2) rounds interleaved, the order reversed every other round
+      for i in $(seq "${CURVE_REPS:-2}"); do
+        order=(8 0)
+        ((i % 2 == 0)) && order=(0 8)
+        for p in "${order[@]}"; do
+          run "curve_pad${p}_r$i" timeout 300 $B/engine_loop_bench --preset 7b --device cuda --bf16 --audio 30 \
+            --tokens "$CURVE_TOKENS" --concurrency "${CURVE_N:-16,32,64,128}" --pad "$p"
         done
       done ;;
     profile) run profile env VV_CUDA_PROFILE=1 $B/engine_loop_bench --preset 7b --device cuda --bf16 --audio 30 \

@@ -8,7 +8,9 @@
 // Prints a table and, last, one JSON line.
 //   engine_loop_bench [--preset tiny|7b] [--device cpu|cuda] [--concurrency 1,2,4,8] [--tokens 256]
 //                     [--audio 30] [--bf16] [--deterministic] [--threads N] [--ttft-probe LONG_SECONDS]
-//                     [--invariance N]
+//                     [--invariance N] [--pad P]
+// --pad P: RunnerOptions::decode_pad (decode steps padded to 1, 2, 4, 8, then multiples of P
+// sequences; 0 = off; the default, -1, pads to multiples of 8 on CUDA only).
 // --invariance N: N greedy requests (different audio, --tokens new tokens each, no forced ids, no
 // repetition handling) run all at once and then each alone on the same loop; prints how many give
 // byte-identical ids both ways (issue 13's equivalence, at whatever shape and device is chosen).
@@ -68,6 +70,7 @@ struct Args {
   int threads = 0;
   double ttft_probe_long_s = 0;
   int invariance = 0;
+  int pad = -1;  // RunnerOptions::decode_pad
 };
 
 struct Point {
@@ -614,6 +617,8 @@ int main(int argc, char** argv) {
       args.threads = std::stoi(next());
     else if (a == "--invariance")
       args.invariance = std::stoi(next());
+    else if (a == "--pad")
+      args.pad = std::stoi(next());
     else if (a == "--ttft-probe")
       args.ttft_probe_long_s = std::stod(next());
     else if (a == "--concurrency") {
@@ -640,6 +645,7 @@ int main(int argc, char** argv) {
   ro.max_seqs = std::max(64, max_n);
   ro.max_rows = std::max(512, max_n);
   if (args.bf16) ro.kv_dtype = vv::DType::kBF16;
+  ro.decode_pad = args.pad;
   vv::BackendOptions bo;
   bo.cpu_threads = args.threads;
   bo.gpu_bf16_gemm = args.bf16;
@@ -651,8 +657,12 @@ int main(int argc, char** argv) {
   }
   if (args.ttft_probe_long_s > 0) return run_ttft_probe(**runner, *model.tok, args);
   if (args.invariance > 0) return run_invariance(**runner, *model.tok, args);
-  std::printf("engine_loop_bench: preset %s on %s, %g s of audio and %d forced tokens per request\n",
-              args.preset.c_str(), (*runner)->backend().name().c_str(), args.audio_s, args.tokens);
+  const std::string pad = (*runner)->decode_pad() > 0 ? "padded to 1, 2, 4, 8, then multiples of " +
+                                                            std::to_string((*runner)->decode_pad())
+                                                      : std::string("not padded");
+  std::printf(
+      "engine_loop_bench: preset %s on %s, %g s of audio and %d forced tokens per request; decode steps %s\n",
+      args.preset.c_str(), (*runner)->backend().name().c_str(), args.audio_s, args.tokens, pad.c_str());
   std::printf("%6s %14s %12s %10s %10s %9s %10s %12s %11s %10s\n", "N", "decode tok/s", "e2e tok/s",
               "rows/step", "TTFT s", "wall s", "x first N", "full tok/s", "full steps", "full ms");
   std::vector<Point> pts;

@@ -57,6 +57,35 @@ TEST(KvCache, ExhaustionFailsAndLeavesTheTableUnchanged) {
   EXPECT_EQ((*kv)->free_blocks(), 1);
 }
 
+TEST(KvCache, TheSetAsideBlockIsTheHighestIdAndNeverHandedOut) {
+  auto be = cpu_backend(1);
+  auto kv = KvCache::create(*be, small_decoder(), 5, 16);
+  ASSERT_TRUE(kv.is_ok()) << kv.status().to_string();
+  EXPECT_EQ((*kv)->set_aside(), -1);
+  EXPECT_EQ((*kv)->set_aside_last_block(), 4);
+  EXPECT_EQ((*kv)->set_aside_last_block(), 4) << "asking again changes nothing";
+  EXPECT_EQ((*kv)->num_blocks(), 4);
+  EXPECT_EQ((*kv)->free_blocks(), 4);
+  EXPECT_EQ((*kv)->view().num_blocks, 5) << "a step may still name it";
+  std::vector<BlockId> all;
+  ASSERT_TRUE((*kv)->reserve(all, 64).is_ok());
+  EXPECT_EQ(all, (std::vector<BlockId>{0, 1, 2, 3}));
+  std::vector<BlockId> more;
+  EXPECT_EQ((*kv)->reserve(more, 1).code(), StatusCode::kResourceExhausted);
+  (*kv)->release(all);
+  EXPECT_EQ((*kv)->free_blocks(), 4);
+
+  auto used = KvCache::create(*be, small_decoder(), 5, 16);
+  ASSERT_TRUE(used.is_ok());
+  std::vector<BlockId> t;
+  ASSERT_TRUE((*used)->reserve(t, 1).is_ok());
+  EXPECT_EQ((*used)->set_aside_last_block(), -1) << "a block is out: too late";
+  EXPECT_EQ((*used)->num_blocks(), 5);
+  auto one = KvCache::create(*be, small_decoder(), 1, 16);
+  ASSERT_TRUE(one.is_ok());
+  EXPECT_EQ((*one)->set_aside_last_block(), -1) << "a pool of one block keeps it";
+}
+
 TEST(KvCache, EmptyPoolIsRefused) {
   auto be = cpu_backend(1);
   EXPECT_FALSE(KvCache::create(*be, small_decoder(), 0, 16).is_ok());

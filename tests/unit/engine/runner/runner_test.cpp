@@ -162,6 +162,119 @@ TEST(Runner, RequestAloneAndInsideABatchOfFourGiveIdenticalIds) {
   }
 }
 
+// RunnerOptions::decode_pad: steps of one row per sequence run at 1, 2, 4, 8, then multiples of the
+// pad; padding rows use a block of their own and their outputs are dropped.
+TEST(Runner, DecodeStepsPadToBucketsWithinMaxSeqs) {
+  auto ckpt = Checkpoint::open(hf_model_dir());
+  ASSERT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
+  RunnerOptions opt = test_options();
+  opt.max_seqs = 40;
+  opt.decode_pad = 8;
+  auto padded = make_cpu_runner(**ckpt, opt, 1);
+  ASSERT_TRUE(padded.is_ok()) << padded.status().to_string();
+  EXPECT_EQ((*padded)->decode_pad(), 8);
+  const std::vector<std::pair<int64_t, int64_t>> want = {{1, 1},   {2, 2},   {3, 4},   {5, 8},
+                                                         {8, 8},   {9, 16},  {16, 16}, {17, 24},
+                                                         {33, 40}, {40, 40}, {41, 41}, {0, 0}};
+  for (const auto& [n, to] : want) EXPECT_EQ((*padded)->padded_seqs(n), to) << n << " sequences";
+  opt.decode_pad = 0;
+  auto plain = make_cpu_runner(**ckpt, opt, 1);
+  ASSERT_TRUE(plain.is_ok());
+  EXPECT_EQ((*plain)->padded_seqs(3), 3);
+  EXPECT_EQ((*plain)->kv().num_blocks(), (*padded)->kv().num_blocks()) << "the pad's block is one more";
+  EXPECT_EQ((*padded)->kv().view().num_blocks, (*padded)->kv().num_blocks() + 1);
+  opt.decode_pad = -1;
+  auto cpu_default = make_cpu_runner(**ckpt, opt, 1);
+  ASSERT_TRUE(cpu_default.is_ok());
+  EXPECT_EQ((*cpu_default)->decode_pad(), 0) << "-1 pads on CUDA backends only";
+}
+
+TEST(Runner, PaddedDecodeStepsGiveTheUnpaddedIdsAndLogits) {
+  auto ckpt = Checkpoint::open(hf_model_dir());
+  ASSERT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
+  RunnerOptions opt = test_options();
+  opt.decode_pad = 8;
+  auto padded = make_cpu_runner(**ckpt, opt, 1);
+  opt.decode_pad = 0;
+  auto plain = make_cpu_runner(**ckpt, opt, 1);
+  ASSERT_TRUE(padded.is_ok() && plain.is_ok());
+  std::vector<GoldenCase> cases;
+  for (const std::string& name : golden_cases()) {
+    if (name == "long" || cases.size() == 3) continue;
+    cases.emplace_back(name);
+    ASSERT_TRUE(cases.back().ok()) << cases.back().error();
+  }
+  ASSERT_EQ(cases.size(), 3u) << "three golden cases besides `long`: 3 rows pad to 4, then 2, then 1";
+  // Prefill each alone on both runners, then decode the three together, step by step, comparing ids and
+  // logits.
+  std::vector<std::vector<TokenId>> next(2, std::vector<TokenId>(cases.size()));
+  std::vector<std::vector<std::vector<BlockId>>> blocks(2, std::vector<std::vector<BlockId>>(cases.size()));
+  std::vector<SpeechRows> rows[2];
+  int k = 0;
+  for (Runner* r : {padded->get(), plain->get()}) {
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const std::vector<float> x = golden_input_values(cases[i]);
+      auto s = r->encode(x.data(), static_cast<int64_t>(x.size()));
+      ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+      rows[k].push_back(std::move(s).value());
+      const std::vector<TokenId> prompt = cases[i].prompt_ids();
+      const auto n = static_cast<int64_t>(prompt.size());
+      ASSERT_TRUE(r->kv().reserve(blocks[k][i], n + 4).is_ok());
+      for (BlockId b : blocks[k][i])
+        EXPECT_LT(b, r->kv().num_blocks()) << "the pad's block is never handed out";
+      StepPlan p;
+      SequenceRows q;
+      q.ids = prompt;
+      q.blocks = blocks[k][i];
+      q.speech = &rows[k][i].rows.t;
+      p.seqs.push_back(q);
+      auto out = r->execute(p);
+      ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+      next[k][i] = out->next[0];
+    }
+    ++k;
+  }
+  ASSERT_EQ(next[0], next[1]);
+  for (int step = 0; step < 3; ++step) {
+    const size_t live = cases.size() - static_cast<size_t>(step);  // 3, 2, 1 sequences
+    std::vector<StepOutput> outs;
+    for (int w = 0; w < 2; ++w) {
+      Runner* r = w == 0 ? padded->get() : plain->get();
+      StepPlan p;
+      p.return_logits = true;
+      for (size_t i = 0; i < live; ++i) {
+        SequenceRows q;
+        q.ids = {next[w][i]};
+        q.start_pos = static_cast<int64_t>(cases[i].prompt_ids().size()) + step;
+        q.blocks = blocks[w][i];
+        q.speech = &rows[w][i].rows.t;
+        q.speech_begin = rows[w][i].frames();
+        q.want_logits = true;
+        p.seqs.push_back(q);
+      }
+      TensorCapture cap(r->backend());
+      if (w == 0 && step == 0) r->set_capture(cap.fn());
+      auto out = r->execute(p);
+      r->set_capture(nullptr);
+      ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+      if (w == 0 && step == 0) {
+        const CapturedTensor* h = cap.find("hidden.1");
+        ASSERT_NE(h, nullptr);
+        EXPECT_EQ(h->rows, 4) << "3 sequences ran as 4 rows";
+      }
+      ASSERT_EQ(out->next.size(), live) << "the padding rows' outputs are dropped";
+      ASSERT_EQ(out->logits.size(), live);
+      for (size_t i = 0; i < live; ++i) next[w][i] = out->next[i];
+      outs.push_back(std::move(out).value());
+    }
+    EXPECT_EQ(outs[0].next, outs[1].next) << "step " << step;
+    for (size_t i = 0; i < live; ++i) {
+      ASSERT_FALSE(outs[0].logits[i].empty());
+      EXPECT_EQ(outs[0].logits[i], outs[1].logits[i]) << "step " << step << ", sequence " << i;
+    }
+  }
+}
+
 TEST(Runner, OneAndTwoThreadsGiveIdenticalIdsAndLogits) {
   auto ckpt = Checkpoint::open(hf_model_dir());
   ASSERT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();

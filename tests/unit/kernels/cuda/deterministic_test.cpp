@@ -248,5 +248,57 @@ TEST(CudaDeterministicRunner, GoldenIdsAloneEqualTheirIdsInOneBatch) {
   }
 }
 
+// RunnerOptions::decode_pad (on by default on CUDA): decode steps of 3 sequences run as 4 rows, the
+// fourth a padding row. Deterministic mode's rows do not depend on the rows beside them, so the ids
+// equal those of the same runner options with padding off, as the sequences finish one by one.
+TEST(CudaDeterministicRunner, PaddedDecodeStepsGiveTheUnpaddedIds) {
+  if (usable_gpu_count() == 0) {
+    if (gpu_required()) FAIL() << "VV_REQUIRE_GPU=1: " << gpu_unavailable_reason();
+    GTEST_SKIP() << "no usable GPU: " << gpu_unavailable_reason();
+  }
+  auto ckpt = Checkpoint::open(hf_model_dir());
+  ASSERT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
+  RunnerOptions ro;
+  ro.kv_positions = 8192;
+  ro.max_rows = 512;
+  ro.max_seqs = 8;
+  ro.prefill_chunk = 100;
+  BackendOptions bo;
+  bo.gpu_bf16_gemm = true;
+  bo.deterministic = true;
+  std::vector<std::vector<TokenId>> ids[2];
+  for (int pad : {-1, 0}) {
+    ro.decode_pad = pad;
+    auto runner = make_runner(**ckpt, ro, "cuda:0", bo);
+    ASSERT_TRUE(runner.is_ok()) << runner.status().to_string();
+    Runner& r = **runner;
+    EXPECT_EQ(r.decode_pad(), pad < 0 ? 8 : 0);
+    std::vector<GoldenCase> cases;
+    std::vector<SpeechRows> speech;
+    for (const std::string& name : golden_cases()) {
+      GoldenCase gc(name);
+      if (!gc.ok() || !gc.has("input_values") || cases.size() == 3) continue;
+      const std::vector<float>& x = gc.tensor("input_values").data;
+      auto s = r.encode(x.data(), static_cast<int64_t>(x.size()));
+      ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+      speech.push_back(std::move(*s));
+      cases.push_back(std::move(gc));
+    }
+    ASSERT_EQ(cases.size(), 3u);
+    std::vector<GreedyRequest> reqs(cases.size());
+    for (size_t i = 0; i < cases.size(); ++i) {
+      reqs[i].prompt = cases[i].prompt_ids();
+      reqs[i].speech = &speech[i].rows.t;
+      reqs[i].max_new_tokens = 24 - 6 * static_cast<int>(i);  // 3 decoding rows, then 2, then 1
+    }
+    auto batch = r.generate_greedy(reqs);
+    ASSERT_TRUE(batch.is_ok()) << batch.status().to_string();
+    ids[pad < 0 ? 0 : 1] = std::move(*batch);
+    EXPECT_EQ(r.kv().free_blocks(), r.kv().num_blocks()) << "every block is back";
+  }
+  ASSERT_EQ(ids[0].size(), 3u);
+  for (size_t i = 0; i < ids[0].size(); ++i) EXPECT_EQ(ids[0][i], ids[1][i]) << "sequence " << i;
+}
+
 }  // namespace
 }  // namespace vv::test
