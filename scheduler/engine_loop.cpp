@@ -617,6 +617,8 @@ bool EngineLoop::run_step() {
   report.rows = step.rows();
   report.seqs = static_cast<std::int64_t>(step.chunks.size());
   report.seconds = dt;
+  report.stage_seconds = res->stage_seconds;
+  report.record_seconds = res->record_seconds;
 
   for (std::size_t j = 0; j < step.chunks.size(); ++j) {
     const ScheduledChunk& c = step.chunks[j];

@@ -43,6 +43,8 @@ struct StepReport {
   std::int64_t decode_rows = 0;             // rows that produced a token
   std::int64_t prefill_rows = 0;            // prompt rows (first prefill or recompute)
   double seconds = 0;                       // the runner's execute()
+  double stage_seconds = 0;                 // of which host time staging the rows (StepOutput)
+  double record_seconds = 0;                // and host time recording the ops before the launch
   std::vector<double> inter_token_seconds;  // per token after a request's first: time since its previous one
 };
 using StepObserverFn = std::function<void(const StepReport&)>;

@@ -1,6 +1,7 @@
 #include "engine/model/qwen2_decoder.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 namespace vv {
@@ -291,9 +292,12 @@ Result<StepOutput> Qwen2Decoder::run(const StepPlan& plan, KvView& kv, const Ten
     return invalid_argument("this decoder shard starts at layer " + std::to_string(opt_.layer_begin) +
                             ": it runs from the previous shard's hidden rows (forward_from)");
   }
+  using Clock = std::chrono::steady_clock;
+  const auto t_enter = Clock::now();
   int64_t n = 0;
   AttentionRows rows;
   VV_RETURN_IF_ERROR(stage_rows(plan, kv, &n, &rows));
+  const auto t_staged = Clock::now();
   Tensor x = x_.t.row_slice(0, n);
   if (hidden) {
     if (hidden->rows() != n || hidden->cols() != spec_.hidden_size) {
@@ -367,6 +371,9 @@ Result<StepOutput> Qwen2Decoder::run(const StepPlan& plan, KvView& kv, const Ten
   Tensor next = Tensor::vector(next_.buf.data(), DType::kI32, m);
   be_.argmax(logits, next);
   std::vector<int32_t> ids(static_cast<size_t>(m));
+  const auto t_recorded = Clock::now();
+  out.stage_seconds = std::chrono::duration<double>(t_staged - t_enter).count();
+  out.record_seconds = std::chrono::duration<double>(t_recorded - t_staged).count();
   be_.download(ids.data(), next_.buf.data(), ids.size() * sizeof(int32_t));
   const int64_t V = spec_.vocab_size;
   for (int64_t j = 0; j < m; ++j) {

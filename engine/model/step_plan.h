@@ -35,6 +35,10 @@ struct StepPlan {
 struct StepOutput {
   std::vector<TokenId> next;                // per seq: greedy argmax of its last row (lowest id on ties); −1 if not wanted
   std::vector<std::vector<float>> logits;   // per seq: [V] when wanted and asked for, else empty
+  // Host time of the step before its ids are downloaded (the last shard's decoder): staging the rows
+  // (ids, positions, block tables uploaded) and recording the ops after that. A backend that defers
+  // its ops (CUDA) launches them at the download, so the device waits for both.
+  double stage_seconds = 0, record_seconds = 0;
 };
 
 // The paged KV memory of every decoder layer (owned by the runner's KvCache).

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 
 namespace vv {
@@ -228,6 +229,7 @@ int64_t Runner::padded_seqs(int64_t seqs) const {
 }
 
 Result<StepOutput> Runner::execute(const StepPlan& plan) {
+  const auto t_enter = std::chrono::steady_clock::now();
   const auto n = static_cast<int64_t>(plan.seqs.size());
   bool one_row = pad_ > 0;
   for (size_t i = 0; one_row && i < plan.seqs.size(); ++i) one_row = plan.seqs[i].ids.size() == 1;
@@ -245,7 +247,10 @@ Result<StepOutput> Runner::execute(const StepPlan& plan) {
     padded_.seqs.resize(static_cast<size_t>(to), pad);
     run = &padded_;
   }
+  const double pad_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_enter).count();
   VV_ASSIGN_OR_RETURN(StepOutput out, execute_shards(*run));
+  out.stage_seconds += pad_seconds;
   // The ids were downloaded (a sync): any device error of the step (or of the encoder launches
   // before it) has been recorded by now. Its results cannot be trusted.
   for (const Shard& s : shards_) {

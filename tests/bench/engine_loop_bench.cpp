@@ -16,7 +16,9 @@
 // byte-identical ids both ways (issue 13's equivalence, at whatever shape and device is chosen).
 // With a CUDA device every point also prints how the decode steps' flushes ran (graph replays,
 // captures, eager first sights) and, with VV_CUDA_PROFILE=1 (each op timed and followed by a sync,
-// no graphs), the per-op time of a mean pure-decode step.
+// no graphs), the per-op time of a mean pure-decode step. Every point prints the host time before the
+// device runs a step: staging the rows, recording the ops (on a CPU backend the ops run as they are
+// recorded, so that is the step), and the replayed flushes.
 // "full" columns: only the steps in which all N requests decoded (no prefill rows; none still
 // encoding or prefilling): the cost of an N-row step. Requests start decoding one after another
 // (each step runs one encoder launch, which packs the next segment of several requests up to
@@ -88,6 +90,9 @@ struct DecodeProfile {
   long long steps = 0, rows = 0;
   double execute_s = 0, interval_s = 0;  // summed execute() time; wall time between decode steps
   long long intervals = 0;
+  // Host time before the device runs the step: staging the rows, recording the ops (StepReport), and
+  // the replayed flushes (the backend's "flush host ms" line: the fusion pass, the graph lookup, the launch).
+  double stage_s = 0, record_s = 0, replay_ms = 0;
 
   void add(const std::string& report) {
     std::istringstream in(report);
@@ -100,6 +105,11 @@ struct DecodeProfile {
                       "(size/graphs off), %lld",
                       &f[0], &f[1], &f[2], &f[3], &f[4]) == 5) {
         for (int i = 0; i < 5; ++i) flushes[i] += f[i];
+      } else if (double c = 0, fs = 0, e = 0, r = 0;
+                 std::sscanf(line.c_str(),
+                             " flush host ms: captured %lf, first sight %lf, eager %lf, replayed %lf", &c,
+                             &fs, &e, &r) == 4) {
+        replay_ms += r;
       } else if (std::sscanf(line.c_str(), " %127s %lf ms %*f%% %lld calls", name, &ms, &calls) == 3) {
         auto& e = ops[name];
         e.first += ms;
@@ -119,6 +129,12 @@ struct DecodeProfile {
           "    flushes: %lld replayed, %lld captured, %lld first sight, %lld eager, %lld graph-cache "
           "clears\n",
           flushes[0], flushes[1], flushes[2], flushes[3], flushes[4]);
+    if (stage_s + record_s > 0)
+      std::printf(
+          "    host before the device runs a step (ms/step): staging the rows %.3f, recording the ops %.3f, "
+          "replayed flushes %.3f\n",
+          1e3 * stage_s / static_cast<double>(steps), 1e3 * record_s / static_cast<double>(steps),
+          replay_ms / static_cast<double>(steps));
     if (ops.empty()) return;
     std::vector<std::pair<std::string, std::pair<double, long long>>> rows_(ops.begin(), ops.end());
     std::sort(rows_.begin(), rows_.end(),
@@ -168,6 +184,8 @@ Point run_point(vv::Runner& runner, const vv::Tokenizer& tok, int n, const Args&
         ++d->steps;
         d->rows += r.decode_rows;
         d->execute_s += r.seconds;
+        d->stage_s += r.stage_seconds;
+        d->record_s += r.record_seconds;
         if (last_was_decode) {
           d->interval_s += seconds_between(last_step, now);
           ++d->intervals;
