@@ -219,6 +219,19 @@ class Backend {
   // `other` before it. The default (no lanes) has nothing to order.
   virtual void wait_for(Backend& other) { (void)other; }
 
+  // --- replaying a step (backends that defer ops and replay repeated sequences: CUDA graphs) ---
+  // A handle to the op sequence that the last host sync launched, when it ran from a graph that can
+  // be launched again as it is; 0 when there is none (the CPU, a sequence seen for the first time,
+  // graphs off).
+  virtual uint64_t last_flush_handle() const { return 0; }
+  // Launches that sequence again after every op issued before, standing in for recording the same
+  // ops on the same operands once more (only the contents of device memory may differ: the caller
+  // promises that). False when the handle is no longer held (the graphs were dropped): nothing ran.
+  virtual bool replay_flush(uint64_t handle) {
+    (void)handle;
+    return false;
+  }
+
   // --- dense ops (activations are F32 unless stated) ------------------------------------------
   // out[M,N] (=|+=) a[M,K]·w[N,K]ᵀ + bias[N]. a: F32 rows (row stride may differ from K, even be
   // smaller than K: overlapping rows express a convolution); w: F32, BF16 or F16 contiguous;

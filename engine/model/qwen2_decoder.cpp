@@ -298,37 +298,15 @@ Result<StepOutput> Qwen2Decoder::run(const StepPlan& plan, KvView& kv, const Ten
   AttentionRows rows;
   VV_RETURN_IF_ERROR(stage_rows(plan, kv, &n, &rows));
   const auto t_staged = Clock::now();
-  Tensor x = x_.t.row_slice(0, n);
-  if (hidden) {
-    if (hidden->rows() != n || hidden->cols() != spec_.hidden_size) {
-      return invalid_argument("decoder input rows [" + std::to_string(hidden->rows()) + ", " +
-                              std::to_string(hidden->cols()) + "] do not match the plan's " + std::to_string(n) + " rows");
-    }
-    be_.copy(*hidden, x);
-  } else {
-    VV_RETURN_IF_ERROR(place_embeddings(plan, x));
-  }
-  if (capture_ && first_layer == 0) {
-    capture_("inputs_embeds", x);
-    capture_("hidden.0", x);
-  }
-  if (layer_hook_) layer_hook_(-1);
-  for (int l = first_layer; l < opt_.layer_end; ++l) {
-    if (layer_hook_) layer_hook_(l);
-    run_layer(l, x, rows, kv.layers[l]);
-    if (capture_) capture_("hidden." + std::to_string(l + 1), x);
-  }
-  if (!ends_model()) {  // a shard before the last: the rows stay in x_ for the next shard
-    StepOutput out;
-    out.next.assign(plan.seqs.size(), -1);
-    out.logits.resize(plan.seqs.size());
-    return out;
-  }
-  if (capture_) {
-    Tensor a = a_.t.row_slice(0, n);
-    be_.rms_norm(x, final_norm_.t, spec_.rms_norm_eps, a);
-    capture_("hidden.norm", a);
-  }
+  // One row per sequence, each wanting output, none of them a speech row, from the first layer to
+  // the head: the step's ops follow from its shape alone, so a backend may replay them by handle.
+  bool replayable = !hidden && first_layer == 0 && ends_model() && !capture_ && !layer_hook_ &&
+                    n == static_cast<int64_t>(plan.seqs.size());
+  for (size_t si = 0; replayable && si < plan.seqs.size(); ++si)
+    replayable = plan.seqs[si].want_output && plan.seqs[si].ids[0] != audio_token_;
+  const ReplayShape shape{n, rows.block_tables.cols(), kv.layers.empty() ? nullptr : kv.layers[0].k.data};
+  const bool replayed =
+      replayable && replay_handle_ != 0 && shape == replay_shape_ && be_.replay_flush(replay_handle_);
 
   // The LM head runs only on the last row of each sequence that wants output.
   StepOutput out;
@@ -349,32 +327,65 @@ Result<StepOutput> Qwen2Decoder::run(const StepPlan& plan, KvView& kv, const Ten
     ++runs.back().len;
     wanted.push_back(si);
   }
-  if (wanted.empty()) return out;
   const int64_t m = static_cast<int64_t>(wanted.size());
-  // One run is read where it is; several are gathered into last_ first.
-  Tensor rows_in = x.row_slice(runs.front().src, m);
-  if (runs.size() > 1) {
-    for (const Run& r : runs) {
-      Tensor dst = last_.t.row_slice(r.dst, r.len);
-      be_.copy(x.row_slice(r.src, r.len), dst);
+  if (!replayed) {
+    Tensor x = x_.t.row_slice(0, n);
+    if (hidden) {
+      if (hidden->rows() != n || hidden->cols() != spec_.hidden_size) {
+        return invalid_argument("decoder input rows [" + std::to_string(hidden->rows()) + ", " +
+                                std::to_string(hidden->cols()) + "] do not match the plan's " +
+                                std::to_string(n) + " rows");
+      }
+      be_.copy(*hidden, x);
+    } else {
+      VV_RETURN_IF_ERROR(place_embeddings(plan, x));
     }
-    rows_in = last_.t.row_slice(0, m);
+    if (capture_ && first_layer == 0) {
+      capture_("inputs_embeds", x);
+      capture_("hidden.0", x);
+    }
+    if (layer_hook_) layer_hook_(-1);
+    for (int l = first_layer; l < opt_.layer_end; ++l) {
+      if (layer_hook_) layer_hook_(l);
+      run_layer(l, x, rows, kv.layers[l]);
+      if (capture_) capture_("hidden." + std::to_string(l + 1), x);
+    }
+    if (!ends_model()) return out;  // a shard before the last: the rows stay in x_ for the next shard
+    if (capture_) {
+      Tensor a = a_.t.row_slice(0, n);
+      be_.rms_norm(x, final_norm_.t, spec_.rms_norm_eps, a);
+      capture_("hidden.norm", a);
+    }
+    if (wanted.empty()) return out;
+    // One run is read where it is; several are gathered into last_ first.
+    Tensor rows_in = x.row_slice(runs.front().src, m);
+    if (runs.size() > 1) {
+      for (const Run& r : runs) {
+        Tensor dst = last_.t.row_slice(r.dst, r.len);
+        be_.copy(x.row_slice(r.src, r.len), dst);
+      }
+      rows_in = last_.t.row_slice(0, m);
+    }
+    // The final norm into rows of its own (a_'s, free here), not in place: a backend may then run it
+    // inside the LM head's launch (the CUDA one-row GEMV's norm prologue) and skip writing it.
+    Tensor last = a_.t.row_slice(0, m);
+    be_.rms_norm(rows_in, final_norm_.t, spec_.rms_norm_eps, last);
+    Tensor logits = logits_.t.row_slice(0, m);
+    be_.gemm(last, *lm_head_, nullptr, logits, Epilogue::kNone);
+    be_.discard(last);
+    if (capture_) capture_("logits.last", logits);
+    Tensor next = Tensor::vector(next_.buf.data(), DType::kI32, m);
+    be_.argmax(logits, next);
   }
-  // The final norm into rows of its own (a_'s, free here), not in place: a backend may then run it
-  // inside the LM head's launch (the CUDA one-row GEMV's norm prologue) and skip writing it.
-  Tensor last = a_.t.row_slice(0, m);
-  be_.rms_norm(rows_in, final_norm_.t, spec_.rms_norm_eps, last);
-  Tensor logits = logits_.t.row_slice(0, m);
-  be_.gemm(last, *lm_head_, nullptr, logits, Epilogue::kNone);
-  be_.discard(last);
-  if (capture_) capture_("logits.last", logits);
-  Tensor next = Tensor::vector(next_.buf.data(), DType::kI32, m);
-  be_.argmax(logits, next);
   std::vector<int32_t> ids(static_cast<size_t>(m));
   const auto t_recorded = Clock::now();
   out.stage_seconds = std::chrono::duration<double>(t_staged - t_enter).count();
   out.record_seconds = std::chrono::duration<double>(t_recorded - t_staged).count();
   be_.download(ids.data(), next_.buf.data(), ids.size() * sizeof(int32_t));
+  if (!replayed) {  // the download launched the ops: was that a sequence the backend can launch again?
+    replay_handle_ = replayable ? be_.last_flush_handle() : 0;
+    replay_shape_ = shape;
+  }
   const int64_t V = spec_.vocab_size;
   for (int64_t j = 0; j < m; ++j) {
     out.next[wanted[j]] = ids[j];

@@ -94,6 +94,17 @@ class Qwen2Decoder {
   std::vector<int32_t> h_ids_, h_pos_, h_seq_, h_tables_;
   CaptureFn capture_;
   std::function<void(int)> layer_hook_;
+  // The last one-row-per-sequence step whose ops the backend can launch again (Backend::
+  // replay_flush): its shape and the handle. A step of the same shape (rows, table width, every row
+  // wanting output, no speech rows, the same cache) records the same ops on the same operands, so
+  // it stages its rows and replays that handle instead of recording.
+  struct ReplayShape {
+    int64_t rows = 0, width = 0;
+    const void* cache = nullptr;
+    bool operator==(const ReplayShape&) const = default;
+  };
+  ReplayShape replay_shape_;
+  uint64_t replay_handle_ = 0;
 };
 
 }  // namespace vv

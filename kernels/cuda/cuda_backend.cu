@@ -23,6 +23,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -1523,6 +1524,7 @@ class CudaBackend final : public Backend {
           *into += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       }
     } fclock;
+    last_handle_ = 0;
     std::vector<std::function<void()>> ops;
     ops.swap(pending_);
     std::vector<OpRec> recs;
@@ -1556,6 +1558,7 @@ class CudaBackend final : public Backend {
       ++gstat_.replayed;
       fclock.into = &gstat_.replayed_ms;
       check(cudaGraphLaunch(e.exec, stream_), "cudaGraphLaunch");
+      last_handle_ = e.id;
       return;
     }
     ++gstat_.captured;
@@ -1581,7 +1584,25 @@ class CudaBackend final : public Backend {
       return run_all();
     }
     e.exec = ex;
+    e.id = next_graph_id_++;
+    graph_by_id_[e.id] = ex;
     check(cudaGraphLaunch(ex, stream_), "cudaGraphLaunch");
+    last_handle_ = e.id;
+  }
+
+  uint64_t last_flush_handle() const override { return step_replay_ ? last_handle_ : 0; }
+  bool replay_flush(uint64_t handle) override {
+    flush();
+    const auto it = graph_by_id_.find(handle);
+    if (handle == 0 || it == graph_by_id_.end()) return false;
+    const auto t0 = std::chrono::steady_clock::now();
+    ++gstat_.replayed;
+    ++gstat_.by_handle;
+    check(cudaGraphLaunch(it->second, stream_), "cudaGraphLaunch");
+    last_handle_ = handle;
+    gstat_.replayed_ms +=
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    return true;
   }
 
   // A buffer is being freed on this thread: the ops recorded on it must run first.
@@ -1855,12 +1876,13 @@ class CudaBackend final : public Backend {
     // How the flushes ran (kept whether or not ops are timed): a step that never replays pays its
     // launches (and a capture) every time.
     if (gstat_.first + gstat_.replayed + gstat_.captured + gstat_.ungraphed > 0) {
-      std::snprintf(line, sizeof line,
-                    "  flushes: %lld replayed, %lld captured, %lld first sight (eager), %lld eager (size/graphs "
-                    "off), %lld graph-cache clears\n",
-                    static_cast<long long>(gstat_.replayed), static_cast<long long>(gstat_.captured),
-                    static_cast<long long>(gstat_.first), static_cast<long long>(gstat_.ungraphed),
-                    static_cast<long long>(gstat_.clears));
+      std::snprintf(
+          line, sizeof line,
+          "  flushes: %lld replayed, %lld captured, %lld first sight (eager), %lld eager (size/graphs "
+          "off), %lld graph-cache clears; %lld of the replays by handle\n",
+          static_cast<long long>(gstat_.replayed), static_cast<long long>(gstat_.captured),
+          static_cast<long long>(gstat_.first), static_cast<long long>(gstat_.ungraphed),
+          static_cast<long long>(gstat_.clears), static_cast<long long>(gstat_.by_handle));
       out += line;
       std::snprintf(line, sizeof line,
                     "  flush host ms: captured %.3f, first sight %.3f, eager %.3f, replayed %.3f\n",
@@ -1920,6 +1942,7 @@ class CudaBackend final : public Backend {
   struct GraphEntry {
     cudaGraphExec_t exec = nullptr;
     bool failed = false;
+    uint64_t id = 0;  // its handle (last_flush_handle) once captured
   };
   // Graphs pay for steps of many small launches (a decode step: ~370); an encoder pass (thousands
   // of large ops, run once per clip) would only pay the capture.
@@ -1947,6 +1970,8 @@ class CudaBackend final : public Backend {
     for (auto& [k, e] : graphs_)
       if (e.exec) cudaGraphExecDestroy(e.exec);
     graphs_.clear();
+    graph_by_id_.clear();
+    last_handle_ = 0;
   }
   // A workspace is about to be freed and reallocated: graphs hold its old address.
   void workspace_moved() { clear_graphs(); }
@@ -2676,6 +2701,13 @@ class CudaBackend final : public Backend {
   std::vector<OpRec> pending_rec_;
   std::string sig_;
   std::map<std::string, GraphEntry> graphs_;
+  std::unordered_map<uint64_t, cudaGraphExec_t> graph_by_id_;  // the captured graphs by handle
+  uint64_t next_graph_id_ = 1;
+  uint64_t last_handle_ = 0;  // the graph the last flush launched (0: it ran without one)
+  // replay_flush's handles (a decode step launched without recording its ops again);
+  // VV_CUDA_STEP_REPLAY=0 turns them off (every step records its ops and is looked up by signature).
+  bool step_replay_ =
+      !(std::getenv("VV_CUDA_STEP_REPLAY") && std::string(std::getenv("VV_CUDA_STEP_REPLAY")) == "0");
   bool capturing_ = false, capture_broken_ = false;
   // bf16 GEMM operands written by the rms_norm/silu_mul before them (fuse_lt_operand_at); on by
   // default (H200, 7B, full steps at 8bc5686: 64 rows 7.915 -> 7.788 ms, 128 rows 9.711 -> 9.341 ms;
@@ -2708,6 +2740,7 @@ class CudaBackend final : public Backend {
       !(std::getenv("VV_CUDA_ROPE_FLASH") && std::string(std::getenv("VV_CUDA_ROPE_FLASH")) == "0");
   struct GraphStats {
     int64_t replayed = 0, captured = 0, first = 0, ungraphed = 0, clears = 0;
+    int64_t by_handle = 0;  // of the replays, those launched by replay_flush (no ops recorded)
     double captured_ms = 0, first_ms = 0, ungraphed_ms = 0, replayed_ms = 0;  // host time of those flushes
     int64_t lt_plans = 0;   // cuBLASLt plans made for new GEMM shapes (heuristic queries)
     double lt_plan_ms = 0;  // host time they took

@@ -324,6 +324,28 @@ TEST(CudaRunnerGolden, GraphReplayedDecodeEqualsEagerLaunchesBitwise) {
   expect_same_logits(eager, replayed, "graph replay differs from eager launches");
 }
 
+// A decode step of the shape of the one before it is launched by its graph's handle without recording
+// its ops (Backend::replay_flush; VV_CUDA_STEP_REPLAY=0 turns that off): the same bits at every step,
+// across block-table growth (a new width records again), and most steps took the handle.
+TEST(CudaRunnerGolden, StepsReplayedByHandleEqualRecordedStepsBitwise) {
+  VV_GPU_OR_SKIP();
+  BackendOptions bf16;
+  bf16.gpu_bf16_gemm = true;
+  for (const BackendOptions& bo : {BackendOptions{}, bf16}) {
+    const auto recorded = decode_logits({{"VV_CUDA_STEP_REPLAY", "0"}}, bo);
+    std::string profile;
+    const auto by_handle = decode_logits({}, bo, &profile);
+    expect_same_logits(recorded, by_handle,
+                       bo.gpu_bf16_gemm ? "bf16: replay by handle" : "f32: replay by handle");
+    const auto at = profile.find("graph-cache clears; ");
+    ASSERT_NE(at, std::string::npos) << profile;
+    const long long handled = std::atoll(profile.c_str() + at + std::strlen("graph-cache clears; "));
+    EXPECT_GE(handled, 30)
+        << "of 40 decode steps, all but the first sights and captures of each table width:\n"
+        << profile;
+  }
+}
+
 // The bf16 step replayed from a graph, recorded and fused but launched without a graph (profiled), and
 // launched op by op without recording (VV_CUDA_GRAPHS=0: no fusion): the same bits at every step, for
 // the default one-row GEMVs and for VV_CUDA_GEMV_BULK=3 (the forms whose fused launches keep the bits of
