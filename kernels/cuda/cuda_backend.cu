@@ -1536,7 +1536,7 @@ class CudaBackend final : public Backend {
     auto run_all = [&] {
       for (auto& f : ops) f();
     };
-    if (!use_graphs_ || ops.size() < kGraphMinOps || ops.size() > kGraphMaxOps) {
+    if (!use_graphs_ || ops.size() < graph_min_ops_ || ops.size() > kGraphMaxOps) {
       ++gstat_.ungraphed;
       fclock.into = &gstat_.ungraphed_ms;
       return run_all();
@@ -1948,6 +1948,12 @@ class CudaBackend final : public Backend {
   // of large ops, run once per clip) would only pay the capture.
   static constexpr size_t kGraphMinOps = 32;
   static constexpr size_t kGraphMaxOps = 1024;
+  // VV_CUDA_GRAPH_MIN_OPS=N (tests): sequences of N ops or more become graphs, so that the tiny model's
+  // decode steps (fewer than kGraphMinOps) replay as the 7B's do.
+  size_t graph_min_ops_ = std::getenv("VV_CUDA_GRAPH_MIN_OPS") &&
+                                  std::atoll(std::getenv("VV_CUDA_GRAPH_MIN_OPS")) > 0
+                              ? static_cast<size_t>(std::atoll(std::getenv("VV_CUDA_GRAPH_MIN_OPS")))
+                              : kGraphMinOps;
   static constexpr size_t kMaxGraphs = 64;
   static inline thread_local CudaBackend* tl_pending = nullptr;
 

@@ -326,15 +326,24 @@ TEST(CudaRunnerGolden, GraphReplayedDecodeEqualsEagerLaunchesBitwise) {
 
 // A decode step of the shape of the one before it is launched by its graph's handle without recording
 // its ops (Backend::replay_flush; VV_CUDA_STEP_REPLAY=0 turns that off): the same bits at every step,
-// across block-table growth (a new width records again), and most steps took the handle.
+// across block-table growth (a new width records again), and most steps took the handle. The tiny
+// model's decode step has fewer ops than a graph needs by default: VV_CUDA_GRAPH_MIN_OPS=1 graphs it.
 TEST(CudaRunnerGolden, StepsReplayedByHandleEqualRecordedStepsBitwise) {
   VV_GPU_OR_SKIP();
   BackendOptions bf16;
   bf16.gpu_bf16_gemm = true;
   for (const BackendOptions& bo : {BackendOptions{}, bf16}) {
-    const auto recorded = decode_logits({{"VV_CUDA_STEP_REPLAY", "0"}}, bo);
+    std::string recorded_profile;
+    const auto recorded =
+        decode_logits({{"VV_CUDA_STEP_REPLAY", "0"}, {"VV_CUDA_GRAPH_MIN_OPS", "1"}}, bo, &recorded_profile);
+    const auto flushes = recorded_profile.find("flushes: ");
+    ASSERT_NE(flushes, std::string::npos) << recorded_profile;
+    EXPECT_GE(std::atoll(recorded_profile.c_str() + flushes + std::strlen("flushes: ")), 30)
+        << "the recorded steps replay their graphs by signature:\n"
+        << recorded_profile;
+    EXPECT_NE(recorded_profile.find("; 0 of the replays by handle"), std::string::npos) << recorded_profile;
     std::string profile;
-    const auto by_handle = decode_logits({}, bo, &profile);
+    const auto by_handle = decode_logits({{"VV_CUDA_GRAPH_MIN_OPS", "1"}}, bo, &profile);
     expect_same_logits(recorded, by_handle,
                        bo.gpu_bf16_gemm ? "bf16: replay by handle" : "f32: replay by handle");
     const auto at = profile.find("graph-cache clears; ");
