@@ -316,12 +316,19 @@ void expect_same_logits(const std::vector<std::vector<float>>& a, const std::vec
 
 // Decode steps with identical signatures are captured once into a CUDA graph and replayed
 // (VV_CUDA_GRAPHS, on by default): the replay must be exactly the work eager launches do — same
-// ids and bitwise the same logits at every teacher-forced step, across block-table growth.
+// ids and bitwise the same logits at every teacher-forced step, across block-table growth. The tiny
+// model's decode step has fewer ops than a graph needs by default (kGraphMinOps): until session 36
+// this test compared eager launches with eager launches; VV_CUDA_GRAPH_MIN_OPS=1 graphs it.
 TEST(CudaRunnerGolden, GraphReplayedDecodeEqualsEagerLaunchesBitwise) {
   VV_GPU_OR_SKIP();
   const auto eager = decode_logits({{"VV_CUDA_GRAPHS", "0"}}, BackendOptions{});
-  const auto replayed = decode_logits({}, BackendOptions{});
+  std::string profile;
+  const auto replayed = decode_logits({{"VV_CUDA_GRAPH_MIN_OPS", "1"}}, BackendOptions{}, &profile);
   expect_same_logits(eager, replayed, "graph replay differs from eager launches");
+  const auto at = profile.find("flushes: ");
+  ASSERT_NE(at, std::string::npos) << profile;
+  EXPECT_GE(std::atoll(profile.c_str() + at + std::strlen("flushes: ")), 30) << "40 steps, most replayed:\n"
+                                                                             << profile;
 }
 
 // A decode step of the shape of the one before it is launched by its graph's handle without recording
@@ -380,7 +387,8 @@ TEST(CudaRunnerGolden, Bf16GraphReplayAndFusionEqualEagerLaunchesBitwise) {
     };
     const auto eager = run({{"VV_CUDA_GRAPHS", "0"}});
     const auto fused = run({{"VV_CUDA_PROFILE", "1"}});
-    const auto replayed = run({});
+    const auto replayed =
+        run({{"VV_CUDA_GRAPH_MIN_OPS", "1"}});  // the tiny step has fewer ops than kGraphMinOps
     expect_same_logits(eager, fused, "the fused step (profiled, no graph) differs from its ops one by one");
     expect_same_logits(fused, replayed, "graph replay differs from the same fused launches");
   }
