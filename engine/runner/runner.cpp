@@ -118,6 +118,7 @@ Result<std::unique_ptr<Runner>> Runner::create_sharded(std::vector<std::unique_p
     s.backend = std::move(b);
     r->shards_.push_back(std::move(s));
   }
+  r->pad_ = opt.decode_pad >= 0 ? opt.decode_pad : r->backend().name().rfind("cuda", 0) == 0 ? 8 : 0;
   // Restores the previous upload hook however this function returns.
   struct HookGuard {
     UploadedFn old;
@@ -132,7 +133,6 @@ Result<std::unique_ptr<Runner>> Runner::create_sharded(std::vector<std::unique_p
   int64_t positions = opt.kv_positions;
   for (const Shard& s : r->shards_) positions = std::min(positions, s.plan.kv_positions);
   const int64_t blocks = (positions + opt.block_size - 1) / opt.block_size;
-  r->pad_ = opt.decode_pad >= 0 ? opt.decode_pad : r->backend().name().rfind("cuda", 0) == 0 ? 8 : 0;
   begin = 0;
   for (int i = 0; i < n; ++i) {
     Shard& s = r->shards_[static_cast<size_t>(i)];
@@ -187,6 +187,8 @@ Status Runner::bind_shard(size_t i, const Checkpoint& ckpt, int layer_begin, int
                                    static_cast<size_t>(std::max(ds.intermediate_size, ds.hidden_size)) * 2
                          : 0;
   in.kv_per_position = KvCache::bytes_per_position(ds, opt_.kv_dtype, layer_end - layer_begin);
+  // The padding rows' KV block (RunnerOptions::decode_pad) is allocated beside the pool.
+  if (pad_ > 0) in.scratch += in.kv_per_position * static_cast<size_t>(opt_.block_size);
   in.kv_positions = opt_.kv_positions;
   in.min_kv_positions =
       opt_.min_kv_positions > 0 ? opt_.min_kv_positions : std::min<int64_t>(opt_.kv_positions, 2048);

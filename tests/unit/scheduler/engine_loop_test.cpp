@@ -428,6 +428,57 @@ namespace {
 
 // A KV pool too small for every request at once: decode rows run it dry, the newest request is
 // preempted and recomputed later, and every output still equals the request's solo output.
+// RunnerOptions::decode_pad (the CUDA default, forced here on the CPU): the loop's decode steps run
+// padded to 1, 2, 4, 8, ... sequences; every request gives the ids and text of the unpadded engine,
+// every block comes back, and the pool the scheduler sees has the same size.
+TEST(EngineLoopPadding, PaddedDecodeStepsGiveTheUnpaddedIdsAndText) {
+  std::vector<std::vector<RequestEvent>> out[2];
+  std::int64_t blocks[2] = {0, 0};
+  for (int pad : {8, 0}) {
+    RunnerOptions ro = tiny_runner_options();
+    ro.decode_pad = pad;
+    auto engine = TinyEngine::make(ro);
+    ASSERT_NE(engine, nullptr);
+    EXPECT_EQ(engine->runner->decode_pad(), pad);
+    auto l = EngineLoop::create(*engine->runner, *engine->tokenizer);
+    ASSERT_TRUE(l.is_ok()) << l.status().to_string();
+    auto lp = std::move(l).value();
+    for (int i = 0; i < 500 && !lp->load().ready; ++i) std::this_thread::sleep_for(2ms);
+    std::vector<Request> reqs;
+    for (int rep = 0; rep < 2; ++rep) {  // 5 or more requests: steps of 5..3 rows run as 8, 4
+      for (const std::string& name : cases()) {
+        GoldenIds g = golden_ids(name);
+        reqs.push_back(transcription(golden_audio(name, engine->runner->spec()), g.context,
+                                     20 + 6 * static_cast<int>(reqs.size())));
+      }
+    }
+    ASSERT_GE(reqs.size(), 5u);
+    Collector c;
+    std::vector<RequestId> ids;
+    for (const Request& r : reqs) {
+      auto id = lp->submit(r, c.sink());
+      ASSERT_TRUE(id.is_ok()) << id.status().to_string();
+      ids.push_back(*id);
+    }
+    const int k = pad > 0 ? 0 : 1;
+    for (RequestId id : ids) out[k].push_back(c.wait(id));
+    const EngineStats st = settled(*lp);
+    EXPECT_EQ(st.load.kv_blocks_used, 0) << "every block is returned";
+    blocks[k] = st.load.kv_blocks_total;
+  }
+  EXPECT_EQ(blocks[0], blocks[1]) << "the padding rows' block is not the scheduler's";
+  ASSERT_EQ(out[0].size(), out[1].size());
+  for (std::size_t i = 0; i < out[0].size(); ++i) {
+    const RequestEvent* a = terminal_of(out[0][i]);
+    const RequestEvent* b = terminal_of(out[1][i]);
+    ASSERT_TRUE(a && b);
+    ASSERT_EQ(a->type, RequestEvent::Type::kDone) << a->error.to_string();
+    ASSERT_EQ(b->type, RequestEvent::Type::kDone) << b->error.to_string();
+    EXPECT_EQ(a->generated_ids, b->generated_ids) << "request " << i;
+    EXPECT_EQ(a->transcript.text, b->transcript.text) << "request " << i;
+  }
+}
+
 TEST(EngineLoopPreemption, PreemptedRequestsResumeWithIdenticalOutput) {
   RunnerOptions ro = tiny_runner_options();
   ro.kv_positions = 16 * 30;
