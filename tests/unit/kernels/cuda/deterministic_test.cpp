@@ -203,6 +203,36 @@ TEST(CudaDeterministicAttention, RowsDoNotDependOnTheRowsBesideThem) {
 INSTANTIATE_TEST_SUITE_P(Compute, CudaDeterministic, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "Bf16" : "F32"; });
 
+RunnerOptions deterministic_runner_options() {
+  RunnerOptions ro;
+  ro.kv_positions = 8192;
+  ro.max_rows = 512;
+  ro.max_seqs = 8;
+  ro.prefill_chunk = 100;
+  return ro;
+}
+
+BackendOptions deterministic_bf16() {
+  BackendOptions bo;
+  bo.gpu_bf16_gemm = true;
+  bo.deterministic = true;
+  return bo;
+}
+
+// The first `most` golden cases with their input values, encoded on `r`.
+void encode_golden_cases(Runner& r, size_t most, std::vector<GoldenCase>* cases,
+                         std::vector<SpeechRows>* speech) {
+  for (const std::string& name : golden_cases()) {
+    GoldenCase gc(name);
+    if (!gc.ok() || !gc.has("input_values") || cases->size() == most) continue;
+    const std::vector<float>& x = gc.tensor("input_values").data;
+    auto s = r.encode(x.data(), static_cast<int64_t>(x.size()));
+    ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+    speech->push_back(std::move(*s));
+    cases->push_back(std::move(gc));
+  }
+}
+
 TEST(CudaDeterministicRunner, GoldenIdsAloneEqualTheirIdsInOneBatch) {
   if (usable_gpu_count() == 0) {
     if (gpu_required()) FAIL() << "VV_REQUIRE_GPU=1: " << gpu_unavailable_reason();
@@ -210,28 +240,12 @@ TEST(CudaDeterministicRunner, GoldenIdsAloneEqualTheirIdsInOneBatch) {
   }
   auto ckpt = Checkpoint::open(hf_model_dir());
   ASSERT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
-  RunnerOptions ro;
-  ro.kv_positions = 8192;
-  ro.max_rows = 512;
-  ro.max_seqs = 8;
-  ro.prefill_chunk = 100;
-  BackendOptions bo;
-  bo.gpu_bf16_gemm = true;
-  bo.deterministic = true;
-  auto runner = make_runner(**ckpt, ro, "cuda:0", bo);
+  auto runner = make_runner(**ckpt, deterministic_runner_options(), "cuda:0", deterministic_bf16());
   ASSERT_TRUE(runner.is_ok()) << runner.status().to_string();
   Runner& r = **runner;
   std::vector<GoldenCase> cases;
   std::vector<SpeechRows> speech;
-  for (const std::string& name : golden_cases()) {
-    GoldenCase gc(name);
-    if (!gc.ok() || !gc.has("input_values") || cases.size() == 4) continue;
-    const std::vector<float>& x = gc.tensor("input_values").data;
-    auto s = r.encode(x.data(), static_cast<int64_t>(x.size()));
-    ASSERT_TRUE(s.is_ok()) << s.status().to_string();
-    speech.push_back(std::move(*s));
-    cases.push_back(std::move(gc));
-  }
+  ASSERT_NO_FATAL_FAILURE(encode_golden_cases(r, 4, &cases, &speech));
   ASSERT_GE(cases.size(), 2u);
   std::vector<GreedyRequest> reqs(cases.size());
   for (size_t i = 0; i < cases.size(); ++i) {
@@ -258,32 +272,17 @@ TEST(CudaDeterministicRunner, PaddedDecodeStepsGiveTheUnpaddedIds) {
   }
   auto ckpt = Checkpoint::open(hf_model_dir());
   ASSERT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
-  RunnerOptions ro;
-  ro.kv_positions = 8192;
-  ro.max_rows = 512;
-  ro.max_seqs = 8;
-  ro.prefill_chunk = 100;
-  BackendOptions bo;
-  bo.gpu_bf16_gemm = true;
-  bo.deterministic = true;
+  RunnerOptions ro = deterministic_runner_options();
   std::vector<std::vector<TokenId>> ids[2];
   for (int pad : {-1, 0}) {
     ro.decode_pad = pad;
-    auto runner = make_runner(**ckpt, ro, "cuda:0", bo);
+    auto runner = make_runner(**ckpt, ro, "cuda:0", deterministic_bf16());
     ASSERT_TRUE(runner.is_ok()) << runner.status().to_string();
     Runner& r = **runner;
     EXPECT_EQ(r.decode_pad(), pad < 0 ? 8 : 0);
     std::vector<GoldenCase> cases;
     std::vector<SpeechRows> speech;
-    for (const std::string& name : golden_cases()) {
-      GoldenCase gc(name);
-      if (!gc.ok() || !gc.has("input_values") || cases.size() == 3) continue;
-      const std::vector<float>& x = gc.tensor("input_values").data;
-      auto s = r.encode(x.data(), static_cast<int64_t>(x.size()));
-      ASSERT_TRUE(s.is_ok()) << s.status().to_string();
-      speech.push_back(std::move(*s));
-      cases.push_back(std::move(gc));
-    }
+    ASSERT_NO_FATAL_FAILURE(encode_golden_cases(r, 3, &cases, &speech));
     ASSERT_EQ(cases.size(), 3u);
     std::vector<GreedyRequest> reqs(cases.size());
     for (size_t i = 0; i < cases.size(); ++i) {
