@@ -227,7 +227,8 @@ int64_t Runner::padded_seqs(int64_t seqs) const {
   int64_t to = 1;
   while (to < seqs && to < 8) to *= 2;
   if (to < seqs) to = (seqs + pad_ - 1) / pad_ * pad_;
-  return to <= opt_.max_seqs && to <= opt_.max_rows ? to : seqs;
+  // The last bucket stops at what the workspaces hold (max_seqs 100: 97..100 sequences run as 100).
+  return std::max(seqs, std::min<int64_t>({to, opt_.max_seqs, opt_.max_rows}));
 }
 
 Result<StepOutput> Runner::execute(const StepPlan& plan) {

@@ -63,7 +63,7 @@ struct RunnerOptions {
   // buffer on a device that reports its memory (a GPU), 0 on the CPU.
   int64_t scratch_reserve = -1;
   // Steps of one row per sequence (decode steps) run padded up to 2, 4, 8 sequences, then to a
-  // multiple of decode_pad (up to max_seqs and max_rows), so that a backend replaying repeated steps
+  // multiple of decode_pad (at most max_seqs and max_rows), so that a backend replaying repeated steps
   // (CUDA graphs) sees one step shape per bucket rather than one per running-request count. Padding
   // rows read token 0 at position 0 of a KV block set aside for them (one block more is allocated)
   // and their outputs are dropped; rows never read each other, so the real rows' results are those
