@@ -24,6 +24,13 @@ inline bool gpu_required() {
   return v && std::string(v) == "1";
 }
 
+// At the top of a gpu test: without a usable GPU, skip with the reason (fail under VV_REQUIRE_GPU=1).
+#define VV_GPU_OR_SKIP()                                                                              \
+  if (::vv::usable_gpu_count() == 0) {                                                                \
+    if (::vv::test::gpu_required()) FAIL() << "VV_REQUIRE_GPU=1: " << ::vv::gpu_unavailable_reason(); \
+    GTEST_SKIP() << "no usable GPU: " << ::vv::gpu_unavailable_reason();                              \
+  }
+
 // The CUDA backend on device 0, or nullptr after GTEST_SKIP/FAIL (check with `if (!be) return;`).
 #define VV_CUDA_BACKEND_OR_SKIP(var, bf16)                                                      \
   std::unique_ptr<::vv::Backend> var;                                                           \

@@ -234,10 +234,7 @@ void encode_golden_cases(Runner& r, size_t most, std::vector<GoldenCase>* cases,
 }
 
 TEST(CudaDeterministicRunner, GoldenIdsAloneEqualTheirIdsInOneBatch) {
-  if (usable_gpu_count() == 0) {
-    if (gpu_required()) FAIL() << "VV_REQUIRE_GPU=1: " << gpu_unavailable_reason();
-    GTEST_SKIP() << "no usable GPU: " << gpu_unavailable_reason();
-  }
+  VV_GPU_OR_SKIP();
   auto ckpt = Checkpoint::open(hf_model_dir());
   ASSERT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
   auto runner = make_runner(**ckpt, deterministic_runner_options(), "cuda:0", deterministic_bf16());
@@ -266,10 +263,7 @@ TEST(CudaDeterministicRunner, GoldenIdsAloneEqualTheirIdsInOneBatch) {
 // fourth a padding row. Deterministic mode's rows do not depend on the rows beside them, so the ids
 // equal those of the same runner options with padding off, as the sequences finish one by one.
 TEST(CudaDeterministicRunner, PaddedDecodeStepsGiveTheUnpaddedIds) {
-  if (usable_gpu_count() == 0) {
-    if (gpu_required()) FAIL() << "VV_REQUIRE_GPU=1: " << gpu_unavailable_reason();
-    GTEST_SKIP() << "no usable GPU: " << gpu_unavailable_reason();
-  }
+  VV_GPU_OR_SKIP();
   auto ckpt = Checkpoint::open(hf_model_dir());
   ASSERT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
   RunnerOptions ro = deterministic_runner_options();

@@ -19,10 +19,7 @@ namespace vv::test {
 namespace {
 
 TEST(LayerStreamGpu, StreamedLayersGiveTheGoldenIdsUnderACap) {
-  if (usable_gpu_count() == 0) {
-    if (gpu_required()) FAIL() << "VV_REQUIRE_GPU=1: " << gpu_unavailable_reason();
-    GTEST_SKIP() << "no usable GPU: " << gpu_unavailable_reason();
-  }
+  VV_GPU_OR_SKIP();
   auto ckpt = Checkpoint::open(hf_model_dir());
   ASSERT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
   auto be = make_backend("cuda");

@@ -40,12 +40,6 @@ std::vector<float> first_rows(const TensorCapture& cap, const std::string& name,
   return std::vector<float>(t->data.begin(), t->data.begin() + n);
 }
 
-#define VV_GPU_OR_SKIP()                                                                                 \
-  if (usable_gpu_count() == 0) {                                                                         \
-    if (gpu_required()) FAIL() << "VV_REQUIRE_GPU=1: " << gpu_unavailable_reason();                      \
-    GTEST_SKIP() << "no usable GPU: " << gpu_unavailable_reason();                                       \
-  }
-
 // Every stage the CPU golden test checks, with a comparison chosen by the caller.
 template <typename Check>
 void check_stages(const std::string& tag, const GoldenCase& gc, const TensorCapture& cap, int layers, Check check) {
