@@ -69,6 +69,8 @@
 #   batch        batched decode steps alone (cuda_decode_bench --batch-bench): $BATCH_ROWS (1,64,128) rows at
 #                $BATCH_CTX (400) positions with each of $BATCH_CFGS, against the weights + K/V bound
 #   ncubatch     Nsight Compute: every kernel of 64-row decode steps ($NCU_ENV as ncudecode's)
+#   ncuattn      Nsight Compute sections (warp states, memory, hot SASS) of one batched decode attention launch
+#                at $ATTN_ROWS (128 64) rows, context $BATCH_CTX (400)
 #   ncugemvsec   Nsight Compute sections (speed of light, memory, occupancy, launch, warp states, scheduler) of
 #                6 consecutive batch-1 decode launches of the default GEMV kernel (q/k/v, o, gate_up)
 #   ncuattnb     Nsight Compute sections (stalls, memory, source counters) of the batched decode attention
@@ -323,6 +325,18 @@ for step in "$@"; do
         --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv --launch-count 4000 $B/cuda_decode_bench \
         --preset 7b --bf16 --no-gemv --batch-bench --batch-rows "${BATCH_ROWS:-64}" --batch-ctx "${BATCH_CTX:-400}" \
         --batch-steps 2 --batch-no-prefill ;;
+    ncuattn)  # the batched decode attention (mma_decode_stream_kernel) at $ATTN_ROWS (128 64) rows, context
+      # $BATCH_CTX (400): speed of light, memory, warp states, scheduler, occupancy and hot SASS of one launch
+      # of the second step (the first step's launches skipped)
+      NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+      for rows in ${ATTN_ROWS:-128 64}; do
+        run "ncuattn_$rows" timeout 200 $NCU --clock-control none --kernel-name regex:mma_decode_stream \
+          --launch-skip 30 --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis \
+          --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats \
+          --section SourceCounters --section ComputeWorkloadAnalysis --section InstructionStats \
+          $B/cuda_decode_bench --preset 7b --bf16 --no-gemv --batch-bench --batch-rows "$rows" \
+          --batch-ctx "${BATCH_CTX:-400}" --batch-steps 2 --batch-no-prefill
+      done ;;
     ncugemv)  # why o/down/q stream slower than gate_up: per-launch DRAM figures of each one-row GEMV shape
       NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
       M="gpu__time_duration.sum,dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed"
