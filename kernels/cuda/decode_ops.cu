@@ -757,8 +757,11 @@ __host__ __device__ constexpr int mma_stream_warp_bytes(int D, int S) {
 // Block (x, kv head, row) of `warps` warps: warp w takes unit u = warps·x + w as in
 // mma_decode_kernel; S stages of 16 keys per warp. With `share`, the block takes unit x and its warps
 // the unit's steps in turn (MmaDecodeConfig::share).
-template <typename CT, int D, int S>
-__global__ void __launch_bounds__(128, 3)
+// MinB: __launch_bounds__'s blocks of 128 threads per SM. 2 (at most 255 registers: 184 at D 128 for bf16)
+// keeps the loop's values in registers; 3 (168) spilled 36 bytes, reloaded every 16-key step through an L1
+// that the shared-memory carveout leaves at ≈ 23 KB (VV_CUDA_MMA_DECODE_MINB=3 for the A/B).
+template <typename CT, int D, int S, int MinB = 2>
+__global__ void __launch_bounds__(128, MinB)
     mma_decode_stream_kernel(const float* __restrict__ q, int64_t ldq, const int32_t* __restrict__ row_seq,
                              const int32_t* __restrict__ row_pos, const int32_t* __restrict__ tables,
                              int64_t ldt, int bs, const CT* __restrict__ kc, const CT* __restrict__ vc,
@@ -1755,7 +1758,11 @@ void launch_mma_stream(cudaLaunchConfig_t cfg, int warps, const Tensor& q, const
                        const CT* kc, const CT* vc, const KvLayer& cache, const AttentionShape& shape,
                        Tensor& out, const MmaDecodePlan& p, float scale_log2, float* ws, unsigned* counters,
                        void* pack, const DecodeRope& rope) {
-  auto* kern = mma_decode_stream_kernel<CT, D, S>;
+  static const bool minb3 = [] {
+    const char* e = std::getenv("VV_CUDA_MMA_DECODE_MINB");
+    return e && std::string(e) == "3";
+  }();
+  auto* kern = minb3 ? mma_decode_stream_kernel<CT, D, S, 3> : mma_decode_stream_kernel<CT, D, S, 2>;
   // share: one unit a block, its steps over the block's warps. heads: 4 warps a block, 4 / kv_heads
   // units of every kv head (kv_heads ≤ 4 dividing 4).
   const bool share = p.share;
