@@ -757,11 +757,12 @@ __host__ __device__ constexpr int mma_stream_warp_bytes(int D, int S) {
 // Block (x, kv head, row) of `warps` warps: warp w takes unit u = warps·x + w as in
 // mma_decode_kernel; S stages of 16 keys per warp. With `share`, the block takes unit x and its warps
 // the unit's steps in turn (MmaDecodeConfig::share).
-// MinB: __launch_bounds__'s blocks of 128 threads per SM. 2 (at most 255 registers: 184 at D 128 for bf16)
-// keeps the loop's values in registers; 3 (168) spilled 36 bytes, reloaded every 16-key step through an L1
-// that the shared-memory carveout leaves at ≈ 23 KB (VV_CUDA_MMA_DECODE_MINB=3 for the A/B).
-template <typename CT, int D, int S, int MinB = 2>
-__global__ void __launch_bounds__(128, MinB)
+// Bounds of 2 blocks of 128 threads per SM (up to 255 registers: 184 at D 128 for bf16, no spill; 5 blocks of
+// the default 2 warps fit an SM's registers, 660 on 132 SMs, a 128-row step's 512 in one wave). At 3 (168
+// registers) ptxas spilled 36 bytes that the loop reloaded: Nsight, H100, 128 rows at context 400, 48.7
+// against 45.9 µs a launch (NOTES, session 37).
+template <typename CT, int D, int S>
+__global__ void __launch_bounds__(128, 2)
     mma_decode_stream_kernel(const float* __restrict__ q, int64_t ldq, const int32_t* __restrict__ row_seq,
                              const int32_t* __restrict__ row_pos, const int32_t* __restrict__ tables,
                              int64_t ldt, int bs, const CT* __restrict__ kc, const CT* __restrict__ vc,
@@ -1758,11 +1759,7 @@ void launch_mma_stream(cudaLaunchConfig_t cfg, int warps, const Tensor& q, const
                        const CT* kc, const CT* vc, const KvLayer& cache, const AttentionShape& shape,
                        Tensor& out, const MmaDecodePlan& p, float scale_log2, float* ws, unsigned* counters,
                        void* pack, const DecodeRope& rope) {
-  static const bool minb3 = [] {
-    const char* e = std::getenv("VV_CUDA_MMA_DECODE_MINB");
-    return e && std::string(e) == "3";
-  }();
-  auto* kern = minb3 ? mma_decode_stream_kernel<CT, D, S, 3> : mma_decode_stream_kernel<CT, D, S, 2>;
+  auto* kern = mma_decode_stream_kernel<CT, D, S>;
   // share: one unit a block, its steps over the block's warps. heads: 4 warps a block, 4 / kv_heads
   // units of every kv head (kv_heads ≤ 4 dividing 4).
   const bool share = p.share;
