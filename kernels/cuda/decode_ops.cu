@@ -802,16 +802,15 @@ __global__ void __launch_bounds__(128, 2)
   CT* const sm = reinterpret_cast<CT*>(mma_stream_smem) + static_cast<int64_t>(warp) * S * 2 * ROWS;
   // DecodeRope: key L − 1 is in the last unit's last step, which one warp copies (and alone reads): that
   // warp writes the key, then __syncwarp orders the lanes' stores before its copies. Before its first
-  // copies when the step is among them, else after them (the step's copy comes later in the loop), so
-  // that the write overlaps the copies in flight.
+  // copies when the step is among them, else after them, with q's rotation (below; the step's copy comes
+  // later in the loop), so that the write overlaps the copies in flight.
   const int last_step = nsteps - 1;
   const bool writer = rp.inv_freq != nullptr && unit == ns - 1 && last_step % sw == s0;
   const bool write_first = writer && (last_step - s0) / sw < S;
-  auto write_new_key = [&] {
+  if (write_first) {
     dec::rope_kv_row<CT>(rp, r, kvh, L - 1, tab, bs, ldc, D, lane, 32);
     __syncwarp();
-  };
-  if (write_first) write_new_key();
+  }
 
   // The lane's copies of a stage: rows n = lane / CPR + KPP·p (p < PASSES), 16-byte chunk c = lane %
   // CPR of each, stored at chunk c ^ (n & 7) of the row.
@@ -848,11 +847,22 @@ __global__ void __launch_bounds__(128, 2)
     if (s < mine) issue(s0 + s * sw, s);
     cp_async_commit();  // empty groups too: the wait below counts groups
   }
-  if (writer && !write_first) write_new_key();
 
   // q as the A fragments (rows g < G; a1 = a3 = 0, rows 8..15 of the tile are empty): k-step kk
   // takes dims 16kk + 2t, +1 (a0) and 16kk + 8 + 2t, +1 (a2).
   // DecodeRope: dims d and d + D/2 (k-steps kk and kk + KS/2, same e) are rope's pair of frequency d.
+  // Lane l takes the cosine and sine of frequencies l, l + 32, ... (D/2 of them). The writer whose copies
+  // came first (the key's step is later) rotates the new key with them: rope_kv_row's values (the same
+  // position and frequencies), its loads issued with q's, so that neither its cosines and sines nor a
+  // round trip of its own stand between its copies and its first step.
+  constexpr int PER = (D / 2 + 31) / 32;
+  constexpr int half = D / 2;
+  const bool late_writer = writer && !write_first;
+  float nk[PER][2], nv[PER][2];  // late_writer: the new key's and value's pairs of frequency lane + 32j
+  const int64_t new_off =
+      late_writer ? (static_cast<int64_t>(tab[(L - 1) / bs]) * bs + (L - 1) % bs) * ldc + hoff : 0;
+  float* const kr = late_writer ? rp.k + r * rp.ldk + hoff : nullptr;
+  const float* const vr = late_writer ? rp.v + r * rp.ldv + hoff : nullptr;
   uint32_t qa[KS][2];
   {
     const float* qp = q + r * ldq + static_cast<int64_t>(kvh * G + g) * D + 2 * t;
@@ -861,15 +871,24 @@ __global__ void __launch_bounds__(128, 2)
     for (int kk = 0; kk < KS; ++kk)
 #pragma unroll
       for (int e = 0; e < 4; ++e) x[kk][e] = g < G ? qp[16 * kk + (e >> 1) * 8 + (e & 1)] : 0.f;
+    if (late_writer) {
+#pragma unroll
+      for (int j = 0; j < PER; ++j) {
+        const int f = lane + 32 * j;
+        if (f < half) {
+          nk[j][0] = kr[f], nk[j][1] = kr[f + half];
+          nv[j][0] = vr[f], nv[j][1] = vr[f + half];
+        }
+      }
+    }
     if (rp.inv_freq != nullptr) {
-      // Lane l takes the cosine and sine of frequencies l, l + 32 (D/2 of them); a lane's frequency
-      // 16kk + 8(e >> 1) + (e & 1) + 2t is then lane 16(kk % 2) + 8(e >> 1) + (e & 1) + 2t's value kk / 2.
-      constexpr int PER = (D / 2 + 31) / 32;
+      // A lane's frequency 16kk + 8(e >> 1) + (e & 1) + 2t is lane 16(kk % 2) + 8(e >> 1) + (e & 1) + 2t's
+      // value kk / 2.
       const float pf = static_cast<float>(L - 1);
       float cs[PER], sn[PER];
 #pragma unroll
       for (int j = 0; j < PER; ++j) {
-        const float phi = pf * rp.inv_freq[min(lane + 32 * j, D / 2 - 1)];
+        const float phi = pf * rp.inv_freq[min(lane + 32 * j, half - 1)];
         cs[j] = cosf(phi);
         sn[j] = sinf(phi);
       }
@@ -882,6 +901,27 @@ __global__ void __launch_bounds__(128, 2)
                       sv = __shfl_sync(0xffffffffu, sn[kk / 2], src);
           rope_rotate(x[kk][e], x[kk + KS / 2][e], c, sv, x[kk][e], x[kk + KS / 2][e]);
         }
+      if (late_writer) {
+        // rope_kv_row's stores: the rotated key back into k, both rows into the cache, before this warp
+        // copies the key's step (in the loop below); __syncwarp orders the lanes' stores before it.
+        CT* const kc = static_cast<CT*>(rp.kc) + new_off;
+        CT* const vc = static_cast<CT*>(rp.vc) + new_off;
+#pragma unroll
+        for (int j = 0; j < PER; ++j) {
+          const int f = lane + 32 * j;
+          if (f < half) {
+            float y1, y2;
+            rope_rotate(nk[j][0], nk[j][1], cs[j], sn[j], y1, y2);
+            kr[f] = y1;
+            kr[f + half] = y2;
+            kc[f] = from_f32<CT>(y1);
+            kc[f + half] = from_f32<CT>(y2);
+            vc[f] = from_f32<CT>(nv[j][0]);
+            vc[f + half] = from_f32<CT>(nv[j][1]);
+          }
+        }
+        __syncwarp();
+      }
     }
 #pragma unroll
     for (int kk = 0; kk < KS; ++kk) {

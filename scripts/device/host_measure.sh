@@ -70,7 +70,7 @@
 #                $BATCH_CTX (400) positions with each of $BATCH_CFGS, against the weights + K/V bound
 #   ncubatch     Nsight Compute: every kernel of 64-row decode steps ($NCU_ENV as ncudecode's)
 #   ncuattn      Nsight Compute sections (warp states, memory, hot SASS) of one batched decode attention launch
-#                at $ATTN_ROWS (128 64) rows, context $BATCH_CTX (400)
+#                at $ATTN_ROWS (128 64) rows, context $BATCH_CTX (400); NCU_SRC=1: its stall samples per SASS line (CSV)
 #   ncugemvsec   Nsight Compute sections (speed of light, memory, occupancy, launch, warp states, scheduler) of
 #                6 consecutive batch-1 decode launches of the default GEMV kernel (q/k/v, o, gate_up)
 #   ncuattnb     Nsight Compute sections (stalls, memory, source counters) of the batched decode attention
@@ -336,6 +336,16 @@ for step in "$@"; do
           --section SourceCounters --section ComputeWorkloadAnalysis --section InstructionStats \
           $B/cuda_decode_bench --preset 7b --bf16 --no-gemv --batch-bench --batch-rows "$rows" \
           --batch-ctx "${BATCH_CTX:-400}" --batch-steps 2 --batch-no-prefill
+        # NCU_SRC=1: also the per-SASS-instruction stall samples of that launch (the source page as CSV)
+        if [ "${NCU_SRC:-0}" = 1 ]; then
+          run "ncuattn_src_$rows" timeout 200 $NCU --clock-control none --kernel-name regex:mma_decode_stream \
+            --launch-skip 30 --launch-count 1 --section SourceCounters --section WarpStateStats \
+            -o "$OUT/ncuattn_$rows" -f $B/cuda_decode_bench --preset 7b --bf16 --no-gemv --batch-bench \
+            --batch-rows "$rows" --batch-ctx "${BATCH_CTX:-400}" --batch-steps 2 --batch-no-prefill
+          $NCU --import "$OUT/ncuattn_$rows.ncu-rep" --page source --csv --print-source sass \
+            >"$OUT/ncuattn_sass_$rows.csv" 2>&1
+          rm -f "$OUT/ncuattn_$rows.ncu-rep"
+        fi
       done ;;
     ncugemv)  # why o/down/q stream slower than gate_up: per-launch DRAM figures of each one-row GEMV shape
       NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
