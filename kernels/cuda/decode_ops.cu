@@ -768,7 +768,8 @@ __global__ void __launch_bounds__(128, 2)
                              int64_t ldt, int bs, const CT* __restrict__ kc, const CT* __restrict__ vc,
                              int64_t ldc, int kv_heads, int G, float scale_log2, int chunk, int splits,
                              float* __restrict__ out, int64_t ldo, float* ws, unsigned* counters, bool heads,
-                             bool share, __nv_bfloat16* __restrict__ pack, const DecodeRope rp) {
+                             bool share, __nv_bfloat16* __restrict__ pack, const DecodeRope rp,
+                             bool tab_regs) {
   constexpr int KS = D / 16;     // k-steps of Q·Kᵀ
   constexpr int DT = D / 8;      // 8-dim output tiles of P·V
   constexpr int CPR = D / 8;     // 16-byte chunks per cached row (of one kv head)
@@ -816,11 +817,26 @@ __global__ void __launch_bounds__(128, 2)
   // CPR of each, stored at chunk c ^ (n & 7) of the row.
   const int cn = lane / CPR, cc = lane % CPR;
   const bool tiled = bs % kMmaStreamKeys == 0;  // a step's 16 keys are 16 slots of one block
+  // tab_regs (VV_CUDA_MMA_DECODE_TABREG=1; tiled units of at most 32 blocks): lane l holds the table entry
+  // of the unit's block l, loaded once, and a step's copies take theirs by a shuffle instead of a load of
+  // their own (Nsight, session 37: the step's table load held 10 % of the kernel's stall samples, a round
+  // trip between a step's arithmetic and the next copies). The same slots, so the same bits.
+  const int b0 = k0 / bs, b_last = (k1 - 1) / bs;
+  const bool regs = tab_regs && tiled && b_last - b0 < 32;
+  int32_t tab_lane = 0;
+  if (regs && b0 + lane <= b_last) tab_lane = __ldg(tab + b0 + lane);
+  auto block_of = [&](int j) {  // the table entry of key j's block; j the same in every lane
+    return regs ? __shfl_sync(0xffffffffu, tab_lane, j / bs - b0) : __ldg(tab + j / bs);
+  };
+  // The writer whose copies come first (below, with q's rotation): its key's block, in flight with the
+  // first copies' entries.
+  const bool late_writer = writer && !write_first;
+  const int32_t new_blk = late_writer ? block_of(L - 1) : 0;
   auto issue = [&](int step, int stage) {
     const int j0 = k0 + step * kMmaStreamKeys;
     int64_t slot[PASSES];
     if (tiled) {
-      const int64_t base = static_cast<int64_t>(__ldg(tab + j0 / bs)) * bs + j0 % bs;
+      const int64_t base = static_cast<int64_t>(block_of(j0)) * bs + j0 % bs;
 #pragma unroll
       for (int p = 0; p < PASSES; ++p) slot[p] = base + cn + KPP * p;
     } else {
@@ -857,10 +873,7 @@ __global__ void __launch_bounds__(128, 2)
   // round trip of its own stand between its copies and its first step.
   constexpr int PER = (D / 2 + 31) / 32;
   constexpr int half = D / 2;
-  const bool late_writer = writer && !write_first;
   float nk[PER][2], nv[PER][2];  // late_writer: the new key's and value's pairs of frequency lane + 32j
-  const int64_t new_off =
-      late_writer ? (static_cast<int64_t>(tab[(L - 1) / bs]) * bs + (L - 1) % bs) * ldc + hoff : 0;
   float* const kr = late_writer ? rp.k + r * rp.ldk + hoff : nullptr;
   const float* const vr = late_writer ? rp.v + r * rp.ldv + hoff : nullptr;
   uint32_t qa[KS][2];
@@ -904,6 +917,7 @@ __global__ void __launch_bounds__(128, 2)
       if (late_writer) {
         // rope_kv_row's stores: the rotated key back into k, both rows into the cache, before this warp
         // copies the key's step (in the loop below); __syncwarp orders the lanes' stores before it.
+        const int64_t new_off = (static_cast<int64_t>(new_blk) * bs + (L - 1) % bs) * ldc + hoff;
         CT* const kc = static_cast<CT*>(rp.kc) + new_off;
         CT* const vc = static_cast<CT*>(rp.vc) + new_off;
 #pragma unroll
@@ -1800,6 +1814,10 @@ void launch_mma_stream(cudaLaunchConfig_t cfg, int warps, const Tensor& q, const
                        Tensor& out, const MmaDecodePlan& p, float scale_log2, float* ws, unsigned* counters,
                        void* pack, const DecodeRope& rope) {
   auto* kern = mma_decode_stream_kernel<CT, D, S>;
+  static const bool tab_regs = [] {  // opt-in until measured on a GPU (NOTES, session 37)
+    const char* e = std::getenv("VV_CUDA_MMA_DECODE_TABREG");
+    return e && std::string(e) == "1";
+  }();
   // share: one unit a block, its steps over the block's warps. heads: 4 warps a block, 4 / kv_heads
   // units of every kv head (kv_heads ≤ 4 dividing 4).
   const bool share = p.share;
@@ -1821,7 +1839,7 @@ void launch_mma_stream(cudaLaunchConfig_t cfg, int warps, const Tensor& q, const
                      rows.block_tables.row_stride(), rows.block_size, kc, vc, cache.k.row_stride(),
                      shape.kv_heads, shape.heads / shape.kv_heads, scale_log2, p.chunk, p.splits,
                      out.ptr<float>(), out.row_stride(), ws, counters, heads, share,
-                     static_cast<__nv_bfloat16*>(pack), rope);
+                     static_cast<__nv_bfloat16*>(pack), rope, tab_regs);
 }
 
 }  // namespace
