@@ -345,6 +345,8 @@ for step in "$@"; do
           $NCU --import "$OUT/ncuattn_$rows.ncu-rep" --page source --csv --print-source sass \
             >"$OUT/ncuattn_sass_$rows.csv" 2>&1
           rm -f "$OUT/ncuattn_$rows.ncu-rep"
+          python3 scripts/device/ncu_sass_summary.py "$OUT/ncuattn_sass_$rows.csv" 2>&1 |
+            sed "s/^/ncuattn_sass_$rows /" | tee -a "$OUT/steps.txt"
         fi
       done ;;
     ncugemv)  # why o/down/q stream slower than gate_up: per-launch DRAM figures of each one-row GEMV shape
