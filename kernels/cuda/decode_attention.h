@@ -58,13 +58,17 @@ struct MmaDecodeConfig {
   // deterministic mode (plan_mma_decode_attention's row_invariant); the default mode is not batch
   // invariant anyway (one-row steps take the SIMT kernel).
   int share_min_pairs = kMmaDecodeShareMinPairs;
+  // tab_regs (stream kernel; opt-in until measured on a GPU): a tiled unit of at most 32 KV blocks holds its
+  // block-table entries in the lanes' registers (one load a unit) and hands each 16-key step's copies its
+  // entry by a shuffle instead of a table load of its own. The same slots, so the same bits.
+  bool tab_regs = false;
 };
 // Taken from the environment at the first use (benchmarks, A/B runs): VV_CUDA_MMA_DECODE=stream|regs,
 // VV_CUDA_MMA_DECODE_STAGES, VV_CUDA_MMA_DECODE_WARPS, VV_CUDA_MMA_DECODE_CHUNK,
 // VV_CUDA_MMA_DECODE_HEADS=1, VV_CUDA_MMA_DECODE_SHARE=0 (a unit a warp, of kMmaDecodeChunk keys unless
 // VV_CUDA_MMA_DECODE_CHUNK says otherwise), VV_CUDA_MMA_DECODE_SHARE_MIN_PAIRS=N (0..65,536; 0: shared units
-// at every row count); values outside the lists above are ignored. Every launch (and plan) uses the current
-// setting; the setter (tests) is not synchronised with launches on other threads.
+// at every row count), VV_CUDA_MMA_DECODE_TABREG=1; values outside the lists above are ignored. Every launch
+// (and plan) uses the current setting; the setter (tests) is not synchronised with launches on other threads.
 MmaDecodeConfig mma_decode_config();
 void set_mma_decode_config(const MmaDecodeConfig& c);
 // The configuration those variables give now (the defaults where unset; the process-wide one above is

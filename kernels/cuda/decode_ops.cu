@@ -1789,6 +1789,7 @@ MmaDecodeConfig mma_decode_config_from_env() {
   num("VV_CUDA_MMA_DECODE_WARPS", {1, 2, 4}, d.warps);
   num("VV_CUDA_MMA_DECODE_CHUNK", {64, 128, 256, 512, 1024}, d.chunk);
   if (const char* e = std::getenv("VV_CUDA_MMA_DECODE_HEADS")) d.heads = std::string(e) == "1";
+  if (const char* e = std::getenv("VV_CUDA_MMA_DECODE_TABREG")) d.tab_regs = std::string(e) == "1";
   if (const char* e = std::getenv("VV_CUDA_MMA_DECODE_SHARE_MIN_PAIRS")) {  // digits only, else ignored
     char* end = nullptr;
     const long x = std::strtol(e, &end, 10);
@@ -1800,7 +1801,7 @@ MmaDecodeConfig mma_decode_config_from_env() {
 bool mma_decode_env_set() {
   for (const char* v : {"VV_CUDA_MMA_DECODE", "VV_CUDA_MMA_DECODE_SHARE", "VV_CUDA_MMA_DECODE_STAGES",
                         "VV_CUDA_MMA_DECODE_WARPS", "VV_CUDA_MMA_DECODE_CHUNK", "VV_CUDA_MMA_DECODE_HEADS",
-                        "VV_CUDA_MMA_DECODE_SHARE_MIN_PAIRS"})
+                        "VV_CUDA_MMA_DECODE_SHARE_MIN_PAIRS", "VV_CUDA_MMA_DECODE_TABREG"})
     if (std::getenv(v)) return true;
   return false;
 }
@@ -1814,10 +1815,6 @@ void launch_mma_stream(cudaLaunchConfig_t cfg, int warps, const Tensor& q, const
                        Tensor& out, const MmaDecodePlan& p, float scale_log2, float* ws, unsigned* counters,
                        void* pack, const DecodeRope& rope) {
   auto* kern = mma_decode_stream_kernel<CT, D, S>;
-  static const bool tab_regs = [] {  // opt-in until measured on a GPU (NOTES, session 37)
-    const char* e = std::getenv("VV_CUDA_MMA_DECODE_TABREG");
-    return e && std::string(e) == "1";
-  }();
   // share: one unit a block, its steps over the block's warps. heads: 4 warps a block, 4 / kv_heads
   // units of every kv head (kv_heads ≤ 4 dividing 4).
   const bool share = p.share;
@@ -1839,7 +1836,7 @@ void launch_mma_stream(cudaLaunchConfig_t cfg, int warps, const Tensor& q, const
                      rows.block_tables.row_stride(), rows.block_size, kc, vc, cache.k.row_stride(),
                      shape.kv_heads, shape.heads / shape.kv_heads, scale_log2, p.chunk, p.splits,
                      out.ptr<float>(), out.row_stride(), ws, counters, heads, share,
-                     static_cast<__nv_bfloat16*>(pack), rope, tab_regs);
+                     static_cast<__nv_bfloat16*>(pack), rope, p.cfg.tab_regs);
 }
 
 }  // namespace
@@ -1857,6 +1854,7 @@ void set_mma_decode_config(const MmaDecodeConfig& c) {
     v.chunk = c.chunk;
   v.heads = c.heads;
   v.share = c.share;
+  v.tab_regs = c.tab_regs;
   if (c.share_min_pairs >= 0 && c.share_min_pairs <= 65536) v.share_min_pairs = c.share_min_pairs;
   mma_config_slot() = v;
 }

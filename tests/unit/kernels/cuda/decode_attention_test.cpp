@@ -281,6 +281,48 @@ TEST(CudaDecodeAttention, KvHeadsOfTheSameKeysInOneBlockGiveTheSameBits) {
   }
 }
 
+// MmaDecodeConfig::tab_regs (VV_CUDA_MMA_DECODE_TABREG=1): a tiled unit of at most 32 KV blocks takes its
+// block-table entries from the lanes' registers. The slots are the same, so every output must be the bits
+// without it: units of a warp (64 keys) and of a block (512 keys: 32 blocks of 16, the most it takes), 2
+// and 4 stages, block sizes 16 and 32 (tiled), 8 and 24 (not tiled: a load a key as before), 1,024-key units
+// at block size 16 (64 blocks: a load a step as before), lengths at a unit's and a block's edges; and near
+// the reference.
+TEST(CudaDecodeAttention, BlockTableEntriesInRegistersGiveTheSameBits) {
+  VV_CUDA_BACKEND_OR_SKIP(probe, true);
+  const std::unique_ptr<Backend> gpu = mma_backend();
+  ASSERT_NE(gpu, nullptr);
+  const std::vector<Step> steps = {
+      {28, 4, 128, DType::kBF16, 16, {1, 17, 63, 64, 65, 511, 512, 513, 600, 1031, 2000}},
+      {14, 2, 64, DType::kF16, 32, {5, 33, 511, 512, 513, 1021}},
+      {8, 1, 128, DType::kBF16, 8, {1, 16, 33, 600, 97}},
+      {28, 4, 128, DType::kBF16, 24, {23, 24, 25, 600}}};
+  const std::vector<cuda::MmaDecodeConfig> forms = {stream_kernel(2, 2), stream_kernel(4, 2),
+                                                    shared_units(2, 2, 512), shared_units(4, 4, 512),
+                                                    shared_units(2, 2, 1024)};
+  uint32_t seed = 71;
+  for (const Step& st : steps) {
+    StepData d = make_step(st, seed);
+    std::vector<int> all(st.lens.size());
+    std::iota(all.begin(), all.end(), 0);
+    for (cuda::MmaDecodeConfig c : forms) {
+      std::vector<float> base;
+      {
+        MmaVariant v(c);
+        base = run_gpu(*gpu, st, d, all);
+      }
+      c.tab_regs = true;
+      MmaVariant v(c);
+      EXPECT_EQ(run_gpu(*gpu, st, d, all), base)
+          << describe(st) << ", " << describe(c) << ": the table entries from the registers changed a bit";
+    }
+    cuda::MmaDecodeConfig c = shared_units(2, 2, 512);
+    c.tab_regs = true;
+    MmaVariant v(c);
+    check_step(*gpu, st, seed);
+    ++seed;
+  }
+}
+
 // MmaDecodeConfig::share_min_pairs: a step with fewer (row, kv head) pairs than the bound runs a unit a
 // warp of 64 keys (the bits of that form), one with as many or more the shared units (their bits).
 TEST(CudaDecodeAttention, SharedUnitsFromACountOfPairsOnly) {
