@@ -62,12 +62,19 @@ struct MmaDecodeConfig {
   // block-table entries in the lanes' registers (one load a unit) and hands each 16-key step's copies its
   // entry by a shuffle instead of a table load of its own. The same slots, so the same bits.
   bool tab_regs = false;
+  // lean_copies (stream kernel; opt-in until measured on a GPU): a tiled 16-key step wholly within its unit
+  // takes its 16-byte copies' addresses from one product a step plus a per-lane offset computed once (the
+  // passes a constant stride apart), with no validity select (Nsight, session 37: ≈ 280 of a step's 488
+  // instructions are integer: these addresses and the ldmatrix swizzles). The same addresses, so the same
+  // bits.
+  bool lean_copies = false;
 };
 // Taken from the environment at the first use (benchmarks, A/B runs): VV_CUDA_MMA_DECODE=stream|regs,
 // VV_CUDA_MMA_DECODE_STAGES, VV_CUDA_MMA_DECODE_WARPS, VV_CUDA_MMA_DECODE_CHUNK,
 // VV_CUDA_MMA_DECODE_HEADS=1, VV_CUDA_MMA_DECODE_SHARE=0 (a unit a warp, of kMmaDecodeChunk keys unless
 // VV_CUDA_MMA_DECODE_CHUNK says otherwise), VV_CUDA_MMA_DECODE_SHARE_MIN_PAIRS=N (0..65,536; 0: shared units
-// at every row count), VV_CUDA_MMA_DECODE_TABREG=1; values outside the lists above are ignored. Every launch
+// at every row count), VV_CUDA_MMA_DECODE_TABREG=1, VV_CUDA_MMA_DECODE_LEANCOPY=1; values outside the lists
+// above are ignored. Every launch
 // (and plan) uses the current setting; the setter (tests) is not synchronised with launches on other threads.
 MmaDecodeConfig mma_decode_config();
 void set_mma_decode_config(const MmaDecodeConfig& c);

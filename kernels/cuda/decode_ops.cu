@@ -768,8 +768,8 @@ __global__ void __launch_bounds__(128, 2)
                              int64_t ldt, int bs, const CT* __restrict__ kc, const CT* __restrict__ vc,
                              int64_t ldc, int kv_heads, int G, float scale_log2, int chunk, int splits,
                              float* __restrict__ out, int64_t ldo, float* ws, unsigned* counters, bool heads,
-                             bool share, __nv_bfloat16* __restrict__ pack, const DecodeRope rp,
-                             bool tab_regs) {
+                             bool share, __nv_bfloat16* __restrict__ pack, const DecodeRope rp, bool tab_regs,
+                             bool lean_copies) {
   constexpr int KS = D / 16;     // k-steps of Q·Kᵀ
   constexpr int DT = D / 8;      // 8-dim output tiles of P·V
   constexpr int CPR = D / 8;     // 16-byte chunks per cached row (of one kv head)
@@ -832,8 +832,25 @@ __global__ void __launch_bounds__(128, 2)
   // first copies' entries.
   const bool late_writer = writer && !write_first;
   const int32_t new_blk = late_writer ? block_of(L - 1) : 0;
+  // lean_copies (VV_CUDA_MMA_DECODE_LEANCOPY=1): a tiled step of 16 keys all within the unit (every step but
+  // maybe a unit's last) takes its copies' addresses from one product a step and this lane's offset (computed
+  // once), its passes a constant stride apart, with no validity select: the same addresses as below.
+  const int64_t lane_off = static_cast<int64_t>(cn) * ldc + hoff + 8 * cc, pstride = int64_t{KPP} * ldc;
   auto issue = [&](int step, int stage) {
     const int j0 = k0 + step * kMmaStreamKeys;
+    if (lean_copies && tiled && j0 + kMmaStreamKeys <= k1) {
+      CT* ks = sm + stage * 2 * ROWS;
+      CT* vs = ks + ROWS;
+      const int64_t row0 = (static_cast<int64_t>(block_of(j0)) * bs + j0 % bs) * ldc + lane_off;
+#pragma unroll
+      for (int p = 0; p < PASSES; ++p) {
+        const int n = cn + KPP * p;
+        const int so = n * D + 8 * (cc ^ (n & 7));
+        cp_async16_zfill(ks + so, kc + row0 + p * pstride, true);
+        cp_async16_zfill(vs + so, vc + row0 + p * pstride, true);
+      }
+      return;
+    }
     int64_t slot[PASSES];
     if (tiled) {
       const int64_t base = static_cast<int64_t>(block_of(j0)) * bs + j0 % bs;
@@ -1790,6 +1807,7 @@ MmaDecodeConfig mma_decode_config_from_env() {
   num("VV_CUDA_MMA_DECODE_CHUNK", {64, 128, 256, 512, 1024}, d.chunk);
   if (const char* e = std::getenv("VV_CUDA_MMA_DECODE_HEADS")) d.heads = std::string(e) == "1";
   if (const char* e = std::getenv("VV_CUDA_MMA_DECODE_TABREG")) d.tab_regs = std::string(e) == "1";
+  if (const char* e = std::getenv("VV_CUDA_MMA_DECODE_LEANCOPY")) d.lean_copies = std::string(e) == "1";
   if (const char* e = std::getenv("VV_CUDA_MMA_DECODE_SHARE_MIN_PAIRS")) {  // digits only, else ignored
     char* end = nullptr;
     const long x = std::strtol(e, &end, 10);
@@ -1799,9 +1817,10 @@ MmaDecodeConfig mma_decode_config_from_env() {
 }
 
 bool mma_decode_env_set() {
-  for (const char* v : {"VV_CUDA_MMA_DECODE", "VV_CUDA_MMA_DECODE_SHARE", "VV_CUDA_MMA_DECODE_STAGES",
-                        "VV_CUDA_MMA_DECODE_WARPS", "VV_CUDA_MMA_DECODE_CHUNK", "VV_CUDA_MMA_DECODE_HEADS",
-                        "VV_CUDA_MMA_DECODE_SHARE_MIN_PAIRS", "VV_CUDA_MMA_DECODE_TABREG"})
+  for (const char* v :
+       {"VV_CUDA_MMA_DECODE", "VV_CUDA_MMA_DECODE_SHARE", "VV_CUDA_MMA_DECODE_STAGES",
+        "VV_CUDA_MMA_DECODE_WARPS", "VV_CUDA_MMA_DECODE_CHUNK", "VV_CUDA_MMA_DECODE_HEADS",
+        "VV_CUDA_MMA_DECODE_SHARE_MIN_PAIRS", "VV_CUDA_MMA_DECODE_TABREG", "VV_CUDA_MMA_DECODE_LEANCOPY"})
     if (std::getenv(v)) return true;
   return false;
 }
@@ -1836,7 +1855,7 @@ void launch_mma_stream(cudaLaunchConfig_t cfg, int warps, const Tensor& q, const
                      rows.block_tables.row_stride(), rows.block_size, kc, vc, cache.k.row_stride(),
                      shape.kv_heads, shape.heads / shape.kv_heads, scale_log2, p.chunk, p.splits,
                      out.ptr<float>(), out.row_stride(), ws, counters, heads, share,
-                     static_cast<__nv_bfloat16*>(pack), rope, p.cfg.tab_regs);
+                     static_cast<__nv_bfloat16*>(pack), rope, p.cfg.tab_regs, p.cfg.lean_copies);
 }
 
 }  // namespace
@@ -1855,6 +1874,7 @@ void set_mma_decode_config(const MmaDecodeConfig& c) {
   v.heads = c.heads;
   v.share = c.share;
   v.tab_regs = c.tab_regs;
+  v.lean_copies = c.lean_copies;
   if (c.share_min_pairs >= 0 && c.share_min_pairs <= 65536) v.share_min_pairs = c.share_min_pairs;
   mma_config_slot() = v;
 }

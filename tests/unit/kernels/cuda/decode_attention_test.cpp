@@ -282,12 +282,14 @@ TEST(CudaDecodeAttention, KvHeadsOfTheSameKeysInOneBlockGiveTheSameBits) {
 }
 
 // MmaDecodeConfig::tab_regs (VV_CUDA_MMA_DECODE_TABREG=1): a tiled unit of at most 32 KV blocks takes its
-// block-table entries from the lanes' registers. The slots are the same, so every output must be the bits
-// without it: units of a warp (64 keys) and of a block (512 keys: 32 blocks of 16, the most it takes), 2
-// and 4 stages, block sizes 16 and 32 (tiled), 8 and 24 (not tiled: a load a key as before), 1,024-key units
-// at block size 16 (64 blocks: a load a step as before), lengths at a unit's and a block's edges; and near
-// the reference.
-TEST(CudaDecodeAttention, BlockTableEntriesInRegistersGiveTheSameBits) {
+// block-table entries from the lanes' registers; lean_copies (VV_CUDA_MMA_DECODE_LEANCOPY=1): a tiled step
+// wholly within its unit takes its copies' addresses from a per-lane offset and one product a step. The slots
+// and addresses are the same, so every output must be the bits without them, each alone and both: units of a
+// warp (64 keys) and of a block (512 keys: 32 blocks of 16, the most tab_regs takes), 2 and 4 stages, block
+// sizes 16 and 32 (tiled), 8 and 24 (not tiled: a load a key as before), 1,024-key units at block size 16
+// (64 blocks: a table load a step as before), lengths at a unit's and a block's edges (a partial last
+// step); and near the reference.
+TEST(CudaDecodeAttention, TableEntriesInRegistersAndLeanCopiesGiveTheSameBits) {
   VV_CUDA_BACKEND_OR_SKIP(probe, true);
   const std::unique_ptr<Backend> gpu = mma_backend();
   ASSERT_NE(gpu, nullptr);
@@ -310,13 +312,19 @@ TEST(CudaDecodeAttention, BlockTableEntriesInRegistersGiveTheSameBits) {
         MmaVariant v(c);
         base = run_gpu(*gpu, st, d, all);
       }
-      c.tab_regs = true;
-      MmaVariant v(c);
-      EXPECT_EQ(run_gpu(*gpu, st, d, all), base)
-          << describe(st) << ", " << describe(c) << ": the table entries from the registers changed a bit";
+      for (const auto& [tab, lean] :
+           {std::pair{true, false}, std::pair{false, true}, std::pair{true, true}}) {
+        c.tab_regs = tab;
+        c.lean_copies = lean;
+        MmaVariant v(c);
+        EXPECT_EQ(run_gpu(*gpu, st, d, all), base)
+            << describe(st) << ", " << describe(c) << (tab ? ", table entries from the registers" : "")
+            << (lean ? ", lean copies" : "") << ": a bit changed";
+      }
     }
     cuda::MmaDecodeConfig c = shared_units(2, 2, 512);
     c.tab_regs = true;
+    c.lean_copies = true;
     MmaVariant v(c);
     check_step(*gpu, st, seed);
     ++seed;
