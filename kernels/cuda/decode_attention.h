@@ -34,7 +34,10 @@ inline bool mma_decode_applies(int heads, int kv_heads, int head_dim) {
 // with `share`.
 struct MmaDecodeConfig {
   bool stream = true;
-  int stages = 2;               // 16-key stages in flight per warp: 2 or 4
+  // 16-key stages in flight per warp: 2, 3 or 4 (3: bf16 caches only, an f16 cache takes 2). At 2 warps a
+  // block, D 128: 32 KB a block at 2 (5 blocks an SM, by registers), 48 KB at 3 (4, by shared memory: 528
+  // slots on 132 SMs, still one wave for a 128-row step's 512 blocks), 64 KB at 4 (3).
+  int stages = 2;
   int warps = 2;                // warps per block of the stream kernel: 1, 2 or 4
   int chunk = kMmaDecodeShareChunk;  // keys per unit: 64, 128, 256, 512 or 1024
   // heads (stream kernel, kv_heads ≤ 4): a block's warps take the kv heads of the same keys (4 warps:

@@ -1802,7 +1802,7 @@ MmaDecodeConfig mma_decode_config_from_env() {
     d.share = false;  // a unit a warp, at that form's own chunk
     d.chunk = kMmaDecodeChunk;
   }
-  num("VV_CUDA_MMA_DECODE_STAGES", {2, 4}, d.stages);
+  num("VV_CUDA_MMA_DECODE_STAGES", {2, 3, 4}, d.stages);
   num("VV_CUDA_MMA_DECODE_WARPS", {1, 2, 4}, d.warps);
   num("VV_CUDA_MMA_DECODE_CHUNK", {64, 128, 256, 512, 1024}, d.chunk);
   if (const char* e = std::getenv("VV_CUDA_MMA_DECODE_HEADS")) d.heads = std::string(e) == "1";
@@ -1867,7 +1867,7 @@ MmaDecodeConfig mma_decode_config() {
 void set_mma_decode_config(const MmaDecodeConfig& c) {
   MmaDecodeConfig v = mma_config_slot();
   v.stream = c.stream;
-  if (c.stages == 2 || c.stages == 4) v.stages = c.stages;
+  if (c.stages >= 2 && c.stages <= 4) v.stages = c.stages;
   if (c.warps == 1 || c.warps == 2 || c.warps == 4) v.warps = c.warps;
   if (c.chunk == 64 || c.chunk == 128 || c.chunk == 256 || c.chunk == 512 || c.chunk == 1024)
     v.chunk = c.chunk;
@@ -1933,6 +1933,9 @@ void mma_decode_attention(const Tensor& q, const AttentionRows& rows, const KvLa
     if (mc.stream) {
       if (mc.stages == 4) {
         launch_mma_stream<CT, D, 4>(cfg, mc.warps, q, rows, kc, vc, cache, shape, out, p, scale_log2, ws,
+                                    counters, pack, rp);
+      } else if (mc.stages == 3 && std::is_same_v<CT, __nv_bfloat16>) {  // bf16 caches only (compile time)
+        launch_mma_stream<CT, D, 3>(cfg, mc.warps, q, rows, kc, vc, cache, shape, out, p, scale_log2, ws,
                                     counters, pack, rp);
       } else {
         launch_mma_stream<CT, D, 2>(cfg, mc.warps, q, rows, kc, vc, cache, shape, out, p, scale_log2, ws,

@@ -235,6 +235,47 @@ TEST(CudaDecodeAttention, StreamKernelStagesWarpsUnitsAndBlockSizes) {
   check_step(*gpu, {28, 4, 128, DType::kBF16, 16, {509, 2, 1021, 3, 97}}, 46);
 }
 
+// Three stages (VV_CUDA_MMA_DECODE_STAGES=3; bf16 caches): two 16-key steps in flight while a warp computes a
+// third, four blocks an SM instead of five. The stages change where the keys wait, not the arithmetic: the
+// bits of two stages, units of a warp and of a block, 64 and 128 rows at the production shape, block sizes
+// 16 and 8 (a key's own table entry), lengths at a unit's and a block's edges; an f16 cache (which takes
+// two stages) as well; and near the reference.
+TEST(CudaDecodeAttention, ThreeStagesGiveTheBitsOfTwo) {
+  VV_CUDA_BACKEND_OR_SKIP(probe, true);
+  const std::unique_ptr<Backend> gpu = mma_backend();
+  ASSERT_NE(gpu, nullptr);
+  const std::vector<int> pattern = {1, 17, 63, 64, 65, 600, 1031, 599, 511, 512, 513, 129, 2000};
+  std::vector<Step> steps;
+  for (int n : {64, 128}) {
+    Step st{28, 4, 128, DType::kBF16, 16, {}};
+    for (int i = 0; i < n; ++i) st.lens.push_back(pattern[i % pattern.size()] + (i / 13) * 7 % 40);
+    steps.push_back(st);
+  }
+  steps.push_back({28, 4, 128, DType::kBF16, 8, {1, 16, 17, 33, 600, 1031, 97}});
+  steps.push_back({14, 2, 64, DType::kBF16, 16, {5, 23, 257, 1021}});
+  steps.push_back({14, 2, 64, DType::kF16, 24, {5, 23, 24, 25, 257, 1021}});
+  uint32_t seed = 81;
+  for (const Step& st : steps) {
+    StepData d = make_step(st, seed);
+    std::vector<int> all(st.lens.size());
+    std::iota(all.begin(), all.end(), 0);
+    for (const auto& [two, three] : {std::pair{stream_kernel(2, 2), stream_kernel(3, 2)},
+                                     std::pair{shared_units(2, 2, 512), shared_units(3, 2, 512)},
+                                     std::pair{shared_units(2, 4, 1024), shared_units(3, 4, 1024)}}) {
+      std::vector<float> base;
+      {
+        MmaVariant v(two);
+        base = run_gpu(*gpu, st, d, all);
+      }
+      MmaVariant v(three);
+      EXPECT_EQ(run_gpu(*gpu, st, d, all), base)
+          << describe(st) << ", " << describe(three) << ": three stages changed a bit";
+      check_step(*gpu, st, seed);
+    }
+    ++seed;
+  }
+}
+
 // VV_CUDA_MMA_DECODE_HEADS=1: the stream kernel's blocks take every kv head of the same keys (4 warps:
 // 4 / kv_heads units of each head), reading whole cache rows together. Which warp computes a (row, kv
 // head, unit) does not change its arithmetic: the outputs must be the bits of the default mapping, at
