@@ -34,10 +34,7 @@ inline bool mma_decode_applies(int heads, int kv_heads, int head_dim) {
 // with `share`.
 struct MmaDecodeConfig {
   bool stream = true;
-  // 16-key stages in flight per warp: 2, 3 or 4 (3: bf16 caches only, an f16 cache takes 2). At 2 warps a
-  // block, D 128: 32 KB a block at 2 (5 blocks an SM, by registers), 48 KB at 3 (4, by shared memory: 528
-  // slots on 132 SMs, still one wave for a 128-row step's 512 blocks), 64 KB at 4 (3).
-  int stages = 2;
+  int stages = 2;               // 16-key stages in flight per warp: 2 or 4
   int warps = 2;                // warps per block of the stream kernel: 1, 2 or 4
   int chunk = kMmaDecodeShareChunk;  // keys per unit: 64, 128, 256, 512 or 1024
   // heads (stream kernel, kv_heads ≤ 4): a block's warps take the kv heads of the same keys (4 warps:
@@ -61,23 +58,12 @@ struct MmaDecodeConfig {
   // deterministic mode (plan_mma_decode_attention's row_invariant); the default mode is not batch
   // invariant anyway (one-row steps take the SIMT kernel).
   int share_min_pairs = kMmaDecodeShareMinPairs;
-  // tab_regs (stream kernel; opt-in until measured on a GPU): a tiled unit of at most 32 KV blocks holds its
-  // block-table entries in the lanes' registers (one load a unit) and hands each 16-key step's copies its
-  // entry by a shuffle instead of a table load of its own. The same slots, so the same bits.
-  bool tab_regs = false;
-  // lean_copies (stream kernel; opt-in until measured on a GPU): a tiled 16-key step wholly within its unit
-  // takes its 16-byte copies' addresses from one product a step plus a per-lane offset computed once (the
-  // passes a constant stride apart), with no validity select (Nsight, session 37: ≈ 280 of a step's 488
-  // instructions are integer: these addresses and the ldmatrix swizzles). The same addresses, so the same
-  // bits.
-  bool lean_copies = false;
 };
 // Taken from the environment at the first use (benchmarks, A/B runs): VV_CUDA_MMA_DECODE=stream|regs,
 // VV_CUDA_MMA_DECODE_STAGES, VV_CUDA_MMA_DECODE_WARPS, VV_CUDA_MMA_DECODE_CHUNK,
 // VV_CUDA_MMA_DECODE_HEADS=1, VV_CUDA_MMA_DECODE_SHARE=0 (a unit a warp, of kMmaDecodeChunk keys unless
 // VV_CUDA_MMA_DECODE_CHUNK says otherwise), VV_CUDA_MMA_DECODE_SHARE_MIN_PAIRS=N (0..65,536; 0: shared units
-// at every row count), VV_CUDA_MMA_DECODE_TABREG=1, VV_CUDA_MMA_DECODE_LEANCOPY=1; values outside the lists
-// above are ignored. Every launch
+// at every row count); values outside the lists above are ignored. Every launch
 // (and plan) uses the current setting; the setter (tests) is not synchronised with launches on other threads.
 MmaDecodeConfig mma_decode_config();
 void set_mma_decode_config(const MmaDecodeConfig& c);

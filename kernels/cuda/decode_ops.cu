@@ -768,8 +768,7 @@ __global__ void __launch_bounds__(128, 2)
                              int64_t ldt, int bs, const CT* __restrict__ kc, const CT* __restrict__ vc,
                              int64_t ldc, int kv_heads, int G, float scale_log2, int chunk, int splits,
                              float* __restrict__ out, int64_t ldo, float* ws, unsigned* counters, bool heads,
-                             bool share, __nv_bfloat16* __restrict__ pack, const DecodeRope rp, bool tab_regs,
-                             bool lean_copies) {
+                             bool share, __nv_bfloat16* __restrict__ pack, const DecodeRope rp) {
   constexpr int KS = D / 16;     // k-steps of Q·Kᵀ
   constexpr int DT = D / 8;      // 8-dim output tiles of P·V
   constexpr int CPR = D / 8;     // 16-byte chunks per cached row (of one kv head)
@@ -817,43 +816,15 @@ __global__ void __launch_bounds__(128, 2)
   // CPR of each, stored at chunk c ^ (n & 7) of the row.
   const int cn = lane / CPR, cc = lane % CPR;
   const bool tiled = bs % kMmaStreamKeys == 0;  // a step's 16 keys are 16 slots of one block
-  // tab_regs (VV_CUDA_MMA_DECODE_TABREG=1; tiled units of at most 32 blocks): lane l holds the table entry
-  // of the unit's block l, loaded once, and a step's copies take theirs by a shuffle instead of a load of
-  // their own (Nsight, session 37: the step's table load held 10 % of the kernel's stall samples, a round
-  // trip between a step's arithmetic and the next copies). The same slots, so the same bits.
-  const int b0 = k0 / bs, b_last = (k1 - 1) / bs;
-  const bool regs = tab_regs && tiled && b_last - b0 < 32;
-  int32_t tab_lane = 0;
-  if (regs && b0 + lane <= b_last) tab_lane = __ldg(tab + b0 + lane);
-  auto block_of = [&](int j) {  // the table entry of key j's block; j the same in every lane
-    return regs ? __shfl_sync(0xffffffffu, tab_lane, j / bs - b0) : __ldg(tab + j / bs);
-  };
   // The writer whose copies come first (below, with q's rotation): its key's block, in flight with the
   // first copies' entries.
   const bool late_writer = writer && !write_first;
-  const int32_t new_blk = late_writer ? block_of(L - 1) : 0;
-  // lean_copies (VV_CUDA_MMA_DECODE_LEANCOPY=1): a tiled step of 16 keys all within the unit (every step but
-  // maybe a unit's last) takes its copies' addresses from one product a step and this lane's offset (computed
-  // once), its passes a constant stride apart, with no validity select: the same addresses as below.
-  const int64_t lane_off = static_cast<int64_t>(cn) * ldc + hoff + 8 * cc, pstride = int64_t{KPP} * ldc;
+  const int32_t new_blk = late_writer ? __ldg(tab + (L - 1) / bs) : 0;
   auto issue = [&](int step, int stage) {
     const int j0 = k0 + step * kMmaStreamKeys;
-    if (lean_copies && tiled && j0 + kMmaStreamKeys <= k1) {
-      CT* ks = sm + stage * 2 * ROWS;
-      CT* vs = ks + ROWS;
-      const int64_t row0 = (static_cast<int64_t>(block_of(j0)) * bs + j0 % bs) * ldc + lane_off;
-#pragma unroll
-      for (int p = 0; p < PASSES; ++p) {
-        const int n = cn + KPP * p;
-        const int so = n * D + 8 * (cc ^ (n & 7));
-        cp_async16_zfill(ks + so, kc + row0 + p * pstride, true);
-        cp_async16_zfill(vs + so, vc + row0 + p * pstride, true);
-      }
-      return;
-    }
     int64_t slot[PASSES];
     if (tiled) {
-      const int64_t base = static_cast<int64_t>(block_of(j0)) * bs + j0 % bs;
+      const int64_t base = static_cast<int64_t>(__ldg(tab + j0 / bs)) * bs + j0 % bs;
 #pragma unroll
       for (int p = 0; p < PASSES; ++p) slot[p] = base + cn + KPP * p;
     } else {
@@ -1802,12 +1773,10 @@ MmaDecodeConfig mma_decode_config_from_env() {
     d.share = false;  // a unit a warp, at that form's own chunk
     d.chunk = kMmaDecodeChunk;
   }
-  num("VV_CUDA_MMA_DECODE_STAGES", {2, 3, 4}, d.stages);
+  num("VV_CUDA_MMA_DECODE_STAGES", {2, 4}, d.stages);
   num("VV_CUDA_MMA_DECODE_WARPS", {1, 2, 4}, d.warps);
   num("VV_CUDA_MMA_DECODE_CHUNK", {64, 128, 256, 512, 1024}, d.chunk);
   if (const char* e = std::getenv("VV_CUDA_MMA_DECODE_HEADS")) d.heads = std::string(e) == "1";
-  if (const char* e = std::getenv("VV_CUDA_MMA_DECODE_TABREG")) d.tab_regs = std::string(e) == "1";
-  if (const char* e = std::getenv("VV_CUDA_MMA_DECODE_LEANCOPY")) d.lean_copies = std::string(e) == "1";
   if (const char* e = std::getenv("VV_CUDA_MMA_DECODE_SHARE_MIN_PAIRS")) {  // digits only, else ignored
     char* end = nullptr;
     const long x = std::strtol(e, &end, 10);
@@ -1817,10 +1786,9 @@ MmaDecodeConfig mma_decode_config_from_env() {
 }
 
 bool mma_decode_env_set() {
-  for (const char* v :
-       {"VV_CUDA_MMA_DECODE", "VV_CUDA_MMA_DECODE_SHARE", "VV_CUDA_MMA_DECODE_STAGES",
-        "VV_CUDA_MMA_DECODE_WARPS", "VV_CUDA_MMA_DECODE_CHUNK", "VV_CUDA_MMA_DECODE_HEADS",
-        "VV_CUDA_MMA_DECODE_SHARE_MIN_PAIRS", "VV_CUDA_MMA_DECODE_TABREG", "VV_CUDA_MMA_DECODE_LEANCOPY"})
+  for (const char* v : {"VV_CUDA_MMA_DECODE", "VV_CUDA_MMA_DECODE_SHARE", "VV_CUDA_MMA_DECODE_STAGES",
+                        "VV_CUDA_MMA_DECODE_WARPS", "VV_CUDA_MMA_DECODE_CHUNK", "VV_CUDA_MMA_DECODE_HEADS",
+                        "VV_CUDA_MMA_DECODE_SHARE_MIN_PAIRS"})
     if (std::getenv(v)) return true;
   return false;
 }
@@ -1855,7 +1823,7 @@ void launch_mma_stream(cudaLaunchConfig_t cfg, int warps, const Tensor& q, const
                      rows.block_tables.row_stride(), rows.block_size, kc, vc, cache.k.row_stride(),
                      shape.kv_heads, shape.heads / shape.kv_heads, scale_log2, p.chunk, p.splits,
                      out.ptr<float>(), out.row_stride(), ws, counters, heads, share,
-                     static_cast<__nv_bfloat16*>(pack), rope, p.cfg.tab_regs, p.cfg.lean_copies);
+                     static_cast<__nv_bfloat16*>(pack), rope);
 }
 
 }  // namespace
@@ -1867,14 +1835,12 @@ MmaDecodeConfig mma_decode_config() {
 void set_mma_decode_config(const MmaDecodeConfig& c) {
   MmaDecodeConfig v = mma_config_slot();
   v.stream = c.stream;
-  if (c.stages >= 2 && c.stages <= 4) v.stages = c.stages;
+  if (c.stages == 2 || c.stages == 4) v.stages = c.stages;
   if (c.warps == 1 || c.warps == 2 || c.warps == 4) v.warps = c.warps;
   if (c.chunk == 64 || c.chunk == 128 || c.chunk == 256 || c.chunk == 512 || c.chunk == 1024)
     v.chunk = c.chunk;
   v.heads = c.heads;
   v.share = c.share;
-  v.tab_regs = c.tab_regs;
-  v.lean_copies = c.lean_copies;
   if (c.share_min_pairs >= 0 && c.share_min_pairs <= 65536) v.share_min_pairs = c.share_min_pairs;
   mma_config_slot() = v;
 }
@@ -1933,9 +1899,6 @@ void mma_decode_attention(const Tensor& q, const AttentionRows& rows, const KvLa
     if (mc.stream) {
       if (mc.stages == 4) {
         launch_mma_stream<CT, D, 4>(cfg, mc.warps, q, rows, kc, vc, cache, shape, out, p, scale_log2, ws,
-                                    counters, pack, rp);
-      } else if (mc.stages == 3 && std::is_same_v<CT, __nv_bfloat16>) {  // bf16 caches only (compile time)
-        launch_mma_stream<CT, D, 3>(cfg, mc.warps, q, rows, kc, vc, cache, shape, out, p, scale_log2, ws,
                                     counters, pack, rp);
       } else {
         launch_mma_stream<CT, D, 2>(cfg, mc.warps, q, rows, kc, vc, cache, shape, out, p, scale_log2, ws,

@@ -642,7 +642,22 @@ for step in "$@"; do
         --launch-count "${NCU_LAUNCHES:-4}" \
         --section InstructionStats --section WarpStateStats --section SourceCounters --section ComputeWorkloadAnalysis \
         $B/cuda_decode_bench --preset 7b --bf16 --no-gemv --prompt 16 --tokens 4 --enc-audio 60 --enc-reps 1 \
-        --job-audio 1 --job-tokens 1 ;;
+        --job-audio 1 --job-tokens 1
+      # NCU_SRC=1: the per-SASS-instruction stall samples of the first matching launch after $NCU_SKIP (0)
+      # (the source page as CSV, summarised by ncu_sass_summary.py into steps.txt)
+      if [ "${NCU_SRC:-0}" = 1 ]; then
+        NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+        run ncuencsrc_src timeout 300 $NCU --clock-control none \
+          --kernel-name regex:"${NCU_KERNELS:-conv_block_kernel|ffn_wg_kernel}" --launch-skip "${NCU_SKIP:-0}" \
+          --launch-count 1 --section SourceCounters --section WarpStateStats --section SpeedOfLight \
+          -o "$OUT/ncuencsrc" -f $B/cuda_decode_bench --preset 7b --bf16 --no-gemv --prompt 16 --tokens 4 \
+          --enc-audio 60 --enc-reps 1 --job-audio 1 --job-tokens 1
+        $NCU --import "$OUT/ncuencsrc.ncu-rep" --page source --csv --print-source sass >"$OUT/ncuenc_sass.csv" 2>&1
+        $NCU --import "$OUT/ncuencsrc.ncu-rep" --page details >"$OUT/ncuenc_details.txt" 2>&1
+        rm -f "$OUT/ncuencsrc.ncu-rep"
+        python3 scripts/device/ncu_sass_summary.py "$OUT/ncuenc_sass.csv" --top 40 --runs 30 2>&1 |
+          sed "s/^/ncuenc_sass /" | tee -a "$OUT/steps.txt"
+      fi ;;
     ncuprefill)  # every kernel's duration (Nsight Compute, clocks and caches left alone) of the prefill's
       # kind (GEMMs, packs, norms, attention) in the warm-up (256 rows) and the timed 1,024-row prefill;
       # then the flash kernel's sections on one layer of the timed prefill

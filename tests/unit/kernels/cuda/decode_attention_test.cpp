@@ -235,47 +235,6 @@ TEST(CudaDecodeAttention, StreamKernelStagesWarpsUnitsAndBlockSizes) {
   check_step(*gpu, {28, 4, 128, DType::kBF16, 16, {509, 2, 1021, 3, 97}}, 46);
 }
 
-// Three stages (VV_CUDA_MMA_DECODE_STAGES=3; bf16 caches): two 16-key steps in flight while a warp computes a
-// third, four blocks an SM instead of five. The stages change where the keys wait, not the arithmetic: the
-// bits of two stages, units of a warp and of a block, 64 and 128 rows at the production shape, block sizes
-// 16 and 8 (a key's own table entry), lengths at a unit's and a block's edges; an f16 cache (which takes
-// two stages) as well; and near the reference.
-TEST(CudaDecodeAttention, ThreeStagesGiveTheBitsOfTwo) {
-  VV_CUDA_BACKEND_OR_SKIP(probe, true);
-  const std::unique_ptr<Backend> gpu = mma_backend();
-  ASSERT_NE(gpu, nullptr);
-  const std::vector<int> pattern = {1, 17, 63, 64, 65, 600, 1031, 599, 511, 512, 513, 129, 2000};
-  std::vector<Step> steps;
-  for (int n : {64, 128}) {
-    Step st{28, 4, 128, DType::kBF16, 16, {}};
-    for (int i = 0; i < n; ++i) st.lens.push_back(pattern[i % pattern.size()] + (i / 13) * 7 % 40);
-    steps.push_back(st);
-  }
-  steps.push_back({28, 4, 128, DType::kBF16, 8, {1, 16, 17, 33, 600, 1031, 97}});
-  steps.push_back({14, 2, 64, DType::kBF16, 16, {5, 23, 257, 1021}});
-  steps.push_back({14, 2, 64, DType::kF16, 24, {5, 23, 24, 25, 257, 1021}});
-  uint32_t seed = 81;
-  for (const Step& st : steps) {
-    StepData d = make_step(st, seed);
-    std::vector<int> all(st.lens.size());
-    std::iota(all.begin(), all.end(), 0);
-    for (const auto& [two, three] : {std::pair{stream_kernel(2, 2), stream_kernel(3, 2)},
-                                     std::pair{shared_units(2, 2, 512), shared_units(3, 2, 512)},
-                                     std::pair{shared_units(2, 4, 1024), shared_units(3, 4, 1024)}}) {
-      std::vector<float> base;
-      {
-        MmaVariant v(two);
-        base = run_gpu(*gpu, st, d, all);
-      }
-      MmaVariant v(three);
-      EXPECT_EQ(run_gpu(*gpu, st, d, all), base)
-          << describe(st) << ", " << describe(three) << ": three stages changed a bit";
-      check_step(*gpu, st, seed);
-    }
-    ++seed;
-  }
-}
-
 // VV_CUDA_MMA_DECODE_HEADS=1: the stream kernel's blocks take every kv head of the same keys (4 warps:
 // 4 / kv_heads units of each head), reading whole cache rows together. Which warp computes a (row, kv
 // head, unit) does not change its arithmetic: the outputs must be the bits of the default mapping, at
@@ -318,56 +277,6 @@ TEST(CudaDecodeAttention, KvHeadsOfTheSameKeysInOneBlockGiveTheSameBits) {
     c.heads = true;
     MmaVariant v(c);
     EXPECT_EQ(run_gpu(*gpu, st, d, all), shared) << describe(st) << ": heads changed the shared units' bits";
-    ++seed;
-  }
-}
-
-// MmaDecodeConfig::tab_regs (VV_CUDA_MMA_DECODE_TABREG=1): a tiled unit of at most 32 KV blocks takes its
-// block-table entries from the lanes' registers; lean_copies (VV_CUDA_MMA_DECODE_LEANCOPY=1): a tiled step
-// wholly within its unit takes its copies' addresses from a per-lane offset and one product a step. The slots
-// and addresses are the same, so every output must be the bits without them, each alone and both: units of a
-// warp (64 keys) and of a block (512 keys: 32 blocks of 16, the most tab_regs takes), 2 and 4 stages, block
-// sizes 16 and 32 (tiled), 8 and 24 (not tiled: a load a key as before), 1,024-key units at block size 16
-// (64 blocks: a table load a step as before), lengths at a unit's and a block's edges (a partial last
-// step); and near the reference.
-TEST(CudaDecodeAttention, TableEntriesInRegistersAndLeanCopiesGiveTheSameBits) {
-  VV_CUDA_BACKEND_OR_SKIP(probe, true);
-  const std::unique_ptr<Backend> gpu = mma_backend();
-  ASSERT_NE(gpu, nullptr);
-  const std::vector<Step> steps = {
-      {28, 4, 128, DType::kBF16, 16, {1, 17, 63, 64, 65, 511, 512, 513, 600, 1031, 2000}},
-      {14, 2, 64, DType::kF16, 32, {5, 33, 511, 512, 513, 1021}},
-      {8, 1, 128, DType::kBF16, 8, {1, 16, 33, 600, 97}},
-      {28, 4, 128, DType::kBF16, 24, {23, 24, 25, 600}}};
-  const std::vector<cuda::MmaDecodeConfig> forms = {stream_kernel(2, 2), stream_kernel(4, 2),
-                                                    shared_units(2, 2, 512), shared_units(4, 4, 512),
-                                                    shared_units(2, 2, 1024)};
-  uint32_t seed = 71;
-  for (const Step& st : steps) {
-    StepData d = make_step(st, seed);
-    std::vector<int> all(st.lens.size());
-    std::iota(all.begin(), all.end(), 0);
-    for (cuda::MmaDecodeConfig c : forms) {
-      std::vector<float> base;
-      {
-        MmaVariant v(c);
-        base = run_gpu(*gpu, st, d, all);
-      }
-      for (const auto& [tab, lean] :
-           {std::pair{true, false}, std::pair{false, true}, std::pair{true, true}}) {
-        c.tab_regs = tab;
-        c.lean_copies = lean;
-        MmaVariant v(c);
-        EXPECT_EQ(run_gpu(*gpu, st, d, all), base)
-            << describe(st) << ", " << describe(c) << (tab ? ", table entries from the registers" : "")
-            << (lean ? ", lean copies" : "") << ": a bit changed";
-      }
-    }
-    cuda::MmaDecodeConfig c = shared_units(2, 2, 512);
-    c.tab_regs = true;
-    c.lean_copies = true;
-    MmaVariant v(c);
-    check_step(*gpu, st, seed);
     ++seed;
   }
 }

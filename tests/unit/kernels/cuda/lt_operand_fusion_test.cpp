@@ -774,14 +774,6 @@ TEST(CudaRopeAttention, DecodeStepRopeAndKvWriteInsideTheAttentionGiveTheOpsBits
        {{28, 4, 128, 0, DType::kBF16, DType::kBF16, {20000}}, true, simt},  // key splits: the last writes
        {{14, 2, 64, 0, DType::kF16, DType::kBF16, {1}}, true, simt}},       // the first key
       1900);
-  // VV_CUDA_MMA_DECODE_TABREG=1 and VV_CUDA_MMA_DECODE_LEANCOPY=1: the stream kernel's block-table entries
-  // from the lanes' registers, the late writer's too (lengths past a unit's first steps), and its copies'
-  // lean addresses: the ops' bits as well.
-  check_rope_attention({{"VV_CUDA_MMA_DECODE_TABREG", "1"}, {"VV_CUDA_MMA_DECODE_LEANCOPY", "1"}}, true,
-                       {{{28, 4, 128, 0, DType::kBF16, DType::kBF16, lens64()}, true, mma},
-                        {{28, 4, 128, 0, DType::kF16, DType::kBF16, lens37, 4}, true, mma},
-                        {{14, 2, 64, 0, DType::kF16, DType::kBF16, {1, 63, 64, 65, 700}}, true, mma}},
-                       1950);
   check_rope_attention({{"VV_CUDA_ATTN_LEAN", "1"}}, true,
                        {{{28, 4, 128, 0, DType::kBF16, DType::kBF16, {600}}, true, simt},
                         {{28, 4, 128, 0, DType::kBF16, DType::kBF16, {20000}}, true, simt}},
