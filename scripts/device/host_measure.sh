@@ -638,18 +638,21 @@ for step in "$@"; do
     ncuencsrc)  # where the encoders' block kernels spend their issue slots: instruction mix, stalls, hot SASS
       NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
       # $NCU_KERNELS (a regex) and $NCU_LAUNCHES pick other launches (ffn_wg_kernel, 3: the c128 block's first)
-      run ncuencsrc $NCU --clock-control none --kernel-name regex:"${NCU_KERNELS:-conv_block_kernel|ffn_wg_kernel}" \
-        --launch-count "${NCU_LAUNCHES:-4}" \
-        --section InstructionStats --section WarpStateStats --section SourceCounters --section ComputeWorkloadAnalysis \
-        $B/cuda_decode_bench --preset 7b --bf16 --no-gemv --prompt 16 --tokens 4 --enc-audio 60 --enc-reps 1 \
-        --job-audio 1 --job-tokens 1
-      # NCU_SRC=1: the per-SASS-instruction stall samples of the first matching launch after $NCU_SKIP (0)
-      # (the source page as CSV, summarised by ncu_sass_summary.py into steps.txt)
-      if [ "${NCU_SRC:-0}" = 1 ]; then
+      # NCU_SRC=2: only the stall samples below
+      [ "${NCU_SRC:-0}" = 2 ] ||
+        run ncuencsrc $NCU --clock-control none --kernel-name regex:"${NCU_KERNELS:-conv_block_kernel|ffn_wg_kernel}" \
+          --launch-count "${NCU_LAUNCHES:-4}" \
+          --section InstructionStats --section WarpStateStats --section SourceCounters --section ComputeWorkloadAnalysis \
+          $B/cuda_decode_bench --preset 7b --bf16 --no-gemv --prompt 16 --tokens 4 --enc-audio 60 --enc-reps 1 \
+          --job-audio 1 --job-tokens 1
+      # NCU_SRC=1 (or 2): the per-SASS-instruction stall samples of the first matching launch after $NCU_SKIP (0)
+      # (the source page as CSV, summarised by ncu_sass_summary.py into steps.txt), with the launch's details
+      if [ "${NCU_SRC:-0}" != 0 ]; then
         NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
         run ncuencsrc_src timeout 300 $NCU --clock-control none \
           --kernel-name regex:"${NCU_KERNELS:-conv_block_kernel|ffn_wg_kernel}" --launch-skip "${NCU_SKIP:-0}" \
           --launch-count 1 --section SourceCounters --section WarpStateStats --section SpeedOfLight \
+          --section LaunchStats --section Occupancy --section SchedulerStats --section InstructionStats \
           -o "$OUT/ncuencsrc" -f $B/cuda_decode_bench --preset 7b --bf16 --no-gemv --prompt 16 --tokens 4 \
           --enc-audio 60 --enc-reps 1 --job-audio 1 --job-tokens 1
         $NCU --import "$OUT/ncuencsrc.ncu-rep" --page source --csv --print-source sass >"$OUT/ncuenc_sass.csv" 2>&1
