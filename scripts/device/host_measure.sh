@@ -77,6 +77,10 @@
 #                at $BATCH_ROWS (128) rows, context $BATCH_CTX (400)
 #   ncudecodebulk  ncudecode with VV_CUDA_GEMV_BULK=1
 #   ncuencsrc    Nsight Compute: instruction mix, stall reasons and hot SASS of the encoders' block kernels
+#                (NCU_SRC=1: also the stall samples per SASS line of one launch; 2: those alone)
+#   ncuenckern   every kernel's duration, grid and block in the encoders over 60 s (Nsight Compute, clocks and
+#                caches left alone; the two warm-up encodes and the timed one): which kernel cuBLASLt runs
+#                for each FFN GEMM and how long each kernel takes alone (ncu_kernel_table.py sums them)
 #   ktrace       every kernel of batch-1 decode steps and of batched steps ($KT_ROWS: 64,128 rows at context
 #                400) as it ran in the graph (CUPTI; cuda_decode_bench --kernel-trace): what each kernel adds to
 #                a step, its duration and its start under the one before (PDL); $KT_ENV: switches for all runs.
@@ -661,6 +665,14 @@ for step in "$@"; do
         python3 scripts/device/ncu_sass_summary.py "$OUT/ncuenc_sass.csv" --top 40 --runs 30 2>&1 |
           sed "s/^/ncuenc_sass /" | tee -a "$OUT/steps.txt"
       fi ;;
+    ncuenckern)
+      NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+      run ncuenckern timeout 400 $NCU --clock-control none --cache-control none --csv \
+        --metrics gpu__time_duration.sum,launch__grid_size,launch__block_size --launch-count 4000 \
+        $B/cuda_decode_bench --preset 7b --bf16 --no-gemv --prompt 16 --tokens 4 --enc-audio 60 --enc-reps 1 \
+        --job-audio 1 --job-tokens 1
+      python3 scripts/device/ncu_kernel_table.py "$OUT/ncuenckern.log" --runs 3 2>&1 | sed 's/^/ncuenckern /' |
+        tee -a "$OUT/steps.txt" ;;
     ncuprefill)  # every kernel's duration (Nsight Compute, clocks and caches left alone) of the prefill's
       # kind (GEMMs, packs, norms, attention) in the warm-up (256 rows) and the timed 1,024-row prefill;
       # then the flash kernel's sections on one layer of the timed prefill
