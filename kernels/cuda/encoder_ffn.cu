@@ -794,7 +794,12 @@ struct FfnWgCfg {
   // into it there.
   static constexpr bool kStaged = C <= 128;
   static constexpr uint32_t kX = kStaged ? static_cast<uint32_t>(kWgRows) * C * 4 : 0;  // a staging buffer
-  static constexpr size_t smem = 1024 + kU + 2 * kStage + 2 * kX;
+  // b1 (E floats) after the staging buffers: the chunk loop's bias reads from shared memory. From global
+  // memory they were the loop's longest scoreboard wait (Nsight, H100, the c128 block: the first use of a
+  // chunk's bias held 3.4 % of the kernel's stall samples, its loads another 0.9 %; NOTES, session 38).
+  // At C = 128 this fills the 227 KB a block may have exactly.
+  static constexpr uint32_t kB1 = static_cast<uint32_t>(E) * 4;
+  static constexpr size_t smem = 1024 + kU + 2 * kStage + 2 * kX + kB1;
   static_assert(C % 64 == 0 && smem <= 227 * 1024, "wgmma FFN layout");
 };
 
@@ -886,10 +891,12 @@ __global__ void __launch_bounds__(256, 1)
   unsigned char* Ub = smem_raw + (u_addr - raw);
   unsigned char* Wb = Ub + K::kU;
   float* Xs0 = reinterpret_cast<float*>(Wb + 2 * K::kStage);
+  float* const b1s = Xs0 + 2 * (K::kX / 4);  // b1, read by the chunks after the tile loop's first barrier
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3, wg = warp >> 2;
   const int64_t tiles = (T + kWgRows - 1) / kWgRows;
   int64_t tile = blockIdx.x;
   if (tile >= tiles) return;
+  for (int i = threadIdx.x; i < K::E; i += 256) b1s[i] = b1[i];
   static_assert(K::kStaged || !kMix, "the mixer form stages x");
   int xb = 0, stage = 0;
   if constexpr (K::kStaged) ffn_wg_issue_x<C>(x, ldx, T, tile * kWgRows, Xs0);
@@ -1102,7 +1109,7 @@ __global__ void __launch_bounds__(256, 1)
             const int n = 2 * kk + q;
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
-              const float bb = b1[j * kHid + n * 8 + 2 * t4 + e];
+              const float bb = b1s[j * kHid + n * 8 + 2 * t4 + e];
               gv[q][e] = gelu_of<kGelu>(hc[n][e] + bb);
               gv[q][2 + e] = gelu_of<kGelu>(hc[n][2 + e] + bb);
             }
@@ -1160,7 +1167,7 @@ __global__ void __launch_bounds__(256, 1)
       for (int n = 0; n < kHid / 8; ++n) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const float bb = b1[j * kHid + n * 8 + 2 * t4 + e];
+          const float bb = b1s[j * kHid + n * 8 + 2 * t4 + e];
           h[n][e] = gelu_of<kGelu>(h[n][e] + bb);
           h[n][2 + e] = gelu_of<kGelu>(h[n][2 + e] + bb);
         }

@@ -43,7 +43,7 @@ def main():
         unit = r.get("Metric Unit", "")
         metric = r.get("Metric Name", "")
         if metric == "gpu__time_duration.sum":
-            v *= {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}.get(unit, 1.0)
+            v *= {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3, "s": 1e6, "second": 1e6}.get(unit, 1.0)
         launches[lid][metric] = v
     groups = collections.defaultdict(lambda: [0, 0.0])
     for lid, m in launches.items():
