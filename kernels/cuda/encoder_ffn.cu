@@ -923,7 +923,7 @@ __global__ void __launch_bounds__(256, 1)
       // after the norm) are older.
       mma::cp_async_wait<2>();
     } else if constexpr (K::kStaged) {
-      if (first) {
+      if (first || kMix) {  // the mixer form: the newest group is this tile's halo (below), needed first
         mma::cp_async_wait<0>();
       } else {
         mma::cp_async_wait<1>();
@@ -977,15 +977,19 @@ __global__ void __launch_bounds__(256, 1)
         // x += gamma ⊙ y, into xv and in place into the staged x (for the FFN's residual).
         float* Hs = reinterpret_cast<float*>(Ub);
         float* Us = Xs0 + (xb ^ 1) * (K::kX / 4);
-        for (int i = threadIdx.x; i < kHaloRows * C; i += 256) {
-          const int j = i / C, c = i % C;
-          float v = 0.f;
-          if (tile > 0) {
-            v = mix.side[((tile - 1) * kHaloRows + j) * C + c];
-          } else if (mix.hist) {
-            v = mix.hist[j * mix.ldh + c];
+        // A block's first tile loads its halo here (and every tile of the kPipe form); the later ones' came
+        // by cp.async under the tile before's epilogue (below), waited for at the top.
+        if (first || kPipe) {
+          for (int i = threadIdx.x; i < kHaloRows * C; i += 256) {
+            const int j = i / C, c = i % C;
+            float v = 0.f;
+            if (tile > 0) {
+              v = mix.side[((tile - 1) * kHaloRows + j) * C + c];
+            } else if (mix.hist) {
+              v = mix.hist[j * mix.ldh + c];
+            }
+            Hs[i] = v;
           }
-          Hs[i] = v;
         }
         const float inv1 = rows16_inv_rms<C>(xv, eps, lane);
 #pragma unroll
@@ -1178,6 +1182,19 @@ __global__ void __launch_bounds__(256, 1)
       __syncthreads();  // every warpgroup is done with this stage
       stage ^= 1;
     }
+    }
+    // The mixer form: the next tile's 6 halo rows of u (the side pass's rows before it) into U's region, free
+    // now (the last chunk's barrier: every warpgroup's GEMMs of this tile are done), in a group of their own
+    // that lands under the epilogue. Loaded at the next tile's start instead, their global loads held 3 % of
+    // the kernel's stall samples (Nsight, H100; NOTES, session 38). The kPipe form's group count is its own:
+    // it loads them there.
+    if constexpr (kMix && !kPipe) {
+      if (next < tiles) {
+        float* Hs = reinterpret_cast<float*>(Ub);
+        const float* src = mix.side + (next - 1) * kHaloRows * C;
+        for (int i = threadIdx.x; i < kHaloRows * C / 4; i += 256) mma::cp_async16(Hs + 4 * i, src + 4 * i);
+        mma::cp_async_commit();
+      }
     }
     // x = staged x + gamma ⊙ (acc + b2); acc's rows 16·warp + g + 8h, columns 8n + 2·t4 + e. Unstaged
     // (C = 256): the update added into x in L2 (a reduction, no round trip; one more rounding than the
@@ -1515,6 +1532,8 @@ bool conv_block_fits(const Tensor& x, const Tensor& history, const Backend::Conv
   if (T <= 0 || wt.w1.rows() != 4 * C) return false;
   if (C == 128) {
     if (!wgmma || !conv_ffn_wg_fits(x, wt.ffn_norm_w, wt.w1, wt.b1, wt.w2, wt.b2, wt.ffn_gamma)) return false;
+    // The side pass's rows in v are copied 16 bytes at a time (ffn_wg_kernel's halo prefetch).
+    if (reinterpret_cast<uintptr_t>(v.data) % 16 != 0) return false;
   } else {
     if (C != 32 && C != 64) return false;
     // 76 KB (C = 32) or 225 KB (C = 64) of shared memory a block: sm_90 has 227 KB, sm_80 163 KB.
