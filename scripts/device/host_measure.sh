@@ -88,6 +88,7 @@
 #                in case CUPTI misses graphs captured before it starts)
 #   b1ab         batch-1 decode of this snapshot against a base commit's (prepare.sh --base REV), both built here,
 #                $B1_REPS rounds interleaved, every other one reversed (decode_head_rN, decode_base_rN)
+#   encab        the same for both encoders over 60 s, 5 encodes a run (encab_head_rN, encab_base_rN)
 #   b1inab       batch-1 decode A/B in one process (cuda_decode_bench --ab): each of $AB_CFGS against the
 #                environment as it is, $AB_ROUNDS rounds of $AB_STEPS steps taking turns ($B1_ARGS: e.g. --prompt 4096;
 #                '--ab-rows 64 --prompt 400': batched steps of 64 rows, the curve's full steps, instead of batch 1;
@@ -580,29 +581,34 @@ for step in "$@"; do
         --batch-rows "${KT_ROWS:-64,128}" --batch-ctx 400 --batch-steps 16 --kernel-trace 16 --kernel-trace-all
       grep -h '^ktrace.*\(steps of\|recorded\|adds summed\| x  adds\|traced steps\)' "$OUT"/ktrace_*.log |
         tee -a "$OUT/steps.txt" ;;
-    b1ab)  # batch-1 decode of this snapshot against a base commit's (.device/base.tar.gz: prepare.sh --base REV), both built
-      # here (the base's cuda_decode_bench into /tmp/vvbuild_base), $B1_REPS rounds interleaved, every other one reversed
+    b1ab | encab)  # this snapshot against a base commit's (.device/base.tar.gz: prepare.sh --base REV), both built
+      # here (the base's cuda_decode_bench into /tmp/vvbuild_base), $B1_REPS rounds interleaved, every other one
+      # reversed: b1ab batch-1 decode (256 tokens), encab both encoders over 60 s (the median of 5 encodes a run)
       if [ ! -f "$VV_DEV/base.tar.gz" ]; then
-        echo "b1ab: no .device/base.tar.gz (scripts/device/prepare.sh --base REV)" | tee -a "$OUT/steps.txt"
+        echo "$step: no .device/base.tar.gz (scripts/device/prepare.sh --base REV)" | tee -a "$OUT/steps.txt"
       else
         t0=$SECONDS
         rm -rf /tmp/vvbase && mkdir -p /tmp/vvbase && tar -xzf "$VV_DEV/base.tar.gz" -C /tmp/vvbase &&
           cp -r tests/data /tmp/vvbase/tests/
-        if cmake -S /tmp/vvbase -B /tmp/vvbuild_base -G Ninja -U '__pkg_config_*' -DCMAKE_BUILD_TYPE=Release \
-          -DVV_WITH_CUDA=ON -DVV_CUDA_ARCHS=90a -DCMAKE_CUDA_ARCHITECTURES=90a >"$OUT/b1ab_build.log" 2>&1 &&
-          cmake --build /tmp/vvbuild_base -j 16 --target cuda_decode_bench >>"$OUT/b1ab_build.log" 2>&1; then
-          echo "b1ab base $(cat "$VV_DEV/base.rev") built in $((SECONDS - t0))s" | tee -a "$OUT/steps.txt"
+        if [ -x /tmp/vvbuild_base/tests/cuda_decode_bench ] ||
+          { cmake -S /tmp/vvbase -B /tmp/vvbuild_base -G Ninja -U '__pkg_config_*' -DCMAKE_BUILD_TYPE=Release \
+            -DVV_WITH_CUDA=ON -DVV_CUDA_ARCHS=90a -DCMAKE_CUDA_ARCHITECTURES=90a >"$OUT/${step}_build.log" 2>&1 &&
+            cmake --build /tmp/vvbuild_base -j 16 --target cuda_decode_bench >>"$OUT/${step}_build.log" 2>&1; }; then
+          echo "$step base $(cat "$VV_DEV/base.rev") built in $((SECONDS - t0))s" | tee -a "$OUT/steps.txt"
+          args=(--preset 7b --bf16 --no-gemv --tokens 256 --enc-audio 1 --job-audio 1 --job-tokens 1)
+          [ "$step" = encab ] && args=(--preset 7b --bf16 --no-gemv --prompt 16 --tokens 4 --enc-audio 60 --enc-reps 5
+            --job-audio 1 --job-tokens 1)
           for i in $(seq "${B1_REPS:-2}"); do
             ab=(head base)
             ((i % 2 == 0)) && ab=(base head)
             for w in "${ab[@]}"; do
               bin=$B/cuda_decode_bench
               [ "$w" = base ] && bin=/tmp/vvbuild_base/tests/cuda_decode_bench
-              run "decode_${w}_r$i" $bin --preset 7b --bf16 --no-gemv --tokens 256 --enc-audio 1 --job-audio 1 --job-tokens 1
+              run "${step/b1ab/decode}_${w}_r$i" $bin "${args[@]}"
             done
           done
         else
-          echo "b1ab: the base did not build (b1ab_build.log)" | tee -a "$OUT/steps.txt"
+          echo "$step: the base did not build (${step}_build.log)" | tee -a "$OUT/steps.txt"
         fi
       fi ;;
     b1inab)  # batch-1 decode A/B in one process (cuda_decode_bench --ab): for each of $AB_CFGS (';'-separated
