@@ -1030,6 +1030,24 @@ void gelu_inplace(Tensor& out, cudaStream_t s) {
   gelu_kernel<<<blocks_for(n, 256), 256, 0, s>>>(out.ptr<float>(), out.row_stride(), out.rows(), out.cols());
 }
 
+template <typename ST>
+__global__ void layer_scale_vectors_kernel(const ST* __restrict__ gamma, const float* __restrict__ b,
+                                           float* alpha, float* bias, int64_t C) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  const float g = to_f32(gamma[c]);
+  alpha[c] = g;
+  bias[c] = g * b[c];
+}
+
+void layer_scale_vectors(const Tensor& gamma, const float* b, float* alpha, float* bias, int64_t C,
+                         cudaStream_t s) {
+  if (C == 0) return;
+  VV_DISPATCH_FLOAT(gamma.dtype, ST,
+                    layer_scale_vectors_kernel<ST><<<blocks_for(C, 256), 256, 0, s>>>(
+                        static_cast<const ST*>(gamma.data), b, alpha, bias, C));
+}
+
 void gelu_bias_bf16_inplace(void* h, const float* bias, int64_t rows, int64_t E, cudaStream_t s) {
   const int64_t n = rows * E;
   if (n == 0) return;
