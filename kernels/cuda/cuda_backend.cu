@@ -480,11 +480,12 @@ class CudaBackend final : public Backend {
   // on cuBLASLt in row tiles that fit h's memory as bf16 (twice h's rows; the tile's hidden rows stay
   // in L2 between the two GEMMs): rms_norm_pack (its bf16 pack only: u is scratch, unspecified after a
   // fused FFN, and its f32 rows were 8.4 MB a 4,096-row tile at C = 512 written for no reader) → GEMM 1 into
-  // bf16 hidden rows → bias and GELU (erf) in place, rounded to bf16 → GEMM 2 with its bias into v (f32) → x
-  // += gamma ⊙ v. The hidden rows are rounded to bf16 before and after the GELU, as in the PyTorch
-  // reference's bf16 run (the fused kernel rounds only after it; here the bias is added after the
-  // first rounding). cuBLASLt's own GELU epilogue is the tanh form, and its bias for a bf16 output is
-  // bf16, so bias and GELU are their own pass.
+  // bf16 hidden rows → bias and GELU (erf; the fused kernels' fast erf unless VV_CUDA_FFN_FAST_ERF=0) in
+  // place, rounded to bf16 → GEMM 2 with its bias into v (f32) → x += gamma ⊙ v (or GEMM 2 with the layer
+  // scale in its epilogue: VV_CUDA_FFN_LT_SCALE). The hidden rows are rounded to bf16 before and after the
+  // GELU, as in the PyTorch reference's bf16 run (the fused kernel rounds only after it; here the bias is
+  // added after the first rounding). cuBLASLt's own GELU epilogue is the tanh form, and its bias for a bf16
+  // output is bf16, so bias and GELU are their own pass.
   static constexpr int64_t kFfnLtMin = 256;
   // plan_for's `ep` for a GEMM whose alpha is a device vector over the output channels (the layer scale).
   static constexpr int kLtLayerScale = 1000;
@@ -554,7 +555,7 @@ class CudaBackend final : public Backend {
         if (!p1 || !p2) return;  // planned before recording (ffn_lt_takes)
         lt_check(lt_api_->matmul(lt_, p1->desc, &alpha, w1.data, p1->wl, pack_, p1->al, &beta, h.data, p1->dl,
                                  h.data, p1->dl, &p1->algo, lt_ws_, lt_ws_bytes_, stream_));
-        cuda::gelu_bias_bf16_inplace(h.data, bias1, n, E, stream_);
+        cuda::gelu_bias_bf16_inplace(h.data, bias1, n, E, cuda::ffn_fast_erf(deterministic_), stream_);
         lt_api_->desc_set_attribute(p2->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias2, sizeof(bias2));
         if (in_gemm) {
           lt_check(lt_api_->matmul(lt_, p2->desc, scale_alpha, w2.data, p2->wl, h.data, p2->al, &beta_x,

@@ -35,8 +35,10 @@ void gemm_f32(const Tensor& a, const Tensor& w, const float* bias, Tensor& out, 
 void pack_rows_half(const Tensor& a, void* dst, DType to, cudaStream_t s);
 // out = gelu_erf(out) over a 2-D view.
 void gelu_inplace(Tensor& out, cudaStream_t s);
-// h[r, c] = bf16(gelu_erf(h[r, c] + bias[c])) over rows × E contiguous bf16 values (bias F32 [E]).
-void gelu_bias_bf16_inplace(void* h, const float* bias, int64_t rows, int64_t E, cudaStream_t s);
+// h[r, c] = bf16(gelu_erf(h[r, c] + bias[c])) over rows × E contiguous bf16 values (bias F32 [E]); erf is
+// erff, or with fast_erf the fused FFN kernels' form (gelu_erf_fast, convert.cuh).
+void gelu_bias_bf16_inplace(void* h, const float* bias, int64_t rows, int64_t E, bool fast_erf,
+                            cudaStream_t s);
 // alpha[c] = f32(gamma[c]) and bias[c] = alpha[c] · b[c] for c < C (gamma F32/BF16/F16 [C], b F32 [C]):
 // the per-channel scale and the scaled bias of a GEMM whose epilogue applies a layer scale
 // (x += gamma ⊙ (acc + b) as x = alpha ⊙ acc + x + bias).

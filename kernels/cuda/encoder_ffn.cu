@@ -45,36 +45,7 @@ constexpr int kWarpRows = 16;
 constexpr int kTileRows = kWarps * kWarpRows;  // rows per block of the streamed form
 constexpr int kHid = 64;                       // hidden columns per chunk
 
-// By default (VV_CUDA_FFN_FAST_ERF=0 gives erff back; so does the caller's exact_erf, in deterministic
-// mode, where the op sequence's erff GELU may compute some of a row's launches): the same GELU with erf from
-// Abramowitz & Stegun 7.1.26 (|error| ≤ 1.5e-7 on erf) instead of erff's ~30 instructions, which are most of
-// the small widths' work (E hidden values per row against 2C·E multiply-adds on the tensor cores).
-// 1 + erf(x/√2) is formed without cancellation: 2 − erfc(|x|/√2) for x ≥ 0 and erfc(|x|/√2) below, so
-// negative inputs keep their relative accuracy. In instructions (16 a value): the 1/√2 and the ½ are
-// folded into the coefficients (t's, and the polynomial's, which the ½ scales exactly), the exponent is
-// x·(x·−log2(e)/2), and the reciprocal and the exp2 are the SFU's flush-to-zero forms. The plain
-// __fdividef / __expf forms cost 24.5 instructions a value in the wgmma kernel's SASS (session 15): range
-// fix-ups for subnormal operands and results, which here only arise past |x| ≈ 13 (where erfc underflows:
-// the GELU is then x, or 0 where it would be a subnormal negative value).
-__device__ __forceinline__ float rcp_approx_ftz(float v) {
-  float r;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v));
-  return r;
-}
-__device__ __forceinline__ float ex2_approx_ftz(float v) {
-  float r;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v));
-  return r;
-}
-__device__ __forceinline__ float gelu_erf_fast(float x) {
-  const float t = rcp_approx_ftz(fmaf(0.3275911f * 0.70710678118654752440f, fabsf(x), 1.0f));
-  float p = fmaf(t, 0.5f * 1.061405429f, 0.5f * -1.453152027f);
-  p = fmaf(t, p, 0.5f * 1.421413741f);
-  p = fmaf(t, p, 0.5f * -0.284496736f);
-  p = fmaf(t, p, 0.5f * 0.254829592f);
-  const float half_erfc = p * t * ex2_approx_ftz(x * (x * -0.72134752044448170368f));  // ½·erfc(|x|/√2)
-  return x * (x >= 0.f ? 1.0f - half_erfc : half_erfc);
-}
+// The fast erf GELU (gelu_erf_fast) is in convert.cuh, beside gelu_erf.
 // The fused kernels' GELU form, a template argument: 0 erff (kGeluExact), 1 the erf above (kGeluErfFast).
 // (Session 34 measured a third, x·σ(x·q(x²)) with q a fitted cubic, 10 instructions a value: both encoders
 // over 60 s 17.69 against 17.74 ms on an H100, no gain; removed, code at 05e28e8.)
@@ -1471,6 +1442,10 @@ void conv_ffn_fused_as(Tensor& x, const Tensor& norm_w, float eps, const Tensor&
 }
 
 }  // namespace
+
+bool ffn_fast_erf(bool exact_erf) {
+  return gelu_form(exact_erf) == kGeluErfFast;
+}
 
 namespace {
 template <int G>

@@ -65,6 +65,9 @@ void conv_block_fused(Tensor& x, float eps, const Tensor& history, const Backend
 // The fused kernels' GELU forms on the device, for tests: out[i] = GELU(x[i]) by form `form` (0: erff,
 // 1: the fast erf, VV_CUDA_FFN_FAST_ERF's default), n ≥ 0 device floats each, on stream s.
 void gelu_forms_eval(const float* x, float* out, int64_t n, int form, cudaStream_t s);
+// Whether the fused kernels' GELU takes the fast erf (VV_CUDA_FFN_FAST_ERF unless 0, and not exact_erf):
+// the cuBLASLt FFN's GELU pass follows it.
+bool ffn_fast_erf(bool exact_erf);
 
 // x[t,c] += gamma[c] · (bias[c] + Σ_k w[c,k] · u[t + k − 6, c]) with u's rows before 0 from history
 // ([6, C], or zeros when history has no data): depthwise_conv1d_causal then add_scaled, in one pass
