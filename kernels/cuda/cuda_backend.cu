@@ -481,14 +481,14 @@ class CudaBackend final : public Backend {
   // in L2 between the two GEMMs): rms_norm_pack (its bf16 pack only: u is scratch, unspecified after a
   // fused FFN, and its f32 rows were 8.4 MB a 4,096-row tile at C = 512 written for no reader) → GEMM 1 into
   // bf16 hidden rows → bias and GELU (erf; the fused kernels' fast erf unless VV_CUDA_FFN_FAST_ERF=0) in
-  // place, rounded to bf16 → GEMM 2 with its bias into v (f32) → x += gamma ⊙ v (or GEMM 2 with the layer
-  // scale in its epilogue: VV_CUDA_FFN_LT_SCALE). The hidden rows are rounded to bf16 before and after the
-  // GELU, as in the PyTorch reference's bf16 run (the fused kernel rounds only after it; here the bias is
-  // added after the first rounding). cuBLASLt's own GELU epilogue is the tanh form, and its bias for a bf16
-  // output is bf16, so bias and GELU are their own pass.
+  // place, rounded to bf16 → GEMM 2 with its bias into v (f32) → x += gamma ⊙ v. The hidden rows are rounded
+  // to bf16 before and after the GELU, as in the PyTorch reference's bf16 run (the fused kernel rounds only
+  // after it; here the bias is added after the first rounding). cuBLASLt's own GELU epilogue is the tanh
+  // form, and its bias for a bf16 output is bf16, so bias and GELU are their own pass. Nor does it take the
+  // layer scale: with alpha a device vector (CUBLASLT_POINTER_MODE_ALPHA_DEVICE_VECTOR_BETA_HOST, gamma; beta
+  // 1 into x; bias gamma ⊙ b2) its heuristic had no bf16 algorithm on an H100 at any of the FFN's shapes
+  // (session 39; the form was removed, code at c0d7453), so x += gamma ⊙ v is its own pass too.
   static constexpr int64_t kFfnLtMin = 256;
-  // plan_for's `ep` for a GEMM whose alpha is a device vector over the output channels (the layer scale).
-  static constexpr int kLtLayerScale = 1000;
   bool ffn_lt_takes(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2, const Tensor& b2,
                     const Tensor& u, const Tensor& v, const Tensor& h) {
     if (compute_ != CudaCompute::kBF16 || !lt_api_ || deterministic_ || !ffn_lt_) return false;
@@ -514,7 +514,6 @@ class CudaBackend final : public Backend {
                        static_cast<long long>(n), static_cast<long long>(C), static_cast<long long>(E));
         return false;
       }
-      if (ffn_lt_scale_) (void)plan_for(n, C, E, x.row_stride(), DType::kBF16, true, kLtLayerScale);
     }
     return true;
   }
@@ -524,45 +523,23 @@ class CudaBackend final : public Backend {
     s << x << norm_w << eps << w1 << b1 << w2 << b2 << gamma << u << v << h;
     defer(s, [=, this] {
       const int64_t T = x.rows(), C = x.cols(), E = w1.rows(), tile = std::min(T, 2 * h.rows());
-      // The layer scale in GEMM 2's epilogue when cuBLASLt takes it at every tile's row count (planned
-      // in ffn_lt_takes): x = gamma ⊙ acc + x + gamma ⊙ b2, x both C and D, v not written.
-      const int64_t last = T % tile;
-      auto scale_plan = [&](int64_t n) {
-        return ffn_lt_scale_ && n > 0 ? plan_for(n, C, E, x.row_stride(), DType::kBF16, true, kLtLayerScale)
-                                      : nullptr;
-      };
-      const bool in_gemm = scale_plan(tile) != nullptr && (last == 0 || scale_plan(last) != nullptr);
-      const std::string label = "conv_ffn.lt.c" + std::to_string(C) + (in_gemm ? ".scale_in_gemm" : "");
+      const std::string label = "conv_ffn.lt.c" + std::to_string(C);
       OpTimer timer(this, label.c_str());
-      const size_t vec_at = (static_cast<size_t>(tile * C) * 2 + 255) / 256 * 256;
-      if (!ensure_pack(in_gemm ? vec_at + static_cast<size_t>(C) * 8 : static_cast<size_t>(tile * C) * 2))
-        return;
-      float* const scale_alpha = reinterpret_cast<float*>(static_cast<char*>(pack_) + vec_at);
-      float* const scale_bias = scale_alpha + C;
-      if (in_gemm)
-        cuda::layer_scale_vectors(gamma, b2.ptr<const float>(), scale_alpha, scale_bias, C, stream_);
-      const float alpha = 1.0f, beta = 0.0f, beta_x = 1.0f;
+      if (!ensure_pack(static_cast<size_t>(tile * C) * 2)) return;
+      const float alpha = 1.0f, beta = 0.0f;
       const float* bias1 = b1.ptr<const float>();
-      const float* bias2 = in_gemm ? scale_bias : b2.ptr<const float>();
+      const float* bias2 = b2.ptr<const float>();
       for (int64_t r0 = 0; r0 < T; r0 += tile) {
         const int64_t n = std::min(tile, T - r0);
         Tensor xt = x.row_slice(r0, n), ut = u.row_slice(r0, n), vt = v.row_slice(r0, n);
         cuda::rms_norm_pack(xt, norm_w, eps, ut, pack_, DType::kBF16, stream_, /*write_out=*/false);
         Plan* p1 = plan_for(n, E, C, E, DType::kBF16, false, static_cast<int>(Epilogue::kNone), true);
-        Plan* p2 = in_gemm ? scale_plan(n)
-                           : plan_for(n, C, E, vt.row_stride(), DType::kBF16, true,
-                                      static_cast<int>(Epilogue::kNone));
+        Plan* p2 = plan_for(n, C, E, vt.row_stride(), DType::kBF16, true, static_cast<int>(Epilogue::kNone));
         if (!p1 || !p2) return;  // planned before recording (ffn_lt_takes)
         lt_check(lt_api_->matmul(lt_, p1->desc, &alpha, w1.data, p1->wl, pack_, p1->al, &beta, h.data, p1->dl,
                                  h.data, p1->dl, &p1->algo, lt_ws_, lt_ws_bytes_, stream_));
         cuda::gelu_bias_bf16_inplace(h.data, bias1, n, E, cuda::ffn_fast_erf(deterministic_), stream_);
         lt_api_->desc_set_attribute(p2->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias2, sizeof(bias2));
-        if (in_gemm) {
-          lt_check(lt_api_->matmul(lt_, p2->desc, scale_alpha, w2.data, p2->wl, h.data, p2->al, &beta_x,
-                                   xt.data, p2->dl, xt.data, p2->dl, &p2->algo, lt_ws_, lt_ws_bytes_,
-                                   stream_));
-          continue;
-        }
         lt_check(lt_api_->matmul(lt_, p2->desc, &alpha, w2.data, p2->wl, h.data, p2->al, &beta, vt.data,
                                  p2->dl, vt.data, p2->dl, &p2->algo, lt_ws_, lt_ws_bytes_, stream_));
         cuda::add_scaled(xt, gamma, vt, stream_);
@@ -2119,11 +2096,6 @@ class CudaBackend final : public Backend {
       const cudaDataType_t bt = CUDA_R_32F;
       ok = ok && lt_api_->desc_set_attribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)) == 0;
     }
-    if (ep ==
-        kLtLayerScale) {  // alpha: a device vector over D's rows (the output channels); beta on the host
-      const cublasLtPointerMode_t pm = CUBLASLT_POINTER_MODE_ALPHA_DEVICE_VECTOR_BETA_HOST;
-      ok = ok && lt_api_->desc_set_attribute(p.desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, &pm, sizeof(pm)) == 0;
-    }
     ok = ok && lt_api_->layout_create(&p.wl, in, K, N, K) == 0;
     ok = ok && lt_api_->layout_create(&p.al, in, K, M, K) == 0;
     ok = ok && lt_api_->layout_create(&p.dl, bf16_out ? CUDA_R_16BF : CUDA_R_32F, N, M, ldd) == 0;
@@ -2666,12 +2638,6 @@ class CudaBackend final : public Backend {
   bool ffn_lt_ = !(std::getenv("VV_CUDA_FFN_LT") && std::string(std::getenv("VV_CUDA_FFN_LT")) == "0");
   int64_t ffn_lt_min_ =
       std::getenv("VV_CUDA_FFN_LT_MIN") ? std::atoll(std::getenv("VV_CUDA_FFN_LT_MIN")) : kFfnLtMin;
-  // conv_ffn_lt's layer scale in GEMM 2's epilogue (alpha a device vector: gamma; beta 1 into x; bias
-  // gamma ⊙ b2) instead of an add_scaled pass over v, where cuBLASLt has an algorithm for it (profile
-  // label ".scale_in_gemm"); VV_CUDA_FFN_LT_SCALE=0 keeps the pass (A/B). Not the same bits: gamma
-  // multiplies the f32 sum before x is added, rather than (acc + b2) rounded to f32 first.
-  bool ffn_lt_scale_ =
-      !(std::getenv("VV_CUDA_FFN_LT_SCALE") && std::string(std::getenv("VV_CUDA_FFN_LT_SCALE")) == "0");
   // The encoders' 128- and 256-channel FFNs (stages 2 and 3) on wgmma (cuda::conv_ffn_wg; sm_90 only)
   // instead of the mma.sync kernel and cuBLASLt; VV_CUDA_FFN_WG=0 turns it off (A/B).
   bool ffn_wg_ = !(std::getenv("VV_CUDA_FFN_WG") && std::string(std::getenv("VV_CUDA_FFN_WG")) == "0");

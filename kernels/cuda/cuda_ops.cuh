@@ -39,11 +39,6 @@ void gelu_inplace(Tensor& out, cudaStream_t s);
 // erff, or with fast_erf the fused FFN kernels' form (gelu_erf_fast, convert.cuh).
 void gelu_bias_bf16_inplace(void* h, const float* bias, int64_t rows, int64_t E, bool fast_erf,
                             cudaStream_t s);
-// alpha[c] = f32(gamma[c]) and bias[c] = alpha[c] · b[c] for c < C (gamma F32/BF16/F16 [C], b F32 [C]):
-// the per-channel scale and the scaled bias of a GEMM whose epilogue applies a layer scale
-// (x += gamma ⊙ (acc + b) as x = alpha ⊙ acc + x + bias).
-void layer_scale_vectors(const Tensor& gamma, const float* b, float* alpha, float* bias, int64_t C,
-                         cudaStream_t s);
 
 void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out, cudaStream_t s);
 // pack[r, c] = bf16(silu(g[r, c]) * g[r, I + c]) for a bf16 gate_up g [M, 2I] (contiguous rows); pack [M, I].

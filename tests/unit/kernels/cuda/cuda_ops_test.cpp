@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <tuple>
@@ -313,6 +314,47 @@ TEST(CudaOps, DepthwiseConvWithAndWithoutHistory) {
           expect_close(download_f32(*gpu, dout.t), host_rows(want_t), 1e-6,
                        "dwconv T=" + std::to_string(T) + " C=" + std::to_string(C) + (hist ? " history" : ""));
         }
+}
+
+// add_scaled on rows the four-column kernel takes (C and both row strides multiples of 4, aligned) gives the
+// bits of the one-column kernel (the same rows at an odd row stride), and the reference's within 1e-6;
+// f32 and bf16 scales.
+TEST(CudaOps, AddScaledFourColumnsGivesTheOneColumnBits) {
+  VV_CUDA_BACKEND_OR_SKIP(gpu, false);
+  for (auto [R, C] : std::vector<std::pair<int64_t, int64_t>>{{1, 4}, {129, 512}, {7, 2048}, {3, 3584}}) {
+    for (DType st : {DType::kF32, DType::kBF16}) {
+      const uint32_t seed = static_cast<uint32_t>(R + C) + (st == DType::kBF16 ? 1000 : 0);
+      // x and y, and the same values at odd row strides (C + 1, C + 3).
+      const auto restride = [](const HostMatrix& m, int64_t stride) {
+        HostMatrix o = random_matrix(m.rows, m.cols, DType::kF32, 0, 1.0f, stride);
+        for (int64_t r = 0; r < m.rows; ++r)
+          for (int64_t c = 0; c < m.cols; ++c) {
+            o.f[r * stride + c] = m.at(r, c);
+            std::memcpy(o.bytes.data() + 4 * (r * stride + c), &o.f[r * stride + c], 4);
+          }
+        return o;
+      };
+      HostMatrix x = random_matrix(R, C, DType::kF32, seed);
+      HostMatrix y = random_matrix(R, C, DType::kF32, seed + 1);
+      HostMatrix x_odd = restride(x, C + 1), y_odd = restride(y, C + 3);
+      HostMatrix sc = random_matrix(1, C, st, seed + 2);
+      HostMatrix want = x;
+      Tensor wv = want.view();
+      ref::add_scaled(wv, Tensor::vector(sc.bytes.data(), st, C), y.view());
+      DeviceMatrix dx = to_device(*gpu, x), dy = to_device(*gpu, y), ds = to_device(*gpu, sc);
+      DeviceMatrix dxo = to_device(*gpu, x_odd), dyo = to_device(*gpu, y_odd);
+      const Tensor sv = Tensor::vector(ds.buf.data(), st, C);
+      gpu->add_scaled(dx.t, sv, dy.t);
+      gpu->add_scaled(dxo.t, sv, dyo.t);
+      const std::vector<float> four = download_f32(*gpu, dx.t), one = download_f32(*gpu, dxo.t);
+      const std::string what = "add_scaled R=" + std::to_string(R) + " C=" + std::to_string(C);
+      ASSERT_EQ(four.size(), one.size()) << what;
+      size_t differ = 0;
+      for (size_t i = 0; i < four.size(); ++i) differ += std::memcmp(&four[i], &one[i], sizeof(float)) != 0;
+      EXPECT_EQ(differ, 0u) << what << ": four-column and one-column kernels differ";
+      expect_close(four, host_rows(wv), 1e-6, what);
+    }
+  }
 }
 
 TEST(CudaOps, ElementwiseOpsOnStridedRows) {

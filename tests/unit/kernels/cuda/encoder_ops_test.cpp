@@ -21,7 +21,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -234,35 +233,6 @@ TEST(CudaEncoderOps, FfnOnCublasLtFromWidth256InRowTiles) {
   const std::string rest = backend_profile_report(*gpu);
   EXPECT_EQ(rest.find("conv_ffn.lt"), std::string::npos) << rest;
   EXPECT_NE(rest.find("conv_ffn.fused.c128"), std::string::npos) << rest;
-}
-
-// The cuBLASLt FFN's layer scale: in GEMM 2's epilogue (alpha the device vector gamma, beta 1 into x, bias
-// gamma ⊙ b2; label ".scale_in_gemm"), the default where cuBLASLt has an algorithm for it (on sm_90 it must),
-// or as an add_scaled pass over v (VV_CUDA_FFN_LT_SCALE=0). Both against the same reference and bound,
-// over one and several row tiles, a partial last tile and one row.
-TEST(CudaEncoderOps, FfnLayerScaleInCublasLtEpilogueOrAsAPass) {
-  for (const char* in_gemm : {"1", "0"}) {
-    FfnEnv env{{"VV_CUDA_PROFILE", "1"}, {"VV_CUDA_FFN_WG", "0"}, {"VV_CUDA_FFN_LT_SCALE", in_gemm}};
-    VV_CUDA_BACKEND_OR_SKIP(gpu, true);
-    (void)backend_profile_report(*gpu);
-    check_ffn(*gpu, 5003, 256, 1024, 51);
-    check_ffn(*gpu, 2000, 512, 2048, 52);  // exactly one tile (h has 1,000 rows: 2,000-row tiles)
-    check_ffn(*gpu, 4001, 512, 2048, 53);  // two and a one-row tile
-    check_ffn(*gpu, 129, 1024, 4096, 54);
-    check_ffn(*gpu, 37, 2048, 8192, 55);
-    check_ffn(*gpu, 1, 512, 2048, 56);
-    const std::string table = backend_profile_report(*gpu);
-    EXPECT_NE(table.find("conv_ffn.lt.c512"), std::string::npos) << table;
-    const bool scaled = table.find(".scale_in_gemm") != std::string::npos;
-    if (std::string(in_gemm) == "0") {
-      EXPECT_FALSE(scaled) << table;
-    } else {
-      if (device_is_sm90()) {
-        EXPECT_TRUE(scaled) << "no cuBLASLt algorithm took the alpha vector\n" << table;
-      }
-      std::printf("layer scale in the GEMM's epilogue: %s\n", scaled ? "yes" : "no (the pass)");
-    }
-  }
 }
 
 // VV_CUDA_FFN_WG=1: the 128- and 256-channel FFNs on wgmma (sm_90 only; elsewhere the backend keeps the
