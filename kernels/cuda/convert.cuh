@@ -73,4 +73,19 @@ __device__ __forceinline__ float gelu_erf_fast(float x) {
   return fmaf(-fabsf(x), half_erfc, fmaxf(x, 0.0f));
 }
 
+// The GELU form, a template argument of the encoders' kernels and the cuBLASLt FFN's GELU pass: 0 erff
+// (kGeluExact), 1 the erf above (kGeluErfFast). (Session 34 measured a third, x·σ(x·q(x²)) with q a fitted
+// cubic, 10 instructions a value: both encoders over 60 s 17.69 against 17.74 ms on an H100, no gain;
+// removed, code at 05e28e8.)
+constexpr int kGeluExact = 0;
+constexpr int kGeluErfFast = 1;
+template <int kGelu>
+__device__ __forceinline__ float gelu_of(float x) {
+  if constexpr (kGelu == kGeluErfFast) {
+    return gelu_erf_fast(x);
+  } else {
+    return gelu_erf(x);
+  }
+}
+
 }  // namespace vv::cuda

@@ -365,16 +365,7 @@ __global__ void gelu_kernel(float* x, int64_t ld, int64_t R, int64_t C) {
 
 // h[r, c] = bf16(gelu_erf(h[r, c] + bias[c])) in place over rows × E contiguous bf16 values, eight per
 // thread (E % 8 == 0, h and bias 16-byte aligned) or one.
-template <bool kFastErf>
-__device__ __forceinline__ float gelu_pass_of(float x) {
-  if constexpr (kFastErf) {
-    return gelu_erf_fast(x);
-  } else {
-    return gelu_erf(x);
-  }
-}
-
-template <bool kFastErf>
+template <int kGelu>
 __global__ void gelu_bias_bf16_kernel(__nv_bfloat16* h, const float* __restrict__ bias, int64_t n, int64_t E,
                                       bool by8) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -389,13 +380,12 @@ __global__ void gelu_bias_bf16_kernel(__nv_bfloat16* h, const float* __restrict_
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       const float2 f = __bfloat1622float2(e[k]);
-      e[k] = __floats2bfloat162_rn(gelu_pass_of<kFastErf>(f.x + b[2 * k]),
-                                   gelu_pass_of<kFastErf>(f.y + b[2 * k + 1]));
+      e[k] = __floats2bfloat162_rn(gelu_of<kGelu>(f.x + b[2 * k]), gelu_of<kGelu>(f.y + b[2 * k + 1]));
     }
     *p = u;
     return;
   }
-  if (i < n) h[i] = __float2bfloat16_rn(gelu_pass_of<kFastErf>(__bfloat162float(h[i]) + bias[i % E]));
+  if (i < n) h[i] = __float2bfloat16_rn(gelu_of<kGelu>(__bfloat162float(h[i]) + bias[i % E]));
 }
 
 // ---- row ops ----------------------------------------------------------------------------------
@@ -1069,9 +1059,9 @@ void gelu_bias_bf16_inplace(void* h, const float* bias, int64_t rows, int64_t E,
   const bool by8 = E % 8 == 0 && aligned16(h) && aligned16(bias);
   auto* hb = static_cast<__nv_bfloat16*>(h);
   if (fast_erf) {
-    gelu_bias_bf16_kernel<true><<<blocks_for(by8 ? n / 8 : n, 256), 256, 0, s>>>(hb, bias, n, E, by8);
+    gelu_bias_bf16_kernel<kGeluErfFast><<<blocks_for(by8 ? n / 8 : n, 256), 256, 0, s>>>(hb, bias, n, E, by8);
   } else {
-    gelu_bias_bf16_kernel<false><<<blocks_for(by8 ? n / 8 : n, 256), 256, 0, s>>>(hb, bias, n, E, by8);
+    gelu_bias_bf16_kernel<kGeluExact><<<blocks_for(by8 ? n / 8 : n, 256), 256, 0, s>>>(hb, bias, n, E, by8);
   }
 }
 

@@ -45,20 +45,7 @@ constexpr int kWarpRows = 16;
 constexpr int kTileRows = kWarps * kWarpRows;  // rows per block of the streamed form
 constexpr int kHid = 64;                       // hidden columns per chunk
 
-// The fast erf GELU (gelu_erf_fast) is in convert.cuh, beside gelu_erf.
-// The fused kernels' GELU form, a template argument: 0 erff (kGeluExact), 1 the erf above (kGeluErfFast).
-// (Session 34 measured a third, x·σ(x·q(x²)) with q a fitted cubic, 10 instructions a value: both encoders
-// over 60 s 17.69 against 17.74 ms on an H100, no gain; removed, code at 05e28e8.)
-constexpr int kGeluExact = 0;
-constexpr int kGeluErfFast = 1;
-template <int kGelu>
-__device__ __forceinline__ float gelu_of(float x) {
-  if constexpr (kGelu == kGeluErfFast) {
-    return gelu_erf_fast(x);
-  } else {
-    return gelu_erf(x);
-  }
-}
+// The GELU forms (gelu_of<kGeluExact | kGeluErfFast>, the fast erf) are in convert.cuh, beside gelu_erf.
 
 // RMSNorm (f32, as rms_norm computes it) of the 16 rows r0.. into Uw [16][LDU], rounded to bf16;
 // rows ≥ T give zeros. G rows' loads are issued before any is used (one row at a time left each
