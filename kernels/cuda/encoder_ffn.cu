@@ -832,7 +832,7 @@ struct WgMixer {
 };
 struct WgNoMixer {};
 
-template <int C, int kGelu, typename Mix, bool kPipe>
+template <int C, int kGelu, typename Mix, bool kPing>
 __global__ void __launch_bounds__(256, 1)
     ffn_wg_kernel(float* x, int64_t ldx, int64_t T, const float* __restrict__ norm_w, float eps,
                   const __nv_bfloat16* __restrict__ w1, const float* __restrict__ b1,
@@ -856,16 +856,15 @@ __global__ void __launch_bounds__(256, 1)
   if (tile >= tiles) return;
   for (int i = threadIdx.x; i < K::E; i += 256) b1s[i] = b1[i];
   static_assert(K::kStaged || !kMix, "the mixer form stages x");
-  int xb = 0, stage = 0;
+  int xb = 0;
+  [[maybe_unused]] int stage = 0;  // the form in step: chunk j's stage (NCH is even: 0 at every tile's start)
   if constexpr (K::kStaged) ffn_wg_issue_x<C>(x, ldx, T, tile * kWgRows, Xs0);
-  ffn_wg_issue_w<C>(w1, w2, 0, Wb);
-  mma::cp_async_commit();
-  if constexpr (kPipe) {  // chunk 1's W1, then its W2, in groups of their own (the loop's pattern)
-    ffn_wg_issue_w1<C>(w1, 1, Wb + K::kStage);
-    mma::cp_async_commit();
-    ffn_wg_issue_w2<C>(w2, 1, Wb + K::kStage);
-    mma::cp_async_commit();
+  if constexpr (kPing) {  // chunk 0's W2 comes with chunk 1's W1, in the first phase (below)
+    ffn_wg_issue_w1<C>(w1, 0, Wb);
+  } else {
+    ffn_wg_issue_w<C>(w1, w2, 0, Wb);
   }
+  mma::cp_async_commit();
   bool first = true;
   float acc[C / 8][4];
 #pragma unroll
@@ -876,10 +875,10 @@ __global__ void __launch_bounds__(256, 1)
     float* Xs = Xs0 + xb * (K::kX / 4);
     // This tile's x: the prologue's group (the only one), or an older group than the newest (this
     // tile's first weight chunk, issued during the previous tile's last chunk).
-    if constexpr (kPipe) {
-      // The newest two groups are chunk 1's W1 and W2; x and chunk 0's W1 (for the GEMM 1 issued
-      // after the norm) are older.
-      mma::cp_async_wait<2>();
+    if constexpr (kPing) {
+      // Every group: chunk 0's W1 (the prologue's, or the previous tile's, landed already) and, in the
+      // mixer form, this tile's halo (issued after the previous tile's phases).
+      mma::cp_async_wait<0>();
     } else if constexpr (K::kStaged) {
       if (first || kMix) {  // the mixer form: the newest group is this tile's halo (below), needed first
         mma::cp_async_wait<0>();
@@ -935,9 +934,9 @@ __global__ void __launch_bounds__(256, 1)
         // x += gamma ⊙ y, into xv and in place into the staged x (for the FFN's residual).
         float* Hs = reinterpret_cast<float*>(Ub);
         float* Us = Xs0 + (xb ^ 1) * (K::kX / 4);
-        // A block's first tile loads its halo here (and every tile of the kPipe form); the later ones' came
-        // by cp.async under the tile before's epilogue (below), waited for at the top.
-        if (first || kPipe) {
+        // A block's first tile loads its halo here; the later ones' came by cp.async under the tile
+        // before's epilogue (below), waited for at the top.
+        if (first) {
           for (int i = threadIdx.x; i < kHaloRows * C; i += 256) {
             const int j = i / C, c = i % C;
             float v = 0.f;
@@ -1010,87 +1009,118 @@ __global__ void __launch_bounds__(256, 1)
     fence_proxy_async_shared();  // U's stores, for wgmma
     __syncthreads();
     const uint32_t ua = u_addr + wg * KA * kWgAtom;
-    // acc += h·W2ᵀ of a chunk: h as the A registers, W2's columns from the stage at sa; waited.
-    const auto gemm2 = [&](const uint32_t(&a)[kHid / 16][4], uint32_t sa) {
-      wgmma_fence_operands<C / 2>(&acc[0][0]);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kHid / 16; ++kk)
-        wgmma_bf16_rs<C>(&acc[0][0], a[kk], sw128_desc(sa + K::kW1 + 32 * kk));
-      wgmma_commit();
-      wgmma_wait<0>();
-      wgmma_fence_operands<C / 2>(&acc[0][0]);
-    };
-    if constexpr (kPipe) {
-      // GEMM 1 one chunk ahead: chunk j + 1's h = U·W1ᵀ runs on the tensor cores while this warpgroup
-      // takes chunk j's GELUs. A stage's W1 half is free once its GEMM 1 is done, its W2 half once its
-      // GEMM 2 is: the W1 copies go two chunks ahead after the first barrier of a chunk, the W2 copies
-      // after the second. Per chunk j (stage j & 1), in order: GEMM 1 (j) waited; every thread's copies
-      // of W1 (j + 1) and W2 (j) waited, barrier; GEMM 1 (j + 1) issued (not past the tile: the next
-      // tile's U is not written yet); W1 (j + 2) copied into this stage (the next tile's chunks past the
-      // end; with the first chunk the next tile's x); GELUs; GEMM 2 (j) issued and waited (with GEMM 1
-      // (j + 1)); barrier; W2 (j + 2) copied. Two cp.async groups a chunk, committed even when empty,
-      // so that "all but the newest" always names W1 (j + 1) and W2 (j).
-      const auto gemm1 = [&](float(&hh)[kHid / 8][4], int slot) {
-        const uint32_t sa = w_addr + slot * K::kStage;
-#pragma unroll
-        for (int n = 0; n < kHid / 8; ++n) hh[n][0] = hh[n][1] = hh[n][2] = hh[n][3] = 0.f;
-        wgmma_fence_operands<kHid / 2>(&hh[0][0]);
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < C / 16; ++kk) {
-          const uint32_t off = (kk / 4) * kWgAtom + 32 * (kk % 4);
-          wgmma_bf16<64>(&hh[0][0], sw128_desc(ua + off), sw128_desc(sa + off));
-        }
-        wgmma_commit();
-      };
-      const auto chunk = [&](int j, float(&hc)[kHid / 8][4], float(&hn)[kHid / 8][4]) {
-        const int slot = j & 1;
-        const bool more = j + 2 < NCH || next < tiles;  // a chunk two ahead, in this tile or the next
-        const int c2 = j + 2 < NCH ? j + 2 : j + 2 - NCH;
-        wgmma_wait<0>();
-        wgmma_fence_operands<kHid / 2>(&hc[0][0]);
-        mma::cp_async_wait<1>();
-        fence_proxy_async_shared();
-        __syncthreads();
-        if (j + 1 < NCH) gemm1(hn, slot ^ 1);
-        if (more) ffn_wg_issue_w1<C>(w1, c2, Wb + slot * K::kStage);
+    if constexpr (kPing) {
+      // Ping-pong: the two warpgroups half a chunk apart, so that one's GELUs run while the tensor cores
+      // take the other's GEMMs (in step, both idle the tensor cores through every GELU phase; NOTES,
+      // session 38: 31 % of the c128 block's stall samples were the warpgroups waiting for their GEMMs
+      // or for each other). A warpgroup's steps alternate: T(k) issues GEMM 2 of chunk k − 1 (the
+      // GELUs of C(k − 1), in registers) and GEMM 1 of chunk k, and waits; C(k) takes chunk k's bias
+      // and GELUs into the A registers. Steps s = 0 .. 2·NCH; in phase p warpgroup 0 takes step p and
+      // warpgroup 1 step p − 1, a block barrier between phases. In phases 2k and 2k + 1 the stages
+      // hold W1 (k) and W2 (k − 1) being read, and W1 (k + 1), W2 (k) landing: issued at phase 2k
+      // (into the slots W1 (k − 1) and W2 (k − 2) left at the barrier before), waited for at the end
+      // of phase 2k + 1. W1 (NCH) is the next tile's W1 (0), in slot 0 (NCH is even). The same
+      // operations on the same operands in the same order as the form in step: the same bits.
+      static_assert(NCH % 2 == 0 && NCH >= 2, "ping-pong stage slots");
+      float h[kHid / 8][4];
+      uint32_t a[kHid / 16][4];
+      // The phase barrier: named barrier 1 over the block's 256 threads, reached by the two warpgroups at
+      // different points of the same code (warpgroup 1 one phase behind). No wgmma sits in a branch
+      // (ptxas serialises a kernel's wgmmas where one does): the steps' conditions are peeled.
+      const auto phase_end = [] { asm volatile("bar.sync 1, 256;\n" ::: "memory"); };
+      // Copies issued in phase 2k (this thread's share): W1 (k + 1) (the next tile's W1 (0) after the last
+      // chunk), W2 (k), with k = 0 the next tile's x; waited for at the end of phase 2k + 1.
+      const auto issue = [&](int k) {
+        if (k + 1 < NCH || next < tiles)
+          ffn_wg_issue_w1<C>(w1, (k + 1) % NCH, Wb + ((k + 1) & 1) * K::kStage);
+        ffn_wg_issue_w2<C>(w2, k, Wb + (k & 1) * K::kStage);
         if constexpr (K::kStaged) {
-          if (j == 0 && next < tiles)
+          if (k == 0 && next < tiles)
             ffn_wg_issue_x<C>(x, ldx, T, next * kWgRows, Xs0 + (xb ^ 1) * (K::kX / 4));
         }
         mma::cp_async_commit();
-        // The GELUs into new registers, not in place: ptxas serialises every wgmma of a kernel where
-        // other instructions define a wgmma's accumulator registers while a wgmma is in flight.
-        uint32_t a[kHid / 16][4];
-#pragma unroll
-        for (int kk = 0; kk < kHid / 16; ++kk) {
-          float gv[2][4];
-#pragma unroll
-          for (int q = 0; q < 2; ++q) {
-            const int n = 2 * kk + q;
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const float bb = b1s[j * kHid + n * 8 + 2 * t4 + e];
-              gv[q][e] = gelu_of<kGelu>(hc[n][e] + bb);
-              gv[q][2 + e] = gelu_of<kGelu>(hc[n][2 + e] + bb);
-            }
-          }
-          mma::pack_a_from_c(gv[0], gv[1], a[kk]);
-        }
-        gemm2(a, w_addr + slot * K::kStage);  // waits for GEMM 1 (j + 1) too
-        wgmma_fence_operands<kHid / 2>(&hn[0][0]);
-        __syncthreads();  // every warpgroup is done with this stage's W2
-        if (more) ffn_wg_issue_w2<C>(w2, c2, Wb + slot * K::kStage);
-        mma::cp_async_commit();
       };
-      float h0[kHid / 8][4], h1[kHid / 8][4];
-      gemm1(h0, 0);
-#pragma unroll 1
-      for (int j = 0; j < NCH; j += 2) {
-        chunk(j, h0, h1);
-        chunk(j + 1, h1, h0);
+      const auto landed = [] {  // this thread's copies, for wgmma
+        mma::cp_async_wait<0>();
+        fence_proxy_async_shared();
+      };
+      const auto gemm2_issue = [&](int k) {  // acc += GELU(chunk k)·W2 (k)ᵀ, from the A registers
+        const uint32_t sw2 = w_addr + (k & 1) * K::kStage + K::kW1;
+#pragma unroll
+        for (int kk = 0; kk < kHid / 16; ++kk) wgmma_bf16_rs<C>(&acc[0][0], a[kk], sw128_desc(sw2 + 32 * kk));
+      };
+      const auto gemm1_issue = [&](int k) {  // h = U·W1 (k)ᵀ
+        const uint32_t sw1 = w_addr + (k & 1) * K::kStage;
+#pragma unroll
+        for (int kk = 0; kk < C / 16; ++kk) {  // 32 bytes of each 128-byte row per k16 step
+          const uint32_t off = (kk / 4) * kWgAtom + 32 * (kk % 4);
+          wgmma_bf16<64>(&h[0][0], sw128_desc(ua + off), sw128_desc(sw1 + off));
+        }
+      };
+      const auto zero_h = [&] {
+#pragma unroll
+        for (int n = 0; n < kHid / 8; ++n) h[n][0] = h[n][1] = h[n][2] = h[n][3] = 0.f;
+      };
+      const auto fence_in = [&] {
+        wgmma_fence_operands<C / 2>(&acc[0][0]);
+        wgmma_fence_operands<kHid / 2>(&h[0][0]);
+        wgmma_fence();
+      };
+      const auto wait_out = [&] {
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_operands<C / 2>(&acc[0][0]);
+        wgmma_fence_operands<kHid / 2>(&h[0][0]);
+      };
+      const auto gelus = [&](int k) {  // C(k): chunk k's bias and GELUs into the A registers
+#pragma unroll
+        for (int n = 0; n < kHid / 8; ++n) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float bb = b1s[k * kHid + n * 8 + 2 * t4 + e];
+            h[n][e] = gelu_of<kGelu>(h[n][e] + bb);
+            h[n][2 + e] = gelu_of<kGelu>(h[n][2 + e] + bb);
+          }
+        }
+#pragma unroll
+        for (int kk = 0; kk < kHid / 16; ++kk) mma::pack_a_from_c(h[2 * kk], h[2 * kk + 1], a[kk]);
+      };
+      if (wg == 1) {  // warpgroup 1's phase 0: its share of the first copies
+        issue(0);
+        phase_end();
+      } else {
+        issue(0);
       }
+      zero_h();  // T(0)
+      fence_in();
+      gemm1_issue(0);
+      wait_out();
+      if (wg == 1) landed();
+      phase_end();
+      if (wg == 1) issue(1);
+      gelus(0);  // C(0)
+      if (wg == 0) landed();
+      phase_end();
+#pragma unroll 1
+      for (int k = 1; k < NCH; ++k) {
+        if (wg == 0) issue(k);
+        zero_h();  // T(k)
+        fence_in();
+        gemm2_issue(k - 1);
+        gemm1_issue(k);
+        wait_out();
+        if (wg == 1) landed();
+        phase_end();
+        if (wg == 1 && k + 1 < NCH) issue(k + 1);
+        gelus(k);  // C(k)
+        if (wg == 0) landed();
+        phase_end();
+      }
+      fence_in();  // T(NCH)
+      gemm2_issue(NCH - 1);
+      wait_out();
+      phase_end();
+      if (wg == 0) phase_end();  // warpgroup 0's phase 2·NCH + 1
     } else {
 #pragma unroll 1
     for (int j = 0; j < NCH; ++j) {
@@ -1136,7 +1166,15 @@ __global__ void __launch_bounds__(256, 1)
       }
 #pragma unroll
       for (int kk = 0; kk < kHid / 16; ++kk) mma::pack_a_from_c(h[2 * kk], h[2 * kk + 1], a[kk]);
-      gemm2(a, sa);
+      // acc += h·W2ᵀ: h as the A registers, W2's columns from the stage; waited.
+      wgmma_fence_operands<C / 2>(&acc[0][0]);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kHid / 16; ++kk)
+        wgmma_bf16_rs<C>(&acc[0][0], a[kk], sw128_desc(sa + K::kW1 + 32 * kk));
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_fence_operands<C / 2>(&acc[0][0]);
       __syncthreads();  // every warpgroup is done with this stage
       stage ^= 1;
     }
@@ -1144,9 +1182,8 @@ __global__ void __launch_bounds__(256, 1)
     // The mixer form: the next tile's 6 halo rows of u (the side pass's rows before it) into U's region, free
     // now (the last chunk's barrier: every warpgroup's GEMMs of this tile are done), in a group of their own
     // that lands under the epilogue. Loaded at the next tile's start instead, their global loads held 3 % of
-    // the kernel's stall samples (Nsight, H100; NOTES, session 38). The kPipe form's group count is its own:
-    // it loads them there.
-    if constexpr (kMix && !kPipe) {
+    // the kernel's stall samples (Nsight, H100; NOTES, session 38).
+    if constexpr (kMix) {
       if (next < tiles) {
         float* Hs = reinterpret_cast<float*>(Ub);
         const float* src = mix.side + (next - 1) * kHaloRows * C;
@@ -1299,9 +1336,9 @@ void launch_ffn_wg_as(Tensor& x, const Tensor& norm_w, float eps, const Tensor& 
 
 template <int C, int F, typename Mix = WgNoMixer>
 void launch_ffn_wg(Tensor& x, const Tensor& norm_w, float eps, const Tensor& w1, const Tensor& b1,
-                   const Tensor& w2, const Tensor& b2, const Tensor& gamma, bool pipe, cudaStream_t s,
+                   const Tensor& w2, const Tensor& b2, const Tensor& gamma, bool ping, cudaStream_t s,
                    Mix mix = {}) {
-  if (pipe) {
+  if (ping) {
     launch_ffn_wg_as<C, F, Mix, true>(x, norm_w, eps, w1, b1, w2, b2, gamma, s, mix);
   } else {
     launch_ffn_wg_as<C, F, Mix, false>(x, norm_w, eps, w1, b1, w2, b2, gamma, s, mix);
@@ -1311,7 +1348,7 @@ void launch_ffn_wg(Tensor& x, const Tensor& norm_w, float eps, const Tensor& w1,
 // conv_block at C = 128: the wgmma FFN kernel with the mixer in front (after the side pass).
 template <int F, typename WT>
 void launch_block_wg(Tensor& x, float eps, const float* hist, int64_t ldh, const float* side,
-                     const Backend::ConvBlockWeights& wt, const WT* taps, Tensor& u, bool pipe,
+                     const Backend::ConvBlockWeights& wt, const WT* taps, Tensor& u, bool ping,
                      cudaStream_t s) {
   const WgMixer<WT> mix{hist,
                         ldh,
@@ -1323,21 +1360,21 @@ void launch_block_wg(Tensor& x, float eps, const float* hist, int64_t ldh, const
                         wt.gamma.ptr<const float>(),
                         u.ptr<float>(),
                         u.row_stride()};
-  launch_ffn_wg<128, F>(x, wt.ffn_norm_w, eps, wt.w1, wt.b1, wt.w2, wt.b2, wt.ffn_gamma, pipe, s, mix);
+  launch_ffn_wg<128, F>(x, wt.ffn_norm_w, eps, wt.w1, wt.b1, wt.w2, wt.b2, wt.ffn_gamma, ping, s, mix);
 }
 
 template <int F>
 void launch_block_wg_taps(Tensor& x, float eps, const float* hist, int64_t ldh, const float* side,
-                          const Backend::ConvBlockWeights& wt, Tensor& u, bool pipe, cudaStream_t s) {
+                          const Backend::ConvBlockWeights& wt, Tensor& u, bool ping, cudaStream_t s) {
   switch (wt.mixer_w.dtype) {
     case DType::kBF16:
-      launch_block_wg<F>(x, eps, hist, ldh, side, wt, wt.mixer_w.ptr<const __nv_bfloat16>(), u, pipe, s);
+      launch_block_wg<F>(x, eps, hist, ldh, side, wt, wt.mixer_w.ptr<const __nv_bfloat16>(), u, ping, s);
       break;
     case DType::kF16:
-      launch_block_wg<F>(x, eps, hist, ldh, side, wt, wt.mixer_w.ptr<const __half>(), u, pipe, s);
+      launch_block_wg<F>(x, eps, hist, ldh, side, wt, wt.mixer_w.ptr<const __half>(), u, ping, s);
       break;
     default:
-      launch_block_wg<F>(x, eps, hist, ldh, side, wt, wt.mixer_w.ptr<const float>(), u, pipe, s);
+      launch_block_wg<F>(x, eps, hist, ldh, side, wt, wt.mixer_w.ptr<const float>(), u, ping, s);
       break;
   }
 }
@@ -1476,14 +1513,14 @@ bool conv_ffn_wg_fits(const Tensor& x, const Tensor& norm_w, const Tensor& w1, c
 }
 
 void conv_ffn_wg(Tensor& x, const Tensor& norm_w, float eps, const Tensor& w1, const Tensor& b1,
-                 const Tensor& w2, const Tensor& b2, const Tensor& gamma, bool exact_erf, bool pipe,
+                 const Tensor& w2, const Tensor& b2, const Tensor& gamma, bool exact_erf, bool ping,
                  cudaStream_t s) {
   if (x.rows() == 0) return;
   with_gelu(gelu_form(exact_erf), [&](auto g) {
     if (x.cols() == 256) {
-      launch_ffn_wg<256, decltype(g)::value>(x, norm_w, eps, w1, b1, w2, b2, gamma, pipe, s);
+      launch_ffn_wg<256, decltype(g)::value>(x, norm_w, eps, w1, b1, w2, b2, gamma, ping, s);
     } else {
-      launch_ffn_wg<128, decltype(g)::value>(x, norm_w, eps, w1, b1, w2, b2, gamma, pipe, s);
+      launch_ffn_wg<128, decltype(g)::value>(x, norm_w, eps, w1, b1, w2, b2, gamma, ping, s);
     }
   });
 }
@@ -1512,7 +1549,7 @@ bool conv_block_fits(const Tensor& x, const Tensor& history, const Backend::Conv
 }
 
 void conv_block_fused(Tensor& x, float eps, const Tensor& history, const Backend::ConvBlockWeights& wt,
-                      Tensor& u, Tensor& v, bool exact_erf, bool pipe, cudaStream_t s) {
+                      Tensor& u, Tensor& v, bool exact_erf, bool ping, cudaStream_t s) {
   const int64_t T = x.rows();
   if (T == 0) return;
   float* side = v.ptr<float>();
@@ -1523,7 +1560,7 @@ void conv_block_fused(Tensor& x, float eps, const Tensor& history, const Backend
   with_gelu(gelu_form(exact_erf), [&](auto g) {
     constexpr int G = decltype(g)::value;
     if (x.cols() == 128) {
-      launch_block_wg_taps<G>(x, eps, hist, ldh, side, wt, u, pipe, s);
+      launch_block_wg_taps<G>(x, eps, hist, ldh, side, wt, u, ping, s);
     } else if (x.cols() == 32) {
       launch_block_taps<32, G>(x, eps, hist, ldh, side, wt, u, s);
     } else {
