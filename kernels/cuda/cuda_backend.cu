@@ -453,7 +453,7 @@ class CudaBackend final : public Backend {
         Tensor xx = x;
         const std::string label = "conv_ffn.wg.c" + std::to_string(x.cols());
         OpTimer timer(this, label.c_str());
-        cuda::conv_ffn_wg(xx, norm_w, eps, w1, b1, w2, b2, gamma, deterministic_, ffn_wg_ping_, stream_);
+        cuda::conv_ffn_wg(xx, norm_w, eps, w1, b1, w2, b2, gamma, deterministic_, stream_);
         launched("conv_ffn");
       });
       return;
@@ -594,7 +594,7 @@ class CudaBackend final : public Backend {
       Tensor xx = x, uu = u, vv = v;
       const std::string label = "conv_block.fused.c" + std::to_string(x.cols());
       OpTimer timer(this, label.c_str());
-      cuda::conv_block_fused(xx, eps, history, wt, uu, vv, deterministic_, ffn_wg_ping_, stream_);
+      cuda::conv_block_fused(xx, eps, history, wt, uu, vv, deterministic_, stream_);
       launched("conv_block");
     });
     return true;
@@ -2641,10 +2641,6 @@ class CudaBackend final : public Backend {
   // The encoders' 128- and 256-channel FFNs (stages 2 and 3) on wgmma (cuda::conv_ffn_wg; sm_90 only)
   // instead of the mma.sync kernel and cuBLASLt; VV_CUDA_FFN_WG=0 turns it off (A/B).
   bool ffn_wg_ = !(std::getenv("VV_CUDA_FFN_WG") && std::string(std::getenv("VV_CUDA_FFN_WG")) == "0");
-  // VV_CUDA_FFN_WG_PINGPONG=1 (opt-in until measured on a GPU): the wgmma FFN's two warpgroups half a
-  // chunk apart (cuda::conv_ffn_wg's `ping`; the same bits either way).
-  bool ffn_wg_ping_ =
-      std::getenv("VV_CUDA_FFN_WG_PINGPONG") && std::string(std::getenv("VV_CUDA_FFN_WG_PINGPONG")) == "1";
   // VV_CUDA_ATTN_LEAN=1 (opt-in until run on a GPU): cuda::decode_attention's `lean`.
   bool attn_lean_ = std::getenv("VV_CUDA_ATTN_LEAN") && std::string(std::getenv("VV_CUDA_ATTN_LEAN")) == "1";
   // cuda::decode_attention's `wide_merge` (the SIMT kernel's last block loads 8 splits for all of a

@@ -832,7 +832,7 @@ struct WgMixer {
 };
 struct WgNoMixer {};
 
-template <int C, int kGelu, typename Mix, bool kPing>
+template <int C, int kGelu, typename Mix>
 __global__ void __launch_bounds__(256, 1)
     ffn_wg_kernel(float* x, int64_t ldx, int64_t T, const float* __restrict__ norm_w, float eps,
                   const __nv_bfloat16* __restrict__ w1, const float* __restrict__ b1,
@@ -856,14 +856,9 @@ __global__ void __launch_bounds__(256, 1)
   if (tile >= tiles) return;
   for (int i = threadIdx.x; i < K::E; i += 256) b1s[i] = b1[i];
   static_assert(K::kStaged || !kMix, "the mixer form stages x");
-  int xb = 0;
-  [[maybe_unused]] int stage = 0;  // the form in step: chunk j's stage (NCH is even: 0 at every tile's start)
+  int xb = 0, stage = 0;
   if constexpr (K::kStaged) ffn_wg_issue_x<C>(x, ldx, T, tile * kWgRows, Xs0);
-  if constexpr (kPing) {  // chunk 0's W2 comes with chunk 1's W1, in the first phase (below)
-    ffn_wg_issue_w1<C>(w1, 0, Wb);
-  } else {
-    ffn_wg_issue_w<C>(w1, w2, 0, Wb);
-  }
+  ffn_wg_issue_w<C>(w1, w2, 0, Wb);
   mma::cp_async_commit();
   bool first = true;
   float acc[C / 8][4];
@@ -875,11 +870,7 @@ __global__ void __launch_bounds__(256, 1)
     float* Xs = Xs0 + xb * (K::kX / 4);
     // This tile's x: the prologue's group (the only one), or an older group than the newest (this
     // tile's first weight chunk, issued during the previous tile's last chunk).
-    if constexpr (kPing) {
-      // Every group: chunk 0's W1 (the prologue's, or the previous tile's, landed already) and, in the
-      // mixer form, this tile's halo (issued after the previous tile's phases).
-      mma::cp_async_wait<0>();
-    } else if constexpr (K::kStaged) {
+    if constexpr (K::kStaged) {
       if (first || kMix) {  // the mixer form: the newest group is this tile's halo (below), needed first
         mma::cp_async_wait<0>();
       } else {
@@ -1009,119 +1000,6 @@ __global__ void __launch_bounds__(256, 1)
     fence_proxy_async_shared();  // U's stores, for wgmma
     __syncthreads();
     const uint32_t ua = u_addr + wg * KA * kWgAtom;
-    if constexpr (kPing) {
-      // Ping-pong: the two warpgroups half a chunk apart, so that one's GELUs run while the tensor cores
-      // take the other's GEMMs (in step, both idle the tensor cores through every GELU phase; NOTES,
-      // session 38: 31 % of the c128 block's stall samples were the warpgroups waiting for their GEMMs
-      // or for each other). A warpgroup's steps alternate: T(k) issues GEMM 2 of chunk k − 1 (the
-      // GELUs of C(k − 1), in registers) and GEMM 1 of chunk k, and waits; C(k) takes chunk k's bias
-      // and GELUs into the A registers. Steps s = 0 .. 2·NCH; in phase p warpgroup 0 takes step p and
-      // warpgroup 1 step p − 1, a block barrier between phases. In phases 2k and 2k + 1 the stages
-      // hold W1 (k) and W2 (k − 1) being read, and W1 (k + 1), W2 (k) landing: issued at phase 2k
-      // (into the slots W1 (k − 1) and W2 (k − 2) left at the barrier before), waited for at the end
-      // of phase 2k + 1. W1 (NCH) is the next tile's W1 (0), in slot 0 (NCH is even). The same
-      // operations on the same operands in the same order as the form in step: the same bits.
-      static_assert(NCH % 2 == 0 && NCH >= 2, "ping-pong stage slots");
-      float h[kHid / 8][4];
-      uint32_t a[kHid / 16][4];
-      // The phase barrier: named barrier 1 over the block's 256 threads, reached by the two warpgroups at
-      // different points of the same code (warpgroup 1 one phase behind). No wgmma sits in a branch
-      // (ptxas serialises a kernel's wgmmas where one does): the steps' conditions are peeled.
-      const auto phase_end = [] { asm volatile("bar.sync 1, 256;\n" ::: "memory"); };
-      // Copies issued in phase 2k (this thread's share): W1 (k + 1) (the next tile's W1 (0) after the last
-      // chunk), W2 (k), with k = 0 the next tile's x; waited for at the end of phase 2k + 1.
-      const auto issue = [&](int k) {
-        if (k + 1 < NCH || next < tiles)
-          ffn_wg_issue_w1<C>(w1, (k + 1) % NCH, Wb + ((k + 1) & 1) * K::kStage);
-        ffn_wg_issue_w2<C>(w2, k, Wb + (k & 1) * K::kStage);
-        if constexpr (K::kStaged) {
-          if (k == 0 && next < tiles)
-            ffn_wg_issue_x<C>(x, ldx, T, next * kWgRows, Xs0 + (xb ^ 1) * (K::kX / 4));
-        }
-        mma::cp_async_commit();
-      };
-      const auto landed = [] {  // this thread's copies, for wgmma
-        mma::cp_async_wait<0>();
-        fence_proxy_async_shared();
-      };
-      const auto gemm2_issue = [&](int k) {  // acc += GELU(chunk k)·W2 (k)ᵀ, from the A registers
-        const uint32_t sw2 = w_addr + (k & 1) * K::kStage + K::kW1;
-#pragma unroll
-        for (int kk = 0; kk < kHid / 16; ++kk) wgmma_bf16_rs<C>(&acc[0][0], a[kk], sw128_desc(sw2 + 32 * kk));
-      };
-      const auto gemm1_issue = [&](int k) {  // h = U·W1 (k)ᵀ
-        const uint32_t sw1 = w_addr + (k & 1) * K::kStage;
-#pragma unroll
-        for (int kk = 0; kk < C / 16; ++kk) {  // 32 bytes of each 128-byte row per k16 step
-          const uint32_t off = (kk / 4) * kWgAtom + 32 * (kk % 4);
-          wgmma_bf16<64>(&h[0][0], sw128_desc(ua + off), sw128_desc(sw1 + off));
-        }
-      };
-      const auto zero_h = [&] {
-#pragma unroll
-        for (int n = 0; n < kHid / 8; ++n) h[n][0] = h[n][1] = h[n][2] = h[n][3] = 0.f;
-      };
-      const auto fence_in = [&] {
-        wgmma_fence_operands<C / 2>(&acc[0][0]);
-        wgmma_fence_operands<kHid / 2>(&h[0][0]);
-        wgmma_fence();
-      };
-      const auto wait_out = [&] {
-        wgmma_commit();
-        wgmma_wait<0>();
-        wgmma_fence_operands<C / 2>(&acc[0][0]);
-        wgmma_fence_operands<kHid / 2>(&h[0][0]);
-      };
-      const auto gelus = [&](int k) {  // C(k): chunk k's bias and GELUs into the A registers
-#pragma unroll
-        for (int n = 0; n < kHid / 8; ++n) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float bb = b1s[k * kHid + n * 8 + 2 * t4 + e];
-            h[n][e] = gelu_of<kGelu>(h[n][e] + bb);
-            h[n][2 + e] = gelu_of<kGelu>(h[n][2 + e] + bb);
-          }
-        }
-#pragma unroll
-        for (int kk = 0; kk < kHid / 16; ++kk) mma::pack_a_from_c(h[2 * kk], h[2 * kk + 1], a[kk]);
-      };
-      if (wg == 1) {  // warpgroup 1's phase 0: its share of the first copies
-        issue(0);
-        phase_end();
-      } else {
-        issue(0);
-      }
-      zero_h();  // T(0)
-      fence_in();
-      gemm1_issue(0);
-      wait_out();
-      if (wg == 1) landed();
-      phase_end();
-      if (wg == 1) issue(1);
-      gelus(0);  // C(0)
-      if (wg == 0) landed();
-      phase_end();
-#pragma unroll 1
-      for (int k = 1; k < NCH; ++k) {
-        if (wg == 0) issue(k);
-        zero_h();  // T(k)
-        fence_in();
-        gemm2_issue(k - 1);
-        gemm1_issue(k);
-        wait_out();
-        if (wg == 1) landed();
-        phase_end();
-        if (wg == 1 && k + 1 < NCH) issue(k + 1);
-        gelus(k);  // C(k)
-        if (wg == 0) landed();
-        phase_end();
-      }
-      fence_in();  // T(NCH)
-      gemm2_issue(NCH - 1);
-      wait_out();
-      phase_end();
-      if (wg == 0) phase_end();  // warpgroup 0's phase 2·NCH + 1
-    } else {
 #pragma unroll 1
     for (int j = 0; j < NCH; ++j) {
       // The next chunk's weights (this tile's j + 1, or the next tile's first) into the other stage,
@@ -1177,7 +1055,6 @@ __global__ void __launch_bounds__(256, 1)
       wgmma_fence_operands<C / 2>(&acc[0][0]);
       __syncthreads();  // every warpgroup is done with this stage
       stage ^= 1;
-    }
     }
     // The mixer form: the next tile's 6 halo rows of u (the side pass's rows before it) into U's region, free
     // now (the last chunk's barrier: every warpgroup's GEMMs of this tile are done), in a group of their own
@@ -1315,41 +1192,29 @@ void launch_block_taps(Tensor& x, float eps, const float* hist, int64_t ldh, con
   }
 }
 
-template <int C, int F, typename Mix, bool P>
-void launch_ffn_wg_as(Tensor& x, const Tensor& norm_w, float eps, const Tensor& w1, const Tensor& b1,
-                      const Tensor& w2, const Tensor& b2, const Tensor& gamma, cudaStream_t s, Mix mix) {
+template <int C, int F, typename Mix = WgNoMixer>
+void launch_ffn_wg(Tensor& x, const Tensor& norm_w, float eps, const Tensor& w1, const Tensor& b1,
+                   const Tensor& w2, const Tensor& b2, const Tensor& gamma, cudaStream_t s, Mix mix = {}) {
   using K = FfnWgCfg<C>;
-  allow_dynamic_smem(ffn_wg_kernel<C, F, Mix, P>, K::smem);
+  allow_dynamic_smem(ffn_wg_kernel<C, F, Mix>, K::smem);
   static int grid_cap = 0;  // per instantiation: blocks resident at once on the whole device
   if (grid_cap == 0) {
     int per_sm = 0;
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ffn_wg_kernel<C, F, Mix, P>, 256, K::smem);
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ffn_wg_kernel<C, F, Mix>, 256, K::smem);
     grid_cap = (per_sm > 0 ? per_sm : 1) * sm_count();
   }
   const int64_t T = x.rows();
   const int64_t blocks = std::min<int64_t>((T + kWgRows - 1) / kWgRows, grid_cap);
-  ffn_wg_kernel<C, F, Mix, P><<<static_cast<unsigned>(blocks), 256, K::smem, s>>>(
+  ffn_wg_kernel<C, F, Mix><<<static_cast<unsigned>(blocks), 256, K::smem, s>>>(
       x.ptr<float>(), x.row_stride(), T, norm_w.ptr<const float>(), eps, w1.ptr<const __nv_bfloat16>(),
       b1.ptr<const float>(), w2.ptr<const __nv_bfloat16>(), b2.ptr<const float>(), gamma.ptr<const float>(),
       mix);
 }
 
-template <int C, int F, typename Mix = WgNoMixer>
-void launch_ffn_wg(Tensor& x, const Tensor& norm_w, float eps, const Tensor& w1, const Tensor& b1,
-                   const Tensor& w2, const Tensor& b2, const Tensor& gamma, bool ping, cudaStream_t s,
-                   Mix mix = {}) {
-  if (ping) {
-    launch_ffn_wg_as<C, F, Mix, true>(x, norm_w, eps, w1, b1, w2, b2, gamma, s, mix);
-  } else {
-    launch_ffn_wg_as<C, F, Mix, false>(x, norm_w, eps, w1, b1, w2, b2, gamma, s, mix);
-  }
-}
-
 // conv_block at C = 128: the wgmma FFN kernel with the mixer in front (after the side pass).
 template <int F, typename WT>
 void launch_block_wg(Tensor& x, float eps, const float* hist, int64_t ldh, const float* side,
-                     const Backend::ConvBlockWeights& wt, const WT* taps, Tensor& u, bool ping,
-                     cudaStream_t s) {
+                     const Backend::ConvBlockWeights& wt, const WT* taps, Tensor& u, cudaStream_t s) {
   const WgMixer<WT> mix{hist,
                         ldh,
                         side,
@@ -1360,21 +1225,21 @@ void launch_block_wg(Tensor& x, float eps, const float* hist, int64_t ldh, const
                         wt.gamma.ptr<const float>(),
                         u.ptr<float>(),
                         u.row_stride()};
-  launch_ffn_wg<128, F>(x, wt.ffn_norm_w, eps, wt.w1, wt.b1, wt.w2, wt.b2, wt.ffn_gamma, ping, s, mix);
+  launch_ffn_wg<128, F>(x, wt.ffn_norm_w, eps, wt.w1, wt.b1, wt.w2, wt.b2, wt.ffn_gamma, s, mix);
 }
 
 template <int F>
 void launch_block_wg_taps(Tensor& x, float eps, const float* hist, int64_t ldh, const float* side,
-                          const Backend::ConvBlockWeights& wt, Tensor& u, bool ping, cudaStream_t s) {
+                          const Backend::ConvBlockWeights& wt, Tensor& u, cudaStream_t s) {
   switch (wt.mixer_w.dtype) {
     case DType::kBF16:
-      launch_block_wg<F>(x, eps, hist, ldh, side, wt, wt.mixer_w.ptr<const __nv_bfloat16>(), u, ping, s);
+      launch_block_wg<F>(x, eps, hist, ldh, side, wt, wt.mixer_w.ptr<const __nv_bfloat16>(), u, s);
       break;
     case DType::kF16:
-      launch_block_wg<F>(x, eps, hist, ldh, side, wt, wt.mixer_w.ptr<const __half>(), u, ping, s);
+      launch_block_wg<F>(x, eps, hist, ldh, side, wt, wt.mixer_w.ptr<const __half>(), u, s);
       break;
     default:
-      launch_block_wg<F>(x, eps, hist, ldh, side, wt, wt.mixer_w.ptr<const float>(), u, ping, s);
+      launch_block_wg<F>(x, eps, hist, ldh, side, wt, wt.mixer_w.ptr<const float>(), u, s);
       break;
   }
 }
@@ -1513,14 +1378,13 @@ bool conv_ffn_wg_fits(const Tensor& x, const Tensor& norm_w, const Tensor& w1, c
 }
 
 void conv_ffn_wg(Tensor& x, const Tensor& norm_w, float eps, const Tensor& w1, const Tensor& b1,
-                 const Tensor& w2, const Tensor& b2, const Tensor& gamma, bool exact_erf, bool ping,
-                 cudaStream_t s) {
+                 const Tensor& w2, const Tensor& b2, const Tensor& gamma, bool exact_erf, cudaStream_t s) {
   if (x.rows() == 0) return;
   with_gelu(gelu_form(exact_erf), [&](auto g) {
     if (x.cols() == 256) {
-      launch_ffn_wg<256, decltype(g)::value>(x, norm_w, eps, w1, b1, w2, b2, gamma, ping, s);
+      launch_ffn_wg<256, decltype(g)::value>(x, norm_w, eps, w1, b1, w2, b2, gamma, s);
     } else {
-      launch_ffn_wg<128, decltype(g)::value>(x, norm_w, eps, w1, b1, w2, b2, gamma, ping, s);
+      launch_ffn_wg<128, decltype(g)::value>(x, norm_w, eps, w1, b1, w2, b2, gamma, s);
     }
   });
 }
@@ -1549,7 +1413,7 @@ bool conv_block_fits(const Tensor& x, const Tensor& history, const Backend::Conv
 }
 
 void conv_block_fused(Tensor& x, float eps, const Tensor& history, const Backend::ConvBlockWeights& wt,
-                      Tensor& u, Tensor& v, bool exact_erf, bool ping, cudaStream_t s) {
+                      Tensor& u, Tensor& v, bool exact_erf, cudaStream_t s) {
   const int64_t T = x.rows();
   if (T == 0) return;
   float* side = v.ptr<float>();
@@ -1560,7 +1424,7 @@ void conv_block_fused(Tensor& x, float eps, const Tensor& history, const Backend
   with_gelu(gelu_form(exact_erf), [&](auto g) {
     constexpr int G = decltype(g)::value;
     if (x.cols() == 128) {
-      launch_block_wg_taps<G>(x, eps, hist, ldh, side, wt, u, ping, s);
+      launch_block_wg_taps<G>(x, eps, hist, ldh, side, wt, u, s);
     } else if (x.cols() == 32) {
       launch_block_taps<32, G>(x, eps, hist, ldh, side, wt, u, s);
     } else {

@@ -20,9 +20,6 @@ bool conv_ffn_fits(const Tensor& x, const Tensor& norm_w, const Tensor& w1, cons
 // The GELU's erf: the fast form (VV_CUDA_FFN_FAST_ERF, on unless 0) unless `exact_erf`, then erff, as
 // the op sequence's GELU passes compute it (deterministic mode: a row's bits must not depend on which
 // path its launch takes). The same parameter on conv_ffn_wg and conv_block_fused.
-// `ping` (conv_ffn_wg, and conv_block_fused at C = 128): the two warpgroups ping-pong half a chunk
-// apart, one's GELUs under the other's GEMMs, instead of in step (the same operations in the same order:
-// the same bits as without).
 void conv_ffn_fused(Tensor& x, const Tensor& norm_w, float eps, const Tensor& w1, const Tensor& b1,
                     const Tensor& w2, const Tensor& b2, const Tensor& gamma, bool exact_erf, cudaStream_t s);
 
@@ -42,8 +39,7 @@ void conv_mixer_fused(Tensor& x, const Tensor& norm_w, float eps, const Tensor& 
 bool conv_ffn_wg_fits(const Tensor& x, const Tensor& norm_w, const Tensor& w1, const Tensor& b1,
                       const Tensor& w2, const Tensor& b2, const Tensor& gamma);
 void conv_ffn_wg(Tensor& x, const Tensor& norm_w, float eps, const Tensor& w1, const Tensor& b1,
-                 const Tensor& w2, const Tensor& b2, const Tensor& gamma, bool exact_erf, bool ping,
-                 cudaStream_t s);
+                 const Tensor& w2, const Tensor& b2, const Tensor& gamma, bool exact_erf, cudaStream_t s);
 
 // conv_mixer_fused's side pass for tiles of R rows: u (x normalised with norm_w, rms_norm's bits) of
 // the 6 rows before every tile but the first into side[(tile − 1)·6 + j][C], from x as it is now.
@@ -60,7 +56,7 @@ void mixer_halo(const Tensor& x, const Tensor& norm_w, float eps, float* side, i
 bool conv_block_fits(const Tensor& x, const Tensor& history, const Backend::ConvBlockWeights& wt,
                      const Tensor& u, const Tensor& v, bool wgmma);
 void conv_block_fused(Tensor& x, float eps, const Tensor& history, const Backend::ConvBlockWeights& wt,
-                      Tensor& u, Tensor& v, bool exact_erf, bool ping, cudaStream_t s);
+                      Tensor& u, Tensor& v, bool exact_erf, cudaStream_t s);
 
 // The fused kernels' GELU forms on the device, for tests: out[i] = GELU(x[i]) by form `form` (0: erff,
 // 1: the fast erf, VV_CUDA_FFN_FAST_ERF's default), n ≥ 0 device floats each, on stream s.

@@ -42,8 +42,6 @@
 #                12 launches (≈ 6 min)
 #   testsgolden  the gpu suite ($GTEST_FILTER) in $SHARDS (3) shards at once with make_golden.py --preset full
 #                beside them, then gpu_full_golden (`tests golden` in about half the time)
-#   wgping       VV_CUDA_FFN_WG_PINGPONG=1 against the default: the encoder gpu tests with it, both encoders over
-#                60 s with each ($AB_REPS rounds), per-op times with each
 #   lanes        both encoders over 60 s: the semantic encoder on a second stream (default) against one stream
 #                (VV_CUDA_LANES=0), $AB_REPS (2) rounds
 #   enccache     both encoders over 60 s (5 timed encodes each) with the allocation cache (default) against
@@ -430,22 +428,6 @@ for step in "$@"; do
         --kernel-name regex:'conv_block_kernel|ffn_wg_kernel' --launch-count 12 --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
         --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section LaunchStats \
         ${E/--enc-reps 5/--enc-reps 1} ;;
-    wgping)  # VV_CUDA_FFN_WG_PINGPONG=1 (the wgmma FFN's warpgroups half a chunk apart) against the default: the
-      # encoder gpu tests with it, both encoders over 60 s with each ($AB_REPS rounds, the order reversed
-      # every other round), per-op times with each
-      run wgping_tests env VV_REQUIRE_GPU=1 VV_CUDA_FFN_WG_PINGPONG=1 $B/unit_kernels_cuda \
-        --gtest_filter='CudaEncoderOps.*:CudaEncoderPack.*'
-      for i in $(seq "${AB_REPS:-2}"); do
-        if ((i % 2)); then
-          run "enc_ping_r$i" env VV_CUDA_FFN_WG_PINGPONG=1 $E
-          run "enc_step_r$i" $E
-        else
-          run "enc_step_r$i" $E
-          run "enc_ping_r$i" env VV_CUDA_FFN_WG_PINGPONG=1 $E
-        fi
-      done
-      run encshapes_ping env VV_CUDA_FFN_WG_PINGPONG=1 VV_CUDA_PROFILE=2 ${E/--enc-reps 5/--enc-reps 2}
-      run encshapes_step env VV_CUDA_PROFILE=2 ${E/--enc-reps 5/--enc-reps 2} ;;
     lanes)  # both encoders over 60 s with the semantic one on a second stream (default) and on one stream
       for i in $(seq "${AB_REPS:-2}"); do
         run "enc_lanes_r$i" $E

@@ -467,49 +467,6 @@ TEST(CudaEncoderOps, WholeBlockInOneKernelEqualsMixerThenFfnBitwise) {
     EXPECT_NE(table.find(label), std::string::npos) << label << " not run\n" << table;
 }
 
-// With VV_CUDA_FFN_WG_PINGPONG=1 the wgmma FFN's two warpgroups run half a chunk apart (one's GELUs
-// under the other's GEMMs); by default they run in step. The same operations on the same operands in the
-// same order: the same bits, at C = 128 and 256 over a partial tile, odd and prime counts and more tiles
-// than blocks (each block then carries its stage slots across tiles). The whole-block form at 128 is
-// compared in WholeBlockPingPongGivesTheOpsBits. Off sm_90 both backends take the same other kernels.
-TEST(CudaEncoderOps, WgmmaFfnPingPongGivesTheInStepBits) {
-  VV_CUDA_BACKEND_OR_SKIP(plain, true);
-  auto ping = cuda_backend_with({{"VV_CUDA_FFN_WG_PINGPONG", "1"}, {"VV_CUDA_PROFILE", "1"}}, true);
-  ASSERT_TRUE(ping.is_ok()) << ping.status().to_string();
-  (void)backend_profile_report(**ping);
-  struct Shape {
-    int64_t T, C;
-  };
-  uint32_t seed = 61;
-  for (const Shape& sh : {Shape{77, 128}, Shape{997, 128}, Shape{40009, 128}, Shape{1, 256}, Shape{1543, 256},
-                          Shape{90001, 256}}) {
-    FfnCase k(sh.T, sh.C, 4 * sh.C, seed);
-    seed += 10;
-    const std::vector<float> on = run_ffn(**ping, k), no = run_ffn(*plain, k);
-    EXPECT_EQ(first_bit_difference(on, no), on.size())
-        << "T=" << sh.T << " C=" << sh.C << ": the ping-pong FFN differs at element "
-        << first_bit_difference(on, no);
-  }
-  const std::string table = backend_profile_report(**ping);
-  EXPECT_EQ(table.find("conv_ffn.wg.c256") != std::string::npos, device_is_sm90()) << table;
-}
-
-// The whole-block kernel at C = 128 (sm_90) with its FFN's warpgroups ping-ponging
-// (VV_CUDA_FFN_WG_PINGPONG=1) against conv_mixer then conv_ffn in step: the same bits.
-TEST(CudaEncoderOps, WholeBlockPingPongGivesTheOpsBits) {
-  VV_CUDA_BACKEND_OR_SKIP(plain, true);
-  auto opsr = cuda_backend_with({{"VV_CUDA_ENC_BLOCK", "0"}}, true);
-  auto blk = cuda_backend_with({{"VV_CUDA_FFN_WG_PINGPONG", "1"}, {"VV_CUDA_PROFILE", "1"}}, true);
-  ASSERT_TRUE(blk.is_ok() && opsr.is_ok());
-  check_block(**blk, **opsr, 4099, 64, true, DType::kF32, 123, false);  // no wgmma FFN: unchanged
-  if (device_is_sm90()) {  // C = 128 takes the whole-block form on the wgmma kernel only
-    check_block(**blk, **opsr, 129, 128, false, DType::kBF16, 121, false);
-    check_block(**blk, **opsr, 40009, 128, true, DType::kF32, 122, false);
-    const std::string table = backend_profile_report(**blk);
-    EXPECT_NE(table.find("conv_block.fused.c128"), std::string::npos) << table;
-  }
-}
-
 // conv_block declines (returns false, runs nothing) with VV_CUDA_ENC_BLOCK=0, in f32 mode, at other
 // widths, at 128 channels without the wgmma FFN and where E ≠ 4C: the encoder then runs conv_mixer and
 // conv_ffn.
