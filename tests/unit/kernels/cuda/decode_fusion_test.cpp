@@ -334,18 +334,28 @@ void check_layer_fusion(const char* sw, const char* value = "1") {
     // VV_CUDA_GEMV_BULK streams 16-bit weights on sm_90 by the bulk kernel: at 1 it pairs gate/up rows
     // with the SwiGLU epilogue and the down projection streams alone; at 3 gate_up streams unpaired and
     // silu_mul becomes the down projection's prologue.
-    // At 4 only the lone GEMVs of 8,192 columns or more (the 7B's down projection) take it.
-    const bool long_only = bulk && std::string(value) == "4";
-    const bool takes = sm90 && c.wt != DType::kF32 && bulk && !long_only;
-    const bool unpaired = takes && std::string(value) == "3";
-    const bool down_bulk = (takes && !unpaired) || (long_only && sm90 && c.wt != DType::kF32 && c.I >= 8192);
-    EXPECT_EQ(table.find("silu_mul"), std::string::npos) << what << ": silu_mul not fused\n" << table;
+    // At 4 only the lone GEMVs of 8,192 columns or more (the 7B's down projection) take it. At 5 and 6 only
+    // the launches of 64 MiB of weights or more (here the 7B's gate_up and down; its q/k/v stay on the
+    // default kernel): at 5 as at 1, at 6 as at 3.
+    const std::string v = bulk ? value : "";
+    const bool half = sm90 && c.wt != DType::kF32;
+    const double mib = 1024.0 * 1024.0, es = c.wt == DType::kF32 ? 4.0 : 2.0;
+    const bool big_gu = 2.0 * static_cast<double>(c.I * c.H) * es >= 64 * mib;
+    const bool big_down = static_cast<double>(c.I * c.H) * es >= 64 * mib;
+    const bool big_only = v == "5" || v == "6";
+    const bool takes = half && (v == "1" || v == "3" || (big_only && big_gu));
+    const bool unpaired = half && (v == "3" || (v == "6" && big_gu));
+    const bool silu_bulk = half && (v == "3" || (v == "6" && big_down));
+    const bool down_bulk = half && (v == "1" || (v == "4" && c.I >= 8192) || (v == "5" && big_down));
+    if (!unpaired || silu_bulk) {  // (at 6, an unpaired gate_up before a down below 64 MiB keeps silu_mul)
+      EXPECT_EQ(table.find("silu_mul"), std::string::npos) << what << ": silu_mul not fused\n" << table;
+    }
     EXPECT_EQ(table.find("rms_norm"), std::string::npos) << what << ": rms_norm not fused\n" << table;
     if (bulk) {  // 16-bit weights, K a multiple of 8 up to 8,192 (all of them here): on sm_90 only
       EXPECT_EQ(table.find("decode_gemv.fused_bulk") != std::string::npos, takes) << what << "\n" << table;
       EXPECT_EQ(table.find("decode_gemv.bulk") != std::string::npos, down_bulk) << what << " (down)\n"
                                                                                 << table;
-      EXPECT_EQ(table.find("decode_gemv.silu_bulk") != std::string::npos, unpaired)
+      EXPECT_EQ(table.find("decode_gemv.silu_bulk") != std::string::npos, silu_bulk)
           << what << " (silu_mul + down)\n"
           << table;
     }
@@ -392,6 +402,16 @@ TEST(CudaDecodeFusion, LayerOpSequenceWithUnpairedBulkGemvsFusedEqualsUnfusedBit
 // unfused steps still agree bitwise (the down projection is lone in both).
 TEST(CudaDecodeFusion, LayerOpSequenceWithLongRowsOnTheBulkGemvFusedEqualsUnfusedBitwise) {
   check_layer_fusion("VV_CUDA_GEMV_BULK", "4");
+}
+
+// VV_CUDA_GEMV_BULK=5 and 6: only the launches that stream 64 MiB of weights or more take the bulk kernel
+// (of these cases the 7B's gate_up and down; its q/k/v, and every launch of the smaller cases, keep the
+// default kernel), at 5 with gate_up paired with its SwiGLU epilogue, at 6 unpaired with silu_mul the
+// down projection's prologue. A launch's kernel follows from its own size, the same in fused and unfused
+// steps, so the two still agree bitwise.
+TEST(CudaDecodeFusion, LayerOpSequenceWithBigLaunchesOnTheBulkGemvFusedEqualsUnfusedBitwise) {
+  check_layer_fusion("VV_CUDA_GEMV_BULK", "5");
+  check_layer_fusion("VV_CUDA_GEMV_BULK", "6");
 }
 
 // The layer sequence on `base`, and twice on `other`, whose launches may differ but not a row's sums:
@@ -852,6 +872,65 @@ TEST(CudaDecodeFusion, NormIntoALoneGemvGivesTheBitsOfTheTwoLaunches) {
       EXPECT_EQ(std::memcmp(a_inst.data(), a_plain.data(), a_plain.size() * 4), 0)
           << what << ": the norm differs at " << blocks;
     }
+    std::vector<float> ra(static_cast<size_t>(c.K)), ro(static_cast<size_t>(c.N));
+    Tensor rav = Tensor::matrix(ra.data(), DType::kF32, 1, c.K),
+           rov = Tensor::matrix(ro.data(), DType::kF32, 1, c.N);
+    ref::rms_norm(x.view(), Tensor::vector(g.bytes.data(), DType::kF32, c.K), 1e-6f, rav);
+    ref::gemm(rav, w.view(), nullptr, rov, Epilogue::kNone);
+    expect_close(a_fused, ra, 1e-6, what + " norm");
+    expect_close(got, ro, 2e-5 * std::sqrt(static_cast<double>(c.K)), what + " GEMM");
+  }
+}
+
+// VV_CUDA_GEMV_BULK=5 (sm_90): a norm and one GEMM of its output (the final norm and the LM head) whose
+// weights are 64 MiB or more stream on the bulk kernel with the norm prologue (a smaller one keeps the
+// default kernel's fused launch); the unfused step (the norm, then the GEMM alone, on the bulk kernel by
+// its size) gives the same bits, and both the reference's values. Elsewhere the switch changes nothing.
+TEST(CudaDecodeFusion, BigNormedGemvOnTheBulkGemvGivesTheBitsOfTheTwoLaunches) {
+  { VV_CUDA_BACKEND_OR_SKIP(probe, false); }
+  auto fused_be = cuda_backend_with({{"VV_CUDA_GEMV_BULK", "5"}, {"VV_CUDA_PROFILE", "1"}}, false);
+  ASSERT_TRUE(fused_be.is_ok()) << fused_be.status().to_string();
+  auto plain_be = cuda_backend_with({{"VV_CUDA_GEMV_BULK", "5"}, {"VV_CUDA_GRAPHS", "0"}}, false);
+  ASSERT_TRUE(plain_be.is_ok()) << plain_be.status().to_string();
+  cudaDeviceProp prop{};
+  const bool sm90 = cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major >= 9;
+  struct Case {
+    int64_t K, N;
+    DType wt;
+    bool big;
+  };
+  uint32_t seed = 950;
+  for (const Case& c : std::vector<Case>{{3584, 152064, DType::kBF16, true},  // the 7B's LM head: 1.09 GB
+                                         {4104, 8191, DType::kF16, true},     // 64.1 MiB, odd rows
+                                         {1032, 4099, DType::kBF16, false}}) {
+    const std::string what =
+        "K=" + std::to_string(c.K) + " N=" + std::to_string(c.N) + " " + dtype_name(c.wt);
+    HostMatrix x = random_matrix(1, c.K, DType::kF32, seed, 3.0f);
+    HostMatrix g = random_matrix(1, c.K, DType::kF32, seed + 1, 1.0f);
+    HostMatrix w = random_matrix(c.N, c.K, c.wt, seed + 2, 1.0f / std::sqrt(static_cast<float>(c.K)));
+    seed += 10;
+    auto run = [&](Backend& be, std::vector<float>& normed) {
+      DeviceMatrix dx = to_device(be, x), dg = to_device(be, g), dw = to_device(be, w);
+      HostMatrix zero_a = random_matrix(1, c.K, DType::kF32, 1),
+                 zero_o = random_matrix(1, c.N, DType::kF32, 1);
+      DeviceMatrix da = to_device(be, zero_a), dout = to_device(be, zero_o);
+      be.rms_norm(dx.t, Tensor::vector(dg.t.data, DType::kF32, c.K), 1e-6f, da.t);
+      be.gemm(da.t, dw.t, nullptr, dout.t, Epilogue::kNone);
+      normed = download_f32(be, da.t);
+      return download_f32(be, dout.t);
+    };
+    std::vector<float> a_plain, a_fused;
+    const std::vector<float> want = run(**plain_be, a_plain);
+    (void)backend_profile_report(**fused_be);
+    const std::vector<float> got = run(**fused_be, a_fused);
+    const std::string table = backend_profile_report(**fused_be);
+    EXPECT_NE(table.find("decode_gemv.fused"), std::string::npos) << what << ": not fused\n" << table;
+    EXPECT_EQ(table.find("decode_gemv.fused_bulk") != std::string::npos, sm90 && c.big) << what << "\n"
+                                                                                        << table;
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0)
+        << what << ": the GEMM's output differs";
+    EXPECT_EQ(std::memcmp(a_fused.data(), a_plain.data(), a_plain.size() * 4), 0)
+        << what << ": the norm's output differs";
     std::vector<float> ra(static_cast<size_t>(c.K)), ro(static_cast<size_t>(c.N));
     Tensor rav = Tensor::matrix(ra.data(), DType::kF32, 1, c.K),
            rov = Tensor::matrix(ro.data(), DType::kF32, 1, c.N);
