@@ -934,14 +934,13 @@ class CudaBackend final : public Backend {
     if (q == i) return 0;
     const bool norm = d.norm_w != nullptr;
     // gate_up then silu_mul over its output: the SwiGLU epilogue. Not with VV_CUDA_GEMV_BULK=3 where
-    // the bulk kernel takes the launch (nor at 6 where it takes it and the launch is big): gate_up streams
-    // alone (its rows' bits those of the lone bulk GEMV, as in an unfused step) and silu_mul stays an op
-    // of its own (the down projection's prologue, fuse_swiglu_gemv_at).
+    // the bulk kernel takes the launch: gate_up streams alone (its rows' bits those of the lone bulk
+    // GEMV, as in an unfused step) and silu_mul stays an op of its own.
     bool pair_ok = true;
-    if (gemv_bulk_ == 3 || gemv_bulk_ == 6) {
+    if (gemv_bulk_ == 3) {
       cuda::DecodeGemv lone = d;
       lone.bulk = true;
-      pair_ok = !cuda::decode_gemv_bulk_takes(lone) || (gemv_bulk_ == 6 && !bulk_big(lone));
+      pair_ok = !cuda::decode_gemv_bulk_takes(lone);
     }
     if (swiglu_epilogue_ && pair_ok && take_swiglu_epilogue(recs, q, recs[norm ? i + 1 : i], d)) ++q;
     if (!norm && d.count == 1 && !d.silu_out) return 0;  // a lone GEMM: run_gemm takes the same kernel
@@ -951,8 +950,7 @@ class CudaBackend final : public Backend {
       if (gemv_norm_lone_ == 0) return 0;
       if (gemv_norm_lone_ == 4) d.min_blocks = 4;
     }
-    d.bulk = gemv_bulk_ == 1 || (gemv_bulk_ == 3 && !d.silu_out) || (gemv_bulk_ == 5 && bulk_big(d)) ||
-             (gemv_bulk_ == 6 && !d.silu_out && bulk_big(d));
+    d.bulk = gemv_bulk_ == 1 || (gemv_bulk_ == 3 && !d.silu_out) || (gemv_bulk_ == 5 && bulk_big(d));
     out.push_back([=, this] {
       OpTimer timer(this, !profiling_                                 ? ""
                           : d.bulk && cuda::decode_gemv_bulk_takes(d) ? "decode_gemv.fused_bulk"
@@ -983,16 +981,14 @@ class CudaBackend final : public Backend {
     return false;
   }
 
-  // VV_CUDA_GEMV_BULK=3 (and 6 where the GEMM is big): silu_mul of one row (gate_up's output, unpaired
-  // there) then a one-row GEMM reading its output (down, with its residual): the bulk GEMV with the
-  // SwiGLU prologue, which computes silu_mul's values as it loads its activation and still writes the
-  // op's output (the same bits as the two ops, the GEMM alone on the bulk kernel).
+  // VV_CUDA_GEMV_BULK=3: silu_mul of one row (gate_up's output, unpaired there) then a one-row GEMM
+  // reading its output (down, with its residual): the bulk GEMV with the SwiGLU prologue, which
+  // computes silu_mul's values as it loads its activation and still writes the op's output (the same
+  // bits as the two ops, the GEMM alone on the bulk kernel).
   size_t fuse_swiglu_gemv_at(const std::vector<OpRec>& recs, size_t i,
                              std::vector<std::function<void()>>& out) {
     cuda::DecodeGemv d;
-    if ((gemv_bulk_ != 3 && gemv_bulk_ != 6) || !parse_swiglu_gemv_at(recs, i, d)) return 0;
-    if (gemv_bulk_ == 6 && !bulk_big(d))
-      return 0;  // a small down projection stays lone, on the default kernel
+    if (gemv_bulk_ != 3 || !parse_swiglu_gemv_at(recs, i, d)) return 0;
     out.push_back([=, this] {
       OpTimer timer(this, "decode_gemv.silu_bulk");
       cuda::decode_gemv(d, stream_);
@@ -1642,9 +1638,7 @@ class CudaBackend final : public Backend {
       d.j[0].w = w.data;
       d.j[0].ldw = w.row_stride();
       d.j[0].N = out.cols();
-      d.bulk = gemv_bulk_ == 4                      ? d.K >= kBulkLongK
-               : gemv_bulk_ == 5 || gemv_bulk_ == 6 ? bulk_big(d)
-                                                    : gemv_bulk_ != 0;
+      d.bulk = gemv_bulk_ == 4 ? d.K >= kBulkLongK : gemv_bulk_ == 5 ? bulk_big(d) : gemv_bulk_ != 0;
       d.j[0].bias = bp;
       d.j[0].out = out.ptr<float>();
       d.j[0].ep = static_cast<int>(ep);
@@ -2562,23 +2556,22 @@ class CudaBackend final : public Backend {
   // in flight on the default kernel), which are lone in fused and unfused steps alike (the default from
   // session 25 to 29); 0: none (the default again since session 30: the in-process A/B put it ahead).
   // 5: every one-row GEMV launch that streams at least gemv_bulk_min_ bytes of weights (the 7B's gate_up
-  // with its norm prologue and SwiGLU epilogue, down, and the LM head with its norm prologue), the
-  // others (q/k/v, o) on the default kernel; 6: the same launches, but gate_up unpaired and silu_mul
-  // the down projection's prologue, as at 3. A launch's kernel follows from its own weights' size, so an
-  // unfused step sends its gate_up, down and LM head to the bulk kernel too, and the bits agree.
+  // with its norm prologue and SwiGLU epilogue, down, and the LM head with its norm prologue), the others
+  // (q/k/v, o) on the default kernel. A launch's kernel follows from its own weights' size, so an unfused
+  // step sends its gate_up, down and LM head to the bulk kernel too, and the bits agree.
   int gemv_bulk_ = [] {
     const char* v = std::getenv("VV_CUDA_GEMV_BULK");
     const std::string s = v ? v : "";
-    return s == "1" ? 1 : s == "2" ? 2 : s == "3" ? 3 : s == "4" ? 4 : s == "5" ? 5 : s == "6" ? 6 : 0;
+    return s == "1" ? 1 : s == "2" ? 2 : s == "3" ? 3 : s == "4" ? 4 : s == "5" ? 5 : 0;
   }();
   static constexpr int64_t kBulkLongK = 8192;
-  // VV_CUDA_GEMV_BULK_MIN_MB (default 64): the weight bytes from which VV_CUDA_GEMV_BULK=5 and 6 send a
-  // launch to the bulk kernel (MiB; 0: every launch).
+  // VV_CUDA_GEMV_BULK_MIN_MB (default 64): the weight bytes (MiB; 0: every launch) from which
+  // VV_CUDA_GEMV_BULK=5 sends a launch to the bulk kernel.
   int64_t gemv_bulk_min_ = [] {
     const char* v = std::getenv("VV_CUDA_GEMV_BULK_MIN_MB");
-    return (v ? std::max<int64_t>(0, std::atoll(v)) : int64_t{64}) << 20;
+    return (v ? std::clamp<int64_t>(std::atoll(v), 0, int64_t{1} << 30) : int64_t{64}) << 20;
   }();
-  // Whether d's jobs stream at least gemv_bulk_min_ bytes of weights (VV_CUDA_GEMV_BULK=5, 6).
+  // Whether d's jobs stream at least gemv_bulk_min_ bytes of weights (VV_CUDA_GEMV_BULK=5).
   bool bulk_big(const cuda::DecodeGemv& d) const {
     int64_t bytes = 0;
     for (int i = 0; i < d.count; ++i) bytes += d.j[i].N * d.K * static_cast<int64_t>(dtype_size(d.wt));

@@ -334,22 +334,18 @@ void check_layer_fusion(const char* sw, const char* value = "1") {
     // VV_CUDA_GEMV_BULK streams 16-bit weights on sm_90 by the bulk kernel: at 1 it pairs gate/up rows
     // with the SwiGLU epilogue and the down projection streams alone; at 3 gate_up streams unpaired and
     // silu_mul becomes the down projection's prologue.
-    // At 4 only the lone GEMVs of 8,192 columns or more (the 7B's down projection) take it. At 5 and 6 only
-    // the launches of 64 MiB of weights or more (here the 7B's gate_up and down; its q/k/v stay on the
-    // default kernel): at 5 as at 1, at 6 as at 3.
+    // At 4 only the lone GEMVs of 8,192 columns or more (the 7B's down projection) take it; at 5, as at 1,
+    // only the launches of 64 MiB of weights or more (here the 7B's gate_up and down; its q/k/v stay on the
+    // default kernel).
     const std::string v = bulk ? value : "";
     const bool half = sm90 && c.wt != DType::kF32;
     const double mib = 1024.0 * 1024.0, es = c.wt == DType::kF32 ? 4.0 : 2.0;
     const bool big_gu = 2.0 * static_cast<double>(c.I * c.H) * es >= 64 * mib;
     const bool big_down = static_cast<double>(c.I * c.H) * es >= 64 * mib;
-    const bool big_only = v == "5" || v == "6";
-    const bool takes = half && (v == "1" || v == "3" || (big_only && big_gu));
-    const bool unpaired = half && (v == "3" || (v == "6" && big_gu));
-    const bool silu_bulk = half && (v == "3" || (v == "6" && big_down));
+    const bool takes = half && (v == "1" || v == "3" || (v == "5" && big_gu));
+    const bool silu_bulk = half && v == "3";
     const bool down_bulk = half && (v == "1" || (v == "4" && c.I >= 8192) || (v == "5" && big_down));
-    if (!unpaired || silu_bulk) {  // (at 6, an unpaired gate_up before a down below 64 MiB keeps silu_mul)
-      EXPECT_EQ(table.find("silu_mul"), std::string::npos) << what << ": silu_mul not fused\n" << table;
-    }
+    EXPECT_EQ(table.find("silu_mul"), std::string::npos) << what << ": silu_mul not fused\n" << table;
     EXPECT_EQ(table.find("rms_norm"), std::string::npos) << what << ": rms_norm not fused\n" << table;
     if (bulk) {  // 16-bit weights, K a multiple of 8 up to 8,192 (all of them here): on sm_90 only
       EXPECT_EQ(table.find("decode_gemv.fused_bulk") != std::string::npos, takes) << what << "\n" << table;
@@ -404,14 +400,12 @@ TEST(CudaDecodeFusion, LayerOpSequenceWithLongRowsOnTheBulkGemvFusedEqualsUnfuse
   check_layer_fusion("VV_CUDA_GEMV_BULK", "4");
 }
 
-// VV_CUDA_GEMV_BULK=5 and 6: only the launches that stream 64 MiB of weights or more take the bulk kernel
-// (of these cases the 7B's gate_up and down; its q/k/v, and every launch of the smaller cases, keep the
-// default kernel), at 5 with gate_up paired with its SwiGLU epilogue, at 6 unpaired with silu_mul the
-// down projection's prologue. A launch's kernel follows from its own size, the same in fused and unfused
-// steps, so the two still agree bitwise.
+// VV_CUDA_GEMV_BULK=5: only the launches that stream 64 MiB of weights or more take the bulk kernel (of
+// these cases the 7B's gate_up, paired with its SwiGLU epilogue, and down; its q/k/v, and every launch of
+// the smaller cases, keep the default kernel). A launch's kernel follows from its own size, the same in
+// fused and unfused steps, so the two still agree bitwise.
 TEST(CudaDecodeFusion, LayerOpSequenceWithBigLaunchesOnTheBulkGemvFusedEqualsUnfusedBitwise) {
   check_layer_fusion("VV_CUDA_GEMV_BULK", "5");
-  check_layer_fusion("VV_CUDA_GEMV_BULK", "6");
 }
 
 // The layer sequence on `base`, and twice on `other`, whose launches may differ but not a row's sums:
