@@ -797,6 +797,39 @@ TEST(CudaDecodeFusion, BatchedDecodeAttentionOverUnequalContexts) {
   }
 }
 
+// A one-row rms_norm (x, g) and one GEMM of its output by w (N × K): the decoder's final norm and LM head.
+struct NormGemmCase {
+  int64_t K, N;
+  HostMatrix x, g, w;
+  NormGemmCase(int64_t k, int64_t n, DType wt, uint32_t seed)
+      : K(k),
+        N(n),
+        x(random_matrix(1, k, DType::kF32, seed, 3.0f)),
+        g(random_matrix(1, k, DType::kF32, seed + 1, 1.0f)),
+        w(random_matrix(n, k, wt, seed + 2, 1.0f / std::sqrt(static_cast<float>(k)))) {}
+  // The two ops on be (one flush at the first download): the GEMM's output, the norm's in *normed.
+  std::vector<float> run(Backend& be, std::vector<float>& normed) {
+    DeviceMatrix dx = to_device(be, x), dg = to_device(be, g), dw = to_device(be, w);
+    HostMatrix zero_a = random_matrix(1, K, DType::kF32, 1), zero_o = random_matrix(1, N, DType::kF32, 1);
+    DeviceMatrix da = to_device(be, zero_a), dout = to_device(be, zero_o);
+    be.rms_norm(dx.t, Tensor::vector(dg.t.data, DType::kF32, K), 1e-6f, da.t);
+    be.gemm(da.t, dw.t, nullptr, dout.t, Epilogue::kNone);
+    normed = download_f32(be, da.t);
+    return download_f32(be, dout.t);
+  }
+  // Both outputs against the CPU reference.
+  void expect_reference(const std::vector<float>& normed, const std::vector<float>& out,
+                        const std::string& what) {
+    std::vector<float> ra(static_cast<size_t>(K)), ro(static_cast<size_t>(N));
+    Tensor rav = Tensor::matrix(ra.data(), DType::kF32, 1, K),
+           rov = Tensor::matrix(ro.data(), DType::kF32, 1, N);
+    ref::rms_norm(x.view(), Tensor::vector(g.bytes.data(), DType::kF32, K), 1e-6f, rav);
+    ref::gemm(rav, w.view(), nullptr, rov, Epilogue::kNone);
+    expect_close(normed, ra, 1e-6, what + " norm");
+    expect_close(out, ro, 2e-5 * std::sqrt(static_cast<double>(K)), what + " GEMM");
+  }
+};
+
 // A one-row norm and one GEMM of its output alone (the decoder's final norm and LM head) run as one GEMV
 // launch with the norm prologue, whose bits are those of the two launches one by one (VV_CUDA_GRAPHS=0;
 // the norm's output too), within the CPU reference's tolerance; the 7B's LM head, a prime N, f16
@@ -825,25 +858,12 @@ TEST(CudaDecodeFusion, NormIntoALoneGemvGivesTheBitsOfTheTwoLaunches) {
                                          {8, 1, DType::kBF16}}) {
     const std::string what =
         "K=" + std::to_string(c.K) + " N=" + std::to_string(c.N) + " " + dtype_name(c.wt);
-    HostMatrix x = random_matrix(1, c.K, DType::kF32, seed, 3.0f);
-    HostMatrix g = random_matrix(1, c.K, DType::kF32, seed + 1, 1.0f);
-    HostMatrix w = random_matrix(c.N, c.K, c.wt, seed + 2, 1.0f / std::sqrt(static_cast<float>(c.K)));
+    NormGemmCase ng(c.K, c.N, c.wt, seed);
     seed += 10;
-    auto run = [&](Backend& be, std::vector<float>& normed) {
-      DeviceMatrix dx = to_device(be, x), dg = to_device(be, g), dw = to_device(be, w);
-      HostMatrix zero_a = random_matrix(1, c.K, DType::kF32, 1),
-                 zero_o = random_matrix(1, c.N, DType::kF32, 1);
-      DeviceMatrix da = to_device(be, zero_a), dout = to_device(be, zero_o);
-      const Tensor gv = Tensor::vector(dg.t.data, DType::kF32, c.K);
-      be.rms_norm(dx.t, gv, 1e-6f, da.t);
-      be.gemm(da.t, dw.t, nullptr, dout.t, Epilogue::kNone);
-      normed = download_f32(be, da.t);
-      return download_f32(be, dout.t);
-    };
     std::vector<float> a_plain, a_fused;
-    const std::vector<float> want = run(**plain_be, a_plain);
+    const std::vector<float> want = ng.run(**plain_be, a_plain);
     (void)backend_profile_report(**fused_be);
-    const std::vector<float> got = run(**fused_be, a_fused);
+    const std::vector<float> got = ng.run(**fused_be, a_fused);
     const std::string table = backend_profile_report(**fused_be);
     EXPECT_NE(table.find("decode_gemv.fused"), std::string::npos) << what << ": not fused\n" << table;
     EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0)
@@ -852,7 +872,7 @@ TEST(CudaDecodeFusion, NormIntoALoneGemvGivesTheBitsOfTheTwoLaunches) {
         << what << ": the norm's output differs";
     std::vector<float> a_apart;
     (void)backend_profile_report(**apart_be);
-    const std::vector<float> apart = run(**apart_be, a_apart);
+    const std::vector<float> apart = ng.run(**apart_be, a_apart);
     const std::string apart_table = backend_profile_report(**apart_be);
     EXPECT_NE(apart_table.find("rms_norm"), std::string::npos) << what << ": fused with the switch off\n"
                                                                << apart_table;
@@ -860,19 +880,13 @@ TEST(CudaDecodeFusion, NormIntoALoneGemvGivesTheBitsOfTheTwoLaunches) {
         << what << ": differs with the switch off";
     for (const auto& [be, blocks] : {std::pair{four_be->get(), 4}, std::pair{three_be->get(), 3}}) {
       std::vector<float> a_inst;
-      const std::vector<float> inst = run(*be, a_inst);
+      const std::vector<float> inst = ng.run(*be, a_inst);
       EXPECT_EQ(std::memcmp(inst.data(), want.data(), want.size() * 4), 0)
           << what << ": differs at " << blocks << " blocks an SM";
       EXPECT_EQ(std::memcmp(a_inst.data(), a_plain.data(), a_plain.size() * 4), 0)
           << what << ": the norm differs at " << blocks;
     }
-    std::vector<float> ra(static_cast<size_t>(c.K)), ro(static_cast<size_t>(c.N));
-    Tensor rav = Tensor::matrix(ra.data(), DType::kF32, 1, c.K),
-           rov = Tensor::matrix(ro.data(), DType::kF32, 1, c.N);
-    ref::rms_norm(x.view(), Tensor::vector(g.bytes.data(), DType::kF32, c.K), 1e-6f, rav);
-    ref::gemm(rav, w.view(), nullptr, rov, Epilogue::kNone);
-    expect_close(a_fused, ra, 1e-6, what + " norm");
-    expect_close(got, ro, 2e-5 * std::sqrt(static_cast<double>(c.K)), what + " GEMM");
+    ng.expect_reference(a_fused, got, what);
   }
 }
 
@@ -899,24 +913,12 @@ TEST(CudaDecodeFusion, BigNormedGemvOnTheBulkGemvGivesTheBitsOfTheTwoLaunches) {
                                          {1032, 4099, DType::kBF16, false}}) {
     const std::string what =
         "K=" + std::to_string(c.K) + " N=" + std::to_string(c.N) + " " + dtype_name(c.wt);
-    HostMatrix x = random_matrix(1, c.K, DType::kF32, seed, 3.0f);
-    HostMatrix g = random_matrix(1, c.K, DType::kF32, seed + 1, 1.0f);
-    HostMatrix w = random_matrix(c.N, c.K, c.wt, seed + 2, 1.0f / std::sqrt(static_cast<float>(c.K)));
+    NormGemmCase ng(c.K, c.N, c.wt, seed);
     seed += 10;
-    auto run = [&](Backend& be, std::vector<float>& normed) {
-      DeviceMatrix dx = to_device(be, x), dg = to_device(be, g), dw = to_device(be, w);
-      HostMatrix zero_a = random_matrix(1, c.K, DType::kF32, 1),
-                 zero_o = random_matrix(1, c.N, DType::kF32, 1);
-      DeviceMatrix da = to_device(be, zero_a), dout = to_device(be, zero_o);
-      be.rms_norm(dx.t, Tensor::vector(dg.t.data, DType::kF32, c.K), 1e-6f, da.t);
-      be.gemm(da.t, dw.t, nullptr, dout.t, Epilogue::kNone);
-      normed = download_f32(be, da.t);
-      return download_f32(be, dout.t);
-    };
     std::vector<float> a_plain, a_fused;
-    const std::vector<float> want = run(**plain_be, a_plain);
+    const std::vector<float> want = ng.run(**plain_be, a_plain);
     (void)backend_profile_report(**fused_be);
-    const std::vector<float> got = run(**fused_be, a_fused);
+    const std::vector<float> got = ng.run(**fused_be, a_fused);
     const std::string table = backend_profile_report(**fused_be);
     EXPECT_NE(table.find("decode_gemv.fused"), std::string::npos) << what << ": not fused\n" << table;
     EXPECT_EQ(table.find("decode_gemv.fused_bulk") != std::string::npos, sm90 && c.big) << what << "\n"
@@ -925,13 +927,7 @@ TEST(CudaDecodeFusion, BigNormedGemvOnTheBulkGemvGivesTheBitsOfTheTwoLaunches) {
         << what << ": the GEMM's output differs";
     EXPECT_EQ(std::memcmp(a_fused.data(), a_plain.data(), a_plain.size() * 4), 0)
         << what << ": the norm's output differs";
-    std::vector<float> ra(static_cast<size_t>(c.K)), ro(static_cast<size_t>(c.N));
-    Tensor rav = Tensor::matrix(ra.data(), DType::kF32, 1, c.K),
-           rov = Tensor::matrix(ro.data(), DType::kF32, 1, c.N);
-    ref::rms_norm(x.view(), Tensor::vector(g.bytes.data(), DType::kF32, c.K), 1e-6f, rav);
-    ref::gemm(rav, w.view(), nullptr, rov, Epilogue::kNone);
-    expect_close(a_fused, ra, 1e-6, what + " norm");
-    expect_close(got, ro, 2e-5 * std::sqrt(static_cast<double>(c.K)), what + " GEMM");
+    ng.expect_reference(a_fused, got, what);
   }
 }
 
