@@ -817,6 +817,25 @@ struct NormGemmCase {
     normed = download_f32(be, da.t);
     return download_f32(be, dout.t);
   }
+  // The ops on `plain` (VV_CUDA_GRAPHS=0) and on `fused` (VV_CUDA_PROFILE=1: fused, its table in
+  // *table): one GEMV launch with the norm prologue, bitwise the two launches (both outputs).
+  struct Runs {
+    std::vector<float> want, got, a_plain, a_fused;
+    std::string table;
+  };
+  Runs fused_against_plain(Backend& plain, Backend& fused, const std::string& what) {
+    Runs r;
+    r.want = run(plain, r.a_plain);
+    (void)backend_profile_report(fused);
+    r.got = run(fused, r.a_fused);
+    r.table = backend_profile_report(fused);
+    EXPECT_NE(r.table.find("decode_gemv.fused"), std::string::npos) << what << ": not fused\n" << r.table;
+    EXPECT_EQ(std::memcmp(r.got.data(), r.want.data(), r.want.size() * 4), 0)
+        << what << ": the GEMM's output differs";
+    EXPECT_EQ(std::memcmp(r.a_fused.data(), r.a_plain.data(), r.a_plain.size() * 4), 0)
+        << what << ": the norm's output differs";
+    return r;
+  }
   // Both outputs against the CPU reference.
   void expect_reference(const std::vector<float>& normed, const std::vector<float>& out,
                         const std::string& what) {
@@ -860,16 +879,8 @@ TEST(CudaDecodeFusion, NormIntoALoneGemvGivesTheBitsOfTheTwoLaunches) {
         "K=" + std::to_string(c.K) + " N=" + std::to_string(c.N) + " " + dtype_name(c.wt);
     NormGemmCase ng(c.K, c.N, c.wt, seed);
     seed += 10;
-    std::vector<float> a_plain, a_fused;
-    const std::vector<float> want = ng.run(**plain_be, a_plain);
-    (void)backend_profile_report(**fused_be);
-    const std::vector<float> got = ng.run(**fused_be, a_fused);
-    const std::string table = backend_profile_report(**fused_be);
-    EXPECT_NE(table.find("decode_gemv.fused"), std::string::npos) << what << ": not fused\n" << table;
-    EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0)
-        << what << ": the GEMM's output differs";
-    EXPECT_EQ(std::memcmp(a_fused.data(), a_plain.data(), a_plain.size() * 4), 0)
-        << what << ": the norm's output differs";
+    const NormGemmCase::Runs r = ng.fused_against_plain(**plain_be, **fused_be, what);
+    const std::vector<float>& want = r.want;
     std::vector<float> a_apart;
     (void)backend_profile_report(**apart_be);
     const std::vector<float> apart = ng.run(**apart_be, a_apart);
@@ -883,10 +894,10 @@ TEST(CudaDecodeFusion, NormIntoALoneGemvGivesTheBitsOfTheTwoLaunches) {
       const std::vector<float> inst = ng.run(*be, a_inst);
       EXPECT_EQ(std::memcmp(inst.data(), want.data(), want.size() * 4), 0)
           << what << ": differs at " << blocks << " blocks an SM";
-      EXPECT_EQ(std::memcmp(a_inst.data(), a_plain.data(), a_plain.size() * 4), 0)
+      EXPECT_EQ(std::memcmp(a_inst.data(), r.a_plain.data(), r.a_plain.size() * 4), 0)
           << what << ": the norm differs at " << blocks;
     }
-    ng.expect_reference(a_fused, got, what);
+    ng.expect_reference(r.a_fused, r.got, what);
   }
 }
 
@@ -915,19 +926,10 @@ TEST(CudaDecodeFusion, BigNormedGemvOnTheBulkGemvGivesTheBitsOfTheTwoLaunches) {
         "K=" + std::to_string(c.K) + " N=" + std::to_string(c.N) + " " + dtype_name(c.wt);
     NormGemmCase ng(c.K, c.N, c.wt, seed);
     seed += 10;
-    std::vector<float> a_plain, a_fused;
-    const std::vector<float> want = ng.run(**plain_be, a_plain);
-    (void)backend_profile_report(**fused_be);
-    const std::vector<float> got = ng.run(**fused_be, a_fused);
-    const std::string table = backend_profile_report(**fused_be);
-    EXPECT_NE(table.find("decode_gemv.fused"), std::string::npos) << what << ": not fused\n" << table;
-    EXPECT_EQ(table.find("decode_gemv.fused_bulk") != std::string::npos, sm90 && c.big) << what << "\n"
-                                                                                        << table;
-    EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0)
-        << what << ": the GEMM's output differs";
-    EXPECT_EQ(std::memcmp(a_fused.data(), a_plain.data(), a_plain.size() * 4), 0)
-        << what << ": the norm's output differs";
-    ng.expect_reference(a_fused, got, what);
+    const NormGemmCase::Runs r = ng.fused_against_plain(**plain_be, **fused_be, what);
+    EXPECT_EQ(r.table.find("decode_gemv.fused_bulk") != std::string::npos, sm90 && c.big) << what << "\n"
+                                                                                          << r.table;
+    ng.expect_reference(r.a_fused, r.got, what);
   }
 }
 
