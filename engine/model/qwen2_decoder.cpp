@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 
 namespace vv {
 
@@ -108,14 +109,23 @@ Status Qwen2Decoder::load(const DecoderWeights& w) {
   attn_ = alloc_f32(be_, R, qd);
   gu_ = alloc_f32(be_, R, 2 * I);
   m_ = alloc_f32(be_, R, I);
-  ids_ = alloc_i32(be_, R);
-  pos_ = alloc_i32(be_, R);
-  seq_ = alloc_i32(be_, R);
-  tables_ = alloc_i32(be_, S * opt_.max_blocks_per_seq);
+  const size_t meta = static_cast<size_t>(3 * R + S * opt_.max_blocks_per_seq) * sizeof(int32_t);
+  meta_ = be_.allocate(meta);
+  h_meta_ = be_.allocate_host(meta);
+  if (meta_.data() == nullptr || h_meta_.data() == nullptr)
+    return Status(StatusCode::kResourceExhausted,
+                  "decoder: no memory for a step's row metadata (" + std::to_string(meta) + " bytes)");
+  d_ids_ = static_cast<int32_t*>(meta_.data());
+  d_pos_ = d_ids_ + R;
+  d_seq_ = d_ids_ + 2 * R;
+  d_tables_ = d_ids_ + 3 * R;
   if (last) {  // the head's rows
     last_ = alloc_f32(be_, S, H);
     logits_ = alloc_f32(be_, S, V);
     next_ = alloc_i32(be_, S);
+    h_next_ = be_.allocate_host(static_cast<size_t>(S) * sizeof(int32_t));
+    if (h_next_.data() == nullptr)
+      return Status(StatusCode::kResourceExhausted, "decoder: no host memory for a step's next ids");
   }
   return Status::ok();
 }
@@ -160,10 +170,16 @@ Status Qwen2Decoder::stage_rows(const StepPlan& plan, KvView& kv, int64_t* rows,
     return out_of_range("a block table has " + std::to_string(width) + " blocks; the decoder was sized for " +
                         std::to_string(opt_.max_blocks_per_seq));
   }
-  h_ids_.clear();
-  h_pos_.clear();
-  h_seq_.clear();
-  h_tables_.assign(static_cast<size_t>(nseq) * width, 0);
+  // The staging may still be the source of the previous step's copy if no host sync came since (a
+  // step without output rows): wait for it before rewriting.
+  if (meta_in_flight_) be_.synchronize();
+  const int64_t R = opt_.max_rows;
+  int32_t* h_ids = static_cast<int32_t*>(h_meta_.data());
+  int32_t* h_pos = h_ids + R;
+  int32_t* h_seq = h_ids + 2 * R;
+  int32_t* h_tables = h_ids + 3 * R;
+  std::fill(h_tables, h_tables + nseq * static_cast<int64_t>(width), 0);
+  int64_t row = 0;
   for (int64_t si = 0; si < nseq; ++si) {
     const SequenceRows& s = plan.seqs[si];
     if (s.ids.empty()) return invalid_argument("sequence " + std::to_string(si) + " of the step has no rows");
@@ -178,7 +194,7 @@ Status Qwen2Decoder::stage_rows(const StepPlan& plan, KvView& kv, int64_t* rows,
         return out_of_range("sequence " + std::to_string(si) + ": KV block id " + std::to_string(s.blocks[b]) +
                             " outside the pool of " + std::to_string(kv.num_blocks));
       }
-      h_tables_[si * width + b] = s.blocks[b];
+      h_tables[si * static_cast<int64_t>(width) + static_cast<int64_t>(b)] = s.blocks[b];
     }
     for (size_t r = 0; r < s.ids.size(); ++r) {
       const TokenId id = s.ids[r];
@@ -186,19 +202,20 @@ Status Qwen2Decoder::stage_rows(const StepPlan& plan, KvView& kv, int64_t* rows,
         return out_of_range("sequence " + std::to_string(si) + " row " + std::to_string(r) + ": token id " +
                             std::to_string(id) + " outside the vocabulary of " + std::to_string(spec_.vocab_size));
       }
-      h_ids_.push_back(id);
-      h_pos_.push_back(static_cast<int32_t>(s.start_pos + static_cast<int64_t>(r)));
-      h_seq_.push_back(static_cast<int32_t>(si));
+      h_ids[row] = id;
+      h_pos[row] = static_cast<int32_t>(s.start_pos + static_cast<int64_t>(r));
+      h_seq[row] = static_cast<int32_t>(si);
+      ++row;
     }
   }
-  be_.upload(ids_.buf.data(), h_ids_.data(), h_ids_.size() * sizeof(int32_t));
-  be_.upload(pos_.buf.data(), h_pos_.data(), h_pos_.size() * sizeof(int32_t));
-  be_.upload(seq_.buf.data(), h_seq_.data(), h_seq_.size() * sizeof(int32_t));
-  be_.upload(tables_.buf.data(), h_tables_.data(), h_tables_.size() * sizeof(int32_t));
+  // One copy: the three row vectors whole (their unused tails are never read) and the step's tables.
+  be_.upload(meta_.data(), h_meta_.data(),
+             static_cast<size_t>(3 * R + nseq * static_cast<int64_t>(width)) * sizeof(int32_t));
+  meta_in_flight_ = true;
   *rows = n;
-  attn->row_seq = Tensor::vector(seq_.buf.data(), DType::kI32, n);
-  attn->row_pos = Tensor::vector(pos_.buf.data(), DType::kI32, n);
-  attn->block_tables = Tensor::matrix(tables_.buf.data(), DType::kI32, nseq, static_cast<int64_t>(width));
+  attn->row_seq = Tensor::vector(d_seq_, DType::kI32, n);
+  attn->row_pos = Tensor::vector(d_pos_, DType::kI32, n);
+  attn->block_tables = Tensor::matrix(d_tables_, DType::kI32, nseq, static_cast<int64_t>(width));
   attn->one_row_per_seq = n == nseq;  // every sequence has at least one row (checked above)
   attn->block_size = kv.block_size;
   return Status::ok();
@@ -207,7 +224,7 @@ Status Qwen2Decoder::stage_rows(const StepPlan& plan, KvView& kv, int64_t* rows,
 // inputs_embeds = embed[ids], then the audio-token rows of each sequence are overwritten, in order,
 // with its speech rows (MODEL.md §7.4).
 Status Qwen2Decoder::place_embeddings(const StepPlan& plan, Tensor& x) {
-  Tensor ids = Tensor::vector(ids_.buf.data(), DType::kI32, x.rows());
+  Tensor ids = Tensor::vector(d_ids_, DType::kI32, x.rows());
   be_.embedding(embed_.t, ids, x);
   int64_t row = 0;
   for (size_t si = 0; si < plan.seqs.size(); ++si) {
@@ -381,7 +398,9 @@ Result<StepOutput> Qwen2Decoder::run(const StepPlan& plan, KvView& kv, const Ten
   const auto t_recorded = Clock::now();
   out.stage_seconds = std::chrono::duration<double>(t_staged - t_enter).count();
   out.record_seconds = std::chrono::duration<double>(t_recorded - t_staged).count();
-  be_.download(ids.data(), next_.buf.data(), ids.size() * sizeof(int32_t));
+  be_.download(h_next_.data(), next_.buf.data(), ids.size() * sizeof(int32_t));
+  meta_in_flight_ = false;  // the download waited for the step, and so for its metadata's copy
+  std::memcpy(ids.data(), h_next_.data(), ids.size() * sizeof(int32_t));
   if (!replayed) {  // the download launched the ops: was that a sequence the backend can launch again?
     replay_handle_ = replayable ? be_.last_flush_handle() : 0;
     replay_shape_ = shape;

@@ -90,8 +90,17 @@ class Qwen2Decoder {
   const Tensor* lm_head_ = nullptr;  // &embed_.t when tied
   std::vector<Layer> layers_;
   // Workspace: activations for max_rows rows, per-row metadata, the output rows.
-  DeviceTensor x_, a_, qkv_, attn_, gu_, m_, ids_, pos_, seq_, tables_, last_, logits_, next_;
-  std::vector<int32_t> h_ids_, h_pos_, h_seq_, h_tables_;
+  DeviceTensor x_, a_, qkv_, attn_, gu_, m_, last_, logits_, next_;
+  // A step's row metadata in one device buffer, ids [R] | positions [R] | sequences [R] | block tables
+  // [S × max_blocks_per_seq] (a step's tables are [nseq, width] from the tables' offset), staged in
+  // host memory of the same layout that the device copies from asynchronously (Backend::allocate_host:
+  // pinned under CUDA) and uploaded in one copy: one transfer before a step, not four from pageable
+  // memory. The staging is rewritten only after a host sync has seen the copy done (stage_rows).
+  Buffer meta_, h_meta_;
+  int32_t *d_ids_ = nullptr, *d_pos_ = nullptr, *d_seq_ = nullptr, *d_tables_ = nullptr;
+  bool meta_in_flight_ = false;  // uploaded, and no host sync since
+  // The step's next ids land here (pinned under CUDA) before they are copied out.
+  Buffer h_next_;
   CaptureFn capture_;
   std::function<void(int)> layer_hook_;
   // The last one-row-per-sequence step whose ops the backend can launch again (Backend::
