@@ -44,13 +44,13 @@ DecoderBytes decoder_bytes(const DecoderSpec& s, const DecoderWeights& w, int ma
                        f32s(x.q_b.numel() + x.k_b.numel() + x.v_b.numel()) + as_bound(x.o_w) +
                        as_f32(x.post_norm) + aligned(x.gate_w.bytes() + x.up_w.bytes()) + as_bound(x.down_w));
   }
-  // Qwen2Decoder::load's workspace: x, a, qkv, attn, gate_up, mlp rows; ids, pos, seq; tables; and on
-  // the last shard the head's rows, logits and next ids.
+  // Qwen2Decoder::load's workspace: x, a, qkv, attn, gate_up, mlp rows; the step's row metadata (ids,
+  // pos, seq and tables in one buffer); and on the last shard the head's rows, logits and next ids.
   const int64_t R = max_rows, S = max_seqs, H = s.hidden_size, I = s.intermediate_size, V = s.vocab_size;
   const int64_t qd = static_cast<int64_t>(s.num_heads) * s.head_dim,
                 kvd = static_cast<int64_t>(s.num_kv_heads) * s.head_dim;
   b.workspace = 2 * f32s(R * H) + f32s(R * (qd + 2 * kvd)) + f32s(R * qd) + f32s(R * 2 * I) + f32s(R * I) +
-                3 * f32s(R) + f32s(S * std::max(max_blocks_per_seq, 1));
+                f32s(3 * R + S * std::max(max_blocks_per_seq, 1));
   if (last) b.workspace += f32s(S * H) + f32s(S * V) + f32s(S);
   return b;
 }
