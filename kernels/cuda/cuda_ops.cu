@@ -608,53 +608,32 @@ __global__ void silu_mul_pack4_kernel(const float* __restrict__ g, int64_t ldg, 
   p[3] = from_f32<PT>(v.w);
 }
 
-// silu_mul over a bf16 gate_up, bf16 out only: W columns per thread (W = 16 or 8: 16-byte loads and
-// stores, all of a thread's loads issued before its first use, where I % W == 0 and the rows are 16-byte
-// aligned; W = 4: 8-byte ones where I % 4 == 0; else 1). Every output is the same arithmetic whatever W.
-// At the 7B's 128 rows, W = 16 is 592 blocks of 256 threads: one wave on 132 SMs (W = 8 would leave a
-// second, partial one). Launched with PDL: it waits for gate_up before its first read and lets the GEMM
-// after it (down) launch at once.
-template <int W>
+// silu_mul over a bf16 gate_up, bf16 out only; four columns per thread where I % 4 == 0.
 __global__ void silu_mul_bf16_pack_kernel(const __nv_bfloat16* __restrict__ g, int64_t M, int64_t I,
                                           __nv_bfloat16* __restrict__ pack) {
-  pdl_wait();
-  pdl_trigger();
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if constexpr (W == 1) {
-    if (i >= M * I) return;
-    const int64_t r = i / I, c = i % I;
+  const int64_t i4 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (I % 4 == 0) {
+    const int64_t q = I / 4;
+    if (i4 >= M * q) return;
+    const int64_t r = i4 / q, c = (i4 % q) * 4;
     const __nv_bfloat16* gr = g + r * 2 * I;
-    pack[i] = __float2bfloat16_rn(silu(__bfloat162float(gr[c])) * __bfloat162float(gr[I + c]));
-  } else {
-    using V = std::conditional_t<W == 4, uint2, uint4>;
-    constexpr int NV = W == 4 ? 1 : W / 8;  // vectors per operand
-    constexpr int P = sizeof(V) / 4;        // bf16 pairs per vector
-    const int64_t q = I / W;
-    if (i >= M * q) return;
-    const int64_t r = i / q, c = (i % q) * W;
-    const V* gv = reinterpret_cast<const V*>(g + r * 2 * I + c);
-    const V* uv = reinterpret_cast<const V*>(g + r * 2 * I + I + c);
-    V a[NV], b[NV];
+    const uint2 a = *reinterpret_cast<const uint2*>(gr + c), b = *reinterpret_cast<const uint2*>(gr + I + c);
+    const __nv_bfloat162* a2 = reinterpret_cast<const __nv_bfloat162*>(&a);
+    const __nv_bfloat162* b2 = reinterpret_cast<const __nv_bfloat162*>(&b);
+    uint2 o;
+    __nv_bfloat162* o2 = reinterpret_cast<__nv_bfloat162*>(&o);
 #pragma unroll
-    for (int k = 0; k < NV; ++k) {
-      a[k] = gv[k];
-      b[k] = uv[k];
+    for (int h = 0; h < 2; ++h) {
+      const float2 x = __bfloat1622float2(a2[h]), y = __bfloat1622float2(b2[h]);
+      o2[h] = __floats2bfloat162_rn(silu(x.x) * y.x, silu(x.y) * y.y);
     }
-    V* out = reinterpret_cast<V*>(pack + r * I + c);
-#pragma unroll
-    for (int k = 0; k < NV; ++k) {
-      const __nv_bfloat162* a2 = reinterpret_cast<const __nv_bfloat162*>(&a[k]);
-      const __nv_bfloat162* b2 = reinterpret_cast<const __nv_bfloat162*>(&b[k]);
-      V o;
-      __nv_bfloat162* o2 = reinterpret_cast<__nv_bfloat162*>(&o);
-#pragma unroll
-      for (int h = 0; h < P; ++h) {
-        const float2 x = __bfloat1622float2(a2[h]), y = __bfloat1622float2(b2[h]);
-        o2[h] = __floats2bfloat162_rn(silu(x.x) * y.x, silu(x.y) * y.y);
-      }
-      out[k] = o;
-    }
+    *reinterpret_cast<uint2*>(pack + r * I + c) = o;
+    return;
   }
+  if (i4 >= M * I) return;
+  const int64_t r = i4 / I, c = i4 % I;
+  const __nv_bfloat16* gr = g + r * 2 * I;
+  pack[i4] = __float2bfloat16_rn(silu(__bfloat162float(gr[c])) * __bfloat162float(gr[I + c]));
 }
 
 template <typename PT>
@@ -1131,22 +1110,9 @@ void rms_norm_pack(const Tensor& x, const Tensor& weight, float eps, Tensor& out
 
 void silu_mul_bf16_pack(const void* g, int64_t M, int64_t I, void* pack, cudaStream_t s) {
   if (M * I == 0) return;
-  const auto* gp = static_cast<const __nv_bfloat16*>(g);
-  auto* pp = static_cast<__nv_bfloat16*>(pack);
-  const bool a16 = (reinterpret_cast<uintptr_t>(g) | reinterpret_cast<uintptr_t>(pack)) % 16 == 0;
-  if (I % 16 == 0 && a16) {
-    launch_pdl(silu_mul_bf16_pack_kernel<16>, static_cast<unsigned>(blocks_for(M * I / 16, 256)), 256, s, gp,
-               M, I, pp);
-  } else if (I % 8 == 0 && a16) {
-    launch_pdl(silu_mul_bf16_pack_kernel<8>, static_cast<unsigned>(blocks_for(M * I / 8, 256)), 256, s, gp, M,
-               I, pp);
-  } else if (I % 4 == 0) {
-    launch_pdl(silu_mul_bf16_pack_kernel<4>, static_cast<unsigned>(blocks_for(M * I / 4, 256)), 256, s, gp, M,
-               I, pp);
-  } else {
-    launch_pdl(silu_mul_bf16_pack_kernel<1>, static_cast<unsigned>(blocks_for(M * I, 256)), 256, s, gp, M, I,
-               pp);
-  }
+  const int64_t n = I % 4 == 0 ? M * I / 4 : M * I;
+  silu_mul_bf16_pack_kernel<<<blocks_for(n, 256), 256, 0, s>>>(static_cast<const __nv_bfloat16*>(g), M, I,
+                                                               static_cast<__nv_bfloat16*>(pack));
 }
 
 void silu_mul_pack(const Tensor& gate_up, Tensor& out, void* pack, DType pack_t, cudaStream_t s) {

@@ -279,7 +279,7 @@ TEST(CudaMlpFusion, DecodeStepRowsFusedByDefault) {
   ASSERT_TRUE(deflt.is_ok()) << deflt.status().to_string();
   auto rows256 = bf16_backend_with({{"VV_CUDA_PROFILE", "1"}, {"VV_CUDA_MLP_FUSE_ROWS", "256"}});
   ASSERT_TRUE(rows256.is_ok()) << rows256.status().to_string();
-  // The SwiGLU pack's forms by I: 16 columns a thread (18,944), 8 (264), 4 (268), 1 (522).
+  // The SwiGLU pack's forms by I: four columns a thread (264, 268, 18,944), one (522).
   const FuseCase cases[] = {{2, 136, 264, 136, 40, DType::kBF16},          // two decode rows
                             {5, 136, 268, 136, 40, DType::kBF16},          // I % 8 == 4
                             {37, 1032, 522, 1032, 264, DType::kBF16},      // odd rows, I % 4 != 0
