@@ -651,8 +651,8 @@ for step in "$@"; do
           --kernel-name regex:"${NCU_KERNELS:-conv_block_kernel|ffn_wg_kernel}" --launch-skip "${NCU_SKIP:-0}" \
           --launch-count 1 --section SourceCounters --section WarpStateStats --section SpeedOfLight \
           --section LaunchStats --section Occupancy --section SchedulerStats --section InstructionStats \
-          --section ComputeWorkloadAnalysis -o "$OUT/ncuencsrc" -f $B/cuda_decode_bench --preset 7b --bf16 --no-gemv --prompt 16 --tokens 4 \
-          --enc-audio 60 --enc-reps 1 --job-audio 1 --job-tokens 1
+          --section ComputeWorkloadAnalysis -o "$OUT/ncuencsrc" -f $B/cuda_decode_bench --preset 7b --bf16 \
+          --no-gemv --prompt 16 --tokens 4 --enc-audio 60 --enc-reps 1 --job-audio 1 --job-tokens 1
         $NCU --import "$OUT/ncuencsrc.ncu-rep" --page source --csv --print-source sass >"$OUT/ncuenc_sass.csv" 2>&1
         $NCU --import "$OUT/ncuencsrc.ncu-rep" --page details >"$OUT/ncuenc_details.txt" 2>&1
         rm -f "$OUT/ncuencsrc.ncu-rep"

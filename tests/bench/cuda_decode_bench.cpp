@@ -19,6 +19,9 @@
 // every kernel recorded as it ran (CUPTI, kernels/device/kernel_trace.h): a step kernel by kernel, what
 // each one adds to its wall time, PDL overlaps included. The timed figures are taken without it, unless
 // --kernel-trace-early starts it before the warm-up (for a tracer that misses graphs captured before it).
+// After the timed steps (batch 1, and each --batch-bench row count) the last step's graph runs again back to
+// back with one sync at the end: the step's device time without the host's turnaround between steps, printed
+// beside the steps that wait for their ids ("host turnaround").
 // VV_CUDA_ATTN_STAMPS=1: the timed batch-1 decode's attention blocks, stage by stage (lines "astamp",
 // vv::attn_stamps_report; the newest 32,768 blocks, launches cut at 50 us).
 // --table-only stops after the GEMM table. --attn-bench times the decode attention alone (see attn_bench) and
