@@ -175,6 +175,9 @@ class Backend {
 
   // --- memory ---------------------------------------------------------------------------------
   virtual Buffer allocate(size_t bytes) = 0;  // zero-filled
+  // Copies in order with the ops. `host_src` may be rewritten as soon as upload returns, unless it is
+  // allocate_host memory: that is read when the copy runs, so it must stay unchanged until a host
+  // sync (synchronize, download) has seen the copy done (CUDA: pinned memory, copied asynchronously).
   virtual void upload(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void download(void* host_dst, const void* src, size_t bytes) = 0;
   virtual void synchronize() = 0;

@@ -365,7 +365,8 @@ class CudaBackend final : public Backend {
     check(cudaStreamWaitEvent(stream_, lane_event_, 0), "wait_for wait");
   }
   // Pageable sources are staged by the driver before the call returns, so the host buffer may be
-  // reused at once; the copy itself is ordered on the stream.
+  // reused at once; pinned ones (allocate_host) are read when the copy runs, so they may not be
+  // until a host sync. The copy itself is ordered on the stream.
   void upload(void* dst, const void* src, size_t bytes) override {
     flush();
     if (bytes) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "upload");
