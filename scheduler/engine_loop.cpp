@@ -542,7 +542,9 @@ void EngineLoop::finish_clip(Live& l) {
 }
 
 bool EngineLoop::run_step() {
+  const auto t_entry = Clock::now();
   SchedulerStep step = scheduler_.schedule();
+  const auto t_sched = Clock::now();
   for (RequestId id : step.failed) {
     auto it = live_.find(id);
     if (it == live_.end()) continue;
@@ -600,6 +602,8 @@ bool EngineLoop::run_step() {
   const auto t1 = Clock::now();
   const double dt = seconds_between(t0, t1);
   if (!res.is_ok()) {
+    prev_exec_end_ = t1;
+    prev_output_s_ = prev_observer_s_ = 0;
     for (Live* l : who)
       fail_request(*l, Status(res.status().code(), "engine step: " + res.status().message()),
                    ErrorCause::kEngine);
@@ -619,6 +623,14 @@ bool EngineLoop::run_step() {
   report.seconds = dt;
   report.stage_seconds = res->stage_seconds;
   report.record_seconds = res->record_seconds;
+  report.schedule_seconds = seconds_between(t_entry, t_sched);
+  report.plan_seconds = seconds_between(t_sched, t0);
+  if (prev_exec_end_) {
+    report.gap_seconds = seconds_between(*prev_exec_end_, t0);
+    report.gap_output_seconds = prev_output_s_;
+    report.gap_observer_seconds = prev_observer_s_;
+  }
+  prev_exec_end_ = t1;
 
   for (std::size_t j = 0; j < step.chunks.size(); ++j) {
     const ScheduledChunk& c = step.chunks[j];
@@ -643,7 +655,10 @@ bool EngineLoop::run_step() {
         j < res->logits.size() && !res->logits[j].empty() ? &res->logits[j] : nullptr;
     handle_output(l, res->next[j], logits);
   }
+  const auto t_out = Clock::now();
+  prev_output_s_ = seconds_between(t1, t_out);
   if (opt_.on_step) opt_.on_step(report);
+  prev_observer_s_ = opt_.on_step ? seconds_between(t_out, Clock::now()) : 0.0;
   return true;
 }
 

@@ -45,6 +45,16 @@ struct StepReport {
   double seconds = 0;                       // the runner's execute()
   double stage_seconds = 0;                 // of which host time staging the rows (StepOutput)
   double record_seconds = 0;                // and host time recording the ops before the launch
+  // Host time between the previous step's execute() return and this one's call (0 for the loop's
+  // first step): the device waits on the host for all of it. Of which: the previous step's
+  // completion (the scheduler's bookkeeping, then handle_output over its rows) and observer
+  // (on_step), this step's scheduling and its plan; the rest is the loop's other work (inbox,
+  // cancels, deadlines, encoder launches, stats).
+  double gap_seconds = 0;
+  double gap_output_seconds = 0;
+  double gap_observer_seconds = 0;
+  double schedule_seconds = 0;
+  double plan_seconds = 0;
   std::vector<double> inter_token_seconds;  // per token after a request's first: time since its previous one
 };
 using StepObserverFn = std::function<void(const StepReport&)>;
@@ -171,6 +181,9 @@ class EngineLoop : public EngineClient {
   EngineStats local_;
   EncodeStats encode_local_;
   double decode_time_ = 0;  // seconds of steps that had decode rows (progress tok/s)
+  // The previous step's execute() return and its host time after it (StepReport::gap_seconds).
+  std::optional<Clock::time_point> prev_exec_end_;
+  double prev_output_s_ = 0, prev_observer_s_ = 0;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

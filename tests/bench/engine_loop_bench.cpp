@@ -93,6 +93,9 @@ struct DecodeProfile {
   // Host time before the device runs the step: staging the rows, recording the ops (StepReport), and
   // the replayed flushes (the backend's "flush host ms" line: the fusion pass, the graph lookup, the launch).
   double stage_s = 0, record_s = 0, replay_ms = 0;
+  // The host between two steps (StepReport::gap_seconds and its parts), over the steps that have one.
+  double gap_s = 0, gap_output_s = 0, gap_observer_s = 0, schedule_s = 0, plan_s = 0;
+  long long gaps = 0;
 
   void add(const std::string& report) {
     std::istringstream in(report);
@@ -135,6 +138,15 @@ struct DecodeProfile {
           "replayed flushes %.3f\n",
           1e3 * stage_s / static_cast<double>(steps), 1e3 * record_s / static_cast<double>(steps),
           replay_ms / static_cast<double>(steps));
+    if (gaps > 0) {
+      const double g = static_cast<double>(gaps);
+      const double rest = gap_s - gap_output_s - gap_observer_s - schedule_s - plan_s;
+      std::printf(
+          "    host between execute() calls (ms/step): %.3f = the last step's outputs %.3f + observer %.3f "
+          "+ scheduling %.3f + the plan %.3f + the loop's other work %.3f\n",
+          1e3 * gap_s / g, 1e3 * gap_output_s / g, 1e3 * gap_observer_s / g, 1e3 * schedule_s / g,
+          1e3 * plan_s / g, 1e3 * rest / g);
+    }
     if (ops.empty()) return;
     std::vector<std::pair<std::string, std::pair<double, long long>>> rows_(ops.begin(), ops.end());
     std::sort(rows_.begin(), rows_.end(),
@@ -186,6 +198,14 @@ Point run_point(vv::Runner& runner, const vv::Tokenizer& tok, int n, const Args&
         d->execute_s += r.seconds;
         d->stage_s += r.stage_seconds;
         d->record_s += r.record_seconds;
+        if (last_was_decode && r.gap_seconds > 0) {
+          d->gap_s += r.gap_seconds;
+          d->gap_output_s += r.gap_output_seconds;
+          d->gap_observer_s += r.gap_observer_seconds;
+          d->schedule_s += r.schedule_seconds;
+          d->plan_s += r.plan_seconds;
+          ++d->gaps;
+        }
         if (last_was_decode) {
           d->interval_s += seconds_between(last_step, now);
           ++d->intervals;

@@ -332,6 +332,46 @@ TEST_F(EngineLoopTest, ForcedIdsAreEmittedAsTheModelOutput) {
   EXPECT_EQ(order.back(), std::make_pair('s', std::size_t{1}));
 }
 
+// Each step's report accounts for the host time between the previous step's execute() and its own:
+// none before the loop's first step; after it, the parts (the previous step's outputs and observer,
+// this step's scheduling and plan) fit inside the gap, and an observer that takes 3 ms shows there.
+TEST_F(EngineLoopTest, StepReportsAccountForTheHostTimeBetweenSteps) {
+  std::mutex mu;
+  std::vector<StepReport> reports;
+  EngineLoopOptions opt;
+  opt.on_step = [&](const StepReport& r) {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      reports.push_back(r);
+    }
+    std::this_thread::sleep_for(3ms);
+  };
+  auto lp = loop(std::move(opt));
+  Collector c;
+  const std::string name = cases().front();
+  auto id = lp->submit(transcription(golden_audio(name, spec()), golden_ids(name).context, 6), c.sink());
+  ASSERT_TRUE(id.is_ok()) << id.status().to_string();
+  const RequestEvent* done = terminal_of(c.wait(*id));
+  ASSERT_NE(done, nullptr);
+  ASSERT_EQ(done->type, RequestEvent::Type::kDone) << done->error.to_string();
+  settled(*lp);
+  std::lock_guard<std::mutex> lk(mu);
+  ASSERT_GE(reports.size(), 6u) << "a prefill step and a step a generated token after the first";
+  EXPECT_EQ(reports[0].gap_seconds, 0.0) << "no step before the first";
+  EXPECT_EQ(reports[0].gap_observer_seconds, 0.0);
+  for (std::size_t i = 1; i < reports.size(); ++i) {
+    const StepReport& r = reports[i];
+    EXPECT_GE(r.gap_observer_seconds, 0.003) << "step " << i << ": the previous step's observer slept 3 ms";
+    EXPECT_GE(r.gap_output_seconds, 0.0) << "step " << i;
+    EXPECT_GE(r.schedule_seconds, 0.0) << "step " << i;
+    EXPECT_GE(r.plan_seconds, 0.0) << "step " << i;
+    EXPECT_LE(r.gap_output_seconds + r.gap_observer_seconds + r.schedule_seconds + r.plan_seconds,
+              r.gap_seconds + 1e-9)
+        << "step " << i << ": the parts fit inside the gap";
+    EXPECT_GT(r.seconds, 0.0) << "step " << i;
+  }
+}
+
 TEST_F(EngineLoopTest, FullQueueAndMalformedRequestsAreRefused) {
   EngineLoopOptions opt;
   opt.max_waiting = 2;
