@@ -289,6 +289,7 @@ void EngineLoop::take_inbox(std::vector<std::unique_ptr<Live>>& added, std::vect
   if (inbox_.empty() && cancels_.empty() && !stop_ && (idle || paused)) {
     // Nothing to compute: sleep until something arrives or resume() is called. The nap is bounded
     // so that the pause file is polled and deadlines of paused requests still fire.
+    prev_exec_end_.reset();  // the next step's gap would be this nap
     cv_.wait_for(lk, std::chrono::milliseconds(paused ? 10 : 50), [&] {
       return !inbox_.empty() || !cancels_.empty() || stop_ || (paused && !paused_ && !pause_file_present_);
     });
@@ -572,7 +573,10 @@ bool EngineLoop::run_step() {
     e.type = RequestEvent::Type::kStarted;
     emit(l, std::move(e));
   }
-  if (step.chunks.empty()) return !step.failed.empty() || !step.admitted.empty();
+  if (step.chunks.empty()) {
+    prev_exec_end_.reset();  // a turn without a step (waiting for the encoder): no gap to report
+    return !step.failed.empty() || !step.admitted.empty();
+  }
 
   StepPlan plan;
   std::vector<Live*> who;

@@ -45,8 +45,9 @@ struct StepReport {
   double seconds = 0;                       // the runner's execute()
   double stage_seconds = 0;                 // of which host time staging the rows (StepOutput)
   double record_seconds = 0;                // and host time recording the ops before the launch
-  // Host time between the previous step's execute() return and this one's call (0 for the loop's
-  // first step): the device waits on the host for all of it. Of which: the previous step's
+  // Host time between the previous step's execute() return and this one's call, where the loop ran
+  // the two in consecutive turns (0 for the loop's first step, after an idle nap, and after a turn
+  // without a step): the decoder waits on the host for all of it. Of which: the previous step's
   // completion (the scheduler's bookkeeping, then handle_output over its rows) and observer
   // (on_step), this step's scheduling and its plan; the rest is the loop's other work (inbox,
   // cancels, deadlines, encoder launches, stats).

@@ -152,6 +152,7 @@ Result<std::shared_ptr<EngineHandle>> make_engine(AppState& state, std::shared_p
     m->engine_step_duration->Add({{"phase", phase}}, metrics::ServiceMetrics::inter_token_buckets()).Observe(r.seconds);
     m->engine_batch_size->Observe(static_cast<double>(r.seqs));
     m->engine_batch_tokens->Observe(static_cast<double>(r.rows));
+    if (r.gap_seconds > 0) m->engine_host_gap->Observe(r.gap_seconds);
   };
   eo.progress = [st](const TranscriptionProgress& p) {
     if (p.phase == TranscriptionProgress::Phase::kDecoding) st->progress_tokens(p.request, p.done);

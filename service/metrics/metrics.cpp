@@ -89,6 +89,10 @@ ServiceMetrics::ServiceMetrics(const BuildInfo& build) : registry_(std::make_sha
   engine_batch_tokens =
       &histogram("vibevoice_engine_batch_tokens", "Tokens per step")
            ->Add({}, Histogram::BucketBoundaries{1, 4, 16, 64, 256, 1024, 4096, 16384, 65536});
+  engine_host_gap = &histogram("vibevoice_engine_host_gap_seconds",
+                               "Host time between consecutive engine steps' runner calls")
+                         ->Add({}, Histogram::BucketBoundaries{1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3,
+                                                               2.5e-3, 5e-3, 1e-2, 2.5e-2, 1e-1});
   preemptions = &counter("vibevoice_preemptions_total", "Sequences evicted for KV pressure")->Add({});
   prefix_cache_queries =
       &counter("vibevoice_prefix_cache_queries_total", "Prompt tokens looked up in the shared-prefix cache")

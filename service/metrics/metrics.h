@@ -70,6 +70,9 @@ class ServiceMetrics {
   prometheus::Family<prometheus::Histogram>* engine_step_duration;
   prometheus::Histogram* engine_batch_size;
   prometheus::Histogram* engine_batch_tokens;
+  // Extension (not in API.md §9): the host time between two consecutive steps' runner calls
+  // (StepReport::gap_seconds: scheduling, the plan, the last step's outputs), which the decoder waits.
+  prometheus::Histogram* engine_host_gap;
   prometheus::Counter* preemptions;
   // Extensions (not in API.md §9; named after vLLM's prefix_cache_* pair): prompt tokens looked up
   // in the shared-prefix cache, and those found there (their KV computed once, shared).

@@ -127,3 +127,22 @@ def test_engine_counters_prefix_cache_and_recoveries(srv, audio):
     for name in ("vibevoice_preemptions_total", "vibevoice_prefix_cache_queries_total",
                  "vibevoice_prefix_cache_hits_total"):
         assert after.get(name) >= before.get(name), name
+
+
+def test_engine_host_gap_histogram(srv, audio):
+    """Extension: the host time between two consecutive engine steps' runner calls (scheduling, the plan,
+    the last step's outputs), which the decoder waits. A transcription's decode steps follow one another,
+    so each after the first adds a sample; a gap is host bookkeeping, well under a second."""
+    m = srv.metrics()
+    assert m.types.get("vibevoice_engine_host_gap_seconds") == "histogram"
+    before = m.get("vibevoice_engine_host_gap_seconds_count")
+    steps0 = m.get("vibevoice_engine_steps_total", phase="decode")
+    assert srv.transcribe(file=audio.bytes("tiny.wav")).status == 200
+    after = srv.metrics()
+    steps = after.get("vibevoice_engine_steps_total", phase="decode") - steps0
+    gaps = after.get("vibevoice_engine_host_gap_seconds_count") - before
+    assert steps >= 2 and 1 <= gaps, (steps, gaps)
+    total = after.get("vibevoice_engine_host_gap_seconds_sum") - m.get("vibevoice_engine_host_gap_seconds_sum")
+    assert 0 < total < gaps * 1.0, (total, gaps)
+    assert after.get("vibevoice_engine_host_gap_seconds_bucket", le="+Inf") == after.get(
+        "vibevoice_engine_host_gap_seconds_count")
