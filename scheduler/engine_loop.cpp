@@ -13,6 +13,7 @@
 #include "engine/transcript/segment_repetition.h"
 #include "engine/transcript/transcript_assembler.h"
 #include "engine/transcript/utf8_text.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace vv {
 
@@ -636,6 +637,31 @@ bool EngineLoop::run_step() {
   }
   prev_exec_end_ = t1;
 
+  // The rows whose logits crossed to the host first: each pick is one to three passes over the
+  // vocabulary, so several run side by side (each on its own request's sampler).
+  const auto logits_of = [&](std::size_t j) -> const std::vector<float>* {
+    return j < res->logits.size() && !res->logits[j].empty() ? &res->logits[j] : nullptr;
+  };
+  std::vector<std::size_t> heavy;
+  for (std::size_t j = 0; j < step.chunks.size(); ++j) {
+    if (step.chunks[j].want_output && logits_of(j)) heavy.push_back(j);
+  }
+  std::vector<std::optional<Picked>> picked(step.chunks.size());
+  const auto pick_rows = [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t i = b; i < e; ++i) {
+      const std::size_t j = heavy[static_cast<std::size_t>(i)];
+      picked[j] = pick(*who[j], res->next[j], logits_of(j));
+    }
+  };
+  const int threads = opt_.output_threads > 0
+                          ? opt_.output_threads
+                          : static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
+  if (heavy.size() >= 2 && threads > 1) {
+    if (!pick_pool_) pick_pool_ = std::make_unique<cpu::ThreadPool>(threads, false);  // the caller counts
+    pick_pool_->parallel_for(static_cast<std::int64_t>(heavy.size()), 1, pick_rows);
+  } else {
+    pick_rows(0, static_cast<std::int64_t>(heavy.size()));
+  }
   for (std::size_t j = 0; j < step.chunks.size(); ++j) {
     const ScheduledChunk& c = step.chunks[j];
     Live& l = *who[j];
@@ -655,9 +681,11 @@ bool EngineLoop::run_step() {
     ++local_.decode_rows_total;
     ++report.decode_rows;
     if (!l.generated.empty()) report.inter_token_seconds.push_back(seconds_between(l.last_token, t1));
-    const std::vector<float>* logits =
-        j < res->logits.size() && !res->logits[j].empty() ? &res->logits[j] : nullptr;
-    handle_output(l, res->next[j], logits);
+    if (const std::vector<float>* logits = logits_of(j)) {
+      if (!l.req.forced_ids.empty() && l.generated.size() < l.req.forced_ids.size() && opt_.on_logits)
+        opt_.on_logits(l.id, l.generated.size(), *logits);
+    }
+    handle_output(l, picked[j] ? std::move(*picked[j]) : pick(l, res->next[j], nullptr));
   }
   const auto t_out = Clock::now();
   prev_output_s_ = seconds_between(t1, t_out);
@@ -785,25 +813,32 @@ FinishReason EngineLoop::handle_loop(Live& l, std::size_t offset) {
   return FinishReason::kRepetition;
 }
 
-void EngineLoop::handle_output(Live& l, TokenId next, const std::vector<float>* logits) {
+EngineLoop::Picked EngineLoop::pick(Live& l, TokenId next, const std::vector<float>* logits) {
   const SamplingParams& sp = l.req.sampling;
-  float logprob = 0.0f;
-  std::vector<TokenLogprobEntry> top;
+  Picked p;
+  p.next = next;
   const std::size_t k = l.generated.size();
   if (!l.req.forced_ids.empty() && k < l.req.forced_ids.size()) {
-    next = l.req.forced_ids[k];
-    if (logits && opt_.on_logits) opt_.on_logits(l.id, k, *logits);
+    p.next = l.req.forced_ids[k];
     if (logits) {
-      logprob = token_logprob(*logits, next);
-      if (sp.top_logprobs > 0) top = top_logprobs(*logits, static_cast<std::size_t>(sp.top_logprobs));
+      p.logprob = token_logprob(*logits, p.next);
+      if (sp.top_logprobs > 0) p.top = top_logprobs(*logits, static_cast<std::size_t>(sp.top_logprobs));
     }
-    l.sampler->observe(next);
+    l.sampler->observe(p.next);
   } else if (logits && l.needs_logits) {
     SampledToken st = l.sampler->sample(*logits);
-    next = st.id;
-    logprob = sp.logprobs ? st.logprob : 0.0f;
-    top = std::move(st.top_logprobs);
+    p.next = st.id;
+    p.logprob = sp.logprobs ? st.logprob : 0.0f;
+    p.top = std::move(st.top_logprobs);
   }
+  return p;
+}
+
+void EngineLoop::handle_output(Live& l, Picked&& p) {
+  const SamplingParams& sp = l.req.sampling;
+  const TokenId next = p.next;
+  const float logprob = p.logprob;
+  std::vector<TokenLogprobEntry> top = std::move(p.top);
   const auto now = Clock::now();
   if (!l.got_first) {
     l.got_first = true;

@@ -25,12 +25,16 @@
 
 #include "config/status.h"
 #include "engine/runner/runner.h"
+#include "engine/sampling/sampler.h"
 #include "engine/text/tokenizer.h"
 #include "scheduler/batch_transcriber.h"
 #include "scheduler/request.h"
 #include "scheduler/scheduler.h"
 
 namespace vv {
+namespace cpu {
+class ThreadPool;
+}  // namespace cpu
 
 // Progress of one request (the CLI's progress bar): TranscriptionProgress with `request` = the
 // RequestId. Called on the engine thread after each step that touched the request.
@@ -108,6 +112,11 @@ struct EngineLoopOptions {
   // Test and bench hook: each generated position of a request with forced_ids (teacher forcing)
   // downloads its logits and passes them here (RequestId, position, logits; engine thread, quick).
   std::function<void(RequestId, std::size_t, const std::vector<float>&)> on_logits;
+  // Threads (the engine's own included) that pick the tokens of a step's rows whose logits crossed
+  // to the host (sampling, logprobs, top_logprobs, penalties: passes over the whole vocabulary each)
+  // side by side; each request's sampler is its own, so the picks do not depend on the count.
+  // 0 = the machine's cores, at most 8; 1 = the engine thread alone.
+  int output_threads = 0;
 
   // Test hooks (API.md §15 "test hooks"); all off by default. The service maps them to test-only
   // environment variables.
@@ -157,7 +166,15 @@ class EngineLoop : public EngineClient {
   std::int64_t next_encode_samples(const Live& l) const;
   void finish_clip(Live& l);
   bool run_step();
-  void handle_output(Live& l, TokenId next, const std::vector<float>* logits);
+  // A generated position's token: forced, sampled or greedy (the device's), with its logprob and
+  // alternatives where asked. Reads and advances only l's own sampler, so rows may run in parallel.
+  struct Picked {
+    TokenId next = 0;
+    float logprob = 0.0f;
+    std::vector<TokenLogprobEntry> top;
+  };
+  Picked pick(Live& l, TokenId next, const std::vector<float>* logits);
+  void handle_output(Live& l, Picked&& p);
   // Repetition loops (API.md §3.7): the stream offset to cut back to when one is detected; the cut
   // itself (state rebuilt from the kept tokens); recovery at a raised temperature or kRepetition.
   std::optional<std::size_t> find_loop(Live& l, TokenId next);
@@ -185,6 +202,7 @@ class EngineLoop : public EngineClient {
   // The previous step's execute() return and its host time after it (StepReport::gap_seconds).
   std::optional<Clock::time_point> prev_exec_end_;
   double prev_output_s_ = 0, prev_observer_s_ = 0;
+  std::unique_ptr<cpu::ThreadPool> pick_pool_;  // EngineLoopOptions::output_threads, made on first use
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -12,8 +12,17 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 float clean(float x) { return std::isnan(x) ? kNegInf : x; }
 
+// The passes over a whole vocabulary row are compiled twice on x86-64 GCC: for AVX2 + FMA
+// (x86-64-v3) and the baseline, picked once at load (ifunc). The lanes are explicit and no a*b+c is
+// contracted into an FMA (VV_NO_TRAPPING_MATH's fp-contract=off), so both clones give the same bits.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+#define VV_ROW_PASS __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define VV_ROW_PASS
+#endif
+
 // max over a row, NaN ignored (it never wins `x > m`); written over 8 lanes so it vectorises.
-float row_max(std::span<const float> logits) {
+VV_ROW_PASS float row_max(std::span<const float> logits) {
   const float* x = logits.data();
   const std::size_t n = logits.size();
   float lane[8];
@@ -32,7 +41,7 @@ float row_max(std::span<const float> logits) {
 // it: Cody–Waite range reduction and a degree-6 polynomial, relative error ~2e-7 — far below what
 // sampling weights need, and ~5x faster than libm's expf over a 152k-entry row.
 #if defined(__GNUC__) && !defined(__clang__)
-#define VV_NO_TRAPPING_MATH __attribute__((optimize("no-trapping-math")))
+#define VV_NO_TRAPPING_MATH __attribute__((optimize("no-trapping-math", "fp-contract=off")))
 #else
 #define VV_NO_TRAPPING_MATH
 #endif
@@ -59,8 +68,8 @@ VV_NO_TRAPPING_MATH inline float exp_nonpositive(float x) {
 
 // w[i] = exp((x[i] - max) * inv_t), or 0 below min_p. GCC if-converts (and so vectorises) the
 // float selects only without trapping math; the results are the same either way.
-VV_NO_TRAPPING_MATH void fill_weights(const float* __restrict x, float* __restrict w, std::size_t n, float max, float inv_t,
-                  float min_p) {
+VV_ROW_PASS VV_NO_TRAPPING_MATH void fill_weights(const float* __restrict x, float* __restrict w,
+                                                  std::size_t n, float max, float inv_t, float min_p) {
   for (std::size_t i = 0; i < n; ++i) {
     const float v = exp_nonpositive((x[i] - max) * inv_t);
     w[i] = v >= min_p ? v : 0.0f;
@@ -68,7 +77,7 @@ VV_NO_TRAPPING_MATH void fill_weights(const float* __restrict x, float* __restri
 }
 
 // sum of exp(x[i] - max) over a row (NaN and -inf count 0), in 8 float lanes that vectorise.
-VV_NO_TRAPPING_MATH double sum_exp(const float* __restrict x, std::size_t n, float max) {
+VV_ROW_PASS VV_NO_TRAPPING_MATH double sum_exp(const float* __restrict x, std::size_t n, float max) {
   float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   std::size_t i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -81,7 +90,7 @@ VV_NO_TRAPPING_MATH double sum_exp(const float* __restrict x, std::size_t n, flo
 }
 
 // Sum of the weights >= floor, in lanes that vectorise.
-VV_NO_TRAPPING_MATH double sum_weights(const float* __restrict w, std::size_t n, float floor) {
+VV_ROW_PASS VV_NO_TRAPPING_MATH double sum_weights(const float* __restrict w, std::size_t n, float floor) {
   float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   std::size_t i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -93,6 +102,26 @@ VV_NO_TRAPPING_MATH double sum_weights(const float* __restrict w, std::size_t n,
   return sum;
 }
 
+// log(sum of exp(x[i])) over a row (NaN and -inf count 0; -inf when nothing counts) in one pass over
+// memory: each block of kLseBlock values (in L1 after its max is taken) adds its sum relative to the
+// running max, and the sum so far is rescaled when a block raises that max.
+double log_sum_exp(std::span<const float> logits) {
+  constexpr std::size_t kLseBlock = 2048;
+  float max = kNegInf;
+  double sum = 0.0;
+  for (std::size_t b = 0; b < logits.size(); b += kLseBlock) {
+    const std::span<const float> blk = logits.subspan(b, std::min(kLseBlock, logits.size() - b));
+    const float bm = row_max(blk);
+    if (bm == kNegInf) continue;
+    if (bm > max) {
+      if (max != kNegInf) sum *= std::exp(static_cast<double>(max) - static_cast<double>(bm));
+      max = bm;
+    }
+    sum += sum_exp(blk.data(), blk.size(), max);
+  }
+  return max == kNegInf ? static_cast<double>(kNegInf) : static_cast<double>(max) + std::log(sum);
+}
+
 // Higher weight first; equal weights in id order, so every ordering is deterministic.
 bool heavier(float wa, TokenId a, float wb, TokenId b) { return wa > wb || (wa == wb && a < b); }
 
@@ -100,10 +129,9 @@ bool heavier(float wa, TokenId a, float wb, TokenId b) { return wa > wb || (wa =
 
 float token_logprob(std::span<const float> logits, TokenId id) {
   if (id < 0 || static_cast<std::size_t>(id) >= logits.size()) return kNegInf;
-  const float max = row_max(logits);
-  if (max == kNegInf) return kNegInf;
-  const double sum = sum_exp(logits.data(), logits.size(), max);
-  const double lp = static_cast<double>(clean(logits[id])) - max - std::log(sum);
+  const double log_z = log_sum_exp(logits);
+  if (log_z == static_cast<double>(kNegInf)) return kNegInf;
+  const double lp = static_cast<double>(clean(logits[id])) - log_z;
   return static_cast<float>(std::min(lp, 0.0));
 }
 
@@ -120,10 +148,8 @@ std::vector<TokenLogprobEntry> top_logprobs(std::span<const float> logits, std::
     return heavier(a.logprob, a.id, b.logprob, b.id);
   };
   std::partial_sort(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(n), all.end(), by_logit);
-  const float max = all[0].logprob;
-  if (max == kNegInf) return out;
-  const double sum = sum_exp(logits.data(), logits.size(), max);
-  const double log_z = max + std::log(sum);
+  if (all[0].logprob == kNegInf) return out;
+  const double log_z = log_sum_exp(logits);  // token_logprob's, so a token's entries agree
   for (std::size_t i = 0; i < n; ++i) {
     out.push_back({all[i].id, static_cast<float>(std::min(0.0, all[i].logprob - log_z))});
   }

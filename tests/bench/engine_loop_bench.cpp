@@ -8,7 +8,11 @@
 // Prints a table and, last, one JSON line.
 //   engine_loop_bench [--preset tiny|7b] [--device cpu|cuda] [--concurrency 1,2,4,8] [--tokens 256]
 //                     [--audio 30] [--bf16] [--deterministic] [--threads N] [--ttft-probe LONG_SECONDS]
-//                     [--invariance N] [--pad P]
+//                     [--invariance N] [--pad P] [--logprobs] [--sample T] [--output-threads N]
+// --logprobs: every request asks for its tokens' logprobs (as a verbose_json transcription does), so
+// each output row's logits cross to the host. --sample T: no forced ids; tokens sampled at
+// temperature T (EOS ignored), also from host logits. --output-threads N:
+// EngineLoopOptions::output_threads (the threads that pick those rows' tokens; 0 = the default).
 // --pad P: RunnerOptions::decode_pad (decode steps padded to 1, 2, 4, 8, then multiples of P
 // sequences; 0 = off; the default, -1, pads to multiples of 8 on CUDA only).
 // --invariance N: N greedy requests (different audio, --tokens new tokens each, no forced ids, no
@@ -73,6 +77,9 @@ struct Args {
   double ttft_probe_long_s = 0;
   int invariance = 0;
   int pad = -1;  // RunnerOptions::decode_pad
+  bool logprobs = false;
+  double sample_t = 0;  // > 0: sampled requests (no forced ids)
+  int output_threads = 0;
 };
 
 struct Point {
@@ -175,6 +182,7 @@ Point run_point(vv::Runner& runner, const vv::Tokenizer& tok, int n, const Args&
   opt.warmup = on_gpu(args);
   opt.max_running = n;
   opt.max_waiting = n;
+  opt.output_threads = args.output_threads;
   std::mutex mu;
   std::condition_variable cv;
   double decode_seconds = 0;
@@ -231,7 +239,14 @@ Point run_point(vv::Runner& runner, const vv::Tokenizer& tok, int n, const Args&
     vv::Request r;
     r.audio.push_back(vv::bench::noise(args.audio_s, static_cast<std::uint64_t>(i + 1), hop));
     r.sampling.max_new_tokens = args.tokens;
-    r.forced_ids.assign(static_cast<std::size_t>(args.tokens), 1000 + i);
+    if (args.sample_t > 0) {
+      r.sampling.temperature = static_cast<float>(args.sample_t);
+      r.sampling.ignore_eos = true;
+      r.sampling.seed = static_cast<std::uint64_t>(i + 1);
+    } else {
+      r.forced_ids.assign(static_cast<std::size_t>(args.tokens), 1000 + i);
+    }
+    r.sampling.logprobs = args.logprobs;
     r.repetition_detection = false;  // see the top of the file
     reqs.push_back(std::move(r));
   }
@@ -657,6 +672,12 @@ int main(int argc, char** argv) {
       args.invariance = std::stoi(next());
     else if (a == "--pad")
       args.pad = std::stoi(next());
+    else if (a == "--logprobs")
+      args.logprobs = true;
+    else if (a == "--sample")
+      args.sample_t = std::stod(next());
+    else if (a == "--output-threads")
+      args.output_threads = std::stoi(next());
     else if (a == "--ttft-probe")
       args.ttft_probe_long_s = std::stod(next());
     else if (a == "--concurrency") {

@@ -164,6 +164,64 @@ TEST_F(EngineLoopTest, ConcurrentRequestsMatchEachRunAlone) {
   }
 }
 
+// Rows whose logits cross to the host (sampling, logprobs, top alternatives) are picked side by side
+// on EngineLoopOptions::output_threads threads: each on its own request's sampler, so one thread and
+// several give the same tokens, logprobs and alternatives, with the requests batched together.
+TEST_F(EngineLoopTest, SampledRowsPickTheSameTokensOnOneThreadAndOnSeveral) {
+  std::vector<Request> reqs;
+  const auto names = cases();
+  for (int rep = 0; rep < 2; ++rep) {
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      Request r = transcription(golden_audio(names[i], spec()), golden_ids(names[i]).context,
+                                20 + 3 * static_cast<int>(i));
+      r.sampling.temperature = 0.9f;
+      r.sampling.seed = 11 + 7 * reqs.size();
+      r.sampling.logprobs = true;
+      r.sampling.top_logprobs = rep == 0 ? 0 : 3;
+      r.sampling.ignore_eos = true;
+      r.repetition_detection = false;
+      reqs.push_back(std::move(r));
+    }
+  }
+  auto run = [&](int threads) {
+    EngineLoopOptions opt;
+    opt.output_threads = threads;
+    auto lp = loop(std::move(opt));
+    Collector c;
+    std::vector<RequestId> ids;
+    for (const Request& r : reqs) {
+      auto id = lp->submit(r, c.sink());
+      EXPECT_TRUE(id.is_ok()) << id.status().to_string();
+      ids.push_back(*id);
+    }
+    std::vector<std::vector<RequestEvent>> out;
+    for (RequestId id : ids) out.push_back(c.wait(id));
+    const EngineStats st = settled(*lp);
+    EXPECT_EQ(st.load.kv_blocks_used, 0) << "every block is returned";
+    return std::make_pair(out, st);
+  };
+  auto [one, st_one] = run(1);
+  auto [several, st_several] = run(3);
+  std::int64_t generated = 0;
+  for (std::size_t i = 0; i < reqs.size(); ++i) {
+    const RequestEvent* a = terminal_of(one[i]);
+    const RequestEvent* b = terminal_of(several[i]);
+    ASSERT_TRUE(a && b);
+    ASSERT_EQ(a->type, RequestEvent::Type::kDone) << a->error.to_string();
+    ASSERT_EQ(b->type, RequestEvent::Type::kDone) << b->error.to_string();
+    EXPECT_EQ(a->generated_ids.size(), static_cast<std::size_t>(reqs[i].sampling.max_new_tokens)) << i;
+    EXPECT_EQ(a->generated_ids, b->generated_ids) << i;
+    generated += static_cast<std::int64_t>(a->generated_ids.size());
+    ASSERT_EQ(a->transcript.logprobs.size(), b->transcript.logprobs.size()) << i;
+    ASSERT_FALSE(a->transcript.logprobs.empty()) << i;
+    for (std::size_t k = 0; k < a->transcript.logprobs.size(); ++k) {
+      EXPECT_EQ(a->transcript.logprobs[k].logprob, b->transcript.logprobs[k].logprob) << i << " token " << k;
+      EXPECT_EQ(a->transcript.logprobs[k].token, b->transcript.logprobs[k].token) << i << " token " << k;
+    }
+  }
+  EXPECT_LT(st_several.steps, generated) << "the requests shared steps (several rows picked at once)";
+}
+
 TEST_F(EngineLoopTest, CancelEndsARunningRequestAndFreesItsBlocks) {
   auto lp = loop();
   Collector c;
