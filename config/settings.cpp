@@ -91,6 +91,9 @@ const SettingDef kTable[] = {
     {"engine.stall_timeout_s", T::kFloat, "120", 5, 3600, "",
      "Pending work without a step for this long → /health 503"},
     {"engine.audio_decode_threads", T::kInt, "0", 0, 256, "", "Audio decode pool (0 = min(8, cores))"},
+    {"engine.sampling_threads", T::kInt, "0", 0, 256, "",
+     "Threads that pick a step's sampled and logprob tokens from host logits side by side (0 = min(8, "
+     "cores); 1 = the engine thread)"},
     {"asr.max_audio_seconds", T::kFloat, "3600", 1, 3600, "", "Longest accepted audio"},
     {"asr.min_audio_seconds", T::kFloat, "0.1", 0, 10, "", "Shortest accepted audio"},
     {"asr.max_new_tokens", T::kInt, "32768", 16, 65536, "", "Generated tokens per transcription"},

@@ -136,6 +136,7 @@ Result<std::shared_ptr<EngineHandle>> make_engine(AppState& state, std::shared_p
   eo.encode_pack_samples = encode_pack;
   eo.max_running = static_cast<int>(s.i("engine.max_running_requests"));
   eo.max_waiting = static_cast<int>(s.i("engine.max_waiting_requests"));
+  eo.output_threads = static_cast<int>(s.i("engine.sampling_threads"));
   eo.pause_file = state.hooks.pause_file;
   eo.fault_after_tokens = state.hooks.fault_after_tokens > 0 ? static_cast<int>(state.hooks.fault_after_tokens) : 0;
   metrics::ServiceMetrics* m = &state.metrics;
