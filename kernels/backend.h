@@ -329,6 +329,10 @@ class Backend {
 
   // out I32 [n] = argmax over each row of logits [n, V]; ties go to the lowest index.
   virtual void argmax(const Tensor& logits, Tensor& out) = 0;
+  // ids I32 [n] as argmax gives them, and logprob F32 [n] = each row's log-softmax at its id:
+  // x[id] − log Σ exp(x), NaN counted as −inf, at most 0; −inf for a row without a finite value.
+  // What a greedy row's logprob needs, so that only two numbers a row cross to the host.
+  virtual void argmax_logprob(const Tensor& logits, Tensor& ids, Tensor& logprob) = 0;
 };
 
 }  // namespace vv

@@ -79,6 +79,9 @@ class ForwardingBackend : public Backend {
     in_->paged_attention(q, rows, cache, shape, out);
   }
   void argmax(const Tensor& logits, Tensor& out) override { in_->argmax(logits, out); }
+  void argmax_logprob(const Tensor& logits, Tensor& ids, Tensor& logprob) override {
+    in_->argmax_logprob(logits, ids, logprob);
+  }
 
  protected:
   Backend& inner() { return *in_; }

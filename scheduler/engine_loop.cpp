@@ -58,6 +58,9 @@ struct EngineLoop::Live {
   std::unique_ptr<TranscriptAssembler> assembler;  // transcription
   std::unique_ptr<StopStringMatcher> stops;        // chat
   bool needs_logits = false;
+  // Greedy with logprobs and nothing else that reads the row (a verbose_json transcription): the
+  // device gives the token's logprob beside its id (SequenceRows::want_logprob), no logits cross.
+  bool device_logprob = false;
   std::vector<TokenId> generated;
   std::string chat_text;
   std::vector<TokenLogprob> chat_logprobs;          // every entry (kDone)
@@ -227,6 +230,10 @@ Result<RequestId> EngineLoop::submit(Request request, EventSink sink) {
   l->stop = std::make_unique<StopCondition>(sp);
   l->text = std::make_unique<IncrementalDecoder>(tokenizer_);
   l->needs_logits = adjusts_logits(sp) || (opt_.on_logits && !request.forced_ids.empty());
+  SamplingParams only_logprobs = sp;
+  only_logprobs.logprobs = false;
+  l->device_logprob = sp.logprobs && request.forced_ids.empty() && !adjusts_logits(only_logprobs);
+  if (l->device_logprob) l->needs_logits = false;
   if (l->transcription) {
     l->repetition = std::make_unique<RepetitionDetector>();
     l->segment_repetition = std::make_unique<SegmentRepetitionDetector>();
@@ -597,6 +604,7 @@ bool EngineLoop::run_step() {
                                                      runner_.spec().audio_token_id);
     rows.want_output = c.want_output;
     rows.want_logits = c.want_output && l.needs_logits;  // only those rows' logits cross to the host
+    rows.want_logprob = c.want_output && l.device_logprob;
     if (c.start >= plen) any_decode = true;
     plan.seqs.push_back(std::move(rows));
     who.push_back(&l);
@@ -650,7 +658,7 @@ bool EngineLoop::run_step() {
   const auto pick_rows = [&](std::int64_t b, std::int64_t e) {
     for (std::int64_t i = b; i < e; ++i) {
       const std::size_t j = heavy[static_cast<std::size_t>(i)];
-      picked[j] = pick(*who[j], res->next[j], logits_of(j));
+      picked[j] = pick(*who[j], res->next[j], logits_of(j), 0.0f);
     }
   };
   const int threads = opt_.output_threads > 0
@@ -685,7 +693,8 @@ bool EngineLoop::run_step() {
       if (!l.req.forced_ids.empty() && l.generated.size() < l.req.forced_ids.size() && opt_.on_logits)
         opt_.on_logits(l.id, l.generated.size(), *logits);
     }
-    handle_output(l, picked[j] ? std::move(*picked[j]) : pick(l, res->next[j], nullptr));
+    const float device_lp = j < res->logprob.size() ? res->logprob[j] : 0.0f;
+    handle_output(l, picked[j] ? std::move(*picked[j]) : pick(l, res->next[j], nullptr, device_lp));
   }
   const auto t_out = Clock::now();
   prev_output_s_ = seconds_between(t1, t_out);
@@ -806,6 +815,7 @@ FinishReason EngineLoop::handle_loop(Live& l, std::size_t offset) {
     ++local_.repetition_recovered;
     l.sampler->set_temperature(recovery_temperature(l.sampler->params().temperature));
     l.needs_logits = true;  // sampled from now on
+    l.device_logprob = false;
     scheduler_.truncate(l.id, static_cast<std::int64_t>(l.prompt.size() + l.generated.size()));
     return FinishReason::kNone;
   }
@@ -813,7 +823,8 @@ FinishReason EngineLoop::handle_loop(Live& l, std::size_t offset) {
   return FinishReason::kRepetition;
 }
 
-EngineLoop::Picked EngineLoop::pick(Live& l, TokenId next, const std::vector<float>* logits) {
+EngineLoop::Picked EngineLoop::pick(Live& l, TokenId next, const std::vector<float>* logits,
+                                    float device_logprob) {
   const SamplingParams& sp = l.req.sampling;
   Picked p;
   p.next = next;
@@ -830,6 +841,9 @@ EngineLoop::Picked EngineLoop::pick(Live& l, TokenId next, const std::vector<flo
     p.next = st.id;
     p.logprob = sp.logprobs ? st.logprob : 0.0f;
     p.top = std::move(st.top_logprobs);
+  } else if (l.device_logprob) {
+    p.logprob = device_logprob;  // the greedy id's, from the device (SequenceRows::want_logprob)
+    l.sampler->observe(p.next);
   }
   return p;
 }

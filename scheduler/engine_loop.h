@@ -173,7 +173,7 @@ class EngineLoop : public EngineClient {
     float logprob = 0.0f;
     std::vector<TokenLogprobEntry> top;
   };
-  Picked pick(Live& l, TokenId next, const std::vector<float>* logits);
+  Picked pick(Live& l, TokenId next, const std::vector<float>* logits, float device_logprob);
   void handle_output(Live& l, Picked&& p);
   // Repetition loops (API.md §3.7): the stream offset to cut back to when one is detected; the cut
   // itself (state rebuilt from the kept tokens); recovery at a raised temperature or kRepetition.

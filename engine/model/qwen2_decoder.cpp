@@ -122,8 +122,8 @@ Status Qwen2Decoder::load(const DecoderWeights& w) {
   if (last) {  // the head's rows
     last_ = alloc_f32(be_, S, H);
     logits_ = alloc_f32(be_, S, V);
-    next_ = alloc_i32(be_, S);
-    h_next_ = be_.allocate_host(static_cast<size_t>(S) * sizeof(int32_t));
+    next_ = alloc_i32(be_, 2 * S);  // a step's m ids, then (asked for) their m logprobs
+    h_next_ = be_.allocate_host(static_cast<size_t>(2 * S) * sizeof(int32_t));
     if (h_next_.data() == nullptr)
       return Status(StatusCode::kResourceExhausted, "decoder: no host memory for a step's next ids");
   }
@@ -321,7 +321,10 @@ Result<StepOutput> Qwen2Decoder::run(const StepPlan& plan, KvView& kv, const Ten
                     n == static_cast<int64_t>(plan.seqs.size());
   for (size_t si = 0; replayable && si < plan.seqs.size(); ++si)
     replayable = plan.seqs[si].want_output && plan.seqs[si].ids[0] != audio_token_;
-  const ReplayShape shape{n, rows.block_tables.cols(), kv.layers.empty() ? nullptr : kv.layers[0].k.data};
+  bool logprob = false;
+  for (const SequenceRows& s : plan.seqs) logprob = logprob || (s.want_output && s.want_logprob);
+  const ReplayShape shape{n, rows.block_tables.cols(), kv.layers.empty() ? nullptr : kv.layers[0].k.data,
+                          logprob};
   const bool replayed =
       replayable && replay_handle_ != 0 && shape == replay_shape_ && be_.replay_flush(replay_handle_);
 
@@ -329,6 +332,7 @@ Result<StepOutput> Qwen2Decoder::run(const StepPlan& plan, KvView& kv, const Ten
   StepOutput out;
   out.next.assign(plan.seqs.size(), -1);
   out.logits.resize(plan.seqs.size());
+  if (logprob) out.logprob.assign(plan.seqs.size(), 0.0f);
   std::vector<size_t> wanted;
   int64_t row = 0;
   // Those last rows, in runs of consecutive rows (a decode step: one run of all of them).
@@ -392,15 +396,22 @@ Result<StepOutput> Qwen2Decoder::run(const StepPlan& plan, KvView& kv, const Ten
     be_.discard(last);
     if (capture_) capture_("logits.last", logits);
     Tensor next = Tensor::vector(next_.buf.data(), DType::kI32, m);
-    be_.argmax(logits, next);
+    if (logprob) {
+      Tensor lp = Tensor::vector(static_cast<int32_t*>(next_.buf.data()) + m, DType::kF32, m);
+      be_.argmax_logprob(logits, next, lp);
+    } else {
+      be_.argmax(logits, next);
+    }
   }
   std::vector<int32_t> ids(static_cast<size_t>(m));
   const auto t_recorded = Clock::now();
   out.stage_seconds = std::chrono::duration<double>(t_staged - t_enter).count();
   out.record_seconds = std::chrono::duration<double>(t_recorded - t_staged).count();
-  be_.download(h_next_.data(), next_.buf.data(), ids.size() * sizeof(int32_t));
+  // The ids and (asked for) the logprobs after them: one copy.
+  be_.download(h_next_.data(), next_.buf.data(), (logprob ? 2 : 1) * ids.size() * sizeof(int32_t));
   meta_in_flight_ = false;  // the download waited for the step, and so for its metadata's copy
   std::memcpy(ids.data(), h_next_.data(), ids.size() * sizeof(int32_t));
+  const float* lps = reinterpret_cast<const float*>(static_cast<const int32_t*>(h_next_.data()) + m);
   if (!replayed) {  // the download launched the ops: was that a sequence the backend can launch again?
     replay_handle_ = replayable ? be_.last_flush_handle() : 0;
     replay_shape_ = shape;
@@ -408,6 +419,7 @@ Result<StepOutput> Qwen2Decoder::run(const StepPlan& plan, KvView& kv, const Ten
   const int64_t V = spec_.vocab_size;
   for (int64_t j = 0; j < m; ++j) {
     out.next[wanted[j]] = ids[j];
+    if (logprob) out.logprob[wanted[j]] = lps[j];
     // Logits rows only for the sequences that asked (sampling, logprobs): each is a [V] host copy
     // that the step waits on.
     if (plan.return_logits || plan.seqs[wanted[j]].want_logits) {

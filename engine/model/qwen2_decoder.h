@@ -110,6 +110,7 @@ class Qwen2Decoder {
   struct ReplayShape {
     int64_t rows = 0, width = 0;
     const void* cache = nullptr;
+    bool logprob = false;  // the head's argmax also gives the rows' logprobs
     bool operator==(const ReplayShape&) const = default;
   };
   ReplayShape replay_shape_;

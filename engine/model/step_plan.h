@@ -25,6 +25,8 @@ struct SequenceRows {
   int64_t speech_begin = 0;        // speech row that the chunk's first audio-token row takes
   bool want_output = true;         // return the next token (and logits if asked) of the last row
   bool want_logits = false;        // with want_output: also return that row's logits
+  bool want_logprob = false;       // with want_output: also the log-softmax of the next (greedy) token,
+                                   // computed on the device (Backend::argmax_logprob): no logits cross
 };
 
 struct StepPlan {
@@ -35,6 +37,7 @@ struct StepPlan {
 struct StepOutput {
   std::vector<TokenId> next;                // per seq: greedy argmax of its last row (lowest id on ties); −1 if not wanted
   std::vector<std::vector<float>> logits;   // per seq: [V] when wanted and asked for, else empty
+  std::vector<float> logprob;               // per seq: next's log-softmax where want_logprob, else 0
   // Host time of the step before its ids are downloaded (the last shard's decoder): staging the rows
   // (ids, positions, block tables uploaded) and recording the ops after that. A backend that defers
   // its ops (CUDA) launches them at the download, so the device waits for both.

@@ -51,7 +51,7 @@ DecoderBytes decoder_bytes(const DecoderSpec& s, const DecoderWeights& w, int ma
                 kvd = static_cast<int64_t>(s.num_kv_heads) * s.head_dim;
   b.workspace = 2 * f32s(R * H) + f32s(R * (qd + 2 * kvd)) + f32s(R * qd) + f32s(R * 2 * I) + f32s(R * I) +
                 f32s(3 * R + S * std::max(max_blocks_per_seq, 1));
-  if (last) b.workspace += f32s(S * H) + f32s(S * V) + f32s(S);
+  if (last) b.workspace += f32s(S * H) + f32s(S * V) + f32s(2 * S);  // next: ids, then logprobs
   return b;
 }
 

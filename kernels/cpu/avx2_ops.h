@@ -18,6 +18,9 @@ void silu_mul(const Tensor& gate_up, Tensor& out);
 void paged_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, const AttentionShape& shape,
                      Tensor& out, int head_begin, int head_end);
 void argmax(const Tensor& logits, Tensor& out);
+// ref::logprob_at's values (f32 rows: a vector max, then exp sums in 8 lanes, added in double per 1,024
+// values; other dtypes: the reference).
+void logprob_at(const Tensor& logits, const Tensor& ids, Tensor& logprob);
 
 // Peak f32 FMA throughput of one thread, GFLOP/s, over `iterations` of 12 independent chains.
 double fma_peak_one_thread(int64_t iterations);

@@ -236,6 +236,19 @@ class CpuBackend final : public Backend {
     });
   }
 
+  void argmax_logprob(const Tensor& logits, Tensor& ids, Tensor& logprob) override {
+    pool_.parallel_for(logits.rows(), 1, [&](int64_t b, int64_t e) {
+      const Tensor l = logits.row_slice(b, e - b);
+      Tensor o = vec_slice(ids, b, e - b), p = vec_slice(logprob, b, e - b);
+      if (isa_ == Isa::kAvx2) {
+        avx2::argmax(l, o);
+        avx2::logprob_at(l, o, p);
+      } else {
+        ref::argmax(l, o);
+        ref::logprob_at(l, o, p);
+      }
+    });
+  }
   void argmax(const Tensor& logits, Tensor& out) override {
     pool_.parallel_for(logits.rows(), 1, [&](int64_t b, int64_t e) {
       Tensor o = vec_slice(out, b, e - b);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "kernels/cpu/avx2_ops.h"
 #include "kernels/cpu/reference_ops.h"
@@ -87,5 +88,48 @@ void silu_mul(const Tensor& gate_up, Tensor& out) {
   }
 }
 void argmax(const Tensor& logits, Tensor& out) { ref::argmax(logits, out); }
+
+void logprob_at(const Tensor& logits, const Tensor& ids, Tensor& logprob) {
+  if (logits.dtype != DType::kF32) {
+    ref::logprob_at(logits, ids, logprob);
+    return;
+  }
+  const int64_t n = logits.rows(), V = logits.cols();
+  const int32_t* id = ids.ptr<const int32_t>();
+  float* lp = logprob.ptr<float>();
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  for (int64_t r = 0; r < n; ++r) {
+    const float* x = logits.ptr<const float>() + r * logits.row_stride();
+    __m256 mv = _mm256_set1_ps(kNegInf);
+    int64_t i = 0;
+    for (; i + 8 <= V; i += 8) mv = _mm256_max_ps(_mm256_loadu_ps(x + i), mv);  // a NaN x keeps mv
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, mv);
+    float m = kNegInf;
+    for (float l : lanes) m = l > m ? l : m;
+    for (; i < V; ++i) m = x[i] > m ? x[i] : m;
+    const float xi = x[id[r]];
+    if (m == kNegInf || !(xi > kNegInf)) {
+      lp[r] = kNegInf;
+      continue;
+    }
+    const __m256 mb = _mm256_set1_ps(m);
+    double s = 0.0;
+    for (int64_t b = 0; b < V; b += 1024) {
+      const int64_t e = std::min<int64_t>(V, b + 1024);
+      __m256 sv = _mm256_setzero_ps();
+      int64_t j = b;
+      for (; j + 8 <= e; j += 8) {
+        const __m256 v = _mm256_loadu_ps(x + j);
+        const __m256 ok = _mm256_cmp_ps(v, _mm256_set1_ps(kNegInf), _CMP_GT_OQ);  // not NaN, not −inf
+        sv = _mm256_add_ps(sv, _mm256_and_ps(exp8(_mm256_sub_ps(v, mb)), ok));
+      }
+      double t = hsum(sv);
+      for (; j < e; ++j) t += x[j] > kNegInf ? std::exp(static_cast<double>(x[j]) - m) : 0.0;
+      s += t;
+    }
+    lp[r] = static_cast<float>(std::min(0.0, static_cast<double>(xi) - m - std::log(s)));
+  }
+}
 
 }  // namespace vv::avx2

@@ -1,7 +1,9 @@
 #include "kernels/cpu/reference_ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "kernels/cpu/f16_convert.h"
@@ -217,6 +219,32 @@ void paged_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& 
         for (int d = 0; d < D; ++d) oh[d] += p * load_as_f32(vr, cache.v.dtype, kv_off + d);
       }
     }
+  }
+}
+
+void logprob_at(const Tensor& logits, const Tensor& ids, Tensor& logprob) {
+  const int64_t n = logits.rows(), V = logits.cols();
+  const int32_t* id = ids.ptr<const int32_t>();
+  float* lp = logprob.ptr<float>();
+  constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+  for (int64_t r = 0; r < n; ++r) {
+    const char* lr = brow(logits, r);
+    double m = kNegInf;
+    for (int64_t i = 0; i < V; ++i) {
+      const double v = load_as_f32(lr, logits.dtype, i);
+      if (v > m) m = v;  // NaN never wins
+    }
+    const double x = load_as_f32(lr, logits.dtype, id[r]);
+    if (m == kNegInf || !(x > kNegInf)) {
+      lp[r] = -std::numeric_limits<float>::infinity();
+      continue;
+    }
+    double s = 0.0;
+    for (int64_t i = 0; i < V; ++i) {
+      const double v = load_as_f32(lr, logits.dtype, i);
+      if (v > kNegInf) s += std::exp(v - m);
+    }
+    lp[r] = static_cast<float>(std::min(0.0, x - m - std::log(s)));
   }
 }
 

@@ -40,6 +40,8 @@ void kv_write(const Tensor& k, const Tensor& v, const AttentionRows& rows, KvLay
 void paged_attention(const Tensor& q, const AttentionRows& rows, const KvLayer& cache, const AttentionShape& shape,
                      Tensor& out, int head_begin = 0, int head_end = -1);
 void argmax(const Tensor& logits, Tensor& out);
+// Backend::argmax_logprob's logprob of the ids already in `ids` (max and sum in double).
+void logprob_at(const Tensor& logits, const Tensor& ids, Tensor& logprob);
 
 // Physical cache row (slot) of position `pos` of sequence `seq`: block_tables[seq, pos/bs]·bs + pos%bs.
 int64_t kv_slot(const AttentionRows& rows, int32_t seq, int32_t pos);

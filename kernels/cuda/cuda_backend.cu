@@ -697,6 +697,14 @@ class CudaBackend final : public Backend {
       run_argmax(logits, o);
     });
   }
+  void argmax_logprob(const Tensor& logits, Tensor& ids, Tensor& logprob) override {
+    Sig s(14);
+    s << logits << ids << logprob;
+    defer(s, [=, this] {
+      Tensor o = ids;
+      run_argmax(logits, o, static_cast<float*>(logprob.data));
+    });
+  }
 
   // Decode-step fusions (decode_ops.cuh) over runs of recorded ops, each result equal bit for bit to
   // the unfused ops (eager launches, VV_CUDA_GRAPHS=0, run them one by one):
@@ -1842,8 +1850,8 @@ class CudaBackend final : public Backend {
     return cuda::mma_decode_applies(shape.heads, shape.kv_heads, shape.head_dim) &&
            cache.k.row_stride() % 8 == 0 && aligned(cache.k.data) && aligned(cache.v.data);
   }
-  void run_argmax(const Tensor& logits, Tensor& out) {
-    OpTimer timer(this, "argmax");
+  void run_argmax(const Tensor& logits, Tensor& out, float* logprob = nullptr) {
+    OpTimer timer(this, logprob ? "argmax_logprob" : "argmax");
     const size_t need = cuda::decode_argmax_ws_bytes(logits.rows());
     if (need > argmax_ws_bytes_) {  // grows with the rows of a step; then never again
       if (capturing_) {
@@ -1857,8 +1865,8 @@ class CudaBackend final : public Backend {
       if (!check(cudaMalloc(&argmax_ws_, need), "cudaMalloc argmax workspace")) return;
       argmax_ws_bytes_ = need;
     }
-    cuda::decode_argmax(logits, out, argmax_ws_, sms_, stream_);
-    launched("argmax");
+    cuda::decode_argmax(logits, out, argmax_ws_, sms_, stream_, logprob);
+    launched(logprob ? "argmax_logprob" : "argmax");
   }
 
  public:

@@ -377,19 +377,53 @@ __device__ __forceinline__ void warp_best(float& v, int64_t& i) {
 // Block (part p, row r): the best of slice p of row r into ws (slices of `len` elements, a multiple of
 // VEC). VEC > 1: 16-byte loads (the row's start 16-byte aligned, its stride a multiple of VEC). The order
 // of comparison does not matter: `better` is a strict total order on (value, index).
-template <typename LT, int VEC>
+// A running log-sum-exp: sum of exp(x − m) over the values seen, m their max (−inf: none yet).
+struct Lse {
+  float m = -INFINITY, s = 0.f;
+  // x: NaN and −inf add nothing.
+  __device__ __forceinline__ void add(float x) {
+    if (!(x > -INFINITY)) return;
+    if (x > m) {
+      s = s * __expf(m - x) + 1.f;  // m = −inf: s is 0, and 0 · exp(−inf) is 0
+      m = x;
+    } else {
+      s += __expf(x - m);
+    }
+  }
+  __device__ __forceinline__ void merge(float om, float os) {
+    if (!(om > -INFINITY)) return;
+    if (om > m) {
+      s = s * __expf(m - om) + os;
+      m = om;
+    } else {
+      s += os * __expf(om - m);
+    }
+  }
+  __device__ __forceinline__ void warp_merge() {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float om = __shfl_xor_sync(0xffffffffu, m, o), os = __shfl_xor_sync(0xffffffffu, s, o);
+      merge(om, os);
+    }
+  }
+};
+
+// kLp: also the slice's log-sum-exp pair into wsm / wss (decode_argmax's logprob).
+template <typename LT, int VEC, bool kLp = false>
 __global__ void __launch_bounds__(kArgThreads)
     argmax_part_kernel(const LT* __restrict__ logits, int64_t ld, int64_t V, int64_t len, int parts,
-                       float* wsv, int32_t* wsi) {
+                       float* wsv, int32_t* wsi, float* wsm, float* wss) {
   pdl_wait();
   pdl_trigger();
   __shared__ float sv[kArgThreads / 32];
   __shared__ int64_t si[kArgThreads / 32];
+  __shared__ float sm[kArgThreads / 32], ss[kArgThreads / 32];
   const int64_t r = blockIdx.y;
   const int64_t begin = blockIdx.x * len, end = begin + len < V ? begin + len : V;
   const LT* row = logits + r * ld;
   float bv = NAN;
   int64_t bi = -1;
+  Lse lse;
   const int64_t vend = end > begin ? begin + (end - begin) / VEC * VEC : begin;
   if constexpr (VEC > 1) {
     struct alignas(16) Vec {
@@ -399,16 +433,28 @@ __global__ void __launch_bounds__(kArgThreads)
     for (int64_t i = begin + static_cast<int64_t>(threadIdx.x) * VEC; i < vend; i += kArgThreads * VEC) {
       const Vec x = *reinterpret_cast<const Vec*>(row + i);
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) keep_better(bv, bi, to_f32(x.e[k]), i + k);
+      for (int k = 0; k < VEC; ++k) {
+        const float f = to_f32(x.e[k]);
+        keep_better(bv, bi, f, i + k);
+        if constexpr (kLp) lse.add(f);
+      }
     }
   }
-  for (int64_t i = (VEC > 1 ? vend : begin) + threadIdx.x; i < end; i += kArgThreads)
-    keep_better(bv, bi, to_f32(row[i]), i);
+  for (int64_t i = (VEC > 1 ? vend : begin) + threadIdx.x; i < end; i += kArgThreads) {
+    const float f = to_f32(row[i]);
+    keep_better(bv, bi, f, i);
+    if constexpr (kLp) lse.add(f);
+  }
   warp_best(bv, bi);
+  if constexpr (kLp) lse.warp_merge();
   const int warp = static_cast<int>(threadIdx.x >> 5);
   if ((threadIdx.x & 31) == 0) {
     sv[warp] = bv;
     si[warp] = bi;
+    if constexpr (kLp) {
+      sm[warp] = lse.m;
+      ss[warp] = lse.s;
+    }
   }
   __syncthreads();
   if (warp == 0) {
@@ -416,26 +462,47 @@ __global__ void __launch_bounds__(kArgThreads)
     bv = has ? sv[threadIdx.x] : NAN;
     bi = has ? si[threadIdx.x] : -1;
     warp_best(bv, bi);
+    if constexpr (kLp) {
+      lse = Lse{};
+      if (has) lse.merge(sm[threadIdx.x], ss[threadIdx.x]);
+      lse.warp_merge();
+    }
     if (threadIdx.x == 0) {
       wsv[r * parts + blockIdx.x] = bv;
       wsi[r * parts + blockIdx.x] = static_cast<int32_t>(bi);
+      if constexpr (kLp) {
+        wsm[r * parts + blockIdx.x] = lse.m;
+        wss[r * parts + blockIdx.x] = lse.s;
+      }
     }
   }
 }
 
-// A warp a row: the best of its parts.
+// A warp a row: the best of its parts (kLp: and its logprob from the parts' log-sum-exp pairs).
+template <bool kLp = false>
 __global__ void argmax_final_kernel(const float* __restrict__ wsv, const int32_t* __restrict__ wsi,
-                                    int64_t rows, int parts, int32_t* out) {
+                                    const float* __restrict__ wsm, const float* __restrict__ wss,
+                                    int64_t rows, int parts, int32_t* out, float* logprob) {
   pdl_wait();
   pdl_trigger();
   const int64_t r = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (r >= rows) return;
   float bv = NAN;
   int64_t bi = -1;
-  for (int p = static_cast<int>(threadIdx.x & 31); p < parts; p += 32)
+  Lse lse;
+  for (int p = static_cast<int>(threadIdx.x & 31); p < parts; p += 32) {
     keep_better(bv, bi, wsv[r * parts + p], wsi[r * parts + p]);
+    if constexpr (kLp) lse.merge(wsm[r * parts + p], wss[r * parts + p]);
+  }
   warp_best(bv, bi);
-  if ((threadIdx.x & 31) == 0) out[r] = bi < 0 ? 0 : static_cast<int32_t>(bi);
+  if constexpr (kLp) lse.warp_merge();
+  if ((threadIdx.x & 31) == 0) {
+    out[r] = bi < 0 ? 0 : static_cast<int32_t>(bi);
+    if constexpr (kLp) {
+      const bool finite = lse.m > -INFINITY && bv > -INFINITY;  // bv NaN: a NaN won the argmax
+      logprob[r] = finite ? fminf(0.f, (bv - lse.m) - __logf(lse.s)) : -INFINITY;
+    }
+  }
 }
 
 using dec::decode_attn_block;
@@ -1523,7 +1590,9 @@ void rope_kv_write(Tensor& q, Tensor& k, const Tensor& v, const Tensor& pos, int
 }
 
 size_t decode_argmax_ws_bytes(int64_t rows) {
-  return static_cast<size_t>(std::max<int64_t>(rows, 1)) * kArgMaxParts * (sizeof(float) + sizeof(int32_t));
+  // Each part's best (value, index) and its log-sum-exp pair (logprob only).
+  return static_cast<size_t>(std::max<int64_t>(rows, 1)) * kArgMaxParts *
+         (3 * sizeof(float) + sizeof(int32_t));
 }
 
 ArgmaxPlan plan_argmax(int64_t rows, int64_t V, int64_t elem_bytes, int64_t ld, bool aligned, int sms) {
@@ -1540,38 +1609,54 @@ ArgmaxPlan plan_argmax(int64_t rows, int64_t V, int64_t elem_bytes, int64_t ld, 
   return p;
 }
 
-void decode_argmax(const Tensor& logits, Tensor& out, void* ws, int sms, cudaStream_t s) {
+template <bool kLp>
+static void decode_argmax_as(const Tensor& logits, Tensor& out, void* ws, int sms, cudaStream_t s,
+                             float* logprob) {
   const int64_t R = logits.rows(), V = logits.cols();
   if (R == 0) return;
   const int64_t eb = logits.dtype == DType::kF32 ? 4 : 2;
-  const ArgmaxPlan p =
-      plan_argmax(R, V, eb, logits.row_stride(), reinterpret_cast<uintptr_t>(logits.data) % 16 == 0, sms);
+  // kLp: a row's slices as for one row, whatever the row count, so that its logprob's sums keep one order
+  // (a row's value does not depend on the rows beside it).
+  const ArgmaxPlan p = plan_argmax(kLp ? 1 : R, V, eb, logits.row_stride(),
+                                   reinterpret_cast<uintptr_t>(logits.data) % 16 == 0, sms);
   if (p.parts == 0) return;
   float* wsv = static_cast<float*>(ws);
   int32_t* wsi = reinterpret_cast<int32_t*>(wsv + R * p.parts);
+  float* wsm = reinterpret_cast<float*>(wsi + R * p.parts);
+  float* wss = wsm + R * p.parts;
   const dim3 grid(static_cast<unsigned>(p.parts), static_cast<unsigned>(R));
   auto go = [&](auto kern, const auto* l) {
-    launch_pdl(kern, grid, kArgThreads, 0, s, l, logits.row_stride(), V, p.len, p.parts, wsv, wsi);
+    launch_pdl(kern, grid, kArgThreads, 0, s, l, logits.row_stride(), V, p.len, p.parts, wsv, wsi, wsm, wss);
   };
   switch (logits.dtype) {
     case DType::kBF16: {
       const auto* l = static_cast<const __nv_bfloat16*>(logits.data);
-      p.vec == 8 ? go(argmax_part_kernel<__nv_bfloat16, 8>, l) : go(argmax_part_kernel<__nv_bfloat16, 1>, l);
+      p.vec == 8 ? go(argmax_part_kernel<__nv_bfloat16, 8, kLp>, l)
+                 : go(argmax_part_kernel<__nv_bfloat16, 1, kLp>, l);
       break;
     }
     case DType::kF16: {
       const auto* l = static_cast<const __half*>(logits.data);
-      p.vec == 8 ? go(argmax_part_kernel<__half, 8>, l) : go(argmax_part_kernel<__half, 1>, l);
+      p.vec == 8 ? go(argmax_part_kernel<__half, 8, kLp>, l) : go(argmax_part_kernel<__half, 1, kLp>, l);
       break;
     }
     default: {
       const float* l = logits.ptr<const float>();
-      p.vec == 4 ? go(argmax_part_kernel<float, 4>, l) : go(argmax_part_kernel<float, 1>, l);
+      p.vec == 4 ? go(argmax_part_kernel<float, 4, kLp>, l) : go(argmax_part_kernel<float, 1, kLp>, l);
       break;
     }
   }
-  launch_pdl(argmax_final_kernel, static_cast<unsigned>((R + 3) / 4), 128, s, static_cast<const float*>(wsv),
-             static_cast<const int32_t*>(wsi), R, p.parts, out.ptr<int32_t>());
+  launch_pdl(argmax_final_kernel<kLp>, static_cast<unsigned>((R + 3) / 4), 128, s,
+             static_cast<const float*>(wsv), static_cast<const int32_t*>(wsi), static_cast<const float*>(wsm),
+             static_cast<const float*>(wss), R, p.parts, out.ptr<int32_t>(), logprob);
+}
+
+void decode_argmax(const Tensor& logits, Tensor& out, void* ws, int sms, cudaStream_t s, float* logprob) {
+  if (logprob) {
+    decode_argmax_as<true>(logits, out, ws, sms, s, logprob);
+  } else {
+    decode_argmax_as<false>(logits, out, ws, sms, s, nullptr);
+  }
 }
 
 DecodeAttentionPlan plan_decode_attention(int64_t n, const AttentionRows& rows, const AttentionShape& shape,

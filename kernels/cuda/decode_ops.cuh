@@ -263,6 +263,10 @@ void l2_prefetch(const void* p, size_t bytes, bool after_wait, int sms, cudaStre
 // argmax over each row (ties to the lowest index, the first NaN wins) in two launches: a slice of a
 // row per block (16-byte loads where the rows allow them), then a warp a row over its slices. The
 // result does not depend on the plan. ws: decode_argmax_ws_bytes(rows) bytes of device memory.
+// logprob (F32 [rows], optional): Backend::argmax_logprob's, each slice's block also summing exp(x − its
+// running max) (online, rescaled as the max rises; NaN and −inf add nothing), the final warp merging the
+// slices' (max, sum) pairs: x[id] − (max + log sum), at most 0, −inf without a finite value. With it
+// the slices are planned as for one row whatever the row count, so a row's logprob has one sum order.
 size_t decode_argmax_ws_bytes(int64_t rows);
 // The slices: about four blocks an SM over all rows, at least 1,024 elements a slice, at most 256 a row;
 // len a multiple of vec (elements a load: 16 / elem_bytes where the data is 16-byte aligned and ld a
@@ -273,7 +277,8 @@ struct ArgmaxPlan {
   int64_t len = 0;
 };
 ArgmaxPlan plan_argmax(int64_t rows, int64_t V, int64_t elem_bytes, int64_t ld, bool aligned, int sms);
-void decode_argmax(const Tensor& logits, Tensor& out, void* ws, int sms, cudaStream_t s);
+void decode_argmax(const Tensor& logits, Tensor& out, void* ws, int sms, cudaStream_t s,
+                   float* logprob = nullptr);
 
 // Decode attention (rows that each attend their own sequence's cache; decode steps, batched or not):
 // splits of the keys per (row, kv head), merged by the last block of each pair. Used for up to

@@ -8,10 +8,11 @@
 // Prints a table and, last, one JSON line.
 //   engine_loop_bench [--preset tiny|7b] [--device cpu|cuda] [--concurrency 1,2,4,8] [--tokens 256]
 //                     [--audio 30] [--bf16] [--deterministic] [--threads N] [--ttft-probe LONG_SECONDS]
-//                     [--invariance N] [--pad P] [--logprobs] [--sample T] [--output-threads N]
-// --logprobs: every request asks for its tokens' logprobs (as a verbose_json transcription does), so
-// each output row's logits cross to the host. --sample T: no forced ids; tokens sampled at
-// temperature T (EOS ignored), also from host logits. --output-threads N:
+//                     [--invariance N] [--pad P] [--logprobs] [--free] [--sample T] [--output-threads N]
+// --logprobs: every request asks for its tokens' logprobs (as a verbose_json transcription does); with
+// forced ids each output row's logits cross to the host for them, with --free (greedy, no forced ids,
+// EOS ignored) the device gives them beside the ids. --sample T: no forced ids; tokens sampled at
+// temperature T (EOS ignored) from host logits. --output-threads N:
 // EngineLoopOptions::output_threads (the threads that pick those rows' tokens; 0 = the default).
 // --pad P: RunnerOptions::decode_pad (decode steps padded to 1, 2, 4, 8, then multiples of P
 // sequences; 0 = off; the default, -1, pads to multiples of 8 on CUDA only).
@@ -78,6 +79,7 @@ struct Args {
   int invariance = 0;
   int pad = -1;  // RunnerOptions::decode_pad
   bool logprobs = false;
+  bool free = false;    // greedy without forced ids
   double sample_t = 0;  // > 0: sampled requests (no forced ids)
   int output_threads = 0;
 };
@@ -239,8 +241,8 @@ Point run_point(vv::Runner& runner, const vv::Tokenizer& tok, int n, const Args&
     vv::Request r;
     r.audio.push_back(vv::bench::noise(args.audio_s, static_cast<std::uint64_t>(i + 1), hop));
     r.sampling.max_new_tokens = args.tokens;
-    if (args.sample_t > 0) {
-      r.sampling.temperature = static_cast<float>(args.sample_t);
+    if (args.sample_t > 0 || args.free) {
+      r.sampling.temperature = static_cast<float>(std::max(args.sample_t, 0.0));
       r.sampling.ignore_eos = true;
       r.sampling.seed = static_cast<std::uint64_t>(i + 1);
     } else {
@@ -674,6 +676,8 @@ int main(int argc, char** argv) {
       args.pad = std::stoi(next());
     else if (a == "--logprobs")
       args.logprobs = true;
+    else if (a == "--free")
+      args.free = true;
     else if (a == "--sample")
       args.sample_t = std::stod(next());
     else if (a == "--output-threads")

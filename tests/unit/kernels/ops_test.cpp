@@ -4,9 +4,12 @@
 // and the determinism contract for attention (thread count, batch composition).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/cpu_backend.h"
@@ -262,6 +265,76 @@ TEST(Ops, ArgmaxTiesGoToLowestIndexOnLargeRows) {
     Tensor ot = Tensor::vector(out.data(), DType::kI32, 3);
     be->argmax(Tensor::matrix(logits.data(), DType::kF32, 3, V), ot);
     EXPECT_EQ(out, (std::vector<int32_t>{100, static_cast<int32_t>(V - 1), 0})) << be->name();
+  }
+}
+
+// argmax_logprob against a double-precision log-softmax computed here: lengths of 1, odd, prime and the
+// 7B's vocabulary, f32 and bf16 rows, rows with −inf and NaN entries, a row of −inf only; its ids are
+// argmax's; a row's value does not depend on the rows beside it.
+TEST(Ops, ArgmaxLogprobGivesTheLogSoftmaxAtTheArgmax) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  for (Isa isa : test::cpu_isas()) {
+    auto be = test::cpu_backend(isa);
+    for (DType dt : {DType::kF32, DType::kBF16})
+      for (int64_t V : {1, 7, 1000, 65537, 152064}) {
+        const int64_t R = 5;
+        std::vector<float> f(static_cast<size_t>(R * V));
+        uint32_t st = static_cast<uint32_t>(V * 31 + R);
+        for (float& x : f) {
+          st = st * 1664525u + 1013904223u;
+          x = (static_cast<float>(st >> 8) / 16777216.0f - 0.5f) * 12.0f;
+        }
+        if (V > 3) {
+          f[1 * V + 2] = -kInf;          // row 1: a −inf entry
+          f[2 * V + 1] = std::nanf("");  // row 2: a NaN (counts as −inf in the sum; wins argmax)
+        }
+        for (int64_t i = 0; i < V; ++i) f[3 * V + i] = -kInf;  // row 3: nothing finite
+        // Rows as the dtype holds them (bf16: the rounded values), read back as f32 for the check.
+        std::vector<uint16_t> h(f.size());
+        for (size_t i = 0; i < f.size(); ++i) {
+          uint32_t b;
+          std::memcpy(&b, &f[i], 4);
+          h[i] = static_cast<uint16_t>(std::isnan(f[i]) ? 0x7fc0 : (b + 0x7fff + ((b >> 16) & 1)) >> 16);
+          if (dt == DType::kBF16) {
+            const uint32_t w = static_cast<uint32_t>(h[i]) << 16;
+            std::memcpy(&f[i], &w, 4);
+          }
+        }
+        void* data = dt == DType::kF32 ? static_cast<void*>(f.data()) : static_cast<void*>(h.data());
+        const Tensor l = Tensor::matrix(data, dt, R, V);
+        std::vector<int32_t> ids(R, -7), want_ids(R);
+        std::vector<float> lp(R, 1.0f);
+        Tensor it = Tensor::vector(ids.data(), DType::kI32, R),
+               lt = Tensor::vector(lp.data(), DType::kF32, R);
+        Tensor wt = Tensor::vector(want_ids.data(), DType::kI32, R);
+        be->argmax_logprob(l, it, lt);
+        be->argmax(l, wt);
+        const std::string what = be->name() + " " + dtype_name(dt) + " V=" + std::to_string(V);
+        EXPECT_EQ(ids, want_ids) << what;
+        for (int64_t r = 0; r < R; ++r) {
+          const float* x = f.data() + r * V;
+          double m = -kInf;
+          for (int64_t i = 0; i < V; ++i) m = x[i] > m ? x[i] : m;
+          const float xi = x[ids[r]];
+          if (!(m > -kInf) || !(xi > -kInf)) {
+            EXPECT_EQ(lp[r], -kInf) << what << " row " << r;
+            continue;
+          }
+          double s = 0;
+          for (int64_t i = 0; i < V; ++i) s += x[i] > -kInf ? std::exp(static_cast<double>(x[i]) - m) : 0.0;
+          const double want = std::min(0.0, xi - m - std::log(s));
+          EXPECT_NEAR(lp[r], want, 2e-6 * (1.0 + std::fabs(want))) << what << " row " << r;
+          EXPECT_LE(lp[r], 0.0f) << what << " row " << r;
+          // Alone: the same bits.
+          std::vector<int32_t> id1(1);
+          std::vector<float> lp1(1);
+          Tensor i1 = Tensor::vector(id1.data(), DType::kI32, 1),
+                 l1 = Tensor::vector(lp1.data(), DType::kF32, 1);
+          be->argmax_logprob(l.row_slice(r, 1), i1, l1);
+          EXPECT_EQ(id1[0], ids[r]) << what << " row " << r;
+          EXPECT_EQ(std::memcmp(&lp1[0], &lp[r], 4), 0) << what << " row " << r << ": alone " << lp1[0];
+        }
+      }
   }
 }
 

@@ -222,6 +222,43 @@ TEST_F(EngineLoopTest, SampledRowsPickTheSameTokensOnOneThreadAndOnSeveral) {
   EXPECT_LT(st_several.steps, generated) << "the requests shared steps (several rows picked at once)";
 }
 
+// A greedy request with logprobs (a verbose_json transcription) takes its tokens' logprobs from the
+// device (SequenceRows::want_logprob; no logits cross): the same ids as without logprobs, and the
+// logprobs the host computes from the downloaded logits when the same ids are forced.
+TEST_F(EngineLoopTest, GreedyLogprobsFromTheDeviceMatchTheHostsFromTheLogits) {
+  auto lp = loop();
+  Collector c;
+  const std::string name = cases().front();
+  GoldenIds g = golden_ids(name);
+  auto run = [&](Request r) {
+    auto id = lp->submit(std::move(r), c.sink());
+    EXPECT_TRUE(id.is_ok()) << id.status().to_string();
+    auto ev = c.wait(*id);
+    const RequestEvent* done = terminal_of(ev);
+    EXPECT_NE(done, nullptr);
+    return done ? *done : RequestEvent{};
+  };
+  Request dev = transcription(golden_audio(name, spec()), g.context, static_cast<int>(g.generated.size()));
+  dev.sampling.logprobs = true;
+  const RequestEvent a = run(dev);
+  ASSERT_EQ(a.type, RequestEvent::Type::kDone) << a.error.to_string();
+  EXPECT_EQ(a.generated_ids, g.generated) << "the golden greedy ids";
+  Request host = transcription(golden_audio(name, spec()), g.context, static_cast<int>(g.generated.size()));
+  host.sampling.logprobs = true;
+  host.forced_ids = a.generated_ids;  // forced: the logits cross and the host takes each logprob
+  const RequestEvent b = run(host);
+  ASSERT_EQ(b.type, RequestEvent::Type::kDone) << b.error.to_string();
+  EXPECT_EQ(b.generated_ids, a.generated_ids);
+  ASSERT_FALSE(a.transcript.logprobs.empty());
+  ASSERT_EQ(a.transcript.logprobs.size(), b.transcript.logprobs.size());
+  for (std::size_t k = 0; k < a.transcript.logprobs.size(); ++k) {
+    const double want = b.transcript.logprobs[k].logprob;
+    EXPECT_NEAR(a.transcript.logprobs[k].logprob, want, 2e-6 * (1.0 + std::fabs(want))) << "token " << k;
+    EXPECT_LT(a.transcript.logprobs[k].logprob, 0.0) << "token " << k;
+    EXPECT_EQ(a.transcript.logprobs[k].token, b.transcript.logprobs[k].token) << "token " << k;
+  }
+}
+
 TEST_F(EngineLoopTest, CancelEndsARunningRequestAndFreesItsBlocks) {
   auto lp = loop();
   Collector c;
