@@ -102,6 +102,8 @@
 #   benchref     ../shared/golden/bench_reference.py --reps 2 --batches $BENCHREF_BATCHES (1): the reference's
 #                encoder, prefill, decode and standard-job figures (≈ 4 min; timeout $BENCHREF_TIMEOUT, 480 s)
 #   curve        engine_loop_bench 7b bf16 --audio 30 --tokens $CURVE_TOKENS at $CURVE_N (1,2,..,128) requests
+#   curvelp      the same at $CURVE_N (1,64,128): greedy, greedy with logprobs (from the device), forced ids with
+#                logprobs and sampled at T = 1 (logits to the host); the host's time between steps for each
 #   curveab      the same at $CURVE_N (64,128) with each of $CURVE_CFGS (';'-separated), $CURVE_REPS (3) rounds
 #                interleaved, every other round in reverse order (medians in summary.txt and steps.txt)
 #   curvepad     the curve at $CURVE_N (16,32,64,128) with decode steps padded (--pad 8, the default) and not (--pad 0)
@@ -689,6 +691,15 @@ for step in "$@"; do
         python3 $VV_DEV/golden/bench_reference.py --device cuda --reps 2 --batches "${BENCHREF_BATCHES:-1}" ;;
     curve) run curve $B/engine_loop_bench --preset 7b --device cuda --bf16 --audio 30 --tokens "$CURVE_TOKENS" \
       --concurrency "${CURVE_N:-1,2,4,8,16,32,64,128}" ;;
+    curvelp)  # the curve's $CURVE_N (1,64,128) points for requests whose logits the host reads and for the
+      # greedy logprobs the device gives: greedy (no forced ids), greedy with logprobs (device), forced ids
+      # with logprobs (logits to the host), sampled at temperature 1 (logits to the host); each point's
+      # "host between execute() calls" line shows what the host adds a step
+      for cfg in "free:--free" "freelp:--free --logprobs" "forcedlp:--logprobs" "sample:--sample 1"; do
+        read -ra extra <<<"${cfg#*:}"
+        run "curvelp_${cfg%%:*}" $B/engine_loop_bench --preset 7b --device cuda --bf16 --audio 30 \
+          --tokens "$CURVE_TOKENS" --concurrency "${CURVE_N:-1,64,128}" "${extra[@]}"
+      done ;;
     curveab)  # the curve at $CURVE_N (64,128) with each of $CURVE_CFGS (';'-separated; 'plain' = none),
       # $CURVE_REPS (3) rounds interleaved, the order of the configurations reversed every other round;
       # summarize.py gives each one's median per point
