@@ -588,7 +588,7 @@ bool EngineLoop::run_step() {
 
   StepPlan plan;
   std::vector<Live*> who;
-  bool any_decode = false;
+  bool any_decode = false, any_logits = false;
   for (const ScheduledChunk& c : step.chunks) {
     Live& l = *live_.at(c.id);
     const Sequence& s = *scheduler_.find(c.id);
@@ -606,8 +606,20 @@ bool EngineLoop::run_step() {
     rows.want_logits = c.want_output && l.needs_logits;  // only those rows' logits cross to the host
     rows.want_logprob = c.want_output && l.device_logprob;
     if (c.start >= plen) any_decode = true;
+    any_logits = any_logits || rows.want_logits;
     plan.seqs.push_back(std::move(rows));
     who.push_back(&l);
+  }
+  // Logits rows go to pinned host memory of the loop's own (one copy a run of rows, no allocation).
+  const std::int64_t V = runner_.spec().decoder.vocab_size;
+  if (any_logits) {
+    const auto need = static_cast<std::int64_t>(plan.seqs.size());
+    if (need > logits_host_rows_) {
+      const std::int64_t rows = std::max<std::int64_t>(need, scheduler_.config().max_running);
+      logits_host_ = runner_.backend().allocate_host(static_cast<std::size_t>(rows * V) * sizeof(float));
+      logits_host_rows_ = logits_host_.data() ? rows : 0;
+    }
+    if (logits_host_.data()) plan.logits_host = static_cast<float*>(logits_host_.data());
   }
 
   const auto t0 = Clock::now();
@@ -647,12 +659,16 @@ bool EngineLoop::run_step() {
 
   // The rows whose logits crossed to the host first: each pick is one to three passes over the
   // vocabulary, so several run side by side (each on its own request's sampler).
-  const auto logits_of = [&](std::size_t j) -> const std::vector<float>* {
-    return j < res->logits.size() && !res->logits[j].empty() ? &res->logits[j] : nullptr;
+  const auto logits_of = [&](std::size_t j) -> std::span<const float> {
+    if (!plan.seqs[j].want_output || !plan.seqs[j].want_logits) return {};
+    if (plan.logits_host)
+      return {plan.logits_host + static_cast<std::int64_t>(j) * V, static_cast<std::size_t>(V)};
+    if (j < res->logits.size() && !res->logits[j].empty()) return res->logits[j];
+    return {};
   };
   std::vector<std::size_t> heavy;
   for (std::size_t j = 0; j < step.chunks.size(); ++j) {
-    if (step.chunks[j].want_output && logits_of(j)) heavy.push_back(j);
+    if (step.chunks[j].want_output && !logits_of(j).empty()) heavy.push_back(j);
   }
   std::vector<std::optional<Picked>> picked(step.chunks.size());
   const auto pick_rows = [&](std::int64_t b, std::int64_t e) {
@@ -689,12 +705,12 @@ bool EngineLoop::run_step() {
     ++local_.decode_rows_total;
     ++report.decode_rows;
     if (!l.generated.empty()) report.inter_token_seconds.push_back(seconds_between(l.last_token, t1));
-    if (const std::vector<float>* logits = logits_of(j)) {
+    if (const std::span<const float> logits = logits_of(j); !logits.empty()) {
       if (!l.req.forced_ids.empty() && l.generated.size() < l.req.forced_ids.size() && opt_.on_logits)
-        opt_.on_logits(l.id, l.generated.size(), *logits);
+        opt_.on_logits(l.id, l.generated.size(), logits);
     }
     const float device_lp = j < res->logprob.size() ? res->logprob[j] : 0.0f;
-    handle_output(l, picked[j] ? std::move(*picked[j]) : pick(l, res->next[j], nullptr, device_lp));
+    handle_output(l, picked[j] ? std::move(*picked[j]) : pick(l, res->next[j], {}, device_lp));
   }
   const auto t_out = Clock::now();
   prev_output_s_ = seconds_between(t1, t_out);
@@ -823,7 +839,7 @@ FinishReason EngineLoop::handle_loop(Live& l, std::size_t offset) {
   return FinishReason::kRepetition;
 }
 
-EngineLoop::Picked EngineLoop::pick(Live& l, TokenId next, const std::vector<float>* logits,
+EngineLoop::Picked EngineLoop::pick(Live& l, TokenId next, std::span<const float> logits,
                                     float device_logprob) {
   const SamplingParams& sp = l.req.sampling;
   Picked p;
@@ -831,13 +847,13 @@ EngineLoop::Picked EngineLoop::pick(Live& l, TokenId next, const std::vector<flo
   const std::size_t k = l.generated.size();
   if (!l.req.forced_ids.empty() && k < l.req.forced_ids.size()) {
     p.next = l.req.forced_ids[k];
-    if (logits) {
-      p.logprob = token_logprob(*logits, p.next);
-      if (sp.top_logprobs > 0) p.top = top_logprobs(*logits, static_cast<std::size_t>(sp.top_logprobs));
+    if (!logits.empty()) {
+      p.logprob = token_logprob(logits, p.next);
+      if (sp.top_logprobs > 0) p.top = top_logprobs(logits, static_cast<std::size_t>(sp.top_logprobs));
     }
     l.sampler->observe(p.next);
-  } else if (logits && l.needs_logits) {
-    SampledToken st = l.sampler->sample(*logits);
+  } else if (!logits.empty() && l.needs_logits) {
+    SampledToken st = l.sampler->sample(logits);
     p.next = st.id;
     p.logprob = sp.logprobs ? st.logprob : 0.0f;
     p.top = std::move(st.top_logprobs);

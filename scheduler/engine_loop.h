@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -111,7 +112,7 @@ struct EngineLoopOptions {
   EncodeObserverFn on_encode;  // optional; the same after every encoder launch
   // Test and bench hook: each generated position of a request with forced_ids (teacher forcing)
   // downloads its logits and passes them here (RequestId, position, logits; engine thread, quick).
-  std::function<void(RequestId, std::size_t, const std::vector<float>&)> on_logits;
+  std::function<void(RequestId, std::size_t, std::span<const float>)> on_logits;
   // Threads (the engine's own included) that pick the tokens of a step's rows whose logits crossed
   // to the host (sampling, logprobs, top_logprobs, penalties: passes over the whole vocabulary each)
   // side by side; each request's sampler is its own, so the picks do not depend on the count.
@@ -173,7 +174,8 @@ class EngineLoop : public EngineClient {
     float logprob = 0.0f;
     std::vector<TokenLogprobEntry> top;
   };
-  Picked pick(Live& l, TokenId next, const std::vector<float>* logits, float device_logprob);
+  // logits: the row's, empty where none crossed.
+  Picked pick(Live& l, TokenId next, std::span<const float> logits, float device_logprob);
   void handle_output(Live& l, Picked&& p);
   // Repetition loops (API.md §3.7): the stream offset to cut back to when one is detected; the cut
   // itself (state rebuilt from the kept tokens); recovery at a raised temperature or kRepetition.
@@ -202,7 +204,10 @@ class EngineLoop : public EngineClient {
   // The previous step's execute() return and its host time after it (StepReport::gap_seconds).
   std::optional<Clock::time_point> prev_exec_end_;
   double prev_output_s_ = 0, prev_observer_s_ = 0;
-  std::unique_ptr<cpu::ThreadPool> pick_pool_;  // EngineLoopOptions::output_threads, made on first use
+  std::unique_ptr<cpu::ThreadPool> pick_pool_;
+  // A step's logits rows (StepPlan::logits_host): pinned, logits_host_rows_ rows of V floats.
+  Buffer logits_host_;
+  std::int64_t logits_host_rows_ = 0;  // EngineLoopOptions::output_threads, made on first use
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

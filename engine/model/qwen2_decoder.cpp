@@ -417,15 +417,33 @@ Result<StepOutput> Qwen2Decoder::run(const StepPlan& plan, KvView& kv, const Ten
     replay_shape_ = shape;
   }
   const int64_t V = spec_.vocab_size;
+  const float* dev_logits = static_cast<const float*>(logits_.buf.data());
+  const size_t row_bytes = static_cast<size_t>(V) * sizeof(float);
   for (int64_t j = 0; j < m; ++j) {
     out.next[wanted[j]] = ids[j];
     if (logprob) out.logprob[wanted[j]] = lps[j];
     // Logits rows only for the sequences that asked (sampling, logprobs): each is a [V] host copy
     // that the step waits on.
-    if (plan.return_logits || plan.seqs[wanted[j]].want_logits) {
+    const bool asked = plan.return_logits || plan.seqs[wanted[j]].want_logits;
+    if (asked && (plan.return_logits || !plan.logits_host)) {
       auto& dst = out.logits[wanted[j]];
       dst.resize(static_cast<size_t>(V));
-      be_.download(dst.data(), static_cast<float*>(logits_.buf.data()) + j * V, static_cast<size_t>(V) * sizeof(float));
+      be_.download(dst.data(), dev_logits + j * V, row_bytes);
+    }
+  }
+  if (plan.logits_host && !plan.return_logits) {
+    // Into the caller's memory: one copy for each run of rows whose sequences follow one another.
+    for (int64_t j = 0; j < m;) {
+      if (!plan.seqs[wanted[j]].want_logits) {
+        ++j;
+        continue;
+      }
+      int64_t e = j + 1;
+      while (e < m && plan.seqs[wanted[e]].want_logits && wanted[e] == wanted[j] + static_cast<size_t>(e - j))
+        ++e;
+      be_.download(plan.logits_host + static_cast<int64_t>(wanted[j]) * V, dev_logits + j * V,
+                   static_cast<size_t>(e - j) * row_bytes);
+      j = e;
     }
   }
   return out;

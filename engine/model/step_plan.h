@@ -32,11 +32,16 @@ struct SequenceRows {
 struct StepPlan {
   std::vector<SequenceRows> seqs;
   bool return_logits = false;      // also download the logits row of each sequence that wants output
+  // Where the rows of want_logits sequences go instead of StepOutput::logits: sequence i's row at
+  // logits_host + i·V (the caller's memory, at least seqs.size()·V floats; Backend::allocate_host's
+  // copies fastest: one copy for each run of consecutive rows). Not with return_logits' rows.
+  float* logits_host = nullptr;
 };
 
 struct StepOutput {
   std::vector<TokenId> next;                // per seq: greedy argmax of its last row (lowest id on ties); −1 if not wanted
-  std::vector<std::vector<float>> logits;   // per seq: [V] when wanted and asked for, else empty
+  std::vector<std::vector<float>> logits;   // per seq: [V] when wanted and asked for (but not into
+                                            // StepPlan::logits_host), else empty
   std::vector<float> logprob;               // per seq: next's log-softmax where want_logprob, else 0
   // Host time of the step before its ids are downloaded (the last shard's decoder): staging the rows
   // (ids, positions, block tables uploaded) and recording the ops after that. A backend that defers

@@ -242,6 +242,7 @@ Result<StepOutput> Runner::execute(const StepPlan& plan) {
     padded_.seqs.resize(static_cast<size_t>(n));  // keeps the first elements' storage for the copies
     std::copy(plan.seqs.begin(), plan.seqs.end(), padded_.seqs.begin());
     padded_.return_logits = plan.return_logits;
+    padded_.logits_host = plan.logits_host;  // the padding rows ask for none
     SequenceRows pad;
     pad.ids = {spec_.audio_token_id == 0 ? 1 : 0};  // a text token: no speech row
     pad.start_pos = 0;

@@ -513,9 +513,9 @@ int run_invariance(vv::Runner& runner, const vv::Tokenizer& tok, const Args& arg
   // Teacher-forced runs (below): every forced position's logits, by request id.
   std::mutex logits_mu;
   std::map<vv::RequestId, LogitsByPosition> logits;
-  opt.on_logits = [&](vv::RequestId id, std::size_t pos, const std::vector<float>& row) {
+  opt.on_logits = [&](vv::RequestId id, std::size_t pos, std::span<const float> row) {
     std::lock_guard<std::mutex> lk(logits_mu);
-    logits[id][pos] = row;
+    logits[id][pos].assign(row.begin(), row.end());
   };
   auto loop = vv::EngineLoop::create(runner, tok, opt);
   if (!loop.is_ok()) {

@@ -517,9 +517,9 @@ TEST_F(EngineLoopTest, LogitsHookGivesForcedPositionsTheSameBitsAloneAndBatched)
   std::mutex mu;
   std::map<RequestId, std::map<std::size_t, std::vector<float>>> got;
   EngineLoopOptions opt;
-  opt.on_logits = [&](RequestId id, std::size_t pos, const std::vector<float>& row) {
+  opt.on_logits = [&](RequestId id, std::size_t pos, std::span<const float> row) {
     std::lock_guard<std::mutex> lk(mu);
-    got[id][pos] = row;
+    got[id][pos].assign(row.begin(), row.end());
   };
   auto lp = loop(opt);
   const std::vector<std::string> names = cases();
