@@ -220,11 +220,14 @@ TEST(CudaRunnerGolden, BatchOfFourMatchesTheCpuRunner) {
 
 // The logits of 40 greedy decode steps after the first golden case's prompt, on a runner made with
 // `env` set (and unset after), backend options bo and runner options ro; `profile`: the backend's
-// profile table after.
+// profile table after; `logprobs`: the decode steps also ask for the device's logprob of their id
+// (SequenceRows::want_logprob), collected here, and `ids` their ids.
 std::vector<std::vector<float>> decode_logits(const std::vector<std::pair<const char*, const char*>>& env,
                                               const BackendOptions& bo, std::string* profile = nullptr,
                                               const std::string& device = "cuda:0",
-                                              const RunnerOptions& ro = options()) {
+                                              const RunnerOptions& ro = options(),
+                                              std::vector<float>* logprobs = nullptr,
+                                              std::vector<int32_t>* ids = nullptr) {
   std::vector<std::vector<float>> logits;
   auto ckpt = Checkpoint::open(hf_model_dir());
   EXPECT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
@@ -265,6 +268,7 @@ std::vector<std::vector<float>> decode_logits(const std::vector<std::pair<const 
     d.ids = {next};
     d.start_pos = plen + i;
     d.blocks = blocks;
+    d.want_logprob = logprobs != nullptr;
     step.seqs.push_back(d);
     step.return_logits = true;
     auto o = r.execute(step);
@@ -272,6 +276,11 @@ std::vector<std::vector<float>> decode_logits(const std::vector<std::pair<const 
     if (!o.is_ok()) break;
     logits.push_back(o->logits[0]);
     next = o->next[0];
+    if (ids) ids->push_back(next);
+    if (logprobs) {
+      EXPECT_EQ(o->logprob.size(), 1u);
+      logprobs->push_back(o->logprob.empty() ? 1.0f : o->logprob[0]);
+    }
   }
   r.kv().release(blocks);
   if (profile) *profile = backend_profile_report(r.backend());
@@ -323,6 +332,37 @@ TEST(CudaRunnerGolden, GraphReplayedDecodeEqualsEagerLaunchesBitwise) {
   ASSERT_NE(at, std::string::npos) << profile;
   EXPECT_GE(std::atoll(profile.c_str() + at + std::strlen("flushes: ")), 30) << "40 steps, most replayed:\n"
                                                                              << profile;
+}
+
+// Decode steps that ask for their id's logprob (Backend::argmax_logprob inside the captured, replayed
+// step): the same logits bitwise and the same ids as steps that do not, and each logprob the log-softmax
+// of its step's logits at the id (double on the host; 1e-5 relative: f32 sums on the device), f32 and
+// bf16 compute.
+TEST(CudaRunnerGolden, DeviceLogprobsOfReplayedStepsAreTheLogSoftmaxOfTheirLogits) {
+  VV_GPU_OR_SKIP();
+  BackendOptions bf16;
+  bf16.gpu_bf16_gemm = true;
+  for (const BackendOptions& bo : {BackendOptions{}, bf16}) {
+    const char* what = bo.gpu_bf16_gemm ? "bf16" : "f32";
+    std::vector<int32_t> plain_ids, lp_ids;
+    std::vector<float> lps;
+    const auto plain = decode_logits({{"VV_CUDA_GRAPH_MIN_OPS", "1"}}, bo, nullptr, "cuda:0", options(),
+                                     nullptr, &plain_ids);
+    const auto with =
+        decode_logits({{"VV_CUDA_GRAPH_MIN_OPS", "1"}}, bo, nullptr, "cuda:0", options(), &lps, &lp_ids);
+    expect_same_logits(plain, with, what);
+    EXPECT_EQ(plain_ids, lp_ids) << what;
+    ASSERT_EQ(lps.size(), with.size()) << what;
+    for (size_t i = 0; i < with.size(); ++i) {
+      const std::vector<float>& x = with[i];
+      double m = -INFINITY;
+      for (float v : x) m = v > m ? v : m;
+      double s = 0;
+      for (float v : x) s += std::exp(static_cast<double>(v) - m);
+      const double want = static_cast<double>(x[static_cast<size_t>(lp_ids[i])]) - m - std::log(s);
+      EXPECT_NEAR(lps[i], want, 1e-5 * (1.0 + std::fabs(want))) << what << " step " << i;
+    }
+  }
 }
 
 // A decode step of the shape of the one before it is launched by its graph's handle without recording
