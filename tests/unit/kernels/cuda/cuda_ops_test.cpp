@@ -579,6 +579,27 @@ TEST(CudaOps, ArgmaxTiesGoToTheLowestIdAndNanWins) {
     gpu->synchronize();
     gpu->download(got.data(), dout.buf.data(), R * 4);
     EXPECT_EQ(got, want) << dtype_name(dt);
+    // argmax_logprob: the same ids; the NaN row (whose id holds a NaN) −inf, the others the reference's.
+    std::vector<float> want_lp(R);
+    Tensor wl = Tensor::vector(want_lp.data(), DType::kF32, R);
+    ref::logprob_at(l.view(), wt, wl);
+    DeviceMatrix lout = to_device_i32(*gpu, std::vector<int32_t>(2 * R, -7));
+    Tensor li = Tensor::vector(lout.buf.data(), DType::kI32, R);
+    Tensor lp = Tensor::vector(static_cast<int32_t*>(lout.buf.data()) + R, DType::kF32, R);
+    gpu->argmax_logprob(dl.t, li, lp);
+    std::vector<int32_t> both(2 * R);
+    gpu->synchronize();
+    gpu->download(both.data(), lout.buf.data(), 2 * R * 4);
+    EXPECT_EQ(std::vector<int32_t>(both.begin(), both.begin() + R), want) << dtype_name(dt);
+    for (int64_t r = 0; r < R; ++r) {
+      float v;
+      std::memcpy(&v, &both[R + r], 4);
+      if (r == 3) {
+        EXPECT_EQ(v, -INFINITY) << dtype_name(dt) << ": a NaN won the row";
+      } else {
+        EXPECT_NEAR(v, want_lp[r], 1e-5 * (1.0 + std::fabs(want_lp[r]))) << dtype_name(dt) << " row " << r;
+      }
+    }
   }
 }
 

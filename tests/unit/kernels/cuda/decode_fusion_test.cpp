@@ -933,81 +933,93 @@ TEST(CudaDecodeFusion, BigNormedGemvOnTheBulkGemvGivesTheBitsOfTheTwoLaunches) {
   }
 }
 
-// The argmax over random rows, against the reference: lengths of 1, odd, prime (65,537) and the 7B's
-// vocabulary; 1 to 128 rows (1 to 256 slices a row); f32 and bf16 (whose maxima often tie, and ties go to
-// the lowest index); rows whose start or stride rules out 16-byte loads (a view one column in).
-TEST(CudaDecodeFusion, ArgmaxOverManyBlocksMatchesTheReferenceOnRandomRows) {
-  VV_CUDA_BACKEND_OR_SKIP(gpu, false);
+// The argmax tests' rows: f32 and bf16 (whose maxima often tie, and ties go to the lowest index); lengths
+// of 1, odd, prime (65,537) and the 7B's vocabulary; 1 to 128 rows (1 to 256 slices a row); rows at the
+// start of their storage and one column in (a view whose start and stride rule out 16-byte loads).
+// fn(host rows, device rows, what) for each, the rows random (seeded by salt·V + R + shift) and `edit`
+// applied to the host copy (HostMatrix, ld, shift) before the upload.
+template <typename Edit, typename Fn>
+void for_each_argmax_case(Backend& gpu, int64_t salt, Edit edit, Fn fn) {
   for (DType dt : {DType::kF32, DType::kBF16})
     for (int64_t V : {1, 7, 1000, 65537, 152064})
       for (int64_t R : {1, 3, 64, 128})
         for (int64_t shift : {0, 1}) {
           const int64_t ld = V + shift, eb = dt == DType::kF32 ? 4 : 2;
-          HostMatrix l = random_matrix(R, ld, dt, static_cast<uint32_t>(V + R + shift), 5.0f);
+          HostMatrix l = random_matrix(R, ld, dt, static_cast<uint32_t>(salt * V + R + shift), 5.0f);
+          edit(l, ld, shift);
           Tensor hv = Tensor::matrix(l.bytes.data() + shift * eb, dt, R, V, ld);
-          std::vector<int32_t> want(static_cast<size_t>(R));
-          Tensor wt = Tensor::vector(want.data(), DType::kI32, R);
-          ref::argmax(hv, wt);
-          DeviceMatrix dl = to_device(*gpu, l), dout = to_device_i32(*gpu, std::vector<int32_t>(R, -7));
+          DeviceMatrix dl = to_device(gpu, l);
           Tensor dv = Tensor::matrix(static_cast<char*>(dl.t.data) + shift * eb, dt, R, V, ld);
-          gpu->argmax(dv, dout.t);
-          std::vector<int32_t> got(static_cast<size_t>(R));
-          gpu->synchronize();
-          gpu->download(got.data(), dout.buf.data(), R * 4);
-          EXPECT_EQ(got, want) << "argmax " << dtype_name(dt) << " V=" << V << " rows=" << R
-                               << " shift=" << shift;
+          fn(hv, dv,
+             std::string(dtype_name(dt)) + " V=" + std::to_string(V) + " rows=" + std::to_string(R) +
+                 " shift=" + std::to_string(shift));
         }
 }
 
-// argmax_logprob against the reference (ref::argmax, ref::logprob_at: sums in double): the same shapes
-// as the argmax above and rows with a −inf entry; ids equal argmax's, logprobs within f32 summation error
-// (a slice's sum of up to 1,024 exps in f32, rescaled as its max rises: 1e-5 relative); and a row's value
-// is the same bits in a launch of one row as in a launch of many (its slices do not follow the row count).
+// The argmax over random rows (for_each_argmax_case) against the reference.
+TEST(CudaDecodeFusion, ArgmaxOverManyBlocksMatchesTheReferenceOnRandomRows) {
+  VV_CUDA_BACKEND_OR_SKIP(gpu, false);
+  for_each_argmax_case(
+      *gpu, 1, [](HostMatrix&, int64_t, int64_t) {},
+      [&](const Tensor& hv, const Tensor& dv, const std::string& what) {
+        const int64_t R = hv.rows();
+        std::vector<int32_t> want(static_cast<size_t>(R));
+        Tensor wt = Tensor::vector(want.data(), DType::kI32, R);
+        ref::argmax(hv, wt);
+        DeviceMatrix dout = to_device_i32(*gpu, std::vector<int32_t>(R, -7));
+        gpu->argmax(dv, dout.t);
+        std::vector<int32_t> got(static_cast<size_t>(R));
+        gpu->synchronize();
+        gpu->download(got.data(), dout.buf.data(), R * 4);
+        EXPECT_EQ(got, want) << "argmax " << what;
+      });
+}
+
+// argmax_logprob against the reference (ref::argmax, ref::logprob_at: sums in double) over the same rows,
+// with a −inf entry in the second f32 row: ids equal argmax's, logprobs within f32 summation error (a
+// slice's sum of up to 1,024 exps in f32, rescaled as its max rises: 1e-5 relative); and a row's value is
+// the same bits in a launch of one row as in a launch of many (its slices do not follow the row count).
 TEST(CudaDecodeFusion, ArgmaxLogprobMatchesTheReferenceAndIsTheSameBitsAlone) {
   VV_CUDA_BACKEND_OR_SKIP(gpu, false);
-  for (DType dt : {DType::kF32, DType::kBF16})
-    for (int64_t V : {1, 7, 1000, 65537, 152064})
-      for (int64_t R : {1, 3, 64, 128})
-        for (int64_t shift : {0, 1}) {
-          const int64_t ld = V + shift, eb = dt == DType::kF32 ? 4 : 2;
-          HostMatrix l = random_matrix(R, ld, dt, static_cast<uint32_t>(3 * V + R + shift), 5.0f);
-          if (V > 3 && R > 1 && dt == DType::kF32) l.f32()[1 * ld + shift + 2] = -INFINITY;
-          Tensor hv = Tensor::matrix(l.bytes.data() + shift * eb, dt, R, V, ld);
-          std::vector<int32_t> want(static_cast<size_t>(R));
-          std::vector<float> want_lp(static_cast<size_t>(R));
-          Tensor wt = Tensor::vector(want.data(), DType::kI32, R),
-                 wl = Tensor::vector(want_lp.data(), DType::kF32, R);
-          ref::argmax(hv, wt);
-          ref::logprob_at(hv, wt, wl);
-          DeviceMatrix dl = to_device(*gpu, l), dout = to_device_i32(*gpu, std::vector<int32_t>(2 * R, -7));
-          Tensor dv = Tensor::matrix(static_cast<char*>(dl.t.data) + shift * eb, dt, R, V, ld);
-          Tensor di = Tensor::vector(dout.buf.data(), DType::kI32, R);
-          Tensor dlp = Tensor::vector(static_cast<int32_t*>(dout.buf.data()) + R, DType::kF32, R);
-          gpu->argmax_logprob(dv, di, dlp);
-          std::vector<int32_t> got(static_cast<size_t>(2 * R));
-          gpu->synchronize();
-          gpu->download(got.data(), dout.buf.data(), 2 * R * 4);
-          const std::string what = std::string(dtype_name(dt)) + " V=" + std::to_string(V) +
-                                   " rows=" + std::to_string(R) + " shift=" + std::to_string(shift);
-          EXPECT_EQ(std::vector<int32_t>(got.begin(), got.begin() + R), want) << what;
-          std::vector<float> lp(static_cast<size_t>(R));
-          std::memcpy(lp.data(), got.data() + R, R * 4);
-          for (int64_t r = 0; r < R; ++r) {
-            EXPECT_NEAR(lp[r], want_lp[r], 1e-5 * (1.0 + std::fabs(want_lp[r]))) << what << " row " << r;
-            EXPECT_LE(lp[r], 0.0f) << what << " row " << r;
-          }
-          // The last row alone: the same id and the same bits.
-          const int64_t r = R - 1;
-          DeviceMatrix d1 = to_device_i32(*gpu, std::vector<int32_t>(2, -7));
-          Tensor i1 = Tensor::vector(d1.buf.data(), DType::kI32, 1);
-          Tensor l1 = Tensor::vector(static_cast<int32_t*>(d1.buf.data()) + 1, DType::kF32, 1);
-          gpu->argmax_logprob(dv.row_slice(r, 1), i1, l1);
-          std::vector<int32_t> one(2);
-          gpu->synchronize();
-          gpu->download(one.data(), d1.buf.data(), 8);
-          EXPECT_EQ(one[0], want[r]) << what << ": the last row alone";
-          EXPECT_EQ(one[1], got[R + r]) << what << ": the last row's logprob alone (bits)";
+  for_each_argmax_case(
+      *gpu, 3,
+      [](HostMatrix& l, int64_t ld, int64_t shift) {
+        if (l.dtype == DType::kF32 && l.rows > 1 && ld - shift > 3) l.f32()[1 * ld + shift + 2] = -INFINITY;
+      },
+      [&](const Tensor& hv, const Tensor& dv, const std::string& what) {
+        const int64_t R = hv.rows();
+        std::vector<int32_t> want(static_cast<size_t>(R));
+        std::vector<float> want_lp(static_cast<size_t>(R));
+        Tensor wt = Tensor::vector(want.data(), DType::kI32, R),
+               wl = Tensor::vector(want_lp.data(), DType::kF32, R);
+        ref::argmax(hv, wt);
+        ref::logprob_at(hv, wt, wl);
+        DeviceMatrix dout = to_device_i32(*gpu, std::vector<int32_t>(2 * R, -7));
+        Tensor di = Tensor::vector(dout.buf.data(), DType::kI32, R);
+        Tensor dlp = Tensor::vector(static_cast<int32_t*>(dout.buf.data()) + R, DType::kF32, R);
+        gpu->argmax_logprob(dv, di, dlp);
+        std::vector<int32_t> got(static_cast<size_t>(2 * R));
+        gpu->synchronize();
+        gpu->download(got.data(), dout.buf.data(), 2 * R * 4);
+        EXPECT_EQ(std::vector<int32_t>(got.begin(), got.begin() + R), want) << what;
+        std::vector<float> lp(static_cast<size_t>(R));
+        std::memcpy(lp.data(), got.data() + R, R * 4);
+        for (int64_t r = 0; r < R; ++r) {
+          EXPECT_NEAR(lp[r], want_lp[r], 1e-5 * (1.0 + std::fabs(want_lp[r]))) << what << " row " << r;
+          EXPECT_LE(lp[r], 0.0f) << what << " row " << r;
         }
+        // The last row alone: the same id and the same bits.
+        const int64_t r = R - 1;
+        DeviceMatrix d1 = to_device_i32(*gpu, std::vector<int32_t>(2, -7));
+        Tensor i1 = Tensor::vector(d1.buf.data(), DType::kI32, 1);
+        Tensor l1 = Tensor::vector(static_cast<int32_t*>(d1.buf.data()) + 1, DType::kF32, 1);
+        gpu->argmax_logprob(dv.row_slice(r, 1), i1, l1);
+        std::vector<int32_t> one(2);
+        gpu->synchronize();
+        gpu->download(one.data(), d1.buf.data(), 8);
+        EXPECT_EQ(one[0], want[r]) << what << ": the last row alone";
+        EXPECT_EQ(one[1], got[R + r]) << what << ": the last row's logprob alone (bits)";
+      });
 }
 
 // The argmax's slices (host only): every element in exactly one slice, none empty, 16-byte loads only where
