@@ -446,7 +446,8 @@ TEST_F(EngineLoopTest, StepReportsAccountForTheHostTimeBetweenSteps) {
   const std::string name = cases().front();
   auto id = lp->submit(transcription(golden_audio(name, spec()), golden_ids(name).context, 6), c.sink());
   ASSERT_TRUE(id.is_ok()) << id.status().to_string();
-  const RequestEvent* done = terminal_of(c.wait(*id));
+  const auto ev = c.wait(*id);
+  const RequestEvent* done = terminal_of(ev);
   ASSERT_NE(done, nullptr);
   ASSERT_EQ(done->type, RequestEvent::Type::kDone) << done->error.to_string();
   settled(*lp);
