@@ -68,15 +68,16 @@ std::size_t AppState::inflight_count() const {
 
 void AppState::track_tokens(RequestId id, const std::string& endpoint) {
   std::lock_guard<std::mutex> lock(mu_);
-  tokens_[id].endpoint = endpoint;
+  TokenCount& t = tokens_[id];
+  t.endpoint = endpoint;
+  t.counter = &metrics.generation_tokens->Add({{"endpoint", endpoint}});
 }
 
 void AppState::progress_tokens(RequestId id, std::int64_t generated) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = tokens_.find(id);
   if (it == tokens_.end() || generated <= it->second.counted) return;
-  metrics.generation_tokens->Add({{"endpoint", it->second.endpoint}})
-      .Increment(static_cast<double>(generated - it->second.counted));
+  it->second.counter->Increment(static_cast<double>(generated - it->second.counted));
   it->second.counted = generated;
 }
 

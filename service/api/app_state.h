@@ -113,6 +113,7 @@ class AppState {
   struct TokenCount {
     std::string endpoint;
     std::int64_t counted = 0;
+    prometheus::Counter* counter = nullptr;  // generation_tokens{endpoint}, looked up once
   };
   std::map<RequestId, TokenCount> tokens_;
   std::uint64_t next_inflight_ = 1;
