@@ -23,10 +23,11 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-bool adjusts_logits(const SamplingParams& p) {
-  return p.temperature > 0 || p.logprobs || p.top_logprobs > 0 || p.min_p > 0 ||
-         p.repetition_penalty != 1.0f || p.presence_penalty != 0 || p.frequency_penalty != 0 ||
-         !p.logit_bias.empty();
+// Whether a request's token needs its logits row on the host beyond the greedy id's logprob (which
+// the device gives: SequenceRows::want_logprob).
+bool reads_logits_row(const SamplingParams& p) {
+  return p.temperature > 0 || p.top_logprobs > 0 || p.min_p > 0 || p.repetition_penalty != 1.0f ||
+         p.presence_penalty != 0 || p.frequency_penalty != 0 || !p.logit_bias.empty();
 }
 
 }  // namespace
@@ -98,6 +99,9 @@ EngineLoop::EngineLoop(Runner& runner, const Tokenizer& tokenizer, EngineLoopOpt
         return c;
       }()) {
   paused_ = opt_.start_paused;
+  pick_threads_ = opt_.output_threads > 0
+                      ? opt_.output_threads
+                      : static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
   local_.load.kv_blocks_total = scheduler_.config().num_blocks;
   local_.load.max_running = scheduler_.config().max_running;
   local_.load.max_waiting = opt_.max_waiting;
@@ -229,11 +233,10 @@ Result<RequestId> EngineLoop::submit(Request request, EventSink sink) {
   l->sampler->observe_prompt(l->prompt);
   l->stop = std::make_unique<StopCondition>(sp);
   l->text = std::make_unique<IncrementalDecoder>(tokenizer_);
-  l->needs_logits = adjusts_logits(sp) || (opt_.on_logits && !request.forced_ids.empty());
-  SamplingParams only_logprobs = sp;
-  only_logprobs.logprobs = false;
-  l->device_logprob = sp.logprobs && request.forced_ids.empty() && !adjusts_logits(only_logprobs);
-  if (l->device_logprob) l->needs_logits = false;
+  // A forced token's logprob is not the argmax's: forced requests read the row for it.
+  l->device_logprob = sp.logprobs && request.forced_ids.empty() && !reads_logits_row(sp);
+  l->needs_logits = reads_logits_row(sp) || (sp.logprobs && !l->device_logprob) ||
+                    (opt_.on_logits && !request.forced_ids.empty());
   if (l->transcription) {
     l->repetition = std::make_unique<RepetitionDetector>();
     l->segment_repetition = std::make_unique<SegmentRepetitionDetector>();
@@ -670,18 +673,16 @@ bool EngineLoop::run_step() {
   for (std::size_t j = 0; j < step.chunks.size(); ++j) {
     if (step.chunks[j].want_output && !logits_of(j).empty()) heavy.push_back(j);
   }
-  std::vector<std::optional<Picked>> picked(step.chunks.size());
+  std::vector<std::optional<Picked>> picked(heavy.empty() ? 0 : step.chunks.size());
   const auto pick_rows = [&](std::int64_t b, std::int64_t e) {
     for (std::int64_t i = b; i < e; ++i) {
       const std::size_t j = heavy[static_cast<std::size_t>(i)];
       picked[j] = pick(*who[j], res->next[j], logits_of(j), 0.0f);
     }
   };
-  const int threads = opt_.output_threads > 0
-                          ? opt_.output_threads
-                          : static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
-  if (heavy.size() >= 2 && threads > 1) {
-    if (!pick_pool_) pick_pool_ = std::make_unique<cpu::ThreadPool>(threads, false);  // the caller counts
+  if (heavy.size() >= 2 && pick_threads_ > 1) {
+    if (!pick_pool_)
+      pick_pool_ = std::make_unique<cpu::ThreadPool>(pick_threads_, false);  // the caller counts
     pick_pool_->parallel_for(static_cast<std::int64_t>(heavy.size()), 1, pick_rows);
   } else {
     pick_rows(0, static_cast<std::int64_t>(heavy.size()));
@@ -710,7 +711,8 @@ bool EngineLoop::run_step() {
         opt_.on_logits(l.id, l.generated.size(), logits);
     }
     const float device_lp = j < res->logprob.size() ? res->logprob[j] : 0.0f;
-    handle_output(l, picked[j] ? std::move(*picked[j]) : pick(l, res->next[j], {}, device_lp));
+    handle_output(
+        l, j < picked.size() && picked[j] ? std::move(*picked[j]) : pick(l, res->next[j], {}, device_lp));
   }
   const auto t_out = Clock::now();
   prev_output_s_ = seconds_between(t1, t_out);

@@ -204,10 +204,11 @@ class EngineLoop : public EngineClient {
   // The previous step's execute() return and its host time after it (StepReport::gap_seconds).
   std::optional<Clock::time_point> prev_exec_end_;
   double prev_output_s_ = 0, prev_observer_s_ = 0;
-  std::unique_ptr<cpu::ThreadPool> pick_pool_;
+  int pick_threads_ = 1;  // EngineLoopOptions::output_threads resolved (at construction)
+  std::unique_ptr<cpu::ThreadPool> pick_pool_;  // pick_threads_ threads, made on first use
   // A step's logits rows (StepPlan::logits_host): pinned, logits_host_rows_ rows of V floats.
   Buffer logits_host_;
-  std::int64_t logits_host_rows_ = 0;  // EngineLoopOptions::output_threads, made on first use
+  std::int64_t logits_host_rows_ = 0;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
